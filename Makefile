@@ -1,0 +1,31 @@
+# Two commands do all set-up on a fresh machine:
+#   make run   -> venv + install + simulate the built-in quickstart scenario
+#   make test  -> venv + install + ruff + the test suite
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+# The CPU wheel of torch first: a looser requirement would pull a 3 GB CUDA build.
+TORCH_SPEC ?= torch==2.13.0
+
+.PHONY: setup run test lint bench
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q "$(TORCH_SPEC)"
+	$(PIP) install -q -e '.[test]'
+	touch $@
+
+run: setup
+	$(VENV)/bin/tripath simulate data/scenarios/quickstart.toml
+
+lint: setup
+	$(VENV)/bin/ruff check .
+
+test: setup lint
+	$(VENV)/bin/pytest -q
+
+bench: setup
+	$(PY) benchmarks/bench_simulator.py
