@@ -149,7 +149,9 @@ class LlamaBackbone(nn.Module):
 class LlamaModel(nn.Module):
     """LlamaForCausalLM-compatible module: ``model(input_ids [B, T]) -> logits [B, T, V]``."""
 
-    def __init__(self, config: ModelConfig, generator: torch.Generator | None = None) -> None:
+    def __init__(
+        self, config: ModelConfig, generator: torch.Generator | None = None, *, initialize: bool = True
+    ) -> None:
         super().__init__()
         self.config = config
         self.model = LlamaBackbone(config)
@@ -157,7 +159,8 @@ class LlamaModel(nn.Module):
         if config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
         self.rope = RotaryEmbedding(int(config.head_dim), config.max_position_embeddings, config.rope_theta)
-        self.reset_parameters(generator if generator is not None else torch.Generator().manual_seed(0))
+        if initialize:  # False: the caller overwrites every weight (checkpoint loading on the meta device)
+            self.reset_parameters(generator if generator is not None else torch.Generator().manual_seed(0))
 
     @torch.no_grad()
     def reset_parameters(self, generator: torch.Generator) -> None:
