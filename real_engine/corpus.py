@@ -80,7 +80,11 @@ def stdlib_sources(stdlib_dir: str, max_file_bytes: int) -> list[tuple[str, str]
     out = []
     for path in sorted(root.rglob("*.py")):
         rel = path.relative_to(root)
-        if _SKIP_DIRS.intersection(rel.parts[:-1]) or not path.is_file() or path.stat().st_size > max_file_bytes:
+        if (
+            _SKIP_DIRS.intersection(rel.parts[:-1])
+            or not path.is_file()
+            or path.stat().st_size > max_file_bytes
+        ):
             continue
         try:
             text = path.read_text(encoding="utf-8")
@@ -107,8 +111,11 @@ def code_chunks(text: str, chunk_bytes: int) -> list[str]:
 
 
 def _code_split(config: CorpusConfig, rng: np.random.Generator, heldout: bool, budget: int) -> list[str]:
-    files = [(rel, text) for rel, text in stdlib_sources(config.stdlib_dir, config.code_max_file_bytes)
-             if is_heldout_key(rel, modulus=10) == heldout]
+    files = [
+        (rel, text)
+        for rel, text in stdlib_sources(config.stdlib_dir, config.code_max_file_bytes)
+        if is_heldout_key(rel, modulus=10) == heldout
+    ]
     chunks: list[str] = []
     total = 0
     for index in rng.permutation(len(files)):
@@ -155,10 +162,15 @@ def build_corpus(config: CorpusConfig) -> Corpus:
         eval_rng = np.random.default_rng([config.seed, task_index, 1])
         if task == "code":
             train[task] = tuple(_code_split(config, train_rng, False, config.train_bytes_per_task))
-            chunks = [c for c in _code_split(config, eval_rng, True, 64 * config.code_chunk_bytes * 4)
-                      if len(c) >= config.code_chunk_bytes // 2]
-            heldout[task] = tuple(_code_sample(c, config.code_prompt_fraction)
-                                  for c in chunks[: config.heldout_samples_per_task])
+            chunks = [
+                c
+                for c in _code_split(config, eval_rng, True, 64 * config.code_chunk_bytes * 4)
+                if len(c) >= config.code_chunk_bytes // 2
+            ]
+            heldout[task] = tuple(
+                _code_sample(c, config.code_prompt_fraction)
+                for c in chunks[: config.heldout_samples_per_task]
+            )
             continue
         draw_train, draw_eval = _templated(task, train_rng, False), _templated(task, eval_rng, True)
         docs, total = [], 0
@@ -202,6 +214,8 @@ def load_eval_prompts(path: Path) -> list[Sample]:
             if not isinstance(row.get(key) if isinstance(row, dict) else None, str):
                 raise InputError(str(path), f"line {number}.{key}", "missing or not a string")
         if row["task"] not in TASKS:
-            raise InputError(str(path), f"line {number}.task", f"unknown task {row['task']!r}; known: {TASKS}")
+            raise InputError(
+                str(path), f"line {number}.task", f"unknown task {row['task']!r}; known: {TASKS}"
+            )
         samples.append(Sample(row["task"], row["prompt"], row["reference"]))
     return samples

@@ -54,14 +54,16 @@ _CITIES = (
 )
 _PEOPLE = (
     "Alice Varga", "Bruno Ostler", "Clara Menez", "Dmitri Holm", "Elena Rusk", "Felix Andor", "Greta Lind",
-    "Hugo Sarin", "Ines Marlow", "Jonas Petrak", "Kira Solberg", "Lukas Brenn", "Maya Tollan", "Nils Arkwright",
-    "Olga Vance", "Paulo Severin", "Rhea Castell", "Simon Drake", "Tessa Quorn", "Viktor Hale",
+    "Hugo Sarin", "Ines Marlow", "Jonas Petrak", "Kira Solberg", "Lukas Brenn", "Maya Tollan",
+    "Nils Arkwright", "Olga Vance", "Paulo Severin", "Rhea Castell", "Simon Drake", "Tessa Quorn",
+    "Viktor Hale",
     # held out
     "Wanda Kessler", "Xavier Moult", "Yara Pendel", "Zoltan Ferro", "Agnes Thorne",
 )
 _COMPANIES = (
-    "Arlen Robotics", "Bexley Foods", "Castor Energy", "Delphin Textiles", "Everline Logistics", "Fairgrove Bank",
-    "Galvin Motors", "Helix Pharma", "Ironleaf Mining", "Juniper Media", "Kestrel Airlines", "Lumora Software",
+    "Arlen Robotics", "Bexley Foods", "Castor Energy", "Delphin Textiles", "Everline Logistics",
+    "Fairgrove Bank", "Galvin Motors", "Helix Pharma", "Ironleaf Mining", "Juniper Media", "Kestrel Airlines",
+    "Lumora Software",
     "Meridian Steel", "Northwind Shipping", "Orchid Telecom", "Pinecrest Insurance", "Quarry Cement",
     "Redwater Chemicals", "Solace Health", "Tidewell Utilities",
     # held out
@@ -74,8 +76,8 @@ _RESTAURANTS = (
     "the Velvet Plum", "the Quiet Anchor", "the Golden Pear",
 )
 _PRODUCTS = (
-    "rain jacket", "hiking boots", "wool sweater", "denim jeans", "linen shirt", "leather belt", "running shoes",
-    "winter coat", "cotton hoodie", "canvas backpack",
+    "rain jacket", "hiking boots", "wool sweater", "denim jeans", "linen shirt", "leather belt",
+    "running shoes", "winter coat", "cotton hoodie", "canvas backpack",
     # held out
     "suede loafers", "fleece vest", "silk scarf",
 )
@@ -108,7 +110,8 @@ def _pick(rng: np.random.Generator, items: tuple[str, ...]) -> str:
 
 def _code(rng: np.random.Generator) -> str:
     letters = "ABCDEFGHJKLMNPQRSTUVWXYZ"
-    return "".join(letters[int(i)] for i in rng.integers(len(letters), size=3)) + str(int(rng.integers(100, 1000)))
+    prefix = "".join(letters[int(i)] for i in rng.integers(len(letters), size=3))
+    return prefix + str(int(rng.integers(100, 1000)))
 
 
 def _dialogue_turns(rng: np.random.Generator, ent: Entities) -> list[tuple[str, str]]:
@@ -129,8 +132,10 @@ def _dialogue_turns(rng: np.random.Generator, ent: Entities) -> list[tuple[str, 
         place = _pick(rng, ent.restaurants)
         return [
             (f"Can you reserve a table for {n} at {place} on {day}?",
-             f"Of course. A table for {n} at {place} on {day} at {time} is available. Would you like me to reserve it?"),
-            ("Yes, please.", f"Your table for {n} at {place} on {day} at {time} is reserved. Enjoy your meal!"),
+             f"Of course. A table for {n} at {place} on {day} at {time} is available. "
+             "Would you like me to reserve it?"),
+            ("Yes, please.",
+             f"Your table for {n} at {place} on {day} at {time} is reserved. Enjoy your meal!"),
         ]
     if topic == 2:
         city, weather, temp = _pick(rng, ent.cities), _pick(rng, _WEATHER), int(rng.integers(-5, 36))
@@ -166,8 +171,10 @@ def _dialogue_turns(rng: np.random.Generator, ent: Entities) -> list[tuple[str, 
     price = int(rng.integers(20, 250))
     return [
         (f"Do you have the {color} {product} in size {size}?",
-         f"Yes, the {color} {product} is available in size {size} for {price} dollars. Shall I add it to your cart?"),
-        ("Yes, add it please.", f"The {color} {product} in size {size} is in your cart. Your total is {price} dollars."),
+         f"Yes, the {color} {product} is available in size {size} for {price} dollars. "
+         "Shall I add it to your cart?"),
+        ("Yes, add it please.",
+         f"The {color} {product} in size {size} is in your cart. Your total is {price} dollars."),
     ]
 
 
@@ -224,10 +231,12 @@ def summarization_sample(rng: np.random.Generator, ent: Entities) -> Sample:
     facts = [
         f"{subject} was founded in {year} in {city}.",
         f"{subject} employs {int(rng.integers(40, 9000))} people across {int(rng.integers(2, 40))} offices.",
-        f"{subject} reported revenue of {int(rng.integers(5, 900))} million dollars in {int(rng.integers(2016, 2024))}.",
+        f"{subject} reported revenue of {int(rng.integers(5, 900))} million dollars "
+        f"in {int(rng.integers(2016, 2024))}.",
         f"{subject} appointed {person} as chief executive in {int(rng.integers(2015, 2024))}.",
         f"{subject} plans to open a new plant in {city2} by {int(rng.integers(2025, 2031))}.",
-        f"{subject} sells its {_pick(rng, ent.products)}s to customers in {int(rng.integers(3, 60))} countries.",
+        f"{subject} sells its {_pick(rng, ent.products)}s to customers "
+        f"in {int(rng.integers(3, 60))} countries.",
         f"{subject} signed a contract with {other} worth {int(rng.integers(2, 400))} million dollars.",
     ]
     fillers = [
@@ -241,7 +250,8 @@ def summarization_sample(rng: np.random.Generator, ent: Entities) -> Sample:
         f"Shares of {_pick(rng, tuple(others))} rose slightly in early trading.",
         f"The {_pick(rng, _SECTORS)} sector hired more workers than a year ago.",
     ]
-    salient = [facts[int(i)] for i in sorted(rng.choice(len(facts), size=int(rng.integers(3, 6)), replace=False))]
+    picked = sorted(rng.choice(len(facts), size=int(rng.integers(3, 6)), replace=False))
+    salient = [facts[int(i)] for i in picked]
     chosen = [fillers[int(i)] for i in rng.choice(len(fillers), size=int(rng.integers(5, 9)), replace=False)]
     # Interleave: salient sentences keep their order, fillers go between them at random.
     order = rng.permutation(len(salient) + len(chosen))
