@@ -272,7 +272,9 @@ def _table(data: dict[str, Any], key: str, source: str | None, required: bool = 
 def _check_keys(table: dict[str, Any], allowed: set[str], source: str | None, prefix: str) -> None:
     for key in table:
         if key not in allowed:
-            near = difflib.get_close_matches(key, sorted(allowed), n=1)
+            # a shortened name ("rate" for "rate_per_s") beats a near spelling ("trace")
+            near = [a for a in sorted(allowed) if a.startswith(key)] or difflib.get_close_matches(
+                key, sorted(allowed), n=1)
             hint = f"; did you mean {near[0]!r}?" if near else f"; valid: {', '.join(sorted(allowed))}"
             raise InputError(source, _dotted(prefix, key), f"unknown field{hint}")
 
