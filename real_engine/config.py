@@ -28,8 +28,15 @@ class ModelConfig:
     tie_word_embeddings: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads",
-                     "num_kv_heads", "max_position_embeddings"):
+        for name in (
+            "vocab_size",
+            "hidden_size",
+            "intermediate_size",
+            "num_layers",
+            "num_heads",
+            "num_kv_heads",
+            "max_position_embeddings",
+        ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"ModelConfig.{name}: must be an integer >= 1, got {value!r}")
@@ -97,11 +104,21 @@ class ModelConfig:
         rope = d.get("rope_parameters") or d.get("rope_scaling") or {}
         rope_type = rope.get("rope_type", rope.get("type", "default"))
         if rope_type != "default":
-            raise ValueError(f"rope_parameters.rope_type: only 'default' RoPE is supported, got {rope_type!r}"
-                             )
+            raise ValueError(
+                f"rope_parameters.rope_type: only 'default' RoPE is supported, got {rope_type!r}"
+            )
         theta = rope.get("rope_theta", d.get("rope_theta", 10000.0))
-        missing = [k for k in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
-                               "num_attention_heads") if k not in d]
+        missing = [
+            k
+            for k in (
+                "vocab_size",
+                "hidden_size",
+                "intermediate_size",
+                "num_hidden_layers",
+                "num_attention_heads",
+            )
+            if k not in d
+        ]
         if missing:
             raise ValueError(f"{missing[0]}: required key is missing")
         return cls(
@@ -143,18 +160,68 @@ class ModelConfig:
 
 # Shapes from the published HF config.json files (meta-llama/Llama-2-*-hf); the tiny ones are for tests.
 PRESETS: dict[str, ModelConfig] = {
-    "tiny-mha": ModelConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_layers=2,
-                            num_heads=4, num_kv_heads=4, max_position_embeddings=512),
-    "tiny-gqa": ModelConfig(vocab_size=256, hidden_size=64, intermediate_size=160, num_layers=2,
-                            num_heads=8, num_kv_heads=2, rope_theta=500000.0, max_position_embeddings=512),
-    "tiny-draft": ModelConfig(vocab_size=256, hidden_size=128, intermediate_size=352, num_layers=2,
-                              num_heads=4, num_kv_heads=2, max_position_embeddings=2048),
-    "tiny-target": ModelConfig(vocab_size=256, hidden_size=256, intermediate_size=688, num_layers=6,
-                               num_heads=8, num_kv_heads=4, max_position_embeddings=2048),
-    "bench-small": ModelConfig(vocab_size=256, hidden_size=256, intermediate_size=688, num_layers=4,
-                               num_heads=8, num_kv_heads=4, max_position_embeddings=8192),
-    "llama2-7b": ModelConfig(vocab_size=32000, hidden_size=4096, intermediate_size=11008, num_layers=32,
-                             num_heads=32, num_kv_heads=32, max_position_embeddings=4096),
-    "llama2-70b": ModelConfig(vocab_size=32000, hidden_size=8192, intermediate_size=28672, num_layers=80,
-                              num_heads=64, num_kv_heads=8, max_position_embeddings=4096),
+    "tiny-mha": ModelConfig(
+        vocab_size=256,
+        hidden_size=64,
+        intermediate_size=128,
+        num_layers=2,
+        num_heads=4,
+        num_kv_heads=4,
+        max_position_embeddings=512,
+    ),
+    "tiny-gqa": ModelConfig(
+        vocab_size=256,
+        hidden_size=64,
+        intermediate_size=160,
+        num_layers=2,
+        num_heads=8,
+        num_kv_heads=2,
+        rope_theta=500000.0,
+        max_position_embeddings=512,
+    ),
+    "tiny-draft": ModelConfig(
+        vocab_size=256,
+        hidden_size=128,
+        intermediate_size=352,
+        num_layers=2,
+        num_heads=4,
+        num_kv_heads=2,
+        max_position_embeddings=2048,
+    ),
+    "tiny-target": ModelConfig(
+        vocab_size=256,
+        hidden_size=256,
+        intermediate_size=688,
+        num_layers=6,
+        num_heads=8,
+        num_kv_heads=4,
+        max_position_embeddings=2048,
+    ),
+    "bench-small": ModelConfig(
+        vocab_size=256,
+        hidden_size=256,
+        intermediate_size=688,
+        num_layers=4,
+        num_heads=8,
+        num_kv_heads=4,
+        max_position_embeddings=8192,
+    ),
+    "llama2-7b": ModelConfig(
+        vocab_size=32000,
+        hidden_size=4096,
+        intermediate_size=11008,
+        num_layers=32,
+        num_heads=32,
+        num_kv_heads=32,
+        max_position_embeddings=4096,
+    ),
+    "llama2-70b": ModelConfig(
+        vocab_size=32000,
+        hidden_size=8192,
+        intermediate_size=28672,
+        num_layers=80,
+        num_heads=64,
+        num_kv_heads=8,
+        max_position_embeddings=4096,
+    ),
 }

@@ -1,0 +1,217 @@
+"""The serving engine: continuous batching over a paged KV cache, one forward pass per step.
+
+``add_request`` queues a prompt; ``step`` schedules, runs the model once over every
+scheduled sequence's new tokens, samples, retires finished sequences and returns a
+StepRecord with the wall time measured after device synchronisation: the raw material
+for calibration (prefill tokens, decode sequences, total context -> latency).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+
+from real_engine.attention import PagedAttention, SequenceChunk
+from real_engine.kv_cache import KVCacheManager, KVTensors
+from real_engine.model import LlamaModel
+from real_engine.sampling import SamplingParams, sample
+from real_engine.scheduler import Scheduler, SchedulerConfig
+from real_engine.sequence import Sequence
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Settings shared by name with the simulator: max_batch_size, max_batched_tokens, block_size."""
+
+    max_batch_size: int = 256
+    max_batched_tokens: int = 8192
+    block_size: int = 16
+    num_blocks: int = 1024  # KV capacity = num_blocks * block_size tokens
+    chunked_prefill: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("max_batch_size", "max_batched_tokens", "block_size", "num_blocks"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"EngineConfig.{name}: must be an integer >= 1, got {value!r}")
+
+    @property
+    def kv_capacity_tokens(self) -> int:
+        return self.num_blocks * self.block_size
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One iteration: its phase mix and its latency (seconds, measured after device sync)."""
+
+    step: int
+    start_s: float  # time.perf_counter() at the start of the step
+    wall_s: float
+    batch_size: int  # sequences in the forward pass
+    num_tokens: int  # tokens in the forward pass
+    prefill_seqs: int
+    prefill_tokens: int  # prompt / recompute tokens (chunks that are not a single decode token)
+    decode_seqs: int
+    total_context: int  # sum over the batch of tokens attended to (cached + new)
+    num_preempted: int
+    first_tokens: tuple[int, ...]  # request ids that produced their first output token in this step
+    finished: tuple[int, ...]  # request ids that finished in this step
+
+    def to_dict(self) -> dict[str, float | int]:
+        return {k: v for k, v in self.__dict__.items() if not isinstance(v, tuple)}
+
+
+class RequestRejected(ValueError):
+    """The request can never run on this engine (too long for the model or for the whole KV pool)."""
+
+
+class Engine:
+    def __init__(
+        self, model: LlamaModel, config: EngineConfig, generator: torch.Generator | None = None
+    ) -> None:
+        self.model = model.eval()
+        self.config = config
+        param = next(model.parameters())
+        self.device, self.dtype = param.device, param.dtype
+        self.kv_manager = KVCacheManager(config.num_blocks, config.block_size)
+        self.kv = KVTensors.allocate(
+            model.config, config.num_blocks, config.block_size, self.dtype, self.device
+        )
+        sched = SchedulerConfig(config.max_batch_size, config.max_batched_tokens, config.chunked_prefill)
+        self.scheduler = Scheduler(sched, self.kv_manager)
+        self.generator = generator
+        self.sequences: dict[int, Sequence] = {}
+        self._next_id = 0
+        self._steps = 0
+
+    def check_request(self, prompt_len: int, max_new_tokens: int) -> str | None:
+        """Why a request of this size can never run here, or None if it can."""
+        total = prompt_len + max_new_tokens
+        if total > self.model.config.max_position_embeddings:
+            return (
+                f"prompt + output = {total} tokens exceeds max_position_embeddings "
+                f"{self.model.config.max_position_embeddings}"
+            )
+        if total - 1 > self.config.kv_capacity_tokens:
+            return f"needs {total - 1} KV slots, the pool holds {self.config.kv_capacity_tokens}"
+        if not self.config.chunked_prefill and total - 1 > self.config.max_batched_tokens:
+            limit = self.config.max_batched_tokens
+            return f"needs a {total - 1}-token (re)compute step, max_batched_tokens is {limit}"
+        return None
+
+    def add_request(
+        self,
+        prompt_ids: list[int],
+        max_new_tokens: int,
+        sampling: SamplingParams | None = None,
+        request_id: int | None = None,
+    ) -> int:
+        """Queue a request; raises RequestRejected when it can never run (reason in the message)."""
+        if request_id is None:
+            request_id = self._next_id
+        if request_id in self.sequences:
+            raise ValueError(f"request_id {request_id} is already in use")
+        self._next_id = max(self._next_id, request_id + 1)
+        reason = self.check_request(len(prompt_ids), max_new_tokens)
+        if reason is not None:
+            raise RequestRejected(f"request {request_id}: {reason}")
+        vocab = self.model.config.vocab_size
+        if prompt_ids and not all(0 <= t < vocab for t in prompt_ids):
+            raise ValueError(f"request {request_id}: prompt token ids must be in [0, {vocab})")
+        seq = Sequence(request_id, list(prompt_ids), max_new_tokens, sampling or SamplingParams())
+        self.sequences[request_id] = seq
+        self.scheduler.add(seq)
+        return request_id
+
+    @property
+    def has_unfinished(self) -> bool:
+        return self.scheduler.has_unfinished
+
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    @torch.inference_mode()
+    def step(self) -> StepRecord:
+        start = time.perf_counter()
+        plan = self.scheduler.schedule()
+        if not plan.chunks:
+            raise RuntimeError("step() with nothing schedulable; check has_unfinished first")
+        self.kv.copy_blocks(plan.copies)
+        token_ids: list[int] = []
+        chunks: list[SequenceChunk] = []
+        sampled_rows: list[int] = []  # packed index of the last token of chunks that reach the end
+        sampling_seqs: list[Sequence] = []
+        prefill_seqs = prefill_tokens = decode_seqs = context = 0
+        for ch in plan.chunks:
+            seq, n = ch.seq, ch.num_new
+            if seq.is_decode:
+                decode_seqs += 1
+            else:
+                prefill_seqs += 1
+                prefill_tokens += n
+            token_ids += seq.token_slice(seq.num_computed, seq.num_computed + n)
+            chunks.append(SequenceChunk(seq.num_computed, n, self.kv_manager.block_table(seq.request_id)))
+            context += seq.num_computed + n
+            if seq.num_computed + n == seq.num_tokens:
+                sampled_rows.append(len(token_ids) - 1)
+                sampling_seqs.append(seq)
+        attention = PagedAttention(self.kv, chunks, self.model.config.kv_group_size)
+        ids = (
+            torch.tensor(token_ids, dtype=torch.int64).to(self.device, non_blocking=True).unsqueeze(0)
+        )  # [1, N]
+        rows = torch.tensor(sampled_rows, dtype=torch.int64).to(self.device, non_blocking=True)
+        logits = self.model(ids, attention.positions, attention, logits_index=rows)[0]  # [S, V]
+        new_tokens = sample(logits, [s.sampling for s in sampling_seqs], self.generator).tolist()
+        first, finished = [], []
+        for ch in plan.chunks:
+            ch.seq.num_computed += ch.num_new
+        for seq, tok in zip(sampling_seqs, new_tokens, strict=True):
+            if not seq.output_ids:
+                first.append(seq.request_id)
+            seq.output_ids.append(int(tok))
+            if seq.finished:
+                self.scheduler.finish(seq)
+                finished.append(seq.request_id)
+        self._sync()  # .tolist() already waited for the device; this also covers non-CUDA-stream backends
+        wall = time.perf_counter() - start
+        self._steps += 1
+        return StepRecord(
+            step=self._steps - 1,
+            start_s=start,
+            wall_s=wall,
+            batch_size=len(plan.chunks),
+            num_tokens=len(token_ids),
+            prefill_seqs=prefill_seqs,
+            prefill_tokens=prefill_tokens,
+            decode_seqs=decode_seqs,
+            total_context=context,
+            num_preempted=len(plan.preempted),
+            first_tokens=tuple(first),
+            finished=tuple(finished),
+        )
+
+    def output(self, request_id: int) -> list[int]:
+        return list(self.sequences[request_id].output_ids)
+
+    def release(self, request_id: int) -> None:
+        """Forget a finished request (its blocks are already free)."""
+        self.sequences.pop(request_id, None)
+
+    def generate(
+        self,
+        prompts: list[list[int]],
+        max_new_tokens: int | list[int],
+        sampling: SamplingParams | None = None,
+    ) -> list[list[int]]:
+        """Run prompts to completion with continuous batching; outputs in prompt order."""
+        limits = max_new_tokens if isinstance(max_new_tokens, list) else [max_new_tokens] * len(prompts)
+        ids = [self.add_request(p, m, sampling) for p, m in zip(prompts, limits, strict=True)]
+        while self.has_unfinished:
+            self.step()
+        outs = [self.output(i) for i in ids]
+        for i in ids:
+            self.release(i)
+        return outs
