@@ -8,7 +8,7 @@ output lengths. Two formats are read, chosen by extension:
 - ``.jsonl``: the Mooncake trace (FAST'25), one object a line with ``timestamp`` (ms),
   ``input_length``, ``output_length`` and ``hash_ids`` (512-token prefix-block hashes).
 
-Loads are cached per process (keyed by resolved path): the files are read-only inputs.
+Loads are cached per process, keyed by resolved path (and its mtime and size, so an edit is seen).
 """
 
 from __future__ import annotations
@@ -111,15 +111,16 @@ def load_trace(name_or_path: str, base_dir: Path | None = None) -> Trace:
     shipped = SHIPPED_TRACES.get(name_or_path)
     name = name_or_path if shipped is not None else path.stem
     licence = shipped.licence if shipped is not None else "unknown (user-supplied file)"
-    return _load_cached(str(path), name, licence)
+    if not path.is_file():
+        known = ", ".join(sorted(SHIPPED_TRACES))
+        raise InputError(str(path), None, f"trace file not found (shipped traces: {known})")
+    stat = path.stat()  # in the key so an edited file is read again
+    return _load_cached(str(path), name, licence, stat.st_mtime_ns, stat.st_size)
 
 
 @lru_cache(maxsize=32)
-def _load_cached(path: str, name: str, licence: str) -> Trace:
+def _load_cached(path: str, name: str, licence: str, mtime_ns: int, size: int) -> Trace:
     p = Path(path)
-    if not p.is_file():
-        known = ", ".join(sorted(SHIPPED_TRACES))
-        raise InputError(path, None, f"trace file not found (shipped traces: {known})")
     suffix = p.suffix.lower()
     if suffix == ".csv":
         times, prompt, output = _read_azure_csv(p)
@@ -131,9 +132,14 @@ def _load_cached(path: str, name: str, licence: str) -> Trace:
         raise InputError(path, None, f"unknown trace format {suffix!r}: {expected}")
     if not times:
         raise InputError(path, None, "trace has no rows")
-    t = np.asarray(times, dtype=np.float64)
+    if suffix == ".csv":  # integer 100 ns ticks: subtract before converting to float seconds
+        ticks = np.asarray(times, dtype=np.int64)
+        t = (ticks - ticks.min()).astype(np.float64) / 1e7
+    else:
+        t = np.asarray(times, dtype=np.float64)
+        t = t - t.min()
     order = np.argsort(t, kind="stable")  # files are sorted already; a user's may not be
-    t = t[order] - t[order[0]]
+    t = t[order]
     prompt_arr = np.asarray(prompt, dtype=np.int64)[order]
     output_arr = np.asarray(output, dtype=np.int64)[order]
     hash_tuple = None
@@ -146,20 +152,26 @@ def _load_cached(path: str, name: str, licence: str) -> Trace:
     return Trace(name, path, licence, t, prompt_arr, output_arr, hash_tuple)
 
 
-def _azure_seconds(stamp: str) -> float:
-    """Seconds since 0001-01-01 for 'YYYY-MM-DD HH:MM:SS.fffffff' (7 digits kept: datetime keeps 6)."""
+def _azure_ticks(stamp: str) -> int:
+    """100 ns ticks since 0001-01-01 for 'YYYY-MM-DD HH:MM:SS.fffffff'.
+
+    Integer ticks, because float seconds since year 1 (~6e10) keep only ~10 us, and datetime only 1 us.
+    """
     date_part, _, time_part = stamp.strip().partition(" ")
     day = dt.date.fromisoformat(date_part).toordinal()
     hh, mm, ss = time_part.split(":")
-    hours, minutes, seconds = int(hh), int(mm), float(ss)
-    if not (0 <= hours < 24 and 0 <= minutes < 60 and 0.0 <= seconds < 61.0):
+    whole, _, fraction = ss.partition(".")
+    if not (fraction.isdigit() or fraction == "") or not whole.isdigit() or len(fraction) > 7:
         raise ValueError(stamp)
-    return day * 86400.0 + hours * 3600.0 + minutes * 60.0 + seconds
+    hours, minutes, seconds = int(hh), int(mm), int(whole)
+    if not (0 <= hours < 24 and 0 <= minutes < 60 and 0 <= seconds < 61):
+        raise ValueError(stamp)
+    return ((day * 24 + hours) * 60 + minutes) * 60 * 10**7 + seconds * 10**7 + int(fraction.ljust(7, "0"))
 
 
-def _count(raw: object, source: str, where: str) -> int:
-    """A token count: a non-negative integer (JSON ints, or CSV text of one)."""
-    if isinstance(raw, bool):
+def _count(raw: object, source: str, where: str, text: bool = False) -> int:
+    """A token count: a non-negative integer (a JSON int, or CSV text of one when text is set)."""
+    if isinstance(raw, bool) or (isinstance(raw, str) and not text):
         raise InputError(source, where, f"must be a non-negative integer, got {raw!r}")
     if isinstance(raw, str):
         try:
@@ -177,9 +189,9 @@ def _count(raw: object, source: str, where: str) -> int:
     return value
 
 
-def _read_azure_csv(path: Path) -> tuple[list[float], list[int], list[int]]:
+def _read_azure_csv(path: Path) -> tuple[list[int], list[int], list[int]]:
     source = str(path)
-    times: list[float] = []
+    times: list[int] = []
     prompt: list[int] = []
     output: list[int] = []
     with path.open(newline="", encoding="utf-8") as fh:
@@ -195,13 +207,13 @@ def _read_azure_csv(path: Path) -> tuple[list[float], list[int], list[int]]:
                 missing = AZURE_HEADER[len(row)] if len(row) < 3 else "row"
                 raise InputError(source, f"line {line}: {missing}", f"expected 3 fields, got {len(row)}")
             try:
-                times.append(_azure_seconds(row[0]))
+                times.append(_azure_ticks(row[0]))
             except ValueError:
                 raise InputError(
                     source, f"line {line}: TIMESTAMP", f"expected YYYY-MM-DD HH:MM:SS.fff, got {row[0]!r}"
                 ) from None
-            prompt.append(_count(row[1], source, f"line {line}: ContextTokens"))
-            output.append(_count(row[2], source, f"line {line}: GeneratedTokens"))
+            prompt.append(_count(row[1], source, f"line {line}: ContextTokens", text=True))
+            output.append(_count(row[2], source, f"line {line}: GeneratedTokens", text=True))
     return times, prompt, output
 
 
