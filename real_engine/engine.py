@@ -56,6 +56,7 @@ class StepRecord:
     decode_seqs: int
     total_context: int  # sum over the batch of tokens attended to (cached + new)
     num_preempted: int
+    admitted: tuple[int, ...]  # request ids scheduled for the first time in this step
     first_tokens: tuple[int, ...]  # request ids that produced their first output token in this step
     finished: tuple[int, ...]  # request ids that finished in this step
 
@@ -145,8 +146,12 @@ class Engine:
         sampled_rows: list[int] = []  # packed index of the last token of chunks that reach the end
         sampling_seqs: list[Sequence] = []
         prefill_seqs = prefill_tokens = decode_seqs = context = 0
+        admitted: list[int] = []
         for ch in plan.chunks:
             seq, n = ch.seq, ch.num_new
+            if not seq.admitted:
+                seq.admitted = True
+                admitted.append(seq.request_id)
             if seq.is_decode:
                 decode_seqs += 1
             else:
@@ -189,6 +194,7 @@ class Engine:
             decode_seqs=decode_seqs,
             total_context=context,
             num_preempted=len(plan.preempted),
+            admitted=tuple(admitted),
             first_tokens=tuple(first),
             finished=tuple(finished),
         )

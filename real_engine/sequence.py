@@ -31,6 +31,7 @@ class Sequence:
     num_computed: int = 0
     status: SequenceStatus = SequenceStatus.WAITING
     num_preemptions: int = 0
+    admitted: bool = False  # scheduled at least once (admission time is the first step's start)
 
     def __post_init__(self) -> None:
         if not self.prompt_ids:
