@@ -1,0 +1,127 @@
+"""The cost of one continuous-batching iteration, composed from a profile's prefill and decode models.
+
+An iteration runs the decode step of every sequence already running (B sequences holding S
+tokens in all) together with the full-prompt prefill of every request admitted at its start.
+The profile measures each part alone in an iteration, and each alone pays the iteration's fixed
+cost once (one pass over the weights, kernel launches). Run together they share that pass, so:
+
+    decode-only      ms = decode_ms(B, S)
+    with prefills    ms = base + sum_i (prefill_ms(T_i, 0) - prefill_ms(0, 0))
+    where base       = decode_ms(B, S) if B > 0 else prefill_ms(0, 0)
+
+prefill_ms(0, 0) is the prefill formula's fixed part (its value at zero tokens). The decode
+model's fixed part stands for the shared pass when decodes are present; each prefill then adds
+only its token-dependent work (linear layers and causal attention over its own prompt).
+
+S counts, per sequence, the prompt plus the tokens generated so far: the keys and values the
+decode step's new query attends to.
+
+Every query is checked against the model's measured domain; those outside are counted and
+reported in the summary (simulator/records.py: Extrapolations), never silently trusted.
+
+Both simulator paths take decode costs from ``decode_s`` over an array of S values, so one
+iteration in the reference and the same iteration inside a fast-path run get bit-identical costs
+(the formulas are elementwise + and *, exact in IEEE arithmetic whatever the array length).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from simulator.formulas import FORMULAS
+from simulator.records import Extrapolations
+
+Bounds = tuple[float, float]
+_UNBOUNDED: Bounds = (-np.inf, np.inf)
+
+
+class IterationCost:
+    """Iteration costs in seconds, with a running count of queries outside the measured domain.
+
+    ``prefill_ms(new_tokens, context_tokens)`` returns one chunk's milliseconds (scalar);
+    ``decode_ms(batch, total_context)`` must accept a numpy array of total_context values.
+    Domains are (lo, hi) per input in the formulas' input order; None means unbounded.
+    """
+
+    def __init__(
+        self,
+        prefill_ms: Callable[[Any, Any], Any],
+        decode_ms: Callable[[Any, Any], Any],
+        prefill_domain: tuple[Bounds, Bounds] | None = None,
+        decode_domain: tuple[Bounds, Bounds] | None = None,
+    ) -> None:
+        self._prefill_ms = prefill_ms
+        self._decode_ms = decode_ms
+        self._prefill_fixed_ms = float(prefill_ms(0, 0))
+        self._pre_tok, self._pre_ctx = prefill_domain or (_UNBOUNDED, _UNBOUNDED)
+        self._dec_batch, self._dec_ctx = decode_domain or (_UNBOUNDED, _UNBOUNDED)
+        # Time must advance every iteration; the formulas grow with their inputs, so checking the
+        # smallest real queries (one token, one sequence) guards the whole range.
+        if not (float(prefill_ms(1, 0)) > 0 and float(decode_ms(1, 1)) > 0):
+            raise ValueError("iteration costs must be > 0 ms (prefill_ms(1, 0) and decode_ms(1, 1))")
+        self.prefill_queries = 0
+        self.prefill_outside = 0
+        self.decode_queries = 0
+        self.decode_outside = 0
+
+    @classmethod
+    def from_profile(cls, profile: Any) -> IterationCost:
+        """Bind the profile's prefill and decode formulas and coefficients once (the hot path)."""
+        pre, dec = profile.costs["prefill"], profile.costs["decode"]
+        pre_fn, pre_values = FORMULAS[pre.formula].fn, pre.values()
+        dec_fn, dec_values = FORMULAS[dec.formula].fn, dec.values()
+        (p_tok, p_ctx), (d_batch, d_ctx) = FORMULAS[pre.formula].inputs, FORMULAS[dec.formula].inputs
+
+        def prefill(new_tokens: Any, context_tokens: Any) -> Any:
+            return pre_fn(**{p_tok: new_tokens, p_ctx: context_tokens}, **pre_values)
+
+        def decode(batch: Any, total_context: Any) -> Any:
+            return dec_fn(**{d_batch: batch, d_ctx: total_context}, **dec_values)
+
+        return cls(
+            prefill,
+            decode,
+            (tuple(pre.domain[p_tok]), tuple(pre.domain[p_ctx])),
+            (tuple(dec.domain[d_batch]), tuple(dec.domain[d_ctx])),
+        )
+
+    def decode_s(self, batch: int, total_context: np.ndarray) -> np.ndarray:
+        """Seconds of decode-only iterations of ``batch`` sequences, one per total_context value.
+
+        Pure: counts nothing, because the fast path evaluates a few iterations past where a run
+        may stop; it reports the ones it used through ``count_decodes``.
+        """
+        return self._decode_ms(batch, total_context) / 1000.0
+
+    def count_decodes(self, batch: int, total_context: np.ndarray) -> None:
+        """Record decode queries that were used (an array of their total_context values)."""
+        n = int(total_context.shape[0])
+        self.decode_queries += n
+        if not self._dec_batch[0] <= batch <= self._dec_batch[1]:
+            self.decode_outside += n
+        else:
+            lo, hi = self._dec_ctx
+            self.decode_outside += int(np.count_nonzero((total_context < lo) | (total_context > hi)))
+
+    def mixed_s(self, prompts: Sequence[int], batch: int, total_context: int) -> float:
+        """Seconds of an iteration that prefills ``prompts`` while ``batch`` sequences decode."""
+        fixed = self._prefill_fixed_ms
+        ms = float(self._decode_ms(batch, total_context)) if batch > 0 else fixed
+        tok_lo, tok_hi = self._pre_tok
+        ctx_ok = self._pre_ctx[0] <= 0 <= self._pre_ctx[1]
+        for tokens in prompts:
+            ms += float(self._prefill_ms(tokens, 0)) - fixed
+            if not (ctx_ok and tok_lo <= tokens <= tok_hi):
+                self.prefill_outside += 1
+        self.prefill_queries += len(prompts)
+        if batch > 0:
+            self.count_decodes(batch, np.array([total_context]))
+        return ms / 1000.0
+
+    def extrapolations(self) -> Extrapolations:
+        return Extrapolations(
+            self.prefill_queries, self.prefill_outside, self.decode_queries, self.decode_outside
+        )

@@ -1,0 +1,250 @@
+"""One replica (tp GPUs serving one model copy): an FCFS queue and continuous batching.
+
+The unit of simulated work is one batch iteration, never one token of one request:
+
+- At each iteration boundary, requests that emitted their last token leave and free their KV;
+  then waiting requests are admitted strictly FCFS (stop at the first that does not fit) while
+  the batch has fewer than max_batch_size sequences, the request's KV reservation
+  ((prompt + output) tokens * kv_bytes_per_token, held until it finishes, so nothing is ever
+  preempted) fits the free KV, and the iteration's prefill tokens stay within
+  max_batched_tokens. The first prefill of an iteration is always allowed, whatever its length,
+  so a prompt longer than max_batched_tokens is still served (alone) and never starves.
+- Admitted requests are prefilled in that iteration and emit their first token at its end;
+  requests already running decode one token each. A request with output_tokens = n finishes
+  at the end of its prefill iteration plus n - 1 decode iterations.
+- With nothing running and nothing waiting the replica sleeps until a request is routed to it.
+
+Two processes implement this and must give bit-identical records:
+
+- reference (``fast=False``): one SimPy event per iteration, boundary = previous + cost.
+- fast: a run of iterations in which the batch cannot change (no finish, and no admission
+  possible: the queue's head is blocked on KV or a full batch, or no request can arrive before
+  the run's end) is advanced in one event. Its boundaries are a cumulative sum of the same
+  per-iteration costs (np.cumsum adds left to right, the same float additions as repeated
+  ``now + cost``). While the queue is empty and the batch has room, the run stops at the first
+  boundary at or after the next arrival to the cluster, where the reference would admit it.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Generator, Sequence
+from dataclasses import dataclass
+from heapq import heappop, heappush
+
+import numpy as np
+import simpy
+
+from simulator.clock import Clock
+from simulator.costs import IterationCost
+
+_NEVER = 1 << 62  # more iterations than any run: "no finish pending"
+_FIRST_CHUNK = 16  # iterations evaluated at a time while an arrival may cut a run short
+
+
+@dataclass(frozen=True)
+class ReplicaConfig:
+    """Batching limits and the KV budget of one replica."""
+
+    max_batch_size: int
+    max_batched_tokens: int
+    kv_capacity_bytes: int
+    kv_bytes_per_token: int
+
+    def __post_init__(self) -> None:
+        for name in ("max_batch_size", "max_batched_tokens", "kv_bytes_per_token"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.kv_capacity_bytes < 0:
+            raise ValueError(f"kv_capacity_bytes must be >= 0, got {self.kv_capacity_bytes}")
+
+
+class Ledger:
+    """Per-request lengths and the times the replicas fill in, indexed by position in the workload."""
+
+    def __init__(self, prompts: Sequence[int], outputs: Sequence[int], kv_bytes_per_token: int) -> None:
+        n = len(prompts)
+        self.prompt = list(prompts)
+        self.output = list(outputs)
+        self.reserve = [(p + o) * kv_bytes_per_token for p, o in zip(prompts, outputs, strict=True)]
+        self.replica = [-1] * n
+        self.admitted = [float("nan")] * n
+        self.first_token = [float("nan")] * n
+        self.finish = [float("nan")] * n
+
+
+class Replica:
+    """Continuous batching on one replica; the router calls ``enqueue`` and reads ``outstanding``."""
+
+    def __init__(self, env: Clock, index: int, config: ReplicaConfig, cost: IterationCost, ledger: Ledger,
+                 next_arrival: Callable[[], float], fast: bool = True) -> None:
+        self.env = env
+        self.index = index
+        self.config = config
+        self.cost = cost
+        self.ledger = ledger
+        self._next_arrival = next_arrival
+        self.queue: deque[int] = deque()
+        self._running: list[tuple[int, int]] = []  # heap of (iteration count at which it finishes, request)
+        self._iteration = 0  # iterations completed so far
+        self._context = 0  # tokens held by the running sequences (prompt + generated so far)
+        self.kv_used = 0
+        self.peak_kv = 0
+        self.routed = 0
+        self.retired = 0
+        self.busy_s = 0.0
+        self.wakeups = 0
+        self.runs = 0  # events waited on for iterations: one per iteration (reference) or per run (fast)
+        self._busy_since: float | None = None
+        self._wakeup: simpy.Event | None = None
+        env.process(self._serve_fast() if fast else self._serve_reference())
+
+    @property
+    def outstanding(self) -> int:
+        """Requests routed here and not yet finished (waiting or running)."""
+        return self.routed - self.retired
+
+    @property
+    def iterations(self) -> int:
+        return self._iteration
+
+    def enqueue(self, request: int) -> None:
+        self.queue.append(request)
+        self.routed += 1
+        if self._wakeup is not None:
+            self._wakeup.succeed()  # at this instant, after the arrivals (URGENT) of the same instant
+            self._wakeup = None
+
+    def _serve_reference(self) -> Generator[simpy.Event, None, None]:
+        """The plain model: one SimPy event per iteration."""
+        while True:
+            if not self._running and not self.queue:
+                yield from self._sleep()
+            start = self.env.now
+            admitted = self._admit(start)
+            if admitted:
+                cost = self.cost.mixed_s([self.ledger.prompt[i] for i in admitted], len(self._running),
+                                         self._context)
+            else:
+                context = np.array([self._context])
+                cost = self.cost.decode_s(len(self._running), context)[0]
+                self.cost.count_decodes(len(self._running), context)
+            end = float(start + cost)
+            self.runs += 1
+            yield self.env.at(end)
+            self._complete(admitted, 1, end, end)
+
+    def _serve_fast(self) -> Generator[simpy.Event, None, None]:
+        """The same model advancing a whole run of unchanging iterations per event."""
+        while True:
+            if not self._running and not self.queue:
+                yield from self._sleep()
+            start = self.env.now
+            admitted = self._admit(start)
+            iterations, first_end, end = self._plan_run(start, admitted)
+            self.runs += 1
+            yield self.env.at(end)
+            self._complete(admitted, iterations, first_end, end)
+
+    def _sleep(self) -> Generator[simpy.Event, None, None]:
+        if self._busy_since is not None:
+            self.busy_s += self.env.now - self._busy_since
+        self._wakeup = self.env.event()
+        yield self._wakeup
+        self._busy_since = self.env.now
+        self.wakeups += 1
+
+    def _admit(self, now: float) -> list[int]:
+        """Admit waiting requests FCFS at this boundary; returns them in admission order."""
+        queue = self.queue
+        if not queue:
+            return []
+        ledger, config = self.ledger, self.config
+        room = config.max_batch_size - len(self._running)
+        free = config.kv_capacity_bytes - self.kv_used
+        admitted: list[int] = []
+        tokens = 0
+        while queue and len(admitted) < room:
+            request = queue[0]
+            need = ledger.reserve[request]
+            prompt = ledger.prompt[request]
+            if need > free or (admitted and tokens + prompt > config.max_batched_tokens):
+                break  # strict FCFS: nobody overtakes the head
+            queue.popleft()
+            free -= need
+            tokens += prompt
+            admitted.append(request)
+            ledger.admitted[request] = now
+        self.kv_used = config.kv_capacity_bytes - free
+        self.peak_kv = max(self.peak_kv, self.kv_used)
+        return admitted
+
+    def _plan_run(self, start: float, admitted: list[int]) -> tuple[int, float, float]:
+        """(iterations, end of the first, end of the last) of the run that starts now."""
+        ledger, config, cost = self.ledger, self.config, self.cost
+        running = self._running
+        batch_before = len(running)
+        batch = batch_before + len(admitted)
+        limit = running[0][0] - self._iteration if running else _NEVER  # iterations to the first finish
+        for request in admitted:
+            limit = min(limit, ledger.output[request])
+        watch = False
+        if self.queue:
+            fits = ledger.reserve[self.queue[0]] <= config.kv_capacity_bytes - self.kv_used
+            if batch < config.max_batch_size and fits:
+                limit = 1  # held back only by this iteration's token budget: admitted at the next boundary
+        else:
+            watch = batch < config.max_batch_size  # an arrival could join at any boundary
+        next_arrival = self._next_arrival() if watch else float("inf")
+        end = start
+        context = self._context
+        done = 0
+        first_end = start
+        if admitted:
+            prompts = [ledger.prompt[i] for i in admitted]
+            end = float(start + cost.mixed_s(prompts, batch_before, context))
+            first_end = end
+            context += batch_before + sum(prompts) + len(admitted)
+            done = 1
+            if limit == 1 or end >= next_arrival:
+                return done, first_end, end
+        chunk = _FIRST_CHUNK if watch else limit - done
+        while True:
+            count = min(chunk, limit - done)
+            contexts = context + batch * np.arange(count)  # S of each decode iteration: +batch per step
+            bounds = cost.decode_s(batch, contexts)
+            bounds[0] += end
+            np.cumsum(bounds, out=bounds)  # iteration boundaries, added left to right like now + cost
+            used = count
+            if bounds[-1] >= next_arrival:
+                used = int(np.searchsorted(bounds, next_arrival, side="left")) + 1
+            cost.count_decodes(batch, contexts[:used])
+            if done == 0:
+                first_end = float(bounds[0])
+            done += used
+            end = float(bounds[used - 1])
+            context = int(contexts[used - 1]) + batch
+            if done == limit or used < count:
+                return done, first_end, end
+            chunk *= 2
+
+    def _complete(self, admitted: list[int], iterations: int, first_end: float, end: float) -> None:
+        """Apply a finished run: first tokens, context growth, then retire whoever finished at ``end``."""
+        ledger, running = self.ledger, self._running
+        start_iteration = self._iteration
+        grown = len(running) * iterations
+        for request in admitted:
+            ledger.first_token[request] = first_end
+            heappush(running, (start_iteration + ledger.output[request], request))
+            grown += ledger.prompt[request] + iterations  # prompt + first token, then one per decode
+        self._iteration = now_iteration = start_iteration + iterations
+        self._context += grown
+        while running and running[0][0] == now_iteration:
+            _, request = heappop(running)
+            ledger.finish[request] = end
+            self.kv_used -= ledger.reserve[request]
+            self._context -= ledger.prompt[request] + ledger.output[request]
+            self.retired += 1
+        if running and running[0][0] < now_iteration:
+            # A planning bug, not bad input: a run must stop at its first finish.
+            raise AssertionError(f"replica {self.index}: a run overshot a finish")
