@@ -184,3 +184,14 @@ def test_dataclasses_validate_without_the_reader() -> None:
         ArrivalSpec(kind="trace", trace="azure-conv-2023", time_scale=0.0)
     spec = WorkloadSpec(arrival, LengthSpec(kind="trace"), LengthSpec(kind="trace"))
     assert spec.tasks == (("default", 1.0),)
+
+
+def test_readme_example_is_a_valid_scenario() -> None:
+    import re
+    import tomllib
+
+    text = (SCENARIOS_DIR / "README.md").read_text()
+    block = re.search(r"```toml\n(.*?)```", text, re.S)
+    assert block is not None
+    s = scenario_from_dict(tomllib.loads(block.group(1)), "README.md")
+    assert s.workload.arrival.cv == 2.0 and s.workload.tasks == (("dialogue", 0.75), ("code", 0.25))
