@@ -144,12 +144,21 @@ def _mean_length(spec: LengthSpec, column: str, workload: WorkloadSpec, rows: np
     if spec.kind == "fixed":
         return float(min(max(spec.value, spec.min), hi))
     if spec.kind == "uniform":
-        return float(np.clip(np.arange(spec.low, spec.high + 1), spec.min, hi).mean())
+        return _clamped_uniform_mean(spec.low, spec.high, spec.min, hi)
     if spec.kind == "empirical":
         return float(np.clip(load_trace(spec.trace).column(spec.column), spec.min, hi).mean())
     if spec.kind == "trace":
         return float(np.clip(_trace_column(workload, column, rows), spec.min, hi).mean())
     return _clamped_lognormal_mean(math.log(spec.median), spec.sigma, spec.min, spec.max)
+
+
+def _clamped_uniform_mean(low: int, high: int, lo: int, hi: int) -> float:
+    """Mean of clip(K, lo, hi) for K uniform on the integers low..high, without enumerating them."""
+    below = max(0, min(high, lo - 1) - low + 1)  # values raised to lo
+    above = max(0, high - max(low, hi + 1) + 1)  # values lowered to hi
+    first, last = max(low, lo), min(high, hi)
+    inside = (first + last) * (last - first + 1) // 2 if last >= first else 0  # arithmetic series
+    return (lo * below + hi * above + inside) / (high - low + 1)
 
 
 def _clamped_lognormal_mean(mu: float, sigma: float, lo: float, hi: float | None) -> float:

@@ -73,6 +73,13 @@ def test_uniform_is_inclusive() -> None:
     assert mean_lengths(w)[0] == 4.5
     clamped = _workload(prompt=LengthSpec(kind="uniform", low=1, high=4, min=2, max=3))
     assert mean_lengths(clamped)[0] == (2 + 2 + 3 + 3) / 4
+    cases = [(1, 10, 3, 7), (5, 9, 1, 100), (5, 9, 20, 30), (1, 4, 1, 1), (8192, 16384, 9000, 9000)]
+    for low, high, lo, hi in cases:  # the closed form against enumeration
+        spec = LengthSpec(kind="uniform", low=low, high=high, min=lo, max=hi)
+        expected = np.clip(np.arange(low, high + 1), lo, hi).mean()
+        assert mean_lengths(_workload(prompt=spec))[0] == pytest.approx(expected, rel=1e-12)
+    huge = LengthSpec(kind="uniform", low=1, high=10**12)  # no enumeration of a trillion values
+    assert mean_lengths(_workload(prompt=huge))[0] == (1 + 10**12) / 2
 
 
 def test_lognormal_median_and_clamped_mean() -> None:
