@@ -88,6 +88,22 @@ class IterationCost:
             (tuple(dec.domain[d_batch]), tuple(dec.domain[d_ctx])),
         )
 
+    @classmethod
+    def linear(cls, prefill_fixed_ms: float, prefill_ms_per_token: float, decode_fixed_ms: float,
+               decode_ms_per_seq: float, decode_ms_per_context_token: float = 0.0) -> IterationCost:
+        """A cost model linear in its inputs, unbounded domain: hand-computable timelines and what-ifs.
+
+        prefill ms = fixed + per_token * T (context ignored); decode ms = fixed + per_seq * B + per_ctx * S.
+        """
+
+        def prefill(new_tokens: Any, context_tokens: Any) -> Any:
+            return prefill_fixed_ms + prefill_ms_per_token * new_tokens
+
+        def decode(batch: Any, total_context: Any) -> Any:
+            return decode_fixed_ms + decode_ms_per_seq * batch + decode_ms_per_context_token * total_context
+
+        return cls(prefill, decode)
+
     def decode_s(self, batch: int, total_context: np.ndarray) -> np.ndarray:
         """Seconds of decode-only iterations of ``batch`` sequences, one per total_context value.
 
