@@ -216,7 +216,8 @@ class Replica:
             bounds[0] += end
             np.cumsum(bounds, out=bounds)  # iteration boundaries, added left to right like now + cost
             used = count
-            if bounds[-1] >= next_arrival:
+            arrived = bounds[-1] >= next_arrival
+            if arrived:  # stop at the first boundary at or after the arrival
                 used = int(np.searchsorted(bounds, next_arrival, side="left")) + 1
             cost.count_decodes(batch, contexts[:used])
             if done == 0:
@@ -224,7 +225,7 @@ class Replica:
             done += used
             end = float(bounds[used - 1])
             context = int(contexts[used - 1]) + batch
-            if done == limit or used < count:
+            if done == limit or arrived:
                 return done, first_end, end
             chunk *= 2
 

@@ -1,0 +1,130 @@
+"""Simulate a Scenario on a Profile: seeded replications, a JSON-ready summary, and output files.
+
+Replication i draws its workload from numpy.random.default_rng(SeedSequence(seed).spawn(R)[i]),
+so the same seed gives the same records bit for bit, and replications are independent streams.
+Each percentile in the summary is the mean over replications with a 95% Student-t confidence
+interval (None when R = 1): mean +- t(0.975, R - 1) * sd / sqrt(R).
+
+Where each number comes from: every latency is *simulated* on cost models whose kind is the
+profile's ``source`` (measured, fitted, projected, published or seed); the arrival rate is the
+scenario's (``rate_per_s``) or ``load_fraction`` x the saturation *estimate* of
+simulator/capacity.py; the KV budget is the profile's, or tp x cluster.device_memory_gib minus
+the model's weights.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from scipy import stats
+
+from simulator.capacity import Saturation, saturation
+from simulator.cluster import ClusterConfig, simulate_requests
+from simulator.costs import IterationCost
+from simulator.errors import InputError
+from simulator.records import RunResult
+from simulator.replica import ReplicaConfig
+from simulator.scenario import Scenario
+from simulator.workload import generate_requests, mean_lengths
+
+GIB = 2**30
+
+
+@dataclass(frozen=True)
+class SimulationResult:
+    """Every replication's run plus what the runs were set up with."""
+
+    scenario: Scenario
+    profile_key: str
+    profile_source: str
+    seed: int
+    fast: bool
+    replicas: int
+    kv_capacity_bytes: int
+    kv_capacity_source: str
+    rate_per_s: float | None
+    rate_source: str
+    saturation: Saturation | None
+    runs: tuple[RunResult, ...]
+
+
+def kv_capacity(scenario: Scenario, profile: Any) -> tuple[int, str]:
+    """(KV bytes one replica may hold, where that number comes from)."""
+    gib = scenario.cluster.device_memory_gib
+    if gib is None:
+        return int(profile.kv_capacity_bytes), f"profile memory.kv_capacity_bytes ({profile.source})"
+    memory = int(profile.key.tp * gib * GIB)
+    capacity = memory - int(profile.model.weight_bytes)
+    if capacity <= 0:
+        raise InputError(scenario.source_path, "cluster.device_memory_gib",
+                         f"tp {profile.key.tp} x {gib} GiB = {memory} bytes does not exceed the model's "
+                         f"{profile.model.weight_bytes} weight bytes: no memory left for KV")
+    return capacity, "tp x cluster.device_memory_gib - model weight bytes"
+
+
+def cluster_config(scenario: Scenario, profile: Any) -> tuple[ClusterConfig, str]:
+    replicas = scenario.cluster.gpus // profile.key.tp
+    if replicas < 1:
+        raise InputError(scenario.source_path, "cluster.gpus",
+                         f"{scenario.cluster.gpus} GPUs cannot hold one replica at tp = {profile.key.tp}")
+    capacity, source = kv_capacity(scenario, profile)
+    batching = scenario.batching
+    replica = ReplicaConfig(batching.max_batch_size, batching.max_batched_tokens, capacity,
+                            int(profile.model.kv_bytes_per_token))
+    return ClusterConfig(replicas, replica), source
+
+
+def arrival_rate(
+    scenario: Scenario, profile: Any, config: ClusterConfig
+) -> tuple[float | None, str, Saturation | None]:
+    """(rate, where it comes from, saturation estimate or None) for the scenario's arrivals."""
+    arrival = scenario.workload.arrival
+    if arrival.kind == "trace":
+        return None, "trace timestamps", None
+    if arrival.rate_per_s is not None:
+        return arrival.rate_per_s, "scenario workload.arrival.rate_per_s", None
+    if arrival.load_fraction is None:
+        raise InputError(scenario.source_path, "workload.arrival", "give rate_per_s or load_fraction")
+    prompt, output = mean_lengths(scenario.workload)
+    sat = saturation(profile, prompt, output, config.replicas, config.replica.max_batch_size,
+                     config.replica.kv_capacity_bytes)
+    rate = arrival.load_fraction * sat.requests_per_s
+    return rate, f"load_fraction {arrival.load_fraction} x saturation estimate (simulator/capacity.py)", sat
+
+
+def simulate(scenario: Scenario, profile: Any, seed: int = 0, replications: int = 1,
+             fast: bool = True) -> SimulationResult:
+    """Run ``replications`` seeded replications of the scenario on the profile's costs."""
+    if replications < 1:
+        raise ValueError(f"replications must be >= 1, got {replications}")
+    config, capacity_source = cluster_config(scenario, profile)
+    rate, rate_source, sat = arrival_rate(scenario, profile, config)
+    runs = []
+    for child in np.random.SeedSequence(seed).spawn(replications):
+        requests = generate_requests(scenario.workload, np.random.default_rng(child), rate)
+        runs.append(simulate_requests(requests, config, IterationCost.from_profile(profile), fast=fast))
+    capacity = config.replica.kv_capacity_bytes
+    return SimulationResult(scenario, profile.key_str(), profile.source, seed, fast, config.replicas,
+                            capacity, capacity_source, rate, rate_source, sat, tuple(runs))
+
+
+def estimate(values: Sequence[float]) -> dict[str, float | None]:
+    """Mean over replications with a 95% Student-t interval; NaN replications are left out."""
+    finite = np.array([v for v in values if v is not None and math.isfinite(v)], dtype=float)
+    if finite.size == 0:
+        return {"mean": None, "ci_low": None, "ci_high": None}
+    mean = float(finite.mean())
+    if finite.size < 2:
+        return {"mean": mean, "ci_low": None, "ci_high": None}
+    half = float(stats.t.ppf(0.975, finite.size - 1) * finite.std(ddof=1) / math.sqrt(finite.size))
+    return {"mean": mean, "ci_low": mean - half, "ci_high": mean + half}
+
+
+# summary and output files live in simulator/summary.py; re-exported so callers import one module.
+from simulator.summary import summary, write_outputs  # noqa: E402
+
+__all__ = ["SimulationResult", "estimate", "simulate", "summary", "write_outputs"]
