@@ -1,0 +1,117 @@
+"""The fast path (runs of unchanging iterations in one event) equals the reference bit for bit."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from simulator.cluster import ClusterConfig, simulate_requests
+from simulator.costs import IterationCost
+from simulator.profile import resolve_profile
+from simulator.replica import ReplicaConfig
+from simulator.request import RequestSpec
+
+TICK = 1.0 / 1024.0  # seconds; costs below are whole ticks, so boundaries and arrivals collide exactly
+
+
+def bits(records) -> list[tuple]:
+    """Records as tuples with floats in hex: equal only if bit-identical (NaN included)."""
+    return [tuple(v.hex() if isinstance(v, float) else v for v in dataclasses.astuple(r)) for r in records]
+
+
+def tick_costs() -> IterationCost:
+    """Costs that are whole multiples of 1/1024 s, exactly (x * 0.9765625 ms / 1000 = x / 1024 s)."""
+
+    def prefill(tokens, context):
+        return 0.9765625 * (10 + tokens // 64)
+
+    def decode(batch, total_context):
+        return 0.9765625 * (4 + batch + total_context // 512)
+
+    return IterationCost(prefill, decode)
+
+
+def smooth_costs() -> IterationCost:
+    return IterationCost.linear(12.5, 0.02, 7.0, 0.35, 0.00013)
+
+
+def poisson_requests(rng: np.random.Generator, n: int, rate: float, max_prompt: int, max_output: int,
+                     on_ticks: bool = False) -> list[RequestSpec]:
+    gaps = rng.exponential(1.0 / rate, n)
+    if on_ticks:
+        gaps = np.floor(gaps / TICK) * TICK  # many arrivals exactly at iteration boundaries, some together
+    arrivals = np.cumsum(gaps)
+    prompts = rng.integers(1, max_prompt + 1, n)
+    outputs = rng.integers(1, max_output + 1, n)
+    return [RequestSpec(i, float(arrivals[i]), int(prompts[i]), int(outputs[i])) for i in range(n)]
+
+
+def assert_same(requests, config, make_cost):
+    fast_cost, ref_cost = make_cost(), make_cost()
+    fast = simulate_requests(requests, config, fast_cost, fast=True)
+    ref = simulate_requests(requests, config, ref_cost, fast=False)
+    assert bits(fast.records) == bits(ref.records)
+    for f, r in zip(fast.replicas, ref.replicas, strict=True):
+        assert (f.busy_s, f.iterations, f.peak_kv_bytes) == (r.busy_s, r.iterations, r.peak_kv_bytes)
+    assert fast.extrapolations == ref.extrapolations
+    assert fast.events <= ref.events
+    return fast, ref
+
+
+CASES = {
+    # name: (replicas, max_batch, max_tokens, capacity tokens, rate, max_prompt, max_output, on_ticks)
+    "light-load-one-replica": (1, 64, 8192, 10**7, 5.0, 2000, 300, False),
+    "heavy-load-batch-room": (1, 256, 8192, 10**7, 60.0, 1500, 200, False),
+    "memory-bound": (1, 64, 8192, 6000, 40.0, 2000, 300, False),
+    "memory-bound-three-replicas": (3, 32, 4096, 5000, 80.0, 2000, 200, False),
+    "token-budget": (2, 64, 700, 10**7, 50.0, 1000, 100, False),
+    "small-batches": (2, 2, 8192, 10**7, 30.0, 500, 80, False),
+    "ticks-collide": (2, 16, 2048, 8000, 40.0, 1500, 60, True),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("costs", [smooth_costs, tick_costs], ids=["smooth", "ticks"])
+def test_fast_equals_reference(case, costs):
+    replicas, max_batch, max_tokens, capacity, rate, max_prompt, max_output, on_ticks = CASES[case]
+    rng = np.random.default_rng(sorted(CASES).index(case))
+    requests = poisson_requests(rng, 400, rate, max_prompt, max_output, on_ticks)
+    config = ClusterConfig(replicas, ReplicaConfig(max_batch, max_tokens, capacity, kv_bytes_per_token=1))
+    fast, ref = assert_same(requests, config, costs)
+    assert sum(r.status == "completed" for r in fast.records) > 0
+
+
+def test_fast_equals_reference_on_the_seed_profile_with_rejections():
+    profile = resolve_profile("seed-llama2-70b-a100")
+    rng = np.random.default_rng(11)
+    # prompts up to 9K tokens: some exceed the seed's 8K-token KV budget and are rejected
+    requests = poisson_requests(rng, 300, 0.3, 9000, 400)
+    replica = ReplicaConfig(64, 8192, profile.kv_capacity_bytes, profile.model.kv_bytes_per_token)
+    config = ClusterConfig(2, replica)
+    fast, ref = assert_same(requests, config, lambda: IterationCost.from_profile(profile))
+    assert any(r.status == "rejected" for r in fast.records)
+    assert fast.extrapolations.decode_outside > 0  # the seed's decode was fitted at batch 1 only
+    assert fast.events < ref.events / 3
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    n=st.integers(1, 40),
+    replicas=st.integers(1, 3),
+    max_batch=st.integers(1, 6),
+    max_tokens=st.integers(1, 3000),
+    capacity=st.integers(1, 6000),
+    rate=st.floats(1.0, 200.0),
+    on_ticks=st.booleans(),
+)
+def test_fast_equals_reference_on_random_small_workloads(seed, n, replicas, max_batch, max_tokens, capacity,
+                                                         rate, on_ticks):
+    rng = np.random.default_rng(seed)
+    requests = poisson_requests(rng, n, rate, 2000, 50, on_ticks)
+    config = ClusterConfig(replicas, ReplicaConfig(max_batch, max_tokens, capacity, kv_bytes_per_token=1))
+    assert_same(requests, config, tick_costs if on_ticks else smooth_costs)
