@@ -152,6 +152,10 @@ class CostModel:
         values = {name: self.coefficients[name].value for name in spec.coefficients}
         object.__setattr__(self, "_values", values)
 
+    def __hash__(self) -> int:
+        # Fields hold dicts (unhashable); equal models have equal formulas and values, so this agrees with ==.
+        return hash((self.formula, tuple(self._values.values())))
+
     @staticmethod
     def _bounds(name: str, pair: object) -> tuple[float, float]:
         if not isinstance(pair, tuple | list) or len(pair) != 2:

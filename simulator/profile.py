@@ -95,6 +95,10 @@ class Profile:
         for i, note in enumerate(self.notes):
             check_text(f"notes[{i}]", note)
 
+    def __hash__(self) -> int:
+        # Fields hold dicts (unhashable); equal profiles have equal keys and sources, so this agrees with ==.
+        return hash((self.key_str(), self.source))
+
     # --- what the simulator asks -------------------------------------------------------------
     @property
     def kv_capacity_bytes(self) -> int:

@@ -7,6 +7,7 @@ import copy
 import json
 import math
 import os
+import pickle
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,7 @@ from simulator.formulas import (
 )
 from simulator.profile import (
     Coefficient,
+    CompressionMode,
     CostModel,
     FitQuality,
     Hardware,
@@ -92,6 +94,9 @@ def tiny_profile() -> Profile:
         sequence_parallel={
             2: SequenceParallel(2, (SpRow(128, 1.5, 0.3), SpRow(256, 1.7, 0.4)), None, "measured")
         },
+        compression={
+            "int8": CompressionMode(coef(0.5, "1"), coef(0.1, "1"), coef(0.01, "ppl"), coef(0.05, "1"))
+        },
         notes=("a test profile",),
     )
 
@@ -151,6 +156,9 @@ def test_round_trip_is_equal_and_byte_identical(tmp_path):
     save_profile(loaded, second)
     assert first.read_bytes() == second.read_bytes()
     assert Profile.from_dict(p.to_dict()) == p
+    # Sweeps ship profiles to worker processes: pickling must keep them equal and usable.
+    clone = pickle.loads(pickle.dumps(p))
+    assert clone == p and hash(clone) == hash(p) and clone.decode_ms(3, 1000) == p.decode_ms(3, 1000)
 
 
 def write_json(tmp_path: Path, d: object, name: str = "bad.json") -> Path:
@@ -246,6 +254,12 @@ MALFORMED = [
         "> 0",
     ),
     (mutate(("speculative", "k"), 0), "speculative.k", ">= 1"),
+    (
+        mutate(("compression", "int8", "kv_bytes_ratio", "value"), 1.5),
+        "compression.int8.kv_bytes_ratio.value",
+        "<= 1",
+    ),
+    (mutate(("compression", "int8", "quality_loss"), DELETE), "compression.int8.quality_loss", "missing"),
     (mutate(("notes",), [3]), "notes[0]", "must be a string"),
 ]
 
