@@ -1,0 +1,99 @@
+"""Metrics over hand-built records (no SimPy), the replication estimate, the summary and output files."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import math
+
+import numpy as np
+import pytest
+
+from simulator import metrics
+from simulator.profile import resolve_profile
+from simulator.records import COMPLETED, ReplicaStats, RequestRecord, rejected_record
+from simulator.runner import estimate, simulate, summary, write_outputs
+from simulator.scenario import load_scenario
+
+
+def rec(i: int, arrival: float, admitted: float, first: float, finish: float, output: int) -> RequestRecord:
+    return RequestRecord(i, "default", arrival, 100, output, 0, admitted, first, finish, COMPLETED)
+
+
+RECORDS = [
+    rec(0, 0.0, 0.0, 0.1, 0.5, 5),  # ttft 0.1, tpot 0.1, e2e 0.5, wait 0
+    rec(1, 1.0, 1.5, 1.7, 2.0, 4),  # ttft 0.7, tpot 0.1, e2e 1.0, wait 0.5
+    rec(2, 2.0, 2.0, 2.3, 2.3, 1),  # ttft 0.3, no tpot, e2e 0.3, wait 0
+    rejected_record(3, "default", 3.0, 5000, 10, "too big"),
+]
+
+
+def test_per_request_latencies():
+    assert metrics.latencies(RECORDS, "ttft") == pytest.approx([0.1, 0.7, 0.3])
+    assert metrics.latencies(RECORDS, "tpot") == pytest.approx([0.1, 0.1])  # the 1-token request has none
+    assert metrics.latencies(RECORDS, "e2e") == pytest.approx([0.5, 1.0, 0.3])
+    assert metrics.latencies(RECORDS, "queueing") == pytest.approx([0.0, 0.5, 0.0])
+    with pytest.raises(ValueError, match="unknown metric"):
+        metrics.latencies(RECORDS, "latency")
+
+
+def test_percentiles_interpolate_linearly_and_are_nan_when_empty():
+    values = np.arange(1.0, 101.0)  # 1..100: P50 = 50.5, P90 = 90.1, P99 = 99.01, P99.9 = 99.901
+    p = metrics.percentiles(values)
+    assert p == pytest.approx({"p50": 50.5, "p90": 90.1, "p99": 99.01, "p999": 99.901})
+    assert all(math.isnan(v) for v in metrics.percentiles(np.array([])).values())
+
+
+def test_counts_throughput_utilisation():
+    assert metrics.counts(RECORDS) == {"arrived": 4, "completed": 3, "rejected": 1}
+    assert metrics.makespan(RECORDS) == pytest.approx(2.3)  # first arrival 0 .. last finish 2.3
+    tp = metrics.throughput(RECORDS)
+    assert tp["requests_per_s"] == pytest.approx(3 / 2.3)
+    assert tp["output_tokens_per_s"] == pytest.approx(10 / 2.3)
+    stats = [ReplicaStats(0, 1.15, 10, 3, 0, 1), ReplicaStats(1, 0.0, 0, 0, 0, 1)]
+    assert metrics.utilisation(RECORDS, stats) == pytest.approx([0.5, 0.0])
+
+
+def test_sla_attainment_counts_rejections_as_misses():
+    got = metrics.sla_attainment(RECORDS, ttft_ms=500.0, tpot_ms=101.0, e2e_ms=600.0)
+    # ttft <= 0.5: requests 0 and 2 of 4; tpot <= 0.101: 0, 1 and 2 (vacuous); e2e <= 0.6: 0 and 2
+    assert got["ttft"] == pytest.approx(0.5)
+    assert got["tpot"] == pytest.approx(0.75)
+    assert got["e2e"] == pytest.approx(0.5)
+    assert got["all"] == pytest.approx(0.5)
+    partial = metrics.sla_attainment(RECORDS, ttft_ms=800.0)
+    assert partial == {"ttft": 0.75, "tpot": None, "e2e": None, "all": 0.75}
+    assert metrics.sla_attainment(RECORDS)["all"] is None
+
+
+def test_estimate_student_t_interval():
+    ci = estimate([1.0, 2.0, 3.0])
+    half = 4.302652729911275 * 1.0 / math.sqrt(3)  # t(0.975, 2) x sd / sqrt(n)
+    assert ci == pytest.approx({"mean": 2.0, "ci_low": 2.0 - half, "ci_high": 2.0 + half})
+    assert estimate([5.0]) == {"mean": 5.0, "ci_low": None, "ci_high": None}
+    assert estimate([math.nan]) == {"mean": None, "ci_low": None, "ci_high": None}
+
+
+def test_summary_and_outputs_round_trip(tmp_path):
+    scenario = load_scenario("quickstart")
+    scenario = dataclasses.replace(scenario, workload=dataclasses.replace(scenario.workload, requests=60))
+    result = simulate(scenario, resolve_profile("seed-llama2-70b-a100"), seed=3, replications=2)
+    paths = write_outputs(result, tmp_path / "out")
+    written = json.loads(paths["summary"].read_text())
+    assert written["profile"] == {"key": "a100-80gb/llama-2-70b/fp16/tp1/seed", "source": "seed"}
+    assert written["seed"] == 3 and written["replications"] == 2
+    assert written["counts"]["arrived"] == 120
+    assert written["counts"]["arrived"] == written["counts"]["completed"] + written["counts"]["rejected"]
+    p99 = [metrics.percentiles(metrics.latencies(run.records, "ttft"))["p99"] * 1000 for run in result.runs]
+    assert written["latency_ms"]["ttft"]["p99"]["mean"] == pytest.approx(np.mean(p99))
+    assert set(written["latency_ms"]) == {"ttft", "tpot", "e2e", "queueing"}
+    assert written["extrapolations"]["decode_queries"] > 0
+    assert written == json.loads(json.dumps(summary(result), default=str).replace("NaN", "null"))
+    with paths["records"].open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert len(rows) == 120
+    first = result.runs[1].records[0]
+    row = next(r for r in rows if r["replication"] == "1" and r["request_id"] == str(first.request_id))
+    assert float(row["finish_s"]) == first.finish_s  # repr floats read back exactly
+    assert not list(tmp_path.joinpath("out").glob("*.tmp"))  # no temp files left behind
