@@ -21,6 +21,9 @@ from simulator.traces import SHIPPED_TRACES, resolve_trace_path
 ARRIVAL_KINDS = ("poisson", "gamma", "trace")
 LENGTH_KINDS = ("fixed", "uniform", "lognormal", "empirical", "trace")
 LENGTH_COLUMNS = ("prompt", "output")
+# the parameters each length kind requires (and no other kind accepts); "trace" takes none
+LENGTH_PARAMS = {"fixed": ("value",), "uniform": ("low", "high"), "lognormal": ("median", "sigma"),
+                 "empirical": ("trace", "column")}
 BATCHING_POLICIES = ("continuous",)
 
 
@@ -38,11 +41,17 @@ def _positive(field: str, value: float | None) -> None:
         _fail(field, f"must be > 0, got {value}")
 
 
-def _only_for(kind: str, owners: dict[str, tuple[str, ...]], values: dict[str, object]) -> None:
+def _at_least(field: str, value: int | None, low: int) -> None:
+    if value is not None and value < low:
+        _fail(field, f"must be >= {low}, got {value}")
+
+
+def _only_for(spec: object, owners: dict[str, tuple[str, ...]]) -> None:
     """Parameters that belong to another kind are errors, not silently ignored."""
-    for field, value in values.items():
-        if value is not None and kind not in owners[field]:
-            _fail(field, f"only valid for kind = {' | '.join(owners[field])}, not {kind!r}")
+    kind = spec.kind
+    for field, kinds in owners.items():
+        if getattr(spec, field) is not None and kind not in kinds:
+            _fail(field, f"only valid for kind = {' | '.join(kinds)}, not {kind!r}")
 
 
 @dataclass(frozen=True)
@@ -57,12 +66,7 @@ class ArrivalSpec:
     def __post_init__(self) -> None:
         _check_kind(self.kind, ARRIVAL_KINDS)
         rated = ("poisson", "gamma")
-        _only_for(
-            self.kind,
-            {"rate_per_s": rated, "load_fraction": rated, "cv": ("gamma",), "trace": ("trace",)},
-            {"rate_per_s": self.rate_per_s, "load_fraction": self.load_fraction, "cv": self.cv,
-             "trace": self.trace},
-        )
+        _only_for(self, {"rate_per_s": rated, "load_fraction": rated, "cv": ("gamma",), "trace": ("trace",)})
         _positive("rate_per_s", self.rate_per_s)
         if self.load_fraction is not None and not (0.0 < self.load_fraction <= 2.0):
             _fail("load_fraction", f"must be in (0, 2], got {self.load_fraction}")
@@ -93,26 +97,16 @@ class LengthSpec:
 
     def __post_init__(self) -> None:
         _check_kind(self.kind, LENGTH_KINDS)
-        _only_for(
-            self.kind,
-            {"value": ("fixed",), "low": ("uniform",), "high": ("uniform",), "median": ("lognormal",),
-             "sigma": ("lognormal",), "trace": ("empirical",), "column": ("empirical",)},
-            {"value": self.value, "low": self.low, "high": self.high, "median": self.median,
-             "sigma": self.sigma, "trace": self.trace, "column": self.column},
-        )
+        _only_for(self, {field: (kind,) for kind, params in LENGTH_PARAMS.items() for field in params})
         if self.min < 1:
             _fail("min", f"must be >= 1 (every request has a token), got {self.min}")
         if self.max is not None and self.max < self.min:
             _fail("max", f"must be >= min ({self.min}), got {self.max}")
-        required = {"fixed": ("value",), "uniform": ("low", "high"), "lognormal": ("median", "sigma"),
-                    "empirical": ("trace", "column")}
-        for field in required.get(self.kind, ()):
+        for field in LENGTH_PARAMS.get(self.kind, ()):
             if getattr(self, field) is None:
                 _fail(field, f"required for kind = {self.kind!r}")
-        if self.value is not None and self.value < 1:
-            _fail("value", f"must be >= 1, got {self.value}")
-        if self.low is not None and self.low < 1:
-            _fail("low", f"must be >= 1, got {self.low}")
+        _at_least("value", self.value, 1)
+        _at_least("low", self.low, 1)
         if self.low is not None and self.high is not None and self.high < self.low:
             _fail("high", f"must be >= low ({self.low}), got {self.high}")
         _positive("median", self.median)
@@ -142,8 +136,7 @@ class WorkloadSpec:
         total = sum(weight for _, weight in self.tasks)
         if abs(total - 1.0) > 1e-9:  # normalise here so every producer gets a proper mix
             object.__setattr__(self, "tasks", tuple((t, w / total) for t, w in self.tasks))
-        if self.requests is not None and self.requests < 1:
-            _fail("requests", f"must be >= 1, got {self.requests}")
+        _at_least("requests", self.requests, 1)
         _positive("duration_s", self.duration_s)
         if self.requests is not None and self.duration_s is not None:
             _fail("requests", "give requests or duration_s, not both")
@@ -160,8 +153,7 @@ class ClusterSpec:
     device_memory_gib: float | None = None  # None: the profile's device memory
 
     def __post_init__(self) -> None:
-        if self.gpus < 1:
-            _fail("gpus", f"must be >= 1, got {self.gpus}")
+        _at_least("gpus", self.gpus, 1)
         _positive("device_memory_gib", self.device_memory_gib)
 
 
@@ -174,10 +166,8 @@ class BatchingSpec:
     def __post_init__(self) -> None:
         if self.policy not in BATCHING_POLICIES:
             _fail("policy", f"unsupported policy {self.policy!r}; supported: {', '.join(BATCHING_POLICIES)}")
-        if self.max_batch_size < 1:
-            _fail("max_batch_size", f"must be >= 1, got {self.max_batch_size}")
-        if self.max_batched_tokens < 1:
-            _fail("max_batched_tokens", f"must be >= 1, got {self.max_batched_tokens}")
+        _at_least("max_batch_size", self.max_batch_size, 1)
+        _at_least("max_batched_tokens", self.max_batched_tokens, 1)
 
 
 @dataclass(frozen=True)
