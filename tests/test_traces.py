@@ -157,3 +157,12 @@ def test_registry_names_the_shipped_files() -> None:
     for name, shipped in SHIPPED_TRACES.items():
         assert resolve_trace_path(name) == TRACES_DIR / shipped.relative_path
         assert resolve_trace_path(name).is_file()
+
+
+def test_mooncake_without_hashes_on_every_row_keeps_none(tmp_path: Path) -> None:
+    f = tmp_path / "partial.jsonl"
+    f.write_text('{"timestamp": 5, "input_length": 600, "output_length": 3, "hash_ids": [0, 1]}\n'
+                 '{"timestamp": 9.5, "input_length": 7, "output_length": 2}\n')
+    trace = load_trace(str(f))
+    assert trace.hash_ids is None and trace.unique_blocks is None
+    assert trace.arrival_s.tolist() == [0.0, 0.0045]  # ms relative to the first request, in seconds

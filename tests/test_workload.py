@@ -6,6 +6,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from simulator.errors import InputError
 from simulator.scenario import ArrivalSpec, LengthSpec, WorkloadSpec, load_scenario
@@ -171,3 +173,28 @@ def test_missing_rate_is_an_input_error() -> None:
     w = _workload(ArrivalSpec(kind="poisson", load_fraction=0.5))
     with pytest.raises(InputError, match="workload.arrival.rate_per_s: must be > 0, got None"):
         generate_requests(w, np.random.default_rng(0), None)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    kind=st.sampled_from(["fixed", "uniform", "lognormal"]),
+    a=st.integers(1, 5000),
+    b=st.integers(0, 5000),
+    lo=st.integers(1, 50),
+    span=st.one_of(st.none(), st.integers(0, 3000)),
+    cv=st.one_of(st.none(), st.floats(0.2, 4.0)),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_requests_are_sorted_and_within_bounds(kind: str, a: int, b: int, lo: int, span: int | None,
+                                               cv: float | None, seed: int) -> None:
+    hi = None if span is None else lo + span
+    params = {"fixed": {"value": a}, "uniform": {"low": a, "high": a + b},
+              "lognormal": {"median": float(a), "sigma": b / 2500}}[kind]
+    spec = LengthSpec(kind=kind, min=lo, max=hi, **params)
+    arrival = ArrivalSpec(kind="gamma" if cv else "poisson", rate_per_s=3.0, cv=cv)
+    reqs = generate_requests(_workload(arrival, spec, spec, requests=200), np.random.default_rng(seed), 3.0)
+    arrivals = [r.arrival_s for r in reqs]
+    assert arrivals == sorted(arrivals) and arrivals[0] >= 0  # a gamma gap may underflow to 0
+    for r in reqs:
+        assert lo <= r.prompt_tokens and (hi is None or r.prompt_tokens <= hi)
+        assert r.output_tokens >= 1
