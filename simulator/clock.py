@@ -19,6 +19,8 @@ from simpy.core import NORMAL, URGENT
 
 __all__ = ["Clock", "NORMAL", "URGENT"]
 
+_new_event = object.__new__
+
 
 class Clock(simpy.Environment):
     """simpy.Environment plus ``at(when, priority)``: an event that fires at exactly ``when``."""
@@ -26,7 +28,10 @@ class Clock(simpy.Environment):
     def at(self, when: float, priority: int = NORMAL) -> simpy.Event:
         if when < self._now:
             raise ValueError(f"cannot schedule at {when!r}: the clock is already at {self._now!r}")
-        event = simpy.Event(self)
+        # A triggered simpy.Event built directly (what Timeout does, without its __init__ checks).
+        event = _new_event(simpy.Event)
+        event.env = self
+        event.callbacks = []
         event._ok = True
         event._value = None
         # The same heap entry simpy.Environment.schedule makes, with the time given exactly.

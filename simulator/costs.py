@@ -26,7 +26,9 @@ iteration in the reference and the same iteration inside a fast-path run get bit
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -71,15 +73,24 @@ class IterationCost:
     def from_profile(cls, profile: Any) -> IterationCost:
         """Bind the profile's prefill and decode formulas and coefficients once (the hot path)."""
         pre, dec = profile.costs["prefill"], profile.costs["decode"]
-        pre_fn, pre_values = FORMULAS[pre.formula].fn, pre.values()
-        dec_fn, dec_values = FORMULAS[dec.formula].fn, dec.values()
         (p_tok, p_ctx), (d_batch, d_ctx) = FORMULAS[pre.formula].inputs, FORMULAS[dec.formula].inputs
+        # Coefficients bound once; the formulas are plain arithmetic, so decode accepts arrays of S.
+        pre_fn = partial(FORMULAS[pre.formula].fn, **pre.values())
+        dec_fn = partial(FORMULAS[dec.formula].fn, **dec.values())
 
         def prefill(new_tokens: Any, context_tokens: Any) -> Any:
-            return pre_fn(**{p_tok: new_tokens, p_ctx: context_tokens}, **pre_values)
+            return pre_fn(**{p_tok: new_tokens, p_ctx: context_tokens})
 
         def decode(batch: Any, total_context: Any) -> Any:
-            return dec_fn(**{d_batch: batch, d_ctx: total_context}, **dec_values)
+            return dec_fn(**{d_batch: batch, d_ctx: total_context})
+
+        if dec.formula == "decode_v1":
+            # The hot path without keyword plumbing: decode_v1's expression, operation for operation
+            # (tests/test_fast_path.py checks it equals profile.decode_ms bit for bit).
+            d0, d_seq, d_ctx_ms = (dec.values()[k] for k in ("d0", "d_seq", "d_ctx"))
+
+            def decode(batch: Any, total_context: Any) -> Any:
+                return d0 + d_seq * batch + d_ctx_ms * total_context
 
         return cls(
             prefill,
@@ -112,15 +123,22 @@ class IterationCost:
         """
         return self._decode_ms(batch, total_context) / 1000.0
 
-    def count_decodes(self, batch: int, total_context: np.ndarray) -> None:
-        """Record decode queries that were used (an array of their total_context values)."""
-        n = int(total_context.shape[0])
-        self.decode_queries += n
-        if not self._dec_batch[0] <= batch <= self._dec_batch[1]:
-            self.decode_outside += n
-        else:
-            lo, hi = self._dec_ctx
-            self.decode_outside += int(np.count_nonzero((total_context < lo) | (total_context > hi)))
+    def count_decodes(self, batch: int, first_context: int, iterations: int) -> None:
+        """Record ``iterations`` decode queries that were used, at S = first_context + batch * j.
+
+        The contexts of a run form an arithmetic progression, so the ones inside [lo, hi] are
+        counted in closed form rather than one by one.
+        """
+        self.decode_queries += iterations
+        lo, hi = self._dec_ctx
+        if not self._dec_batch[0] <= batch <= self._dec_batch[1] or iterations <= 0:
+            self.decode_outside += max(iterations, 0)
+            return
+        first = 0 if lo <= first_context else math.ceil((lo - first_context) / batch)
+        last = iterations - 1
+        if hi != math.inf:
+            last = min(last, math.floor((hi - first_context) / batch))
+        self.decode_outside += iterations - max(0, last - first + 1)
 
     def mixed_s(self, prompts: Sequence[int], batch: int, total_context: int) -> float:
         """Seconds of an iteration that prefills ``prompts`` while ``batch`` sequences decode."""
@@ -134,7 +152,7 @@ class IterationCost:
                 self.prefill_outside += 1
         self.prefill_queries += len(prompts)
         if batch > 0:
-            self.count_decodes(batch, np.array([total_context]))
+            self.count_decodes(batch, total_context, 1)
         return ms / 1000.0
 
     def extrapolations(self) -> Extrapolations:

@@ -115,3 +115,19 @@ def test_fast_equals_reference_on_random_small_workloads(seed, n, replicas, max_
     requests = poisson_requests(rng, n, rate, 2000, 50, on_ticks)
     config = ClusterConfig(replicas, ReplicaConfig(max_batch, max_tokens, capacity, kv_bytes_per_token=1))
     assert_same(requests, config, tick_costs if on_ticks else smooth_costs)
+
+
+def test_bound_profile_costs_equal_the_profile_formulas_bit_for_bit():
+    profile = resolve_profile("seed-llama2-70b-a100")
+    cost = IterationCost.from_profile(profile)
+    for batch, context in [(1, 4096), (3, 12345), (64, 8191), (7, 0)]:
+        assert cost.decode_s(batch, np.array([context]))[0] == profile.decode_ms(batch, context) / 1000.0
+    fixed = profile.prefill_ms(0, 0)
+    for tokens in (1, 517, 8192):
+        assert cost.mixed_s([tokens], 0, 0) == (fixed + (profile.prefill_ms(tokens, 0) - fixed)) / 1000.0
+    # counted: the seed's decode domain is batch 1 only, so a batch-3 decode is an extrapolation
+    cost.count_decodes(3, 5000, 10)
+    cost.count_decodes(1, 4000, 10)  # S = 4000..4009: 4000..4095 are below the domain's 4096
+    assert (cost.decode_queries, cost.decode_outside) == (20, 20)
+    cost.count_decodes(1, 4090, 10)  # 4090..4095 outside, 4096..4099 inside
+    assert (cost.decode_queries, cost.decode_outside) == (30, 26)

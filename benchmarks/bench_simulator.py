@@ -1,0 +1,106 @@
+"""Simulator speed: 10,000 and 100,000 requests with Azure LLM 2023 conversation lengths.
+
+Workload: Poisson arrivals at a fraction of the replica's saturation (simulator/capacity.py),
+prompt and output lengths bootstrapped from the shipped Azure conversation trace (measured,
+19,366 requests), continuous batching on the seed profile (seed-llama2-70b-a100, 1 GPU).
+Runs the fast path and the one-event-per-iteration reference on the same requests, checks that
+their records are bit-identical, and prints wall time, simulated requests/s, events/s, peak
+Python memory (tracemalloc, a separate pass, since tracing slows the run) and the speed ratio.
+
+    .venv/bin/python benchmarks/bench_simulator.py [--sizes 10000 100000] [--load 0.8] [--no-reference]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import gc
+import time
+import tracemalloc
+
+import numpy as np
+
+from simulator.cluster import ClusterConfig, simulate_requests
+from simulator.costs import IterationCost
+from simulator.profile import resolve_profile
+from simulator.records import RunResult
+from simulator.request import RequestSpec
+from simulator.runner import arrival_rate, cluster_config
+from simulator.scenario import load_scenario
+from simulator.workload import generate_requests
+
+
+def timed(requests: list[RequestSpec], config: ClusterConfig, profile: object, fast: bool,
+          repeats: int) -> tuple[float, RunResult]:
+    """Best wall time of ``repeats`` runs (garbage collector paused while timing, as timeit does)."""
+    best, result = float("inf"), None
+    for _ in range(repeats):
+        gc.collect()
+        gc.disable()
+        start = time.perf_counter()
+        result = simulate_requests(requests, config, IterationCost.from_profile(profile), fast=fast)
+        best = min(best, time.perf_counter() - start)
+        gc.enable()
+    assert result is not None
+    return best, result
+
+
+def peak_memory_mib(requests: list[RequestSpec], config: ClusterConfig, profile: object, fast: bool) -> float:
+    gc.collect()
+    tracemalloc.start()
+    simulate_requests(requests, config, IterationCost.from_profile(profile), fast=fast)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    return peak / 2**20
+
+
+def bits(result: RunResult) -> list[tuple]:
+    """Records as tuples with floats in hex: equal only if bit-identical (NaN included)."""
+    return [tuple(v.hex() if isinstance(v, float) else v for v in dataclasses.astuple(r))
+            for r in result.records]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
+    parser.add_argument("--load", type=float, default=0.8, help="fraction of the saturation estimate")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--no-reference", action="store_true", help="time the fast path only")
+    args = parser.parse_args()
+
+    profile = resolve_profile("seed-llama2-70b-a100")
+    base = load_scenario("quickstart")  # Azure conversation lengths (empirical), 1 GPU, continuous batching
+    arrival = dataclasses.replace(base.workload.arrival, rate_per_s=None, load_fraction=args.load)
+    batching = base.batching
+    print(f"profile {profile.key_str()} (source: {profile.source}); lengths: Azure LLM 2023 conversation "
+          f"trace (measured); Poisson arrivals at {args.load} x saturation estimate; batching "
+          f"max_batch_size={batching.max_batch_size}, max_batched_tokens={batching.max_batched_tokens}")
+    for n in args.sizes:
+        scenario = dataclasses.replace(base, workload=dataclasses.replace(base.workload, arrival=arrival,
+                                                                          requests=n))
+        config, _ = cluster_config(scenario, profile)
+        rate, _, _ = arrival_rate(scenario, profile, config)
+        start = time.perf_counter()
+        requests = generate_requests(scenario.workload, np.random.default_rng(args.seed), rate)
+        generate_s = time.perf_counter() - start
+        fast_s, fast = timed(requests, config, profile, True, repeats=3 if n <= 20_000 else 1)
+        print(f"\n{n:,} requests (rate {rate:.4f}/s, {fast.iterations:,} iterations, simulated "
+              f"{max(r.finish_s for r in fast.records if r.status == 'completed'):,.0f} s; "
+              f"workload generation {generate_s:.3f} s)")
+        print(f"  fast      {fast_s:8.3f} s  {n / fast_s:12,.0f} requests/s  "
+              f"{fast.events / fast_s:12,.0f} events/s  ({fast.events:,} events)  "
+              f"peak {peak_memory_mib(requests, config, profile, True):6.1f} MiB")
+        if args.no_reference:
+            continue
+        ref_s, ref = timed(requests, config, profile, False, repeats=1)
+        print(f"  reference {ref_s:8.3f} s  {n / ref_s:12,.0f} requests/s  "
+              f"{ref.events / ref_s:12,.0f} events/s  ({ref.events:,} events)  "
+              f"peak {peak_memory_mib(requests, config, profile, False):6.1f} MiB")
+        same = bits(fast) == bits(ref)
+        print(f"  reference / fast = {ref_s / fast_s:.1f}x; records bit-identical: {same}")
+        if not same:
+            raise SystemExit("fast path and reference differ")
+
+
+if __name__ == "__main__":
+    main()
