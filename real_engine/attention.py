@@ -77,8 +77,7 @@ class PagedAttention:
         k_slots, v_slots = self.kv.layer_slots(layer)  # [num_blocks*bs, Hkv, D]
         k_slots.index_copy_(0, self.slots, k[0])
         v_slots.index_copy_(0, self.slots, v[0])
-        _, n, hq, dim = q.shape
-        hkv = k.shape[2]
+        n = q.shape[1]
         if self.num_decode == n:
             return self._decode(layer, q[0]).unsqueeze(0)
         out = torch.empty_like(q[0])  # [N, Hq, D]
@@ -91,8 +90,8 @@ class PagedAttention:
                 mask, causal = None, True
             else:
                 total = cached + end - start
-                kc = self.kv.k[layer][blocks].reshape(-1, hkv, dim)[:total].transpose(0, 1)  # [Hkv, L, D]
-                vc = self.kv.v[layer][blocks].reshape(-1, hkv, dim)[:total].transpose(0, 1)
+                both = self.kv.gather_blocks(layer, blocks.unsqueeze(0))[:, 0, :total]  # [2, L, Hkv, D]
+                kc, vc = both[0].transpose(0, 1), both[1].transpose(0, 1)  # [Hkv, L, D]
                 # query i sits at position cached + i and sees keys 0..cached + i
                 q_pos = torch.arange(cached, total, device=q.device)
                 mask = torch.arange(total, device=q.device).unsqueeze(0) <= q_pos.unsqueeze(1)  # [T, L]
@@ -107,10 +106,8 @@ class PagedAttention:
         """q [Bd, Hq, D] (one token each) -> [Bd, Hq, D] over each sequence's cached context."""
         bd, hq, dim = q.shape
         hkv = hq // self.group
-        k = self.kv.k[layer][self.decode_blocks]  # [Bd, nb, bs, Hkv, D]
-        v = self.kv.v[layer][self.decode_blocks]
-        k = k.view(bd, -1, hkv, dim).transpose(1, 2)  # [Bd, Hkv, L, D]
-        v = v.view(bd, -1, hkv, dim).transpose(1, 2)
+        both = self.kv.gather_blocks(layer, self.decode_blocks)  # [2, Bd, L, Hkv, D]
+        k, v = both[0].transpose(1, 2), both[1].transpose(1, 2)  # [Bd, Hkv, L, D]
         # GQA without copying K/V: a KV head's G query heads act as G query rows
         qg = q.view(bd, hkv, self.group, dim)  # [Bd, Hkv, G, D]
         out = F.scaled_dot_product_attention(qg, k, v, attn_mask=self.decode_mask)  # [Bd, Hkv, G, D]

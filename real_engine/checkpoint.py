@@ -43,7 +43,12 @@ def _atomic_write(path: Path, write: Callable[[str], object]) -> None:
 
 
 def _weights_to_save(model: LlamaModel, config: ModelConfig) -> dict[str, torch.Tensor]:
-    state = {name: t.detach().contiguous().cpu() for name, t in model.state_dict().items()}
+    state = {}
+    for name, tensor in model.state_dict().items():
+        t = tensor.detach().cpu().contiguous()
+        if t.untyped_storage().nbytes() != t.numel() * t.element_size():
+            t = t.clone()  # a view into a larger buffer (fusion.py): safetensors needs its own storage
+        state[name] = t
     if config.tie_word_embeddings:
         state.pop("lm_head.weight", None)  # HF omits the tied head; safetensors refuses shared storage
     return state

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from real_engine.attention import PagedAttention, SequenceChunk
+from real_engine.fusion import fuse_projections
 from real_engine.kv_cache import KVCacheManager, KVTensors
 from real_engine.model import LlamaModel
 from real_engine.sampling import SamplingParams, sample
@@ -30,6 +31,7 @@ class EngineConfig:
     block_size: int = 16
     num_blocks: int = 1024  # KV capacity = num_blocks * block_size tokens
     chunked_prefill: bool = True
+    fuse_projections: bool = True  # rewrite the model in place: one q/k/v and one gate/up matmul per layer
 
     def __post_init__(self) -> None:
         for name in ("max_batch_size", "max_batched_tokens", "block_size", "num_blocks"):
@@ -72,7 +74,7 @@ class Engine:
     def __init__(
         self, model: LlamaModel, config: EngineConfig, generator: torch.Generator | None = None
     ) -> None:
-        self.model = model.eval()
+        self.model = fuse_projections(model.eval()) if config.fuse_projections else model.eval()
         self.config = config
         param = next(model.parameters())
         self.device, self.dtype = param.device, param.dtype

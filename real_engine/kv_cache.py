@@ -133,10 +133,12 @@ class KVCacheManager:
 
 @dataclass(frozen=True)
 class KVTensors:
-    """The cache memory: k and v of shape [layers, num_blocks, block_size, kv_heads, head_dim]."""
+    """The cache memory, K and V together: [layers, 2, num_blocks, block_size, kv_heads, head_dim].
 
-    k: torch.Tensor
-    v: torch.Tensor
+    K and V of a layer sit side by side so one index_select gathers both for a decode batch.
+    """
+
+    kv: torch.Tensor
 
     @classmethod
     def allocate(
@@ -147,24 +149,35 @@ class KVTensors:
         dtype: torch.dtype,
         device: torch.device | str,
     ) -> KVTensors:
-        shape = (config.num_layers, num_blocks, block_size, config.num_kv_heads, int(config.head_dim))
-        return cls(
-            torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device)
-        )
+        shape = (config.num_layers, 2, num_blocks, block_size, config.num_kv_heads, int(config.head_dim))
+        return cls(torch.zeros(shape, dtype=dtype, device=device))
+
+    @property
+    def k(self) -> torch.Tensor:
+        return self.kv[:, 0]  # [layers, num_blocks, block_size, kv_heads, head_dim]
+
+    @property
+    def v(self) -> torch.Tensor:
+        return self.kv[:, 1]
 
     @property
     def block_size(self) -> int:
-        return self.k.shape[2]
+        return self.kv.shape[3]
 
     def copy_blocks(self, copies: list[tuple[int, int]]) -> None:
         """Apply copy-on-write pairs (src block -> dst block) across all layers."""
         if copies:
-            src = torch.tensor([s for s, _ in copies], device=self.k.device)
-            dst = torch.tensor([d for _, d in copies], device=self.k.device)
-            self.k[:, dst] = self.k[:, src]
-            self.v[:, dst] = self.v[:, src]
+            src = torch.tensor([s for s, _ in copies], device=self.kv.device)
+            dst = torch.tensor([d for _, d in copies], device=self.kv.device)
+            self.kv[:, :, dst] = self.kv[:, :, src]
 
     def layer_slots(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Layer's k, v viewed as flat token slots: [num_blocks * block_size, kv_heads, head_dim]."""
-        k, v = self.k[layer], self.v[layer]
+        k, v = self.kv[layer, 0], self.kv[layer, 1]
         return k.view(-1, k.shape[-2], k.shape[-1]), v.view(-1, v.shape[-2], v.shape[-1])
+
+    def gather_blocks(self, layer: int, blocks: torch.Tensor) -> torch.Tensor:
+        """blocks [S, nb] -> K and V of those blocks: [2, S, nb * block_size, kv_heads, head_dim]."""
+        s, nb = blocks.shape
+        picked = self.kv[layer].index_select(1, blocks.reshape(-1))  # [2, S*nb, bs, Hkv, D]
+        return picked.view(2, s, nb * self.block_size, *picked.shape[-2:])

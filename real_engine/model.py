@@ -96,12 +96,19 @@ class LlamaAttention(nn.Module):
         self.k_proj = nn.Linear(config.hidden_size, config.num_kv_heads * d, bias=False)
         self.v_proj = nn.Linear(config.hidden_size, config.num_kv_heads * d, bias=False)
         self.o_proj = nn.Linear(config.num_heads * d, config.hidden_size, bias=False)
+        # set by real_engine/fusion.py: [q; k; v] rows in one matrix, one matmul instead of three
+        self.register_buffer("qkv_weight", None, persistent=False)
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, attention: AttentionFn | None) -> Tensor:
         b, t, _ = x.shape
-        q = self.q_proj(x).view(b, t, self.num_heads, self.head_dim)  # [B, T, Hq, D]
-        k = self.k_proj(x).view(b, t, self.num_kv_heads, self.head_dim)  # [B, T, Hkv, D]
-        v = self.v_proj(x).view(b, t, self.num_kv_heads, self.head_dim)
+        if self.qkv_weight is not None:
+            q_width, kv_width = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+            q, k, v = F.linear(x, self.qkv_weight).split([q_width, kv_width, kv_width], dim=-1)
+        else:
+            q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        q = q.reshape(b, t, self.num_heads, self.head_dim)  # [B, T, Hq, D]
+        k = k.reshape(b, t, self.num_kv_heads, self.head_dim)  # [B, T, Hkv, D]
+        v = v.reshape(b, t, self.num_kv_heads, self.head_dim)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         if attention is None:
             out = dense_causal_attention(q, k, v, self.num_heads // self.num_kv_heads)
@@ -118,8 +125,12 @@ class LlamaMLP(nn.Module):
         self.gate_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
         self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
         self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
+        self.register_buffer("gate_up_weight", None, persistent=False)  # [gate; up], set by fusion.py
 
     def forward(self, x: Tensor) -> Tensor:
+        if self.gate_up_weight is not None:
+            gate, up = F.linear(x, self.gate_up_weight).chunk(2, dim=-1)
+            return self.down_proj(F.silu(gate) * up)
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 

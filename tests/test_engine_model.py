@@ -146,3 +146,24 @@ def test_same_generator_seed_same_weights():
         torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values(), strict=True)
     )
     assert not torch.equal(a.lm_head.weight, c.lm_head.weight)
+
+
+def test_fused_projections_same_logits_and_state_dict(tmp_path):
+    from real_engine.checkpoint import load_checkpoint, save_checkpoint
+    from real_engine.fusion import fuse_projections
+
+    config = CONFIGS["gqa-theta5e5"]
+    plain = LlamaModel(config, torch.Generator().manual_seed(3)).eval()
+    fused = fuse_projections(LlamaModel(config, torch.Generator().manual_seed(3)).eval())
+    attn = fused.model.layers[0].self_attn
+    # the HF-named weights are views into the fused matrix: no extra memory, one source of truth
+    assert attn.q_proj.weight.data_ptr() == attn.qkv_weight.data_ptr()
+    assert attn.k_proj.weight.data_ptr() == attn.qkv_weight[config.num_heads * config.head_dim :].data_ptr()
+    assert list(fused.state_dict()) == list(plain.state_dict())
+    ids = _ids(33)
+    with torch.no_grad():
+        torch.testing.assert_close(fused(ids), plain(ids), rtol=0, atol=1e-5)
+    save_checkpoint(fused, config, tmp_path)  # views are saved as their own tensors
+    _, loaded = load_checkpoint(tmp_path)
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(ids), plain(ids), rtol=0, atol=1e-5)

@@ -1,0 +1,164 @@
+"""tripath's engine vs transformers' generate on the same weights, same run (measured on this machine).
+
+decode tokens/s at batch 1, 8, 32: (tokens generated between the 1st and the Nth new token) /
+(time to N new tokens - time to 1 new token), so prefill cancels out for both engines.
+prefill tokens/s at 1K, 4K, 8K context: prompt tokens / time to the first new token.
+Weights are random (a small LLaMA shape with 8K positions, or --checkpoint); speed does not
+depend on their values.  Prints a table, or JSON with --json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from real_engine.config import PRESETS
+from real_engine.engine import Engine, EngineConfig
+from real_engine.model import LlamaModel
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _timed(fn: Callable[[], object], device: torch.device, repeats: int) -> float:
+    """Median seconds of `repeats` calls after one warm-up call."""
+    fn()
+    times = []
+    for _ in range(repeats):
+        _sync(device)
+        start = time.perf_counter()
+        fn()
+        _sync(device)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def _prompts(batch: int, length: int, vocab: int, seed: int) -> torch.Tensor:
+    return torch.randint(0, vocab, (batch, length), generator=torch.Generator().manual_seed(seed))
+
+
+class Runner:
+    """Both engines over one set of weights."""
+
+    def __init__(
+        self, model: LlamaModel, hf: LlamaForCausalLM, device: torch.device, max_tokens: int
+    ) -> None:
+        self.model, self.hf, self.device = model, hf, device
+        # enough blocks for batch 32 x (prompt + output) and for the longest prefill
+        self.engine_config = EngineConfig(
+            max_batch_size=64, max_batched_tokens=max_tokens, block_size=16, num_blocks=max_tokens // 16 + 8
+        )
+        self.engine = Engine(model, self.engine_config)
+
+    def ours(self, prompts: torch.Tensor, new_tokens: int) -> None:
+        self.engine.generate(prompts.tolist(), new_tokens)
+
+    @torch.inference_mode()
+    def theirs(self, prompts: torch.Tensor, new_tokens: int) -> None:
+        ids = prompts.to(self.device)
+        self.hf.generate(
+            input_ids=ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=new_tokens,
+            min_new_tokens=new_tokens,
+            do_sample=False,
+            pad_token_id=0,
+        )
+
+
+def run(args: argparse.Namespace) -> dict:
+    device = torch.device(args.device)
+    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[args.dtype]
+    if args.checkpoint:
+        from real_engine.checkpoint import load_checkpoint
+
+        config, model = load_checkpoint(args.checkpoint, dtype=dtype, device=device)
+    else:
+        config = PRESETS[args.preset]
+        model = LlamaModel(config, torch.Generator().manual_seed(0)).to(device=device, dtype=dtype).eval()
+    hf = LlamaForCausalLM(LlamaConfig(**config.to_hf_dict())).to(device=device, dtype=dtype).eval()
+    hf.load_state_dict(model.state_dict())
+    max_ctx = max(args.contexts)
+    if max_ctx + 1 > config.max_position_embeddings:
+        raise SystemExit(f"context {max_ctx} exceeds the model's {config.max_position_embeddings} positions")
+    runner = Runner(model, hf, device, max(max_ctx + 16, max(args.batches) * (args.prompt + args.new_tokens)))
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    rows = []
+    for batch in args.batches:
+        prompts = _prompts(batch, args.prompt, config.vocab_size, seed=batch)
+        row = {"kind": "decode", "batch": batch, "prompt": args.prompt, "new_tokens": args.new_tokens}
+        for name, fn in (("tripath", runner.ours), ("transformers", runner.theirs)):
+            t1 = _timed(lambda fn=fn: fn(prompts, 1), device, args.repeats)
+            tn = _timed(lambda fn=fn: fn(prompts, args.new_tokens), device, args.repeats)
+            row[f"{name}_tokens_per_s"] = batch * (args.new_tokens - 1) / max(tn - t1, 1e-9)
+        row["ratio"] = row["tripath_tokens_per_s"] / row["transformers_tokens_per_s"]
+        rows.append(row)
+    for ctx in args.contexts:
+        prompts = _prompts(1, ctx, config.vocab_size, seed=ctx)
+        row = {"kind": "prefill", "batch": 1, "context": ctx}
+        for name, fn in (("tripath", runner.ours), ("transformers", runner.theirs)):
+            t = _timed(lambda fn=fn: fn(prompts, 1), device, args.repeats)
+            row[f"{name}_tokens_per_s"] = ctx / t
+        row["ratio"] = row["tripath_tokens_per_s"] / row["transformers_tokens_per_s"]
+        rows.append(row)
+    return {
+        "source": "measured",
+        "device": torch.cuda.get_device_name(device)
+        if device.type == "cuda"
+        else platform.processor() or "cpu",
+        "threads": torch.get_num_threads(),
+        "dtype": args.dtype,
+        "model": {
+            "preset": None if args.checkpoint else args.preset,
+            "checkpoint": args.checkpoint,
+            "params": config.num_params(),
+        },
+        "torch": torch.__version__,
+        "rows": rows,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--preset", default="bench-small", choices=sorted(PRESETS))
+    p.add_argument("--checkpoint", help="HF-layout checkpoint folder instead of random weights")
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    p.add_argument("--batches", type=int, nargs="+", default=[1, 8, 32])
+    p.add_argument("--contexts", type=int, nargs="+", default=[1024, 4096, 8192])
+    p.add_argument("--prompt", type=int, default=128, help="prompt length of the decode runs")
+    p.add_argument("--new-tokens", type=int, default=64)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args(argv)
+    result = run(args)
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    print(
+        f"measured on {result['device']} ({result['dtype']}, {result['model']['params']:,} params, "
+        f"torch {result['torch']}, {result['threads']} threads)"
+    )
+    print(f"{'kind':8} {'size':>6} {'tripath tok/s':>14} {'transformers tok/s':>19} {'ratio':>7}")
+    for row in result["rows"]:
+        size = row["batch"] if row["kind"] == "decode" else row["context"]
+        print(
+            f"{row['kind']:8} {size:>6} {row['tripath_tokens_per_s']:>14.1f} "
+            f"{row['transformers_tokens_per_s']:>19.1f} {row['ratio']:>6.2f}x"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
