@@ -98,8 +98,8 @@ def run(args: argparse.Namespace) -> dict:
         prompts = _prompts(batch, args.prompt, config.vocab_size, seed=batch)
         row = {"kind": "decode", "batch": batch, "prompt": args.prompt, "new_tokens": args.new_tokens}
         for name, fn in (("tripath", runner.ours), ("transformers", runner.theirs)):
-            t1 = _timed(lambda fn=fn: fn(prompts, 1), device, args.repeats)
-            tn = _timed(lambda fn=fn: fn(prompts, args.new_tokens), device, args.repeats)
+            t1 = _timed(lambda fn=fn, p=prompts: fn(p, 1), device, args.repeats)
+            tn = _timed(lambda fn=fn, p=prompts: fn(p, args.new_tokens), device, args.repeats)
             row[f"{name}_tokens_per_s"] = batch * (args.new_tokens - 1) / max(tn - t1, 1e-9)
         row["ratio"] = row["tripath_tokens_per_s"] / row["transformers_tokens_per_s"]
         rows.append(row)
@@ -107,7 +107,7 @@ def run(args: argparse.Namespace) -> dict:
         prompts = _prompts(1, ctx, config.vocab_size, seed=ctx)
         row = {"kind": "prefill", "batch": 1, "context": ctx}
         for name, fn in (("tripath", runner.ours), ("transformers", runner.theirs)):
-            t = _timed(lambda fn=fn: fn(prompts, 1), device, args.repeats)
+            t = _timed(lambda fn=fn, p=prompts: fn(p, 1), device, args.repeats)
             row[f"{name}_tokens_per_s"] = ctx / t
         row["ratio"] = row["tripath_tokens_per_s"] / row["transformers_tokens_per_s"]
         rows.append(row)
