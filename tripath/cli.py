@@ -1,0 +1,99 @@
+"""The `tripath` command line: thin wrappers over typed functions (the app and tests call the same ones).
+
+Every subcommand takes --help; every one that reports numbers takes --json. Bad input
+(a malformed scenario, profile or trace, a missing file) prints one line naming the
+file and field on stderr and exits with status 2, having written nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+from simulator.errors import InputError
+
+EXIT_INPUT = 2
+
+
+def _cmd_simulate(args: argparse.Namespace) -> int:
+    # Imported here so `tripath --help` stays instant and other subcommands never pay for SimPy.
+    from simulator.profile import resolve_profile
+    from simulator.report import format_summary
+    from simulator.runner import simulate, summary, write_outputs
+    from simulator.scenario import load_scenario
+
+    scenario = load_scenario(args.scenario)
+    profile_name = args.profile or scenario.profile
+    if profile_name is None:
+        raise InputError(scenario.source_path, "profile", "no profile given: pass --profile NAME|PATH")
+    profile = resolve_profile(profile_name)
+    result = simulate(scenario, profile, seed=args.seed, replications=args.replications,
+                      fast=not args.reference)
+    report = summary(result)
+    if args.out:
+        write_outputs(result, args.out)
+    if args.json:
+        print(json.dumps(report, indent=2, sort_keys=True, allow_nan=False, default=_json_default))
+    else:
+        print(format_summary(report))
+    return 0
+
+
+def _json_default(value: object) -> object:
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tripath",
+        description="Which long-context inference path meets your P99 SLA at the lowest GPU cost.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    sim = sub.add_parser(
+        "simulate",
+        help="simulate a scenario on a calibration profile and report tail latency against the SLA",
+        description="Simulate a scenario (TOML) on a calibration profile with seeded replications; "
+        "report TTFT, TPOT, end-to-end and queueing delay percentiles with 95%% confidence intervals.",
+    )
+    sim.add_argument("scenario", help="scenario TOML path, or the name of a shipped one (data/scenarios/)")
+    sim.add_argument("--profile", help="profile name (data/profiles/NAME.json) or path; "
+                     "default: the scenario's own `profile`")
+    sim.add_argument("--seed", type=int, default=0, help="base seed; replications derive theirs from it")
+    sim.add_argument("--replications", type=_positive_int, default=5,
+                     help="independent seeded replications (confidence intervals need >= 2)")
+    sim.add_argument("--out", help="folder to write records.csv and summary.json into")
+    sim.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    sim.add_argument("--reference", action="store_true",
+                     help="run one SimPy event per iteration (slow; the exactness reference of the fast path)")
+    sim.set_defaults(func=_cmd_simulate)
+    return parser
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except InputError as err:
+        print(f"tripath: error: {err}", file=sys.stderr)
+        return EXIT_INPUT
+    except FileNotFoundError as err:
+        print(f"tripath: error: {err.filename}: file not found", file=sys.stderr)
+        return EXIT_INPUT
+    except BrokenPipeError:
+        # `tripath ... | head` closed the pipe: not an error of ours; keep Python from complaining at exit.
+        sys.stderr.close()
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
