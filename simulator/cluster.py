@@ -54,7 +54,7 @@ class Cluster:
         self.reject_reason: dict[int, str] = {}
         self.next_arrival_s = requests[0].arrival_s if requests else float("inf")
         self.replicas = [
-            Replica(self.env, i, config.replica, cost, self.ledger, self._next_arrival, fast)
+            Replica(self.env, i, config.replica, cost, self.ledger, self._next_arrival, self._expects, fast)
             for i in range(config.replicas)
         ]
         self.env.process(self._arrivals())
@@ -70,6 +70,19 @@ class Cluster:
             self.next_arrival_s = requests[index + 1].arrival_s if index < last else float("inf")
             self._route(index)
 
+    def _choice(self) -> Replica:
+        """The replica the router would pick now: fewest outstanding, ties to the lowest index."""
+        replicas = self.replicas
+        best = replicas[0]
+        for replica in replicas[1:]:
+            if replica.outstanding < best.outstanding:  # strict: ties stay with the lower index
+                best = replica
+        return best
+
+    def _expects(self, index: int) -> bool:
+        """Whether replica ``index`` would receive a request arriving now (a hint for the fast path)."""
+        return len(self.replicas) == 1 or self._choice().index == index
+
     def _route(self, index: int) -> None:
         capacity = self.config.replica.kv_capacity_bytes
         need = self.ledger.reserve[index]
@@ -78,11 +91,7 @@ class Cluster:
                                          f"{self.config.replica.kv_bytes_per_token} B) exceeds the replica's "
                                          f"KV capacity {capacity} bytes")
             return
-        replicas = self.replicas
-        best = replicas[0]
-        for replica in replicas[1:]:
-            if replica.outstanding < best.outstanding:  # strict: ties stay with the lower index
-                best = replica
+        best = self._choice()
         self.ledger.replica[index] = best.index
         best.enqueue(index)
 

@@ -27,6 +27,7 @@ Two processes implement this and must give bit-identical records:
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
@@ -37,11 +38,15 @@ import simpy
 
 from simulator.clock import Clock
 from simulator.costs import IterationCost
+from simulator.run import Run
 
 _NEVER = 1 << 62  # more iterations than any run: "no finish pending"
-# Iterations evaluated at once while an arrival may cut a run short: evaluating a few hundred
-# unused ones costs less than a second round of numpy calls.
+# Iterations evaluated at once while watching for an arrival: evaluating a few hundred unused
+# ones costs less than a second round of numpy calls.
 _FIRST_CHUNK = 256
+# Longest run evaluated ahead when an interrupt may cut it: bounds the work an arrival wastes.
+# Ending a run where nothing changes is harmless: the next run continues with the same floats.
+_HORIZON = 2048
 
 
 @dataclass(frozen=True)
@@ -79,13 +84,15 @@ class Replica:
     """Continuous batching on one replica; the router calls ``enqueue`` and reads ``outstanding``."""
 
     def __init__(self, env: Clock, index: int, config: ReplicaConfig, cost: IterationCost, ledger: Ledger,
-                 next_arrival: Callable[[], float], fast: bool = True) -> None:
+                 next_arrival: Callable[[], float], expects_next_arrival: Callable[[int], bool],
+                 fast: bool = True) -> None:
         self.env = env
         self.index = index
         self.config = config
         self.cost = cost
         self.ledger = ledger
         self._next_arrival = next_arrival
+        self._expects_next_arrival = expects_next_arrival
         self.queue: deque[int] = deque()
         self._running: list[tuple[int, int]] = []  # heap of (iteration count at which it finishes, request)
         self._iteration = 0  # iterations completed so far
@@ -99,7 +106,8 @@ class Replica:
         self.runs = 0  # events waited on for iterations: one per iteration (reference) or per run (fast)
         self._busy_since: float | None = None
         self._wakeup: simpy.Event | None = None
-        env.process(self._serve_fast() if fast else self._serve_reference())
+        self._run: Run | None = None  # the fast path's current run, while an arrival may cut it short
+        self._process = env.process(self._serve_fast() if fast else self._serve_reference())
 
     @property
     def outstanding(self) -> int:
@@ -116,6 +124,9 @@ class Replica:
         if self._wakeup is not None:
             self._wakeup.succeed()  # at this instant, after the arrivals (URGENT) of the same instant
             self._wakeup = None
+        elif self._run is not None:
+            self._run = None
+            self._process.interrupt()  # URGENT: the run stops at its first boundary at or after now
 
     def _serve_reference(self) -> Generator[simpy.Event, None, None]:
         """The plain model: one SimPy event per iteration."""
@@ -142,10 +153,17 @@ class Replica:
                 yield from self._sleep()
             start = self.env.now
             admitted = self._admit(start)
-            iterations, first_end, end = self._plan_run(start, admitted)
+            run = self._plan_run(start, admitted)
             self.runs += 1
-            yield self.env.at(end)
-            self._complete(admitted, iterations, first_end, end)
+            self._run = run if run.cuttable else None
+            try:
+                yield self.env.at(run.end)
+            except simpy.Interrupt:  # a request was routed here mid-run: stop where it can join
+                run.cut(self.env.now)
+                yield self.env.at(run.end)
+            self._run = None
+            self.cost.count_decodes(run.batch, run.decode_context, run.iterations - run.mixed)
+            self._complete(admitted, run.iterations, run.first_end, run.end)
 
     def _sleep(self) -> Generator[simpy.Event, None, None]:
         if self._busy_since is not None:
@@ -180,8 +198,8 @@ class Replica:
         self.peak_kv = max(self.peak_kv, self.kv_used)
         return admitted
 
-    def _plan_run(self, start: float, admitted: list[int]) -> tuple[int, float, float]:
-        """(iterations, end of the first, end of the last) of the run that starts now."""
+    def _plan_run(self, start: float, admitted: list[int]) -> Run:
+        """The run that starts now: up to the first finish, or where an arrival could join."""
         ledger, config, cost = self.ledger, self.config, self.cost
         running = self._running
         batch_before = len(running)
@@ -189,45 +207,32 @@ class Replica:
         limit = running[0][0] - self._iteration if running else _NEVER  # iterations to the first finish
         for request in admitted:
             limit = min(limit, ledger.output[request])
-        watch = False
+        open_to_arrivals = False
         if self.queue:
             fits = ledger.reserve[self.queue[0]] <= config.kv_capacity_bytes - self.kv_used
             if batch < config.max_batch_size and fits:
                 limit = 1  # held back only by this iteration's token budget: admitted at the next boundary
         else:
-            watch = batch < config.max_batch_size  # an arrival could join at any boundary
-        next_arrival = self._next_arrival() if watch else float("inf")
-        end = start
-        context = self._context
-        done = 0
-        first_end = start
+            open_to_arrivals = batch < config.max_batch_size  # an arrival could join at any boundary
+        # The replica the router would pick now stops at the next arrival; any other runs on and is
+        # interrupted by the router if a request does come its way (Replica.enqueue).
+        watch = open_to_arrivals and self._expects_next_arrival(self.index)
+        next_arrival = self._next_arrival() if watch else math.inf
+        run = Run(start, batch, self._context)
         if admitted:
             prompts = [ledger.prompt[i] for i in admitted]
-            end = float(start + cost.mixed_s(prompts, batch_before, context))
-            first_end = end
-            context += batch_before + sum(prompts) + len(admitted)
-            done = 1
-            if limit == 1 or end >= next_arrival:
-                return done, first_end, end
-        chunk = _FIRST_CHUNK if watch else limit - done
+            growth = batch_before + sum(prompts) + len(admitted)  # a token per decode; prompt + first token
+            run.add_mixed(cost.mixed_s(prompts, batch_before, self._context), growth)
+            if limit == 1 or run.end >= next_arrival:
+                return run
+        if not watch:
+            limit = min(limit, run.iterations + _HORIZON)
+        chunk = _FIRST_CHUNK if watch else limit - run.iterations
         while True:
-            count = min(chunk, limit - done)
-            contexts = np.arange(context, context + batch * count, batch)  # S of each decode: +batch per step
-            bounds = cost.decode_s(batch, contexts)
-            bounds[0] += end
-            bounds.cumsum(out=bounds)  # iteration boundaries, added left to right like now + cost
-            used = count
-            arrived = bounds[count - 1] >= next_arrival
-            if arrived:  # stop at the first boundary at or after the arrival
-                used = int(bounds.searchsorted(next_arrival)) + 1
-            cost.count_decodes(batch, context, used)
-            if done == 0:
-                first_end = float(bounds[0])
-            done += used
-            end = float(bounds[used - 1])
-            context += batch * used
-            if done == limit or arrived:
-                return done, first_end, end
+            count = min(chunk, limit - run.iterations)
+            if run.add_decodes(cost, count, next_arrival) or run.iterations == limit:
+                run.cuttable = open_to_arrivals and not watch and run.iterations > 1
+                return run
             chunk *= 2
 
     def _complete(self, admitted: list[int], iterations: int, first_end: float, end: float) -> None:
