@@ -17,12 +17,16 @@ The unit of simulated work is one batch iteration, never one token of one reques
 Two processes implement this and must give bit-identical records:
 
 - reference (``fast=False``): one SimPy event per iteration, boundary = previous + cost.
-- fast: a run of iterations in which the batch cannot change (no finish, and no admission
-  possible: the queue's head is blocked on KV or a full batch, or no request can arrive before
-  the run's end) is advanced in one event. Its boundaries are a cumulative sum of the same
-  per-iteration costs (np.cumsum adds left to right, the same float additions as repeated
-  ``now + cost``). While the queue is empty and the batch has room, the run stops at the first
-  boundary at or after the next arrival to the cluster, where the reference would admit it.
+- fast: a run of iterations in which the batch cannot change (simulator/run.py: no finish
+  before its end, and no admission possible) is advanced in one event. Its boundaries are a
+  cumulative sum of the same per-iteration costs (np.cumsum adds left to right: the same float
+  additions as repeated ``now + cost``). A run ends at the first finish. While the queue is
+  empty and the batch has room, an arrival could join at any boundary: the replica the router
+  would pick now ends its run at the first boundary at or after the next arrival to the
+  cluster; any other replica runs on, and if a request is routed to it after all, the router
+  interrupts it and the run is cut at its first boundary at or after that instant — in both
+  cases exactly the boundary where the reference admits the request. Runs that may be cut are
+  evaluated at most _HORIZON iterations ahead, which bounds the work an interrupt wastes.
 """
 
 from __future__ import annotations

@@ -131,3 +131,13 @@ def test_bound_profile_costs_equal_the_profile_formulas_bit_for_bit():
     assert (cost.decode_queries, cost.decode_outside) == (20, 20)
     cost.count_decodes(1, 4090, 10)  # 4090..4095 outside, 4096..4099 inside
     assert (cost.decode_queries, cost.decode_outside) == (30, 26)
+
+
+def test_fast_equals_reference_with_runs_longer_than_the_evaluation_horizon():
+    # outputs of thousands of tokens: runs are evaluated in chunks and cut at the horizon
+    rng = np.random.default_rng(5)
+    requests = poisson_requests(rng, 30, 2.0, 300, 6000)
+    config = ClusterConfig(2, ReplicaConfig(8, 8192, 10**7, kv_bytes_per_token=1))
+    fast, ref = assert_same(requests, config, smooth_costs)
+    assert max(r.output_tokens for r in requests) > 5000
+    assert fast.events < ref.events / 50
