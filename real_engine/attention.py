@@ -84,22 +84,23 @@ class PagedAttention:
         if self.num_decode:
             out[: self.num_decode] = self._decode(layer, q[0, : self.num_decode])
         for start, end, cached, blocks in self.prefills:
-            qc = q[0, start:end].transpose(0, 1)  # [Hq, T, D]
+            # 4-D [1, H, T, D] inputs: with 3-D ones CPU SDPA falls back to the O(T^2)-memory math kernel
+            qc = q[:, start:end].transpose(1, 2)  # [1, Hq, T, D]
             if cached == 0:  # fresh prompt: the new k/v are the whole context, plain causal attention
-                kc, vc = k[0, start:end].transpose(0, 1), v[0, start:end].transpose(0, 1)  # [Hkv, T, D]
+                kc, vc = k[:, start:end].transpose(1, 2), v[:, start:end].transpose(1, 2)  # [1, Hkv, T, D]
                 mask, causal = None, True
             else:
                 total = cached + end - start
-                both = self.kv.gather_blocks(layer, blocks.unsqueeze(0))[:, 0, :total]  # [2, L, Hkv, D]
-                kc, vc = both[0].transpose(0, 1), both[1].transpose(0, 1)  # [Hkv, L, D]
+                both = self.kv.gather_blocks(layer, blocks.unsqueeze(0))[:, :, :total]  # [2, 1, L, Hkv, D]
+                kc, vc = both[0].transpose(1, 2), both[1].transpose(1, 2)  # [1, Hkv, L, D]
                 # query i sits at position cached + i and sees keys 0..cached + i
                 q_pos = torch.arange(cached, total, device=q.device)
                 mask = torch.arange(total, device=q.device).unsqueeze(0) <= q_pos.unsqueeze(1)  # [T, L]
                 causal = False
             if self.group > 1:  # HF repeat_kv order: kv head j serves query heads j*G .. j*G+G-1
-                kc, vc = kc.repeat_interleave(self.group, 0), vc.repeat_interleave(self.group, 0)
+                kc, vc = kc.repeat_interleave(self.group, 1), vc.repeat_interleave(self.group, 1)
             res = F.scaled_dot_product_attention(qc, kc, vc, attn_mask=mask, is_causal=causal)
-            out[start:end] = res.transpose(0, 1)  # [T, Hq, D]
+            out[start:end] = res[0].transpose(0, 1)  # [T, Hq, D]
         return out.unsqueeze(0)
 
     def _decode(self, layer: int, q: Tensor) -> Tensor:

@@ -204,7 +204,7 @@ PRESETS: dict[str, ModelConfig] = {
         num_layers=4,
         num_heads=8,
         num_kv_heads=4,
-        max_position_embeddings=8192,
+        max_position_embeddings=16384,
     ),
     "llama2-7b": ModelConfig(
         vocab_size=32000,
