@@ -14,6 +14,9 @@ token has no TPOT and meets the TPOT term vacuously. ``all`` requires every give
 
 Throughput is over the makespan: from the first arrival to the last finish. Utilisation is each
 replica's busy time (an iteration in progress) over the same makespan.
+
+Across replications (``estimate``): the mean with a 95% Student-t confidence interval,
+mean +- t(0.975, R - 1) * sd / sqrt(R); no interval when R = 1.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
+from scipy import stats
 
 from simulator.records import COMPLETED, REJECTED, ReplicaStats, RequestRecord
 
@@ -126,3 +130,15 @@ def utilisation(records: Sequence[RequestRecord], replicas: Sequence[ReplicaStat
     """Busy fraction of each replica over the run's makespan."""
     span = makespan(records)
     return [r.busy_s / span if span > 0.0 else math.nan for r in replicas]
+
+
+def estimate(values: Sequence[float]) -> dict[str, float | None]:
+    """Mean over replications with a 95% Student-t interval; NaN replications are left out."""
+    finite = np.array([v for v in values if v is not None and math.isfinite(v)], dtype=float)
+    if finite.size == 0:
+        return {"mean": None, "ci_low": None, "ci_high": None}
+    mean = float(finite.mean())
+    if finite.size < 2:
+        return {"mean": mean, "ci_low": None, "ci_high": None}
+    half = float(stats.t.ppf(0.975, finite.size - 1) * finite.std(ddof=1) / math.sqrt(finite.size))
+    return {"mean": mean, "ci_low": mean - half, "ci_high": mean + half}

@@ -14,21 +14,20 @@ the model's weights.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy import stats
 
 from simulator.capacity import Saturation, saturation
 from simulator.cluster import ClusterConfig, simulate_requests
 from simulator.costs import IterationCost
 from simulator.errors import InputError
+from simulator.metrics import estimate
 from simulator.records import RunResult
 from simulator.replica import ReplicaConfig
 from simulator.scenario import Scenario
+from simulator.summary import summary, write_outputs
 from simulator.workload import generate_requests, mean_lengths
 
 GIB = 2**30
@@ -110,21 +109,5 @@ def simulate(scenario: Scenario, profile: Any, seed: int = 0, replications: int 
     capacity = config.replica.kv_capacity_bytes
     return SimulationResult(scenario, profile.key_str(), profile.source, seed, fast, config.replicas,
                             capacity, capacity_source, rate, rate_source, sat, tuple(runs))
-
-
-def estimate(values: Sequence[float]) -> dict[str, float | None]:
-    """Mean over replications with a 95% Student-t interval; NaN replications are left out."""
-    finite = np.array([v for v in values if v is not None and math.isfinite(v)], dtype=float)
-    if finite.size == 0:
-        return {"mean": None, "ci_low": None, "ci_high": None}
-    mean = float(finite.mean())
-    if finite.size < 2:
-        return {"mean": mean, "ci_low": None, "ci_high": None}
-    half = float(stats.t.ppf(0.975, finite.size - 1) * finite.std(ddof=1) / math.sqrt(finite.size))
-    return {"mean": mean, "ci_low": mean - half, "ci_high": mean + half}
-
-
-# summary and output files live in simulator/summary.py; re-exported so callers import one module.
-from simulator.summary import summary, write_outputs  # noqa: E402
 
 __all__ = ["SimulationResult", "estimate", "simulate", "summary", "write_outputs"]

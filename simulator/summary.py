@@ -28,10 +28,9 @@ RECORD_COLUMNS = ("replication", "request_id", "task", "arrival_s", "prompt_toke
 
 def summary(result: SimulationResult) -> dict[str, Any]:
     """Everything a user reads about the result, with where each number comes from."""
-    from simulator.runner import estimate  # runner imports this module
-
     runs = result.runs
     records = [run.records for run in runs]
+    estimate = metrics.estimate
     latency: dict[str, dict[str, Any]] = {}
     per_run = [metrics.latency_percentiles(r) for r in records]
     for metric in metrics.LATENCY_METRICS:
