@@ -30,6 +30,8 @@ from simulator.scenario import Scenario
 from simulator.summary import summary, write_outputs
 from simulator.workload import generate_requests, mean_lengths
 
+__all__ = ["SimulationResult", "estimate", "simulate", "summary", "write_outputs"]
+
 GIB = 2**30
 
 
@@ -109,5 +111,3 @@ def simulate(scenario: Scenario, profile: Any, seed: int = 0, replications: int 
     capacity = config.replica.kv_capacity_bytes
     return SimulationResult(scenario, profile.key_str(), profile.source, seed, fast, config.replicas,
                             capacity, capacity_source, rate, rate_source, sat, tuple(runs))
-
-__all__ = ["SimulationResult", "estimate", "simulate", "summary", "write_outputs"]
