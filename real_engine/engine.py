@@ -58,6 +58,7 @@ class StepRecord:
     decode_seqs: int
     total_context: int  # sum over the batch of tokens attended to (cached + new)
     num_preempted: int
+    blocks_used: int  # KV blocks held by live sequences after the step
     admitted: tuple[int, ...]  # request ids scheduled for the first time in this step
     first_tokens: tuple[int, ...]  # request ids that produced their first output token in this step
     finished: tuple[int, ...]  # request ids that finished in this step
@@ -71,17 +72,13 @@ class RequestRejected(ValueError):
 
 
 class Engine:
-    def __init__(
-        self, model: LlamaModel, config: EngineConfig, generator: torch.Generator | None = None
-    ) -> None:
+    def __init__(self, model: LlamaModel, config: EngineConfig, generator: torch.Generator | None = None) -> None:
         self.model = fuse_projections(model.eval()) if config.fuse_projections else model.eval()
         self.config = config
         param = next(model.parameters())
         self.device, self.dtype = param.device, param.dtype
         self.kv_manager = KVCacheManager(config.num_blocks, config.block_size)
-        self.kv = KVTensors.allocate(
-            model.config, config.num_blocks, config.block_size, self.dtype, self.device
-        )
+        self.kv = KVTensors.allocate(model.config, config.num_blocks, config.block_size, self.dtype, self.device)
         sched = SchedulerConfig(config.max_batch_size, config.max_batched_tokens, config.chunked_prefill)
         self.scheduler = Scheduler(sched, self.kv_manager)
         self.generator = generator
@@ -166,9 +163,7 @@ class Engine:
                 sampled_rows.append(len(token_ids) - 1)
                 sampling_seqs.append(seq)
         attention = PagedAttention(self.kv, chunks, self.model.config.kv_group_size)
-        ids = (
-            torch.tensor(token_ids, dtype=torch.int64).to(self.device, non_blocking=True).unsqueeze(0)
-        )  # [1, N]
+        ids = torch.tensor(token_ids, dtype=torch.int64).to(self.device, non_blocking=True).unsqueeze(0)  # [1, N]
         rows = torch.tensor(sampled_rows, dtype=torch.int64).to(self.device, non_blocking=True)
         logits = self.model(ids, attention.positions, attention, logits_index=rows)[0]  # [S, V]
         new_tokens = sample(logits, [s.sampling for s in sampling_seqs], self.generator).tolist()
@@ -196,6 +191,7 @@ class Engine:
             decode_seqs=decode_seqs,
             total_context=context,
             num_preempted=len(plan.preempted),
+            blocks_used=self.kv_manager.blocks_used,
             admitted=tuple(admitted),
             first_tokens=tuple(first),
             finished=tuple(finished),

@@ -94,8 +94,7 @@ class KVCacheManager:
         """
         if self.blocks_needed(seq_id, num_tokens) > self.pool.num_free:
             raise OutOfBlocks(
-                f"sequence {seq_id}: needs {self.blocks_needed(seq_id, num_tokens)} blocks, "
-                f"{self.pool.num_free} free"
+                f"sequence {seq_id}: needs {self.blocks_needed(seq_id, num_tokens)} blocks, {self.pool.num_free} free"
             )
         table = self.tables.setdefault(seq_id, BlockTable(blocks=[]))
         copies: list[tuple[int, int]] = []
@@ -119,6 +118,21 @@ class KVCacheManager:
         for block in parent.blocks:
             self.pool.incref(block)
         self.tables[child_id] = BlockTable(blocks=list(parent.blocks), num_tokens=parent.num_tokens)
+
+    def truncate(self, seq_id: int, num_tokens: int) -> None:
+        """Shrink seq_id to its first num_tokens tokens (e.g. rejected speculative tokens), freeing whole blocks."""
+        table = self.tables[seq_id]
+        if not 0 <= num_tokens <= table.num_tokens:
+            raise ValueError(f"sequence {seq_id}: cannot truncate {table.num_tokens} tokens to {num_tokens}")
+        keep = -(-num_tokens // self.block_size)
+        for block in table.blocks[keep:]:
+            self.pool.decref(block)
+        del table.blocks[keep:]
+        table.num_tokens = num_tokens
+
+    @property
+    def blocks_used(self) -> int:
+        return self.pool.num_blocks - self.pool.num_free
 
     def free(self, seq_id: int) -> None:
         table = self.tables.pop(seq_id, None)

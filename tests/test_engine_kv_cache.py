@@ -14,7 +14,7 @@ NUM_BLOCKS, BLOCK = 12, 4
 
 ops = st.lists(
     st.tuples(
-        st.sampled_from(["admit", "extend", "fork", "finish", "preempt"]),
+        st.sampled_from(["admit", "extend", "fork", "truncate", "finish", "preempt"]),
         st.integers(0, 7),  # which sequence (modulo the live ones)
         st.integers(1, 20),  # tokens
     ),
@@ -68,6 +68,11 @@ def test_random_operations_keep_refcounts_consistent(operations, allow_fork):
                 with pytest.raises(OutOfBlocks):
                     manager.reserve(sid, want)
                 assert manager.pool.num_free == free_before
+        elif op == "truncate":  # speculative rollback: keep a prefix
+            sid = live[pick % len(live)]
+            keep = manager.tables[sid].num_tokens * tokens // 20
+            manager.truncate(sid, keep)
+            assert manager.tables[sid].num_tokens == keep
         elif op == "fork" and allow_fork:
             manager.fork(live[pick % len(live)], next_id)
             next_id += 1

@@ -87,6 +87,7 @@ def test_preemption_and_chunked_prefill_keep_outputs(model, prompts, reference):
         used = engine.config.num_blocks - engine.kv_manager.pool.num_free
         assert used <= engine.config.num_blocks
     assert sum(r.num_preempted for r in records) > 0
+    assert max(r.blocks_used for r in records) == 16 and records[-1].blocks_used == 0
     assert max(r.num_tokens for r in records) <= 20
     assert [engine.output(i) for i in ids] == reference
     assert engine.kv_manager.pool.num_free == 16  # everything returned
@@ -115,6 +116,10 @@ def test_requests_that_cannot_fit_are_rejected(model):
         engine.add_request(list(range(10)), 10)
     with pytest.raises(RequestRejected, match="max_position_embeddings"):
         Engine(model, EngineConfig()).add_request([1] * 500, 13)
+    unchunked = Engine(model, EngineConfig(max_batched_tokens=32, chunked_prefill=False))
+    with pytest.raises(RequestRejected, match="max_batched_tokens is 32"):
+        unchunked.add_request([1] * 30, 4)  # 33 tokens to recompute after a preemption
+    assert unchunked.generate([[1] * 30], 3)[0] == Engine(model, EngineConfig()).generate([[1] * 30], 3)[0]
 
 
 def test_top_p_filter_hand_computed():
