@@ -14,6 +14,7 @@ the model's weights.
 
 from __future__ import annotations
 
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -97,17 +98,33 @@ def arrival_rate(
     return rate, f"load_fraction {arrival.load_fraction} x saturation estimate (simulator/capacity.py)", sat
 
 
+def replicate(scenario: Scenario, profile: Any, config: ClusterConfig, rate: float | None,
+              seed_sequence: np.random.SeedSequence, fast: bool = True) -> RunResult:
+    """One replication: draw the workload from this seed sequence and serve it."""
+    requests = generate_requests(scenario.workload, np.random.default_rng(seed_sequence), rate)
+    return simulate_requests(requests, config, IterationCost.from_profile(profile), fast=fast)
+
+
 def simulate(scenario: Scenario, profile: Any, seed: int = 0, replications: int = 1,
-             fast: bool = True) -> SimulationResult:
-    """Run ``replications`` seeded replications of the scenario on the profile's costs."""
+             fast: bool = True, workers: int = 1) -> SimulationResult:
+    """Run ``replications`` seeded replications of the scenario on the profile's costs.
+
+    ``workers`` > 1 runs replications in a local process pool; each replication depends only on
+    its own seed sequence, so the records are the same bit for bit whatever the worker count.
+    """
     if replications < 1:
         raise ValueError(f"replications must be >= 1, got {replications}")
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
     config, capacity_source = cluster_config(scenario, profile)
     rate, rate_source, sat = arrival_rate(scenario, profile, config)
-    runs = []
-    for child in np.random.SeedSequence(seed).spawn(replications):
-        requests = generate_requests(scenario.workload, np.random.default_rng(child), rate)
-        runs.append(simulate_requests(requests, config, IterationCost.from_profile(profile), fast=fast))
+    children = np.random.SeedSequence(seed).spawn(replications)
+    if workers == 1 or replications == 1:
+        runs = [replicate(scenario, profile, config, rate, child, fast) for child in children]
+    else:
+        with ProcessPoolExecutor(max_workers=min(workers, replications)) as pool:
+            futures = [pool.submit(replicate, scenario, profile, config, rate, child, fast) for child in children]
+            runs = [future.result() for future in futures]
     capacity = config.replica.kv_capacity_bytes
     return SimulationResult(scenario, profile.key_str(), profile.source, seed, fast, config.replicas,
                             capacity, capacity_source, rate, rate_source, sat, tuple(runs))

@@ -115,3 +115,10 @@ def test_device_memory_override_derives_kv_capacity(seed_profile):
     result = simulate(roomy, seed_profile, seed=1)
     assert result.kv_capacity_bytes == 200 * 2**30 - seed_profile.model.weight_bytes
     assert result.replicas == 1
+
+
+def test_process_pool_replications_equal_serial_ones(seed_profile):
+    scenario = small_quickstart(80)
+    serial = simulate(scenario, seed_profile, seed=5, replications=3)
+    pooled = simulate(scenario, seed_profile, seed=5, replications=3, workers=2)
+    assert [bits(r.records) for r in serial.runs] == [bits(r.records) for r in pooled.runs]
