@@ -87,9 +87,10 @@ class Cluster:
         capacity = self.config.replica.kv_capacity_bytes
         need = self.ledger.reserve[index]
         if need > capacity:
-            self.reject_reason[index] = (f"KV reservation {need} bytes ((prompt + output) tokens x "
-                                         f"{self.config.replica.kv_bytes_per_token} B) exceeds the replica's "
-                                         f"KV capacity {capacity} bytes")
+            # One stable text per run (the request's own need is in its record), so the summary can count reasons.
+            tokens = capacity // self.config.replica.kv_bytes_per_token
+            self.reject_reason[index] = (f"KV reservation of (prompt + output) tokens exceeds the replica's KV "
+                                         f"capacity of {capacity} bytes ({tokens} tokens)")
             return
         best = self._choice()
         self.ledger.replica[index] = best.index

@@ -13,6 +13,7 @@ import json
 import math
 import os
 import tempfile
+from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -63,6 +64,7 @@ def summary(result: SimulationResult) -> dict[str, Any]:
         "kv_capacity_bytes": {"value": result.kv_capacity_bytes, "source": result.kv_capacity_source},
         "latency_ms": latency,
         "counts": {key: sum(c[key] for c in counts) for key in ("arrived", "completed", "rejected")},
+        "reject_reasons": dict(Counter(r.reject_reason for run in records for r in run if r.reject_reason)),
         "counts_per_replication": {key: estimate([c[key] for c in counts]) for key in counts[0]},
         "sla": {"targets_ms": targets, "attainment": attainment, "p99_meets_target": p99_met},
         "throughput": {key: estimate([t[key] for t in throughputs]) for key in throughputs[0]},
