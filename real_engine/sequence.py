@@ -67,4 +67,6 @@ class Sequence:
         n_prompt = len(self.prompt_ids)
         if end <= n_prompt:
             return self.prompt_ids[start:end]
-        return (self.prompt_ids + self.output_ids)[start:end]
+        if start >= n_prompt:  # decode: no O(length) concatenation on the hot path
+            return self.output_ids[start - n_prompt : end - n_prompt]
+        return self.prompt_ids[start:] + self.output_ids[: end - n_prompt]
