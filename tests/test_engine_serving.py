@@ -130,3 +130,34 @@ def test_engine_generate_matches_manual_loop():
     assert [len(o) for o in out] == [3, 5]
     assert not engine.sequences  # released
     assert engine.kv_manager.pool.num_free == 64
+
+
+class FakeClock:
+    """Advances 10 ms per reading and jumps forward when slept: a deterministic timeline."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+        self.slept: list[float] = []
+
+    def __call__(self) -> float:
+        self.now += 0.01
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+
+def test_idle_engine_sleeps_until_the_next_arrival():
+    from simulator.request import RequestSpec
+
+    model = LlamaModel(PRESETS["tiny-mha"]).eval()
+    engine = Engine(model, EngineConfig(block_size=8, num_blocks=64))
+    requests = [RequestSpec(0, 0.0, 5, 2), RequestSpec(1, 5.0, 4, 1)]
+    clock = FakeClock()
+    result = serve(engine, requests, PromptSource(np.random.default_rng(0), 256, path=None), clock, clock.sleep)
+    first, second = result.records
+    # request 0 ran at once (2 steps: prefill + 1 decode); then the loop slept until t = 5 s
+    assert first.finish_s < 1.0 and len(clock.slept) == 1 and clock.slept[0] > 4.0
+    assert 5.0 <= second.admitted_s < second.first_token_s == second.finish_s < 5.1
+    assert len(result.steps) == 3
