@@ -84,6 +84,11 @@ def save_checkpoint(
         _atomic_write(out / INDEX_FILE, lambda tmp: Path(tmp).write_text(json.dumps(index, indent=2)))
     text = json.dumps(config.to_hf_dict() | {"torch_dtype": _dtype_name(model)}, indent=2)
     _atomic_write(out / CONFIG_FILE, lambda tmp: Path(tmp).write_text(text))
+    # weights of an earlier save in another layout would shadow this one (the index wins on load)
+    written = {WEIGHTS_FILE} if max_shard_bytes is None else set(weight_map.values()) | {INDEX_FILE}
+    for stale in [out / WEIGHTS_FILE, out / INDEX_FILE, *out.glob("model-*-of-*.safetensors")]:
+        if stale.name not in written and stale.is_file():
+            stale.unlink()
     return out
 
 

@@ -135,3 +135,16 @@ def test_missing_shard_and_bad_config(model, tmp_path):
     with pytest.raises(InputError) as err:
         load_checkpoint(tmp_path)
     assert "num_kv_heads" in str(err.value) and err.value.source.endswith("config.json")
+
+
+def test_resaving_in_another_layout_leaves_no_stale_weights(model, tmp_path):
+    save_checkpoint(model, CONFIG, tmp_path, max_shard_bytes=60_000)
+    other = LlamaModel(CONFIG, torch.Generator().manual_seed(99)).eval()
+    save_checkpoint(other, CONFIG, tmp_path)  # single file now: the old index must not win
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json", WEIGHTS_FILE]
+    _, loaded = load_checkpoint(tmp_path)
+    assert _same_logits(other, loaded)
+    save_checkpoint(model, CONFIG, tmp_path, max_shard_bytes=200_000)
+    assert not (tmp_path / WEIGHTS_FILE).exists()
+    _, loaded = load_checkpoint(tmp_path)
+    assert _same_logits(model, loaded)
