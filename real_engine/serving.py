@@ -204,7 +204,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--block-size", type=int, default=16)
     p.add_argument("--out", default="engine_records.csv")
     p.add_argument("--steps-out", help="also write per-step timing records (CSV)")
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     args = p.parse_args(argv)
+    if args.threads:  # on a shared CPU, fewer threads avoid OpenMP spin-waits that dominate small ops
+        torch.set_num_threads(args.threads)
     scenario = load_scenario(args.scenario)
     if args.checkpoint:
         _, model = load_checkpoint(args.checkpoint, device=args.device)
