@@ -16,6 +16,16 @@ from real_engine.config import PRESETS
 from real_engine.model import LlamaModel
 from simulator.errors import InputError
 
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Tiny models gain nothing from more threads, and on a shared CPU OpenMP spin-waits cost ~10x."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 CONFIG = PRESETS["tiny-gqa"]
 IDS = torch.arange(0, 40).view(1, 40)
 

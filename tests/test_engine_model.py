@@ -13,13 +13,21 @@ from real_engine.config import PRESETS, ModelConfig
 from real_engine.kv_cache import KVCacheManager, KVTensors
 from real_engine.model import LlamaModel
 
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Tiny models gain nothing from more threads, and on a shared CPU OpenMP spin-waits cost ~10x."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 TOL = 1e-4
 CONFIGS = {
     "mha": PRESETS["tiny-mha"],
     "gqa-theta5e5": PRESETS["tiny-gqa"],  # 8 query heads over 2 KV heads, rope_theta 500000
-    "gqa-tied-theta1e3": replace(
-        PRESETS["tiny-gqa"], num_kv_heads=4, rope_theta=1000.0, tie_word_embeddings=True
-    ),
+    "gqa-tied-theta1e3": replace(PRESETS["tiny-gqa"], num_kv_heads=4, rope_theta=1000.0, tie_word_embeddings=True),
 }
 
 
@@ -124,17 +132,11 @@ def test_hf_dict_round_trip_and_validation():
         hf = LlamaConfig(**config.to_hf_dict()).to_dict()
         assert ModelConfig.from_hf_dict(hf) == config  # what transformers itself writes reads back too
     with pytest.raises(ValueError, match="num_kv_heads"):
-        ModelConfig(
-            vocab_size=8, hidden_size=64, intermediate_size=8, num_layers=1, num_heads=4, num_kv_heads=3
-        )
+        ModelConfig(vocab_size=8, hidden_size=64, intermediate_size=8, num_layers=1, num_heads=4, num_kv_heads=3)
     with pytest.raises(ValueError, match="hidden_size"):
-        ModelConfig(
-            vocab_size=8, hidden_size=0, intermediate_size=8, num_layers=1, num_heads=4, num_kv_heads=4
-        )
+        ModelConfig(vocab_size=8, hidden_size=0, intermediate_size=8, num_layers=1, num_heads=4, num_kv_heads=4)
     with pytest.raises(ValueError, match="rope_type"):
-        ModelConfig.from_hf_dict(
-            PRESETS["tiny-mha"].to_hf_dict() | {"rope_parameters": {"rope_type": "llama3"}}
-        )
+        ModelConfig.from_hf_dict(PRESETS["tiny-mha"].to_hf_dict() | {"rope_parameters": {"rope_type": "llama3"}})
     assert PRESETS["llama2-70b"].kv_bytes_per_token(2) == 327_680  # 0.3125 MiB, as SEEDS.md notes
 
 
@@ -142,9 +144,7 @@ def test_same_generator_seed_same_weights():
     a = LlamaModel(CONFIGS["mha"], torch.Generator().manual_seed(7))
     b = LlamaModel(CONFIGS["mha"], torch.Generator().manual_seed(7))
     c = LlamaModel(CONFIGS["mha"], torch.Generator().manual_seed(8))
-    assert all(
-        torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values(), strict=True)
-    )
+    assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values(), strict=True))
     assert not torch.equal(a.lm_head.weight, c.lm_head.weight)
 
 

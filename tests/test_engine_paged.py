@@ -14,6 +14,16 @@ from real_engine.kv_cache import KVCacheManager, KVTensors
 from real_engine.model import LlamaModel, dense_causal_attention
 from real_engine.sampling import SamplingParams, sample, top_p_filter
 
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Tiny models gain nothing from more threads, and on a shared CPU OpenMP spin-waits cost ~10x."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 CONFIG = PRESETS["tiny-gqa"]
 LENGTHS = [5, 17, 33, 1, 40, 9]
 

@@ -19,6 +19,16 @@ from simulator.records import COMPLETED, REJECTED
 from simulator.scenario import load_scenario
 from simulator.workload import generate_requests
 
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Tiny models gain nothing from more threads, and on a shared CPU OpenMP spin-waits cost ~10x."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 SCENARIO = """
 name = "engine-replay"
 description = "short replay for the engine test"
