@@ -189,7 +189,8 @@ def main(argv: list[str] | None = None) -> int:
     from simulator.workload import generate_requests
 
     p = argparse.ArgumentParser(
-        description="Replay a scenario's workload through the real engine (measured)."
+        prog="tripath serve",
+        description="Replay a scenario's workload through the real engine (measured).",
     )
     p.add_argument("scenario")
     p.add_argument("--checkpoint", help="HF-layout checkpoint folder; default: a random-weight preset")
@@ -205,6 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default="engine_records.csv")
     p.add_argument("--steps-out", help="also write per-step timing records (CSV)")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    p.add_argument("--json", action="store_true", help="print the measured latency percentiles as one JSON object")
     args = p.parse_args(argv)
     if args.threads:  # on a shared CPU, fewer threads avoid OpenMP spin-waits that dominate small ops
         torch.set_num_threads(args.threads)
@@ -235,11 +237,36 @@ def main(argv: list[str] | None = None) -> int:
         write_steps_csv(result.steps, args.steps_out)
     done = sum(r.status == COMPLETED for r in result.records)
     rej = sum(r.status == REJECTED for r in result.records)
+    if args.json:
+        print(json.dumps(_measured_summary(result.records, len(result.steps), args, result.prompt_source),
+                         indent=2, sort_keys=True))
+        return 0
     print(
         f"{done} completed, {rej} rejected, {len(result.steps)} steps (measured, prompts: "
         f"{result.prompt_source}) -> {args.out}"
     )
     return 0
+
+
+def _measured_summary(records: list[RequestRecord], steps: int, args: argparse.Namespace,
+                      prompt_source: str) -> dict[str, object]:
+    """The same percentiles the simulator reports, over records measured on this engine (ms; NaN -> null)."""
+    from simulator import metrics
+
+    latency = {m: {lvl: (v * 1000.0 if math.isfinite(v) else None) for lvl, v in levels.items()}
+               for m, levels in metrics.latency_percentiles(records).items()}
+    return {
+        "numbers_from": f"measured on the real engine ({args.device}, torch {torch.__version__}) at "
+                        f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}",
+        "checkpoint": args.checkpoint or f"random weights, preset {args.preset}",
+        "prompts": prompt_source,
+        "scenario": args.scenario,
+        "seed": args.seed,
+        "counts": metrics.counts(records),
+        "steps": steps,
+        "latency_ms": latency,
+        "records": str(args.out),
+    }
 
 
 if __name__ == "__main__":

@@ -136,3 +136,23 @@ def test_help_works_for_every_command():
         proc = subprocess.run([sys.executable, "-m", "tripath.cli", *argv], capture_output=True, text=True,
                               check=False)
         assert proc.returncode == 0 and "usage" in proc.stdout
+
+
+def test_serve_replays_on_the_real_engine_and_reports_json(tmp_path, capsys):
+    import torch
+
+    before = torch.get_num_threads()
+    scenario = _write(tmp_path, SMALL.replace("value = 512", "value = 24").replace("value = 16", "value = 4"))
+    out = tmp_path / "engine.csv"
+    try:
+        code = main(["serve", str(scenario), "--preset", "tiny-mha", "--rate", "200", "--requests", "5",
+                     "--threads", "1", "--out", str(out), "--json"])
+    finally:
+        torch.set_num_threads(before)
+    assert code == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["counts"] == {"arrived": 5, "completed": 5, "rejected": 0}
+    assert report["numbers_from"].startswith("measured on the real engine")
+    ttft, e2e = report["latency_ms"]["ttft"], report["latency_ms"]["e2e"]
+    assert 0 < ttft["p50"] <= e2e["p50"]
+    assert len(out.read_text().splitlines()) == 1 + 5

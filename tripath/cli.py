@@ -41,6 +41,20 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_serve(args: argparse.Namespace) -> int:
+    # The engine's own parser owns its options (`tripath serve --help` shows them); torch loads only here.
+    from real_engine.serving import main as serve_main
+
+    return serve_main(args.rest)
+
+
+class _Passthrough(argparse.Namespace):
+    """`tripath serve ARGS...`: ARGS go untouched to the engine's parser (argparse would eat --help)."""
+
+    def __init__(self, rest: list[str]) -> None:
+        super().__init__(func=_cmd_serve, rest=rest)
+
+
 def _json_default(value: object) -> object:
     raise TypeError(f"not JSON serialisable: {type(value).__name__}")
 
@@ -69,6 +83,13 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--reference", action="store_true",
                      help="run one SimPy event per iteration (slow; the exactness reference of the fast path)")
     sim.set_defaults(func=_cmd_simulate)
+
+    serve = sub.add_parser(
+        "serve", add_help=False,
+        help="replay a scenario's workload on the real engine (measured records; --help for options)",
+    )
+    serve.add_argument("rest", nargs=argparse.REMAINDER)
+    serve.set_defaults(func=_cmd_serve)
     return parser
 
 
@@ -80,7 +101,9 @@ def _positive_int(text: str) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    args = _Passthrough(argv[1:]) if argv[:1] == ["serve"] else parser.parse_args(argv)
     try:
         return int(args.func(args))
     except InputError as err:
