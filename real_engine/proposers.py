@@ -1,0 +1,178 @@
+"""Who proposes the K speculative tokens: a draft model on its own paged KV cache, or prompt lookup.
+
+Both sit behind one interface: ``propose(seqs, ks)`` returns a padded batch of proposals with
+the proposal distribution q (one-hot for a deterministic proposer, which keeps rejection
+sampling lossless), ``commit(seq)`` rolls the proposer's state back to the sequence's
+accepted tokens after verification, ``free(request_id)`` forgets a finished request.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from real_engine.attention import PagedAttention, SequenceChunk
+from real_engine.kv_cache import KVCacheManager, KVTensors
+from real_engine.model import LlamaModel
+from real_engine.rejection import sampling_probs
+from real_engine.sequence import Sequence
+
+
+@dataclass(frozen=True)
+class PagedChunk:
+    """num_cached tokens of seq_id are in the cache; ``tokens`` follow; logits wanted for the last num_logits."""
+
+    seq_id: int
+    num_cached: int
+    tokens: list[int]
+    num_logits: int
+
+
+def paged_forward(model: LlamaModel, kv: KVTensors, manager: KVCacheManager, chunks: list[PagedChunk]) -> list[Tensor]:
+    """One forward pass over all chunks on a paged cache; returns each chunk's logits [num_logits, V] in order.
+
+    Grows each block table to num_cached + len(tokens) (the caller truncates what is rejected).
+    """
+    order = sorted(range(len(chunks)), key=lambda i: len(chunks[i].tokens) != 1)  # one-token chunks first
+    token_ids: list[int] = []
+    seq_chunks: list[SequenceChunk] = []
+    rows: list[int] = []
+    spans: dict[int, tuple[int, int]] = {}
+    for i in order:
+        ch = chunks[i]
+        kv.copy_blocks(manager.reserve(ch.seq_id, ch.num_cached + len(ch.tokens)))
+        token_ids += ch.tokens
+        seq_chunks.append(SequenceChunk(ch.num_cached, len(ch.tokens), manager.block_table(ch.seq_id)))
+        spans[i] = (len(rows), len(rows) + ch.num_logits)
+        rows += range(len(token_ids) - ch.num_logits, len(token_ids))
+    device = kv.kv.device
+    attention = PagedAttention(kv, seq_chunks, model.config.kv_group_size)
+    ids = torch.tensor(token_ids, dtype=torch.int64, device=device).unsqueeze(0)  # [1, N]
+    index = torch.tensor(rows, dtype=torch.int64, device=device)
+    logits = model(ids, attention.positions, attention, logits_index=index)[0]  # [R, V]
+    return [logits[spans[i][0] : spans[i][1]] for i in range(len(chunks))]
+
+
+@dataclass(frozen=True)
+class Proposal:
+    tokens: Tensor  # [B, K] proposed ids, padded with 0 past num_draft
+    num_draft: Tensor  # [B] tokens actually proposed per sequence (<= the K asked for)
+    probs: Tensor  # [B, K, V] the proposal distribution q at each slot
+
+
+class Proposer(Protocol):
+    def propose(self, seqs: list[Sequence], ks: list[int]) -> Proposal: ...
+
+    def commit(self, seq: Sequence) -> None: ...
+
+    def free(self, request_id: int) -> None: ...
+
+
+def _pack(proposed: list[list[int]], probs: list[list[Tensor]], k: int, vocab: int, device: torch.device) -> Proposal:
+    b = len(proposed)
+    tokens = torch.zeros(b, k, dtype=torch.int64, device=device)
+    q = torch.zeros(b, k, vocab, dtype=torch.float32, device=device)
+    for i, (toks, ps) in enumerate(zip(proposed, probs, strict=True)):
+        if toks:
+            tokens[i, : len(toks)] = torch.tensor(toks, device=device)
+            q[i, : len(toks)] = torch.stack(ps)
+    num = torch.tensor([len(t) for t in proposed], dtype=torch.int64, device=device)
+    return Proposal(tokens, num, q)
+
+
+class DraftModelProposer:
+    """A smaller model drafts autoregressively on its own paged KV cache (one batched pass per token).
+
+    ``computed[id]`` tokens of a sequence have draft K/V; the first pass of a round feeds whatever
+    the draft has not seen (the last emitted token, after a full accept also the last draft
+    token, after plain rounds the whole gap), so fallback rounds cost the draft nothing.
+    """
+
+    def __init__(
+        self, model: LlamaModel, num_blocks: int, block_size: int, generator: torch.Generator | None = None
+    ) -> None:
+        self.model = model.eval()
+        param = next(model.parameters())
+        self.manager = KVCacheManager(num_blocks, block_size)
+        self.kv = KVTensors.allocate(model.config, num_blocks, block_size, param.dtype, param.device)
+        self.generator = generator
+        self.computed: dict[int, int] = {}
+        self.pass_seconds: list[tuple[int, float]] = []  # (batch size, wall s) of every draft pass
+
+    @torch.inference_mode()
+    def propose(self, seqs: list[Sequence], ks: list[int]) -> Proposal:
+        k = max(ks, default=0)
+        vocab = self.model.config.vocab_size
+        device = self.kv.kv.device
+        proposed: list[list[int]] = [[] for _ in seqs]
+        probs: list[list[Tensor]] = [[] for _ in seqs]
+        for j in range(k):
+            active = [i for i, ki in enumerate(ks) if ki > j]
+            chunks = []
+            for i in active:
+                seq, done = seqs[i], self.computed.get(seqs[i].request_id, 0)
+                new = seq.token_slice(done, seq.num_tokens) if j == 0 else [proposed[i][-1]]
+                chunks.append(PagedChunk(seq.request_id, done, new, 1))
+            start = time.perf_counter()
+            logits = torch.cat(paged_forward(self.model, self.kv, self.manager, chunks))  # [A, V]
+            q = sampling_probs(logits.unsqueeze(1), [seqs[i].sampling for i in active])[:, 0]  # [A, V]
+            greedy = [seqs[i].sampling.greedy for i in active]
+            drawn = q.argmax(-1) if all(greedy) else torch.multinomial(q, 1, generator=self.generator).squeeze(1)
+            toks = drawn.tolist()  # waits for the device: the pass time below is complete
+            self.pass_seconds.append((len(active), time.perf_counter() - start))
+            for row, (i, ch) in enumerate(zip(active, chunks, strict=True)):
+                self.computed[seqs[i].request_id] = ch.num_cached + len(ch.tokens)
+                proposed[i].append(int(toks[row]))
+                probs[i].append(q[row])
+        return _pack(proposed, probs, k, vocab, device)
+
+    def commit(self, seq: Sequence) -> None:
+        """Keep only draft K/V of tokens the sequence still has (never the final, unfed token)."""
+        done = self.computed.get(seq.request_id, 0)
+        keep = min(done, seq.num_tokens - 1)
+        if keep < done:
+            self.manager.truncate(seq.request_id, keep)
+            self.computed[seq.request_id] = keep
+
+    def free(self, request_id: int) -> None:
+        self.manager.free(request_id)
+        self.computed.pop(request_id, None)
+
+
+class PromptLookupProposer:
+    """Prompt lookup decoding (Saxena 2023; vLLM's n-gram proposer): find the latest earlier occurrence
+    of the context's last n tokens (n = max_ngram down to min_ngram) and propose what followed it.
+    No model, no cache; q is one-hot at the proposed token."""
+
+    def __init__(self, vocab_size: int, min_ngram: int = 2, max_ngram: int = 4) -> None:
+        if not 1 <= min_ngram <= max_ngram:
+            raise ValueError(f"min_ngram/max_ngram: need 1 <= min <= max, got {min_ngram}/{max_ngram}")
+        self.vocab, self.min_ngram, self.max_ngram = vocab_size, min_ngram, max_ngram
+
+    def lookup(self, tokens: list[int], k: int) -> list[int]:
+        arr = np.asarray(tokens, dtype=np.int64)
+        for n in range(min(self.max_ngram, len(arr) - 1), self.min_ngram - 1, -1):
+            windows = np.lib.stride_tricks.sliding_window_view(arr[:-1], n)  # [L-n, n]: every earlier n-gram
+            hits = np.flatnonzero((windows == arr[-n:]).all(axis=1))
+            if hits.size:
+                start = int(hits[-1]) + n  # continuation of the latest match
+                return arr[start : start + k].tolist()
+        return []
+
+    def propose(self, seqs: list[Sequence], ks: list[int]) -> Proposal:
+        k = max(ks, default=0)
+        proposed = [self.lookup(s.prompt_ids + s.output_ids, ki) if ki else [] for s, ki in zip(seqs, ks, strict=True)]
+        eye = torch.eye(self.vocab)
+        probs = [[eye[t] for t in toks] for toks in proposed]
+        return _pack(proposed, probs, k, self.vocab, torch.device("cpu"))
+
+    def commit(self, seq: Sequence) -> None:
+        pass
+
+    def free(self, request_id: int) -> None:
+        pass
