@@ -1,0 +1,308 @@
+"""A sequence's KV as chunked pages spread over device, host and SSD, paged in before each layer's attention.
+
+Policy (the tiered-cache path of SEEDS.md):
+- pages of the attention sinks (the first ``sink_tokens``) and of the recent window (the last
+  ``window_tokens``) are pinned on the device;
+- when the device pool is full the least recently used unpinned page moves to the host tier, and
+  when the host is full its LRU page moves to the SSD tier (SSD only after host is full);
+- full attention needs every chunk of a layer at once, so ``gather`` pages the layer's chunks in
+  and concatenates them; while that layer computes, the next layer's pages are fetched ahead on a
+  background thread (a side CUDA stream inside it on GPU), so paging overlaps compute.
+Because the cached values are moved bit for bit and attention runs the same SDPA call on the same
+contiguous tensors as DenseKVCache, output is bit-identical to an untiered cache.
+Under full attention and LRU, a context larger than the device pool re-reads every unpinned page
+each step: paging cost per step is linear in the KV that does not fit, which is the cost the seed
+document reports (about 3 ms per extra 2K tokens on its hardware).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from real_engine.config import ModelConfig
+from real_engine.tiers import DeviceFull, TierConfig, TierFault, Tiers
+
+PageKey = tuple[int, int, int]  # (sequence id, layer, chunk index)
+
+
+@dataclass
+class PageState:
+    tier: str  # "device" | "host" | "ssd"
+    slot: int  # device slot, host slot or SSD page id
+    pending: Future | None = None  # a prefetch still copying into the device slot
+    source: tuple[str, int] | None = None  # where the pending copy reads from (released once it lands)
+
+
+def dense_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    """The exact op sequence of DenseKVCache: q [B, Tn, Hq, D], k/v [B, L, Hkv, D] -> [B, Tn, Hq, D]."""
+    group = q.shape[2] // k.shape[2]
+    qh = q.transpose(1, 2)  # [B, Hq, Tn, D]
+    kh = k.transpose(1, 2).repeat_interleave(group, dim=1)  # [B, Hq, L, D], HF repeat_kv order
+    vh = v.transpose(1, 2).repeat_interleave(group, dim=1)
+    new, total = q.shape[1], k.shape[1]
+    mask = torch.ones(new, total, dtype=torch.bool, device=q.device).tril(diagonal=total - new)
+    out = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask)
+    return out.transpose(1, 2)  # [B, Tn, Hq, D]
+
+
+class TieredKVCache:
+    """Pages of live sequences over one set of Tiers, with LRU eviction and per-layer prefetch."""
+
+    def __init__(self, model_config: ModelConfig, tier_config: TierConfig, dtype: torch.dtype,
+                 device: torch.device | str, sink_tokens: int = 4, window_tokens: int = 256,
+                 prefetch: bool = True) -> None:
+        if sink_tokens < 0 or window_tokens < 0:
+            raise ValueError(f"sink_tokens/window_tokens: must be >= 0, got {sink_tokens}/{window_tokens}")
+        self.device = torch.device(device)
+        self.chunk = tier_config.chunk_tokens
+        self.num_layers = model_config.num_layers
+        page_shape = (2, self.chunk, model_config.num_kv_heads, int(model_config.head_dim))
+        self.tiers = Tiers(tier_config, page_shape, dtype, self.device)
+        self.sink_tokens, self.window_tokens = sink_tokens, window_tokens
+        self.pages: dict[PageKey, PageState] = {}
+        self.device_lru: OrderedDict[PageKey, None] = OrderedDict()
+        self.host_lru: OrderedDict[PageKey, None] = OrderedDict()
+        self.lengths: dict[int, list[int]] = {}  # tokens stored per layer
+        self._busy: set[PageKey] = set()
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="kv-prefetch") if prefetch else None
+        self._stream = torch.cuda.Stream(self.device) if prefetch and self.device.type == "cuda" else None
+        self.stall_s = 0.0  # main-thread time spent paging or waiting for a prefetch
+
+    # ---- policy -------------------------------------------------------------------------------
+    def pinned(self, key: PageKey) -> bool:
+        seq, layer, chunk = key
+        length = self.lengths[seq][layer]
+        first, last = chunk * self.chunk, (chunk + 1) * self.chunk  # tokens [first, last)
+        return first < self.sink_tokens or last > length - self.window_tokens
+
+    def _victim(self, lru: OrderedDict[PageKey, None], device: bool) -> PageKey | None:
+        for key in lru:  # oldest first
+            if self.pages[key].pending is not None:
+                continue  # its host slot is the source of an in-flight copy
+            # busy pages must stay on the device; a busy page on the host may still move down to
+            # the SSD (it is read back from there), since _to_device reads the state after evicting
+            if device and (key in self._busy or self.pinned(key)):
+                continue
+            return key
+        return None
+
+    # ---- moves between tiers ------------------------------------------------------------------
+    def _time(self, link: str, nbytes: int, start: float) -> None:
+        self.tiers.stats.add(link, nbytes, time.perf_counter() - start)
+
+    def _evict_host(self) -> None:
+        key = self._victim(self.host_lru, device=False)
+        if key is None:
+            raise TierFault("host tier: every page is in use")
+        state = self.pages[key]
+        page_id = self.tiers.ssd.write(self.tiers.host_pool.data[state.slot])  # raises before any change
+        self.tiers.host_pool.release(state.slot)
+        del self.host_lru[key]
+        self.pages[key] = PageState("ssd", page_id)
+
+    def _evict_device(self) -> None:
+        key = self._victim(self.device_lru, device=True)
+        if key is None:
+            raise DeviceFull(
+                f"device pool: all {self.tiers.device_pool.capacity} pages are pinned or in use "
+                f"(sinks + window of live sequences and one layer's context must fit)"
+            )
+        state, tiers, start = self.pages[key], self.tiers, time.perf_counter()
+        if tiers.host_pool.capacity == 0:  # no host tier: straight to SSD
+            page_id = tiers.ssd.write(tiers.device_pool.data[state.slot].cpu())
+            new = PageState("ssd", page_id)
+        else:
+            if tiers.host_pool.num_free == 0:
+                self._evict_host()
+            slot = tiers.host_pool.allocate()
+            tiers.host_pool.data[slot].copy_(tiers.device_pool.data[state.slot])
+            self._time("device->host", tiers.page_bytes, start)
+            self.host_lru[key] = None
+            new = PageState("host", slot)
+        tiers.device_pool.release(state.slot)
+        del self.device_lru[key]
+        self.pages[key] = new
+
+    def _device_slot(self) -> int:
+        if self.tiers.device_pool.num_free == 0:
+            self._evict_device()
+        return self.tiers.device_pool.allocate()
+
+    def _copy_in(self, dst: int, source: tuple[str, int]) -> None:
+        """Copy a host or SSD page into device slot dst (runs on the main or the prefetch thread)."""
+        tier, slot = source
+        page = self.tiers.host_pool.data[slot] if tier == "host" else self.tiers.ssd.read(slot)  # ssd->host timed there
+        start = time.perf_counter()
+        if self._stream is not None:
+            with torch.cuda.stream(self._stream):
+                self.tiers.device_pool.data[dst].copy_(page, non_blocking=True)
+            self._stream.synchronize()
+        else:
+            self.tiers.device_pool.data[dst].copy_(page)
+        self._time("host->device", self.tiers.page_bytes, start)
+
+    def _release_source(self, source: tuple[str, int], key: PageKey) -> None:
+        tier, slot = source
+        if tier == "host":
+            self.tiers.host_pool.release(slot)
+            self.host_lru.pop(key, None)
+        else:
+            self.tiers.ssd.delete(slot)
+
+    def _land(self, key: PageKey, state: PageState) -> None:
+        """Wait for a prefetch into the device slot; on a fault the page stays where it was."""
+        future, source = state.pending, state.source
+        assert future is not None and source is not None
+        try:
+            future.result()
+        except BaseException:
+            self.tiers.device_pool.release(state.slot)
+            self.device_lru.pop(key, None)
+            self.pages[key] = PageState(*source)
+            raise
+        state.pending = state.source = None
+        self._release_source(source, key)
+
+    def _to_device(self, key: PageKey) -> PageState:
+        state = self.pages[key]
+        if state.tier == "device":
+            if state.pending is not None:
+                self._land(key, state)
+        else:
+            slot = self._device_slot()  # may push this very page from host to SSD: re-read its state
+            state = self.pages[key]
+            source = (state.tier, state.slot)
+            try:
+                self._copy_in(slot, source)
+            except BaseException:
+                self.tiers.device_pool.release(slot)
+                raise
+            self._release_source(source, key)
+            state = self.pages[key] = PageState("device", slot)
+        self.device_lru[key] = None
+        self.device_lru.move_to_end(key)
+        return state
+
+    def _prefetch(self, seq: int, layer: int) -> None:
+        """Start copying the layer's off-device pages into device slots on the background thread."""
+        if self._executor is None:
+            return
+        keys = [(seq, layer, c) for c in range(self._num_chunks(seq, layer))]
+        self._busy.update(keys)  # the pages the next layer needs must not be evicted to make room
+        try:
+            for key in keys:
+                state = self.pages[key]
+                if state.tier == "device":
+                    continue
+                try:
+                    slot = self._device_slot()
+                except TierFault:
+                    return  # no room to fetch ahead: the page is fetched on demand instead
+                state = self.pages[key]  # the eviction may have moved it from host to SSD
+                source = (state.tier, state.slot)
+                future = self._executor.submit(self._copy_in, slot, source)
+                self.pages[key] = PageState("device", slot, future, source)
+                self.device_lru[key] = None
+        finally:
+            self._busy.difference_update(keys)
+
+    # ---- the sequence API ---------------------------------------------------------------------
+    def _num_chunks(self, seq: int, layer: int) -> int:
+        return -(-self.lengths[seq][layer] // self.chunk)
+
+    def append(self, seq: int, layer: int, k: Tensor, v: Tensor) -> None:
+        """Store k, v [T, Hkv, D] after the layer's cached tokens."""
+        lengths = self.lengths.setdefault(seq, [0] * self.num_layers)
+        start = time.perf_counter()
+        first = pos = lengths[layer]
+        end = first + k.shape[0]
+        lengths[layer] = end
+        while pos < end:
+            chunk, off = divmod(pos, self.chunk)
+            n = min(self.chunk - off, end - pos)
+            key = (seq, layer, chunk)
+            self._busy.add(key)
+            if key in self.pages:
+                state = self._to_device(key)
+            else:
+                state = self.pages[key] = PageState("device", self._device_slot())
+                self.device_lru[key] = None
+            page = self.tiers.device_pool.data[state.slot]  # [2, chunk, Hkv, D]
+            src = pos - first  # index of token pos within k
+            page[0, off : off + n] = k[src : src + n]
+            page[1, off : off + n] = v[src : src + n]
+            pos += n
+        self._busy.clear()
+        self.stall_s += time.perf_counter() - start
+
+    def gather(self, seq: int, layer: int) -> tuple[Tensor, Tensor]:
+        """The layer's whole cached K and V, each [L, Hkv, D] contiguous on the device."""
+        start = time.perf_counter()
+        length = self.lengths[seq][layer]
+        keys = [(seq, layer, c) for c in range(self._num_chunks(seq, layer))]
+        self._busy.update(keys)
+        try:
+            parts = []
+            for key in keys:
+                state = self._to_device(key)
+                valid = min(self.chunk, length - key[2] * self.chunk)
+                parts.append(self.tiers.device_pool.data[state.slot][:, :valid])  # [2, valid, Hkv, D]
+            both = torch.cat(parts, dim=1)  # [2, L, Hkv, D]
+        finally:
+            self._busy.difference_update(keys)
+        self.stall_s += time.perf_counter() - start
+        self._prefetch(seq, (layer + 1) % self.num_layers)
+        return both[0], both[1]
+
+    def free(self, seq: int) -> None:
+        """Drop every page of seq from every tier (after it finishes or fails)."""
+        for key in [k for k in self.pages if k[0] == seq]:
+            state = self.pages.pop(key)
+            if state.pending is not None:
+                try:
+                    state.pending.result()
+                except BaseException:  # noqa: BLE001 - the request is being dropped anyway
+                    pass
+                assert state.source is not None
+                self._release_source(state.source, key)
+            if state.tier == "device":
+                self.tiers.device_pool.release(state.slot)
+                self.device_lru.pop(key, None)
+            elif state.tier == "host":
+                self.tiers.host_pool.release(state.slot)
+                self.host_lru.pop(key, None)
+            else:
+                self.tiers.ssd.delete(state.slot)
+        self.lengths.pop(seq, None)
+
+    def residency(self) -> dict[str, int]:
+        """How many pages sit in each tier now."""
+        counts = {"device": 0, "host": 0, "ssd": 0}
+        for state in self.pages.values():
+            counts[state.tier] += 1
+        return counts
+
+    def close(self) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+        self.tiers.close()
+
+
+class TieredAttention:
+    """The AttentionFn of one sequence: store the new K/V in the tiers, page the layer in, attend."""
+
+    def __init__(self, cache: TieredKVCache, seq: int) -> None:
+        self.cache, self.seq = cache, seq
+
+    def __call__(self, layer: int, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        """q [1, Tn, Hq, D], k/v [1, Tn, Hkv, D] -> [1, Tn, Hq, D]."""
+        self.cache.append(self.seq, layer, k[0], v[0])
+        keys, values = self.cache.gather(self.seq, layer)
+        return dense_attention(q, keys.unsqueeze(0), values.unsqueeze(0))

@@ -1,0 +1,237 @@
+"""The three places a KV page can live: a bounded device pool, a host tier, and an SSD tier of files.
+
+A page is one chunk of ``chunk_tokens`` tokens of ONE layer's K and V: [2, chunk_tokens, kv_heads,
+head_dim].  Pages are per layer so attention can page in layer l while layer l-1 computes.
+On CUDA the device pool is GPU memory and the host tier is pinned host memory (so copies can run
+asynchronously on a side stream); on CPU both are RAM and the "device" pool is simply bounded.
+The SSD tier writes one file per page (temp file + rename) with a CRC-32 of the payload in a
+header, so a missing, truncated or corrupted page is detected on read instead of being used.
+Every transfer is timed per link (device<->host, host<->ssd) for the paging-cost measurements.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import struct
+import tempfile
+import threading
+import time
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+
+class TierFault(RuntimeError):
+    """A tier could not store or return a page; the request that needed the page fails, not the engine."""
+
+
+class DiskFull(TierFault):
+    """The SSD tier is at its capacity, or the file system reported ENOSPC."""
+
+
+class PageMissing(TierFault):
+    """An SSD page file that the cache wrote is gone."""
+
+
+class PageCorrupt(TierFault):
+    """An SSD page file's header, size or checksum does not match what was written."""
+
+
+class TierUnwritable(TierFault):
+    """The SSD directory cannot be created or written (permissions, read-only, not a directory)."""
+
+
+class DeviceFull(TierFault):
+    """Every device page is pinned or in use: the request needs more device memory than the pool has."""
+
+
+@dataclass(frozen=True)
+class TierConfig:
+    """Capacities in pages (one page = chunk_tokens tokens of one layer's K and V)."""
+
+    chunk_tokens: int = 256
+    device_pages: int = 64
+    host_pages: int = 256
+    ssd_pages: int = 4096
+    ssd_dir: str | None = None  # parent of the cache's temp directory; None: the system temp dir
+    drop_page_cache: bool = False  # fsync + POSIX_FADV_DONTNEED after a write, so reads come from the disk
+
+    def __post_init__(self) -> None:
+        for name in ("chunk_tokens", "device_pages"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"TierConfig.{name}: must be an integer >= 1, got {value!r}")
+        for name in ("host_pages", "ssd_pages"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"TierConfig.{name}: must be an integer >= 0, got {value!r}")
+
+
+@dataclass
+class LinkStats:
+    """Bytes and seconds moved over one link in one direction."""
+
+    pages: int = 0
+    bytes: int = 0
+    seconds: float = 0.0
+
+    def add(self, nbytes: int, seconds: float) -> None:
+        self.pages += 1
+        self.bytes += nbytes
+        self.seconds += seconds
+
+    @property
+    def gb_per_s(self) -> float:
+        return self.bytes / self.seconds / 1e9 if self.seconds > 0 else float("nan")
+
+
+@dataclass
+class TransferStats:
+    """Per-link counters; updated from the prefetch thread too, hence the lock."""
+
+    links: dict[str, LinkStats] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add(self, link: str, nbytes: int, seconds: float) -> None:
+        with self.lock:
+            self.links.setdefault(link, LinkStats()).add(nbytes, seconds)
+
+    def get(self, link: str) -> LinkStats:
+        return self.links.get(link, LinkStats())
+
+
+class PagePool:
+    """A preallocated [pages, 2, chunk, kv_heads, head_dim] tensor with a free list (device or host)."""
+
+    def __init__(self, num_pages: int, page_shape: tuple[int, ...], dtype: torch.dtype, device: torch.device,
+                 pin: bool = False) -> None:
+        self.capacity = num_pages
+        self.data = torch.zeros((num_pages, *page_shape), dtype=dtype, device=device, pin_memory=pin)
+        self._free = list(range(num_pages - 1, -1, -1))  # pop() hands out slot 0 first
+
+    @property
+    def num_free(self) -> int:
+        return len(self._free)
+
+    def allocate(self) -> int:
+        return self._free.pop()
+
+    def release(self, slot: int) -> None:
+        self._free.append(slot)
+
+
+_MAGIC = b"TKV1"
+_HEADER = struct.Struct("<4sIQ")  # magic, crc32 of payload, payload bytes
+
+
+class SSDTier:
+    """One file per page in a private temp directory, created on first use and removed by close()."""
+
+    def __init__(self, config: TierConfig, page_shape: tuple[int, ...], dtype: torch.dtype,
+                 stats: TransferStats) -> None:
+        self.capacity = config.ssd_pages
+        self.parent = config.ssd_dir
+        self.drop_page_cache = config.drop_page_cache
+        self.page_shape, self.dtype, self.stats = page_shape, dtype, stats
+        self.directory: Path | None = None
+        self.next_page_id = 0
+        self.live: set[int] = set()
+
+    def _dir(self) -> Path:
+        if self.directory is None:
+            try:
+                if self.parent is not None:
+                    os.makedirs(self.parent, exist_ok=True)
+                self.directory = Path(tempfile.mkdtemp(prefix="tripath-kv-", dir=self.parent))
+            except OSError as exc:
+                raise TierUnwritable(f"SSD tier: cannot create a directory under {self.parent!r}: {exc}") from exc
+        return self.directory
+
+    def path(self, page_id: int) -> Path:
+        return self._dir() / f"page-{page_id}.kv"
+
+    def write(self, page: torch.Tensor) -> int:
+        """Store a CPU page; returns its id.  Raises DiskFull / TierUnwritable, leaving nothing behind."""
+        if len(self.live) >= self.capacity:
+            raise DiskFull(f"SSD tier: all {self.capacity} pages in use")
+        start = time.perf_counter()
+        payload = page.contiguous().view(torch.uint8).numpy().tobytes()
+        page_id = self.next_page_id
+        self.next_page_id += 1
+        final = self.path(page_id)
+        tmp = final.with_suffix(".kv.tmp")
+        try:
+            with open(tmp, "wb") as f:
+                f.write(_HEADER.pack(_MAGIC, zlib.crc32(payload), len(payload)))
+                f.write(payload)
+                f.flush()
+                if self.drop_page_cache:
+                    os.fsync(f.fileno())
+                    os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+            os.replace(tmp, final)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise DiskFull(f"SSD tier: no space left writing {final}: {exc}") from exc
+            raise TierUnwritable(f"SSD tier: cannot write {final}: {exc}") from exc
+        self.live.add(page_id)
+        self.stats.add("host->ssd", len(payload), time.perf_counter() - start)
+        return page_id
+
+    def read(self, page_id: int) -> torch.Tensor:
+        """The page as a CPU tensor, checked against its header; raises PageMissing / PageCorrupt."""
+        start = time.perf_counter()
+        path = self.path(page_id)
+        try:
+            with open(path, "rb") as f:
+                blob = f.read()
+        except FileNotFoundError as exc:
+            raise PageMissing(f"SSD tier: page file {path} is missing") from exc
+        except OSError as exc:
+            raise PageMissing(f"SSD tier: cannot read page file {path}: {exc}") from exc
+        if len(blob) < _HEADER.size:
+            raise PageCorrupt(f"SSD tier: page file {path} is truncated ({len(blob)} bytes)")
+        magic, crc, nbytes = _HEADER.unpack_from(blob)
+        payload = memoryview(blob)[_HEADER.size :]
+        if magic != _MAGIC or nbytes != len(payload) or zlib.crc32(payload) != crc:
+            raise PageCorrupt(f"SSD tier: page file {path} fails its checksum (size {len(payload)}, expected {nbytes})")
+        flat = torch.frombuffer(bytearray(payload), dtype=torch.uint8)
+        page = flat.view(self.dtype).view(self.page_shape)
+        self.stats.add("ssd->host", nbytes, time.perf_counter() - start)
+        return page
+
+    def delete(self, page_id: int) -> None:
+        self.live.discard(page_id)
+        if self.directory is not None:
+            self.path(page_id).unlink(missing_ok=True)
+
+    def close(self) -> None:
+        """Remove the temp directory and every page in it."""
+        if self.directory is not None:
+            shutil.rmtree(self.directory, ignore_errors=True)
+            self.directory = None
+        self.live.clear()
+
+
+class Tiers:
+    """The device pool, host tier and SSD tier for pages of one shape, with shared transfer stats."""
+
+    def __init__(self, config: TierConfig, page_shape: tuple[int, ...], dtype: torch.dtype,
+                 device: torch.device) -> None:
+        self.config, self.page_shape, self.dtype, self.device = config, page_shape, dtype, device
+        self.stats = TransferStats()
+        self.device_pool = PagePool(config.device_pages, page_shape, dtype, device)
+        pin = device.type == "cuda"  # pinned host memory: asynchronous, full-bandwidth H2D/D2H copies
+        self.host_pool = PagePool(config.host_pages, page_shape, dtype, torch.device("cpu"), pin=pin)
+        self.ssd = SSDTier(config, page_shape, dtype, self.stats)
+
+    @property
+    def page_bytes(self) -> int:
+        return self.device_pool.data[0].numel() * self.device_pool.data.element_size()
+
+    def close(self) -> None:
+        self.ssd.close()
