@@ -1,0 +1,76 @@
+"""From raw samples to the profile's cost models: full-depth times per point, fits, refusals.
+
+Shared by measured calibrations (``job.py``) and the published-data conversion (``vidur.py``),
+so both produce cost models the same way and both can be refitted from their samples CSV.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+
+from calibrate.fit import FitResult, fit_formula, refusal_reason
+from calibrate.samples import Sample
+from calibrate.sweep import Sweep
+from calibrate.sweep_decode import DECODE
+from calibrate.sweep_prefill import PREFILL
+from calibrate.target import full_depth_ms
+from simulator.profile import Coefficient, CostModel
+
+SWEEPS: dict[str, Sweep] = {sweep.name: sweep for sweep in (PREFILL, DECODE)}
+
+
+@dataclass(frozen=True)
+class FittedCost:
+    sweep: Sweep
+    model: CostModel
+    result: FitResult
+    x1: np.ndarray
+    x2: np.ndarray
+    observed_ms: np.ndarray  # full-depth times the fit used
+
+
+def full_depth_points(samples: list[Sample], sweep: str, layers: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(x1, x2, ms) per point of ``sweep``, each time extrapolated to ``layers`` decoder layers."""
+    by_point: dict[tuple[int, int], dict[int, float]] = defaultdict(dict)
+    for s in samples:
+        if s.sweep == sweep:
+            by_point[(s.x1, s.x2)][s.layers] = s.median_ms
+    points = sorted(by_point)
+    ms = [full_depth_ms(by_point[p], layers) for p in points]
+    x1 = np.array([p[0] for p in points], dtype=float)
+    x2 = np.array([p[1] for p in points], dtype=float)
+    return x1, x2, np.array(ms, dtype=float)
+
+
+def fit_cost(samples: list[Sample], sweep: Sweep, layers: int, *, coefficient_source: str, data: str,
+             note: str) -> FittedCost:
+    """Fit ``sweep``'s formula to the samples and wrap it as the profile's cost model."""
+    x1, x2, ms = full_depth_points(samples, sweep.name, layers)
+    if len(ms) == 0:
+        raise ValueError(f"no samples for sweep {sweep.name!r}")
+    inputs = {sweep.inputs[0]: x1, sweep.inputs[1]: x2}
+    result = fit_formula(sweep.formula, inputs, ms, data=data)
+    coefficients = {name: Coefficient(value, sweep.units[name], coefficient_source, sweep.notes[name])
+                    for name, value in result.coefficients.items()}
+    domain = {sweep.inputs[0]: (float(x1.min()), float(x1.max())),
+              sweep.inputs[1]: (float(x2.min()), float(x2.max()))}
+    model = CostModel(sweep.formula, coefficients, sweep.inputs, domain, result.quality,
+                      f"{sweep.describe}. {note}".strip())
+    return FittedCost(sweep, model, result, x1, x2, ms)
+
+
+def fit_all(samples: list[Sample], layers: int, *, coefficient_source: str, data: str,
+            note: str) -> dict[str, FittedCost]:
+    """Every sweep present in the samples, fitted."""
+    present = {s.sweep for s in samples}
+    return {name: fit_cost(samples, sweep, layers, coefficient_source=coefficient_source, data=data, note=note)
+            for name, sweep in SWEEPS.items() if name in present}
+
+
+def refusals(fitted: dict[str, FittedCost], max_holdout_mape: float) -> list[str]:
+    """The reasons, one per cost model, why these fits should not ship."""
+    reasons = [refusal_reason(name, f.result.quality, max_holdout_mape) for name, f in fitted.items()]
+    return [r for r in reasons if r is not None]

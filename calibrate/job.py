@@ -1,0 +1,209 @@
+"""A calibration job: time the real engine over the sweeps, fit, and write the profile.
+
+    run_calibration(CalibrationJob(...)) -> CalibrationResult
+
+The CLI (``tripath calibrate``) and the tests call this same function. Samples are appended to
+``NAME.samples.csv`` as they are measured (a killed job resumes where it stopped); the profile
+is written only after every point is measured and every fit passes the threshold (or ``force``),
+and then atomically, so it is never half-written. Residual plots go beside it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import subprocess
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from calibrate.assemble import SWEEPS, FittedCost, fit_all, refusals
+from calibrate.fit import DEFAULT_MAX_HOLDOUT_MAPE, FitRefused
+from calibrate.hardware import GIB, cpu_hardware, spec_for_device
+from calibrate.plots import plot_fit
+from calibrate.presets import Preset
+from calibrate.probe import StepProbe
+from calibrate.samples import Sample, SampleLog, samples_path_for
+from calibrate.target import DTYPE_KEYS, LoadedTarget, TargetSpec, load_target, model_spec
+from calibrate.timer import time_call
+from real_engine.checkpoint import load_config
+from real_engine.config import PRESETS
+from simulator.errors import InputError
+from simulator.paths import REPO_ROOT
+from simulator.profile import Hardware, MemoryBudget, Profile, ProfileKey, Provenance, save_profile
+
+GPU_MEMORY_UTILISATION = 0.9  # vLLM's default share of device memory for weights + KV
+SERVE_KV_TOKENS = 1024 * 16  # `tripath serve` defaults: --num-blocks 1024 x --block-size 16
+
+
+@dataclass(frozen=True)
+class CalibrationJob:
+    target: TargetSpec
+    preset: Preset
+    out: str  # profile path; samples, meta and plots go beside it
+    device: str = "cpu"
+    threads: int | None = 1  # CPU threads for torch (None: torch's default)
+    force: bool = False  # write the profile even if a fit exceeds the threshold
+    max_holdout_mape: float = DEFAULT_MAX_HOLDOUT_MAPE
+    block_size: int = 16
+    command: str = "calibrate.job.run_calibration"
+    progress: bool = True
+    plots: bool = True
+
+    def __post_init__(self) -> None:
+        if self.device not in ("cpu", "cuda"):
+            raise InputError(None, "device", f"must be cpu or cuda, got {self.device!r}")
+        if self.threads is not None and (isinstance(self.threads, bool) or self.threads < 1):
+            raise InputError(None, "threads", f"must be >= 1, got {self.threads!r}")
+        if not 0 < self.max_holdout_mape:
+            raise InputError(None, "max_holdout_mape", f"must be > 0, got {self.max_holdout_mape!r}")
+        if not str(self.out).endswith(".json"):
+            raise InputError(None, "out", f"profile path must end in .json, got {self.out!r}")
+
+
+@dataclass(frozen=True)
+class CalibrationResult:
+    profile: Profile
+    profile_path: Path
+    samples_path: Path
+    plots: tuple[Path, ...]
+    measured_points: int  # points measured by this run (the rest were on disk already)
+    refusals: tuple[str, ...] = field(default=())
+
+
+def engine_commit() -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=REPO_ROOT, capture_output=True,
+                             text=True, timeout=10, check=True)
+        return out.stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def _fingerprint(job: CalibrationJob, device_name: str) -> dict[str, object]:
+    return {"target": asdict(job.target), "preset": asdict(job.preset), "device": job.device,
+            "device_name": device_name, "block_size": job.block_size, "threads": job.threads,
+            "columns": {name: list(s.inputs) for name, s in SWEEPS.items()}}
+
+
+def _measure(job: CalibrationJob, log: SampleLog, device: torch.device,
+             after_point: Callable[[int], None] | None) -> int:
+    target = load_target(job.target, device)
+    max_len = target.config.max_position_embeddings
+    grid = [(sweep, p) for sweep in SWEEPS.values() for p in sweep.points(job.preset, max_len)]
+    total = len(grid) * len(target.layer_counts)
+    measured = 0
+    bar = tqdm(total=total, initial=len(log.done), desc="calibrate", unit="pt", disable=not job.progress)
+    for layers in target.layer_counts:  # one model (and KV pool) alive at a time
+        todo = [(sweep, p) for sweep, p in grid if (sweep.name, layers, *p) not in log.done]
+        if not todo:
+            continue
+        probe = StepProbe(target.models[layers], job.preset.max_step_tokens(max_len), job.block_size)
+        for sweep, (x1, x2) in todo:
+            chunks = sweep.chunks(probe, x1, x2)
+            timing = time_call(functools.partial(probe.run, chunks), job.preset.timer, device)
+            log.append(Sample(sweep.name, layers, x1, x2, timing.median_ms, timing.min_ms, timing.max_ms,
+                              len(timing.times_ms)))
+            measured += 1
+            bar.update(1)
+            if after_point is not None:
+                after_point(measured)
+        del probe
+        target.models.pop(layers)
+    bar.close()
+    return measured
+
+
+def _hardware(job: CalibrationJob, device: torch.device) -> tuple[str, Hardware, str | None]:
+    if device.type == "cpu":
+        name, hardware = cpu_hardware()
+        return name, hardware, None
+    device_name = torch.cuda.get_device_name(device)
+    total = torch.cuda.get_device_properties(device).total_memory
+    spec = spec_for_device(device_name)
+    note = f"device memory measured (torch.cuda.get_device_properties: {total} bytes)"
+    if spec is None:
+        hw = Hardware(device_name, total, 0, 0, {}, note + "; no published spec matched, no links listed")
+        return device_name.lower().replace(" ", "-").replace("/", "-"), hw, device_name
+    published = spec.hardware(note)
+    hw = Hardware(device_name, total, published.host_memory_bytes, published.ssd_bytes, published.links,
+                  published.note)
+    return spec.name, hw, device_name
+
+
+def _memory(job: CalibrationJob, hardware: Hardware, weight_bytes: int, kv_per_token: int) -> MemoryBudget:
+    if job.device == "cpu":
+        return MemoryBudget(SERVE_KV_TOKENS * kv_per_token, "derived",
+                            "the KV pool `tripath serve` allocates by default (1024 blocks x 16 tokens), so a "
+                            "simulation and a serve replay on this CPU hold the same cache")
+    budget = int(hardware.device_memory_bytes * GPU_MEMORY_UTILISATION) - weight_bytes
+    if budget <= 0:
+        raise InputError(None, "memory", f"{weight_bytes / GIB:.1f} GiB of weights leave no KV room on "
+                         f"{hardware.device_memory_bytes / GIB:.1f} GiB x {GPU_MEMORY_UTILISATION}")
+    return MemoryBudget(budget, "derived", f"device memory x {GPU_MEMORY_UTILISATION} (vLLM's default "
+                        f"utilisation) minus full-model weights; activations are not reserved separately")
+
+
+def run_calibration(job: CalibrationJob, after_point: Callable[[int], None] | None = None) -> CalibrationResult:
+    """Measure (resuming from the samples on disk), fit, and write the profile unless a fit is refused."""
+    if job.device == "cuda" and not torch.cuda.is_available():
+        raise InputError(None, "device", "cuda requested but torch sees no CUDA device")
+    device = torch.device(job.device)
+    if job.threads is not None and device.type == "cpu":
+        torch.set_num_threads(job.threads)
+    key_hw, hardware, cuda_name = _hardware(job, device)
+    out = Path(job.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    samples_path = samples_path_for(out)
+    with SampleLog.open(samples_path, _fingerprint(job, hardware.device_name)) as log:
+        measured = _measure(job, log, device, after_point)
+        samples = list(log.samples)
+    target_spec = job.target
+    spec_model = model_spec(_config_only(target_spec))
+    how = (f"timed at 1 and {target_spec.layers_timed} layers, extrapolated per layer" if target_spec.scaled
+           else "all layers timed")
+    fitted = fit_all(samples, spec_model.layers, coefficient_source="fitted",
+                     data=f"{samples_path.name}: {job.preset.name} preset on {hardware.device_name} ({how})",
+                     note=f"Median of {job.preset.timer.reps} timed repetitions per point after "
+                     f"{job.preset.timer.warmup} warm-up; {how}.")
+    reasons = refusals(fitted, job.max_holdout_mape)
+    if reasons and not job.force:
+        raise FitRefused("profile not written: " + "; ".join(reasons) + f". Samples are kept in {samples_path}; "
+                         "pass --force to write it anyway")
+    commit = engine_commit()
+    notes = [f"Measured on this machine by `{job.command}`: real_engine forwards (paged attention, fused "
+             f"projections) timed per point; coefficients fitted to {samples_path.name}."]
+    if target_spec.scaled:
+        notes.append(f"Scaled: random weights, {target_spec.layers_timed} of {spec_model.layers} decoder layers "
+                     "instantiated; full-depth times extrapolated per layer (see model.note).")
+    notes += [f"Written with --force despite: {r}" for r in reasons]
+    notes.append("Not measured yet: paging, speculative, sequence-parallel and compression sweeps; those "
+                 "optional sections are absent.")
+    profile = Profile(
+        key=ProfileKey(key_hw, spec_model.name, DTYPE_KEYS[target_spec.dtype], 1, commit),
+        source="measured", hardware=hardware, model=spec_model,
+        memory=_memory(job, hardware, spec_model.weight_bytes, spec_model.kv_bytes_per_token),
+        costs={name: f.model for name, f in fitted.items()},
+        provenance=Provenance(job.command, commit, torch.__version__, torch.version.cuda, cuda_name or
+                              hardware.device_name, dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")),
+        notes=tuple(notes),
+    )
+    save_profile(profile, out)
+    plots = write_plots(fitted, out, profile.key_str()) if job.plots else ()
+    return CalibrationResult(profile, out, samples_path, plots, measured, tuple(reasons))
+
+
+def _config_only(spec: TargetSpec) -> LoadedTarget:
+    """The full model's config without weights (for the profile's model section)."""
+    config = load_config(spec.checkpoint) if spec.checkpoint is not None else PRESETS[str(spec.preset)]
+    return LoadedTarget(spec, config, {})
+
+
+def write_plots(fitted: dict[str, FittedCost], profile_path: Path, title: str) -> tuple[Path, ...]:
+    """One samples-vs-fit PNG per cost model beside the profile: NAME.fit-<cost>.png."""
+    return tuple(plot_fit(name, f.model, f.x1, f.x2, f.observed_ms,
+                          profile_path.with_name(f"{profile_path.stem}.fit-{name}.png"), title)
+                 for name, f in fitted.items())
