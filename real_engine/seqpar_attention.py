@@ -143,6 +143,9 @@ def local_causal_attention(
     kv [2,B,Hkv,T_j,D] and its runs.  Returns out [B,Hq,Tq,D] fp32, lse [B,Hq,Tq] fp32.
     """
     outs, lses, offset = [], [], 0
+    if not q_segments:  # this rank holds no position (a prompt shorter than the layout's pieces)
+        b, hq, _, d = q.shape
+        return q.new_zeros(b, hq, 0, d, dtype=torch.float32), q.new_zeros(b, hq, 0, dtype=torch.float32)
     for q_seg in q_segments:
         qs = q[:, :, offset : offset + q_seg.length].contiguous()  # [B, Hq, t, D]
         offset += q_seg.length
@@ -182,3 +185,29 @@ def allgather_padded(local: Tensor, lengths: list[int], dim: int, group: dist.Pr
     buffers = [torch.empty_like(local) for _ in lengths]
     dist.all_gather(buffers, local.contiguous(), group=group)
     return [buf.narrow(dim, 0, n) for buf, n in zip(buffers, lengths, strict=True)]
+
+
+def sharded_causal_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    segments: list[tuple[Segment, ...]],
+    group: dist.ProcessGroup | None,
+    fused: bool,
+    times: PhaseTimes,
+) -> tuple[Tensor, Tensor]:
+    """Causal attention of a sequence sharded over the ranks of `group` (every rank calls it).
+
+    q [B,Hq,T_r,D], k/v [B,Hkv,T_r,D]: this rank's positions, runs in segments[rank] order;
+    segments: every rank's runs.  Returns this rank's out [B,Hq,T_r,D] and lse [B,Hq,T_r], fp32.
+    """
+    rank = dist.get_rank(group) if len(segments) > 1 else 0
+    kv = torch.stack((k, v)).contiguous()  # [2, B, Hkv, T_r, D]
+    start = time.perf_counter()
+    if len(segments) == 1:
+        shards = [kv]
+    else:
+        lengths = [sum(s.length for s in segs) for segs in segments]
+        shards = allgather_padded(kv, lengths, dim=3, group=group)
+    times.comm_s += time.perf_counter() - start
+    return local_causal_attention(q, segments[rank], list(zip(shards, segments, strict=True)), fused, times)
