@@ -107,8 +107,24 @@ class TieredKVCache:
         del self.host_lru[key]
         self.pages[key] = PageState("ssd", page_id)
 
+    def _land_a_prefetch(self) -> PageKey | None:
+        """Finish the oldest evictable prefetch (fetched ahead for a later step) so its page can move."""
+        for key, state in list(self.pages.items()):
+            if state.pending is not None and key not in self._busy and not self.pinned(key):
+                try:
+                    self._land(key, state)
+                except TierFault:
+                    return None  # the slot is free again; the fault resurfaces when its owner reads it
+                return key
+        return None
+
     def _evict_device(self) -> None:
         key = self._victim(self.device_lru, device=True)
+        if key is None:
+            free_before = self.tiers.device_pool.num_free
+            key = self._land_a_prefetch()
+            if self.tiers.device_pool.num_free > free_before:
+                return
         if key is None:
             raise DeviceFull(
                 f"device pool: all {self.tiers.device_pool.capacity} pages are pinned or in use "
