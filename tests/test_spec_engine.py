@@ -1,0 +1,177 @@
+"""SpeculativeEngine mechanics on tiny random models: a round emits accepted + 1 tokens (1 at zero
+accept, K+1 at full accept), both paged caches hold exactly the accepted prefix after every
+round (block tables and K/V contents), batching with a different K and acceptance per sequence."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from real_engine.config import PRESETS
+from real_engine.engine import Engine, EngineConfig
+from real_engine.model import LlamaModel
+from real_engine.proposers import DraftModelProposer, PromptLookupProposer, Proposal, _pack
+from real_engine.sampling import SamplingParams
+from real_engine.sequence import Sequence
+from real_engine.spec_controller import FixedK
+from real_engine.speculative import SpeculativeEngine
+
+CFG = EngineConfig(num_blocks=64, block_size=4)
+V = 256
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def target() -> LlamaModel:
+    return LlamaModel(PRESETS["tiny-gqa"], torch.Generator().manual_seed(1)).eval()
+
+
+@pytest.fixture(scope="module")
+def draft() -> LlamaModel:
+    return LlamaModel(PRESETS["tiny-mha"], torch.Generator().manual_seed(2)).eval()
+
+
+@pytest.fixture(scope="module")
+def prompts() -> list[list[int]]:
+    g = torch.Generator().manual_seed(3)
+    return [torch.randint(0, V, (n,), generator=g).tolist() for n in (7, 13, 3)]
+
+
+@pytest.fixture(scope="module")
+def reference(target, prompts) -> list[list[int]]:
+    return Engine(target, CFG).generate(prompts, 20)
+
+
+class OracleProposer:
+    """Test instrument: proposes the target's known greedy continuation, correct for the first
+    ``right[request_id]`` tokens of each round and wrong (shifted id) after that."""
+
+    def __init__(self, reference: dict[int, list[int]], right: dict[int, int]) -> None:
+        self.reference, self.right = reference, right
+
+    def propose(self, seqs: list[Sequence], ks: list[int]) -> Proposal:
+        out = []
+        for s, k in zip(seqs, ks, strict=True):
+            ref = self.reference[s.request_id][len(s.output_ids) : len(s.output_ids) + k]
+            out.append([t if j < self.right[s.request_id] else (t + 1) % V for j, t in enumerate(ref)])
+        eye = torch.eye(V)
+        return _pack(out, [[eye[t] for t in toks] for toks in out], max(ks), V, torch.device("cpu"))
+
+    def commit(self, seq: Sequence) -> None:
+        pass
+
+    def free(self, request_id: int) -> None:
+        pass
+
+
+def _cache_prefix(engine_kv: torch.Tensor, blocks: list[int], n: int) -> torch.Tensor:
+    """K/V of a sequence's first n tokens: [layers, 2, n, kv_heads, head_dim]."""
+    picked = engine_kv[:, :, blocks]  # [L, 2, nb, bs, H, D]
+    return picked.reshape(*picked.shape[:2], -1, *picked.shape[-2:])[:, :, :n]
+
+
+@pytest.mark.parametrize("k", [1, 3, 6])
+def test_round_emits_accepted_plus_one_with_per_sequence_acceptance(target, prompts, reference, k):
+    right = {0: 0, 1: k, 2: 1}  # zero accept, full accept, one accepted then a rejection
+    ref = dict(enumerate(reference))
+    eng = SpeculativeEngine(target, OracleProposer(ref, right), CFG, FixedK(k))
+    for i, p in enumerate(prompts):
+        eng.add_request(p, 20, request_id=i)
+    first = eng.step()
+    assert first.prefill_seqs == 3 and first.emitted_tokens == 3 and first.draft_tokens == 0
+    while eng.has_unfinished:
+        before = {s.request_id: len(s.output_ids) for s in eng.running}
+        rec = eng.step()
+        for rid, kk in zip(before, rec.ks, strict=True):
+            seq = eng.sequences[rid]
+            assert kk == min(k, 20 - before[rid] - 1)  # K capped by what the request still needs
+            emitted = len(seq.output_ids) - before[rid]
+            assert emitted == min(right[rid], kk) + 1  # zero accept -> 1 token, full accept -> K+1
+            if not seq.finished:  # the target cache holds exactly the accepted prefix
+                assert eng.kv_manager.tables[rid].num_tokens == seq.num_computed == seq.num_tokens - 1
+    outs = [eng.output(i) for i in range(3)]
+    assert outs == reference
+    assert eng.kv_manager.blocks_used == 0  # every block came back
+    expected = drafted = 0
+    for rid in right:  # replay the rounds of each request by hand: K capped, min(right, K) accepted
+        have = 1
+        while have < 20:
+            kk = min(k, 20 - have - 1)
+            expected += min(right[rid], kk)
+            drafted += kk
+            have += min(right[rid], kk) + 1
+    assert eng.counters.num_accepted_tokens == expected
+    assert eng.counters.num_draft_tokens == drafted
+
+
+def _prefill_kv(target: LlamaModel, tokens: list[int]) -> torch.Tensor:
+    """The plain engine's cache after prefilling tokens: [layers, 2, len, kv_heads, head_dim]."""
+    plain = Engine(target, CFG)
+    plain.add_request(tokens, 2, request_id=0)
+    plain.step()
+    return _cache_prefix(plain.kv.kv, plain.kv_manager.block_table(0), len(tokens))
+
+
+def test_caches_hold_exactly_the_accepted_prefix_with_a_real_draft(target, draft, prompts, reference):
+    proposer = DraftModelProposer(draft, CFG.num_blocks, CFG.block_size)
+    eng = SpeculativeEngine(target, proposer, CFG, FixedK(4))
+    for i, p in enumerate(prompts):
+        eng.add_request(p, 20, request_id=i)
+    rounds = 0
+    while eng.has_unfinished and rounds < 4:
+        eng.step()
+        rounds += 1
+        for seq in eng.running:
+            rid, n = seq.request_id, seq.num_tokens - 1
+            assert eng.kv_manager.tables[rid].num_tokens == seq.num_computed == n
+            d = proposer.manager.tables.get(rid)
+            assert proposer.computed.get(rid, 0) <= n and (d is None or d.num_tokens == proposer.computed[rid])
+            # contents: the same K/V as a fresh prefill of the accepted tokens (stale slots are past n)
+            got = _cache_prefix(eng.kv.kv, eng.kv_manager.block_table(rid), n)
+            want = _prefill_kv(target, (seq.prompt_ids + seq.output_ids)[:n])
+            torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+    assert rounds == 4 and eng.counters.num_drafts > 0
+
+
+def test_draft_model_batched_greedy_equals_target_only(target, draft, prompts, reference):
+    for k in (2, 5):
+        proposer = DraftModelProposer(draft, CFG.num_blocks, CFG.block_size)
+        eng = SpeculativeEngine(target, proposer, CFG, FixedK(k))
+        assert eng.generate(prompts, 20) == reference
+        assert eng.kv_manager.blocks_used == 0 and proposer.manager.blocks_used == 0
+
+
+def test_prompt_lookup_finds_the_latest_ngram_and_proposes_its_continuation():
+    pld = PromptLookupProposer(V, min_ngram=1, max_ngram=3)
+    #          0  1  2  3  4  5  6  7  8  9
+    tokens = [5, 6, 7, 1, 5, 6, 8, 2, 5, 6]
+    assert pld.lookup(tokens, 3) == [8, 2, 5]  # "5 6" last seen at 4..5, followed by 8 2 5
+    assert pld.lookup([1, 2, 3, 4], 2) == []  # no earlier occurrence of any suffix
+    assert pld.lookup([9, 4, 9], 5) == [4, 9]  # the continuation may be shorter than K
+
+
+def test_prompt_lookup_batched_greedy_equals_target_only(target, prompts, reference):
+    repetitive = [p * 3 for p in prompts]  # copies give the lookup something to find
+    want = Engine(target, CFG).generate(repetitive, 12)
+    eng = SpeculativeEngine(target, PromptLookupProposer(V), CFG, FixedK(4))
+    assert eng.generate(repetitive, 12) == want
+    assert eng.counters.num_drafts > 0
+
+
+def test_sampled_speculation_is_seeded(target, draft, prompts):
+    sp = SamplingParams(temperature=0.8, top_p=0.9)
+
+    def run() -> list[list[int]]:
+        proposer = DraftModelProposer(draft, CFG.num_blocks, CFG.block_size, torch.Generator().manual_seed(5))
+        eng = SpeculativeEngine(target, proposer, CFG, FixedK(3), torch.Generator().manual_seed(6))
+        return eng.generate(prompts, 16, sp)
+
+    a, b = run(), run()
+    assert a == b and all(len(o) == 16 for o in a)
