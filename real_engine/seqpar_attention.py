@@ -11,10 +11,11 @@ rank, both as runs of contiguous positions (sharding.Segment).  For causal atten
 
 Kernel: ``aten._scaled_dot_product_flash_attention_for_cpu`` returns the LSE next to the
 output in one pass; computing the LSE separately made SP slower than one rank in a trial
-here, so it is the default on CPU.  It is a private op: tests pin its LSE, its GQA behaviour
-(it does NOT broadcast K/V heads; we expand them) and its fully masked rows (out 0 and
-lse 0, not -inf, so we overwrite those rows).  ``fused=False`` (and every non-CPU device)
-uses the public fallback: fp32 scores, logsumexp and softmax in query blocks.
+here, so it is the default on CPU.  It is a private op: tests pin its LSE (natural log,
+fp32), its grouped-query heads (fewer K/V heads are served in HF repeat_kv order, so no
+copy) and its fully masked rows (out 0 and lse 0, not -inf, so we overwrite those rows).
+``fused=False`` (and every non-CPU device) uses the public fallback: fp32 scores,
+logsumexp and softmax in query blocks, K/V heads expanded for GQA.
 """
 
 from __future__ import annotations
@@ -50,12 +51,15 @@ def fused_kernel_available(device: torch.device) -> bool:
 
 
 def reference_attention_with_lse(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor]:
-    """Public-op fallback. q [B,H,Tq,D], k/v [B,H,Tk,D], mask [Tq,Tk] bool (True = visible) or None.
+    """Public-op fallback. q [B,Hq,Tq,D], k/v [B,Hkv,Tk,D], mask [Tq,Tk] bool (True = visible) or None.
 
-    Returns out [B,H,Tq,D] fp32 and lse [B,H,Tq] fp32; rows with no visible key: out 0, lse -inf.
+    Returns out [B,Hq,Tq,D] fp32 and lse [B,Hq,Tq] fp32; rows with no visible key: out 0, lse -inf.
     """
     scale = 1.0 / math.sqrt(q.shape[-1])
+    group = q.shape[1] // k.shape[1]
     kf, vf = k.float(), v.float()
+    if group > 1:  # HF repeat_kv order: kv head j serves query heads j*G .. j*G+G-1
+        kf, vf = kf.repeat_interleave(group, dim=1), vf.repeat_interleave(group, dim=1)  # [B, Hq, Tk, D]
     outs, lses = [], []
     for start in range(0, q.shape[2], _FALLBACK_QUERY_BLOCK):
         end = min(start + _FALLBACK_QUERY_BLOCK, q.shape[2])
@@ -71,7 +75,7 @@ def reference_attention_with_lse(q: Tensor, k: Tensor, v: Tensor, mask: Tensor |
 
 
 def attention_with_lse(q: Tensor, k: Tensor, v: Tensor, causal: bool, fused: bool) -> tuple[Tensor, Tensor]:
-    """q [B,H,Tq,D], k/v [B,H,Tk,D] (same H) -> out [B,H,Tq,D], lse [B,H,Tq] fp32.
+    """q [B,Hq,Tq,D], k/v [B,Hkv,Tk,D] (Hq a multiple of Hkv) -> out [B,Hq,Tq,D], lse [B,Hq,Tq] fp32.
 
     causal means query i sees keys 0..i (top-left aligned; callers use it only with Tq == Tk).
     """
@@ -114,8 +118,6 @@ def segment_attention(
         qg = q.reshape(b, hkv, group * tq, d)  # [B, Hkv, G*Tq, D]
         out, lse = attention_with_lse(qg, k, v, causal=False, fused=fused)
         return out.reshape(b, hq, tq, d), lse.reshape(b, hq, tq)  # [B, Hq, Tq, D], [B, Hq, Tq]
-    if group > 1:
-        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)  # [B, Hq, Tk, D]
     if kind == "diagonal":
         return attention_with_lse(q, k, v, causal=True, fused=fused)
     q_pos = torch.arange(q_seg.start, q_seg.end, device=q.device)
