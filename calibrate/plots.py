@@ -25,17 +25,21 @@ def plot_fit(name: str, model: CostModel, x1: np.ndarray, x2: np.ndarray, observ
     """Write one samples-vs-fit figure for cost model ``name``; returns the path written."""
     in1, in2 = model.inputs
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
-    for i, value in enumerate(sorted(set(x2.tolist()))):
+    norm = matplotlib.colors.Normalize(vmin=float(x2.min()), vmax=float(max(x2.max(), x2.min() + 1)))
+    cmap = matplotlib.colormaps["viridis"]
+    left.scatter(x1, observed_ms, c=x2, cmap=cmap, norm=norm, s=16)
+    values = sorted(set(x2.tolist()))
+    # fitted lines at up to 5 values of the second input (its range), so the figure stays readable
+    shown = [values[round(i * (len(values) - 1) / 4)] for i in range(5)] if len(values) > 5 else values
+    for value in sorted(set(shown)):
         sel = x2 == value
-        colour = f"C{i % 10}"
-        left.scatter(x1[sel], observed_ms[sel], color=colour, s=18, label=f"{in2}={value:g}")
         grid = np.linspace(x1[sel].min(), x1[sel].max(), 50)
-        left.plot(grid, [model.evaluate(**{in1: g, in2: value}) for g in grid], color=colour, lw=1)
-        predicted = np.array([model.evaluate(**{in1: a, in2: value}) for a in x1[sel]])
-        right.scatter(x1[sel], 100 * (predicted - observed_ms[sel]) / observed_ms[sel], color=colour, s=18)
+        left.plot(grid, [model.evaluate(**{in1: g, in2: value}) for g in grid], color=cmap(norm(value)), lw=1)
+    predicted = np.array([model.evaluate(**{in1: a, in2: b}) for a, b in zip(x1, x2, strict=True)])
+    points = right.scatter(x1, 100 * (predicted - observed_ms) / observed_ms, c=x2, cmap=cmap, norm=norm, s=16)
+    fig.colorbar(points, ax=right, label=in2)
     left.set_xlabel(in1)
-    left.set_ylabel("ms (points: samples, lines: fit)")
-    left.legend(fontsize=7)
+    left.set_ylabel(f"ms (points: samples, lines: fit; colour: {in2})")
     right.axhline(0, color="k", lw=0.8)
     right.set_xlabel(in1)
     right.set_ylabel("residual, % of measured")
