@@ -99,6 +99,17 @@ def relation(q_seg: Segment, k_seg: Segment) -> str:
     return "partial"
 
 
+def full_attention(q: Tensor, k: Tensor, v: Tensor, fused: bool) -> tuple[Tensor, Tensor]:
+    """Every query sees every key: q [B,Hq,Tq,D] contiguous, k/v [B,Hkv,Tk,D] -> out, lse fp32."""
+    b, hq, tq, d = q.shape
+    hkv = k.shape[1]
+    # no mask, so query rows are interchangeable: the G query heads of a KV head become
+    # G*Tq rows of that head (HF repeat_kv order: kv head j serves q heads j*G..j*G+G-1)
+    qg = q.reshape(b, hkv, (hq // hkv) * tq, d)  # [B, Hkv, G*Tq, D]
+    out, lse = attention_with_lse(qg, k, v, causal=False, fused=fused)
+    return out.reshape(b, hq, tq, d), lse.reshape(b, hq, tq)  # [B, Hq, Tq, D], [B, Hq, Tq]
+
+
 def segment_attention(
     q: Tensor, q_seg: Segment, k: Tensor, v: Tensor, k_seg: Segment, fused: bool
 ) -> tuple[Tensor, Tensor] | None:
@@ -109,15 +120,8 @@ def segment_attention(
     kind = relation(q_seg, k_seg)
     if kind == "none":
         return None
-    b, hq, tq, d = q.shape
-    hkv = k.shape[1]
-    group = hq // hkv
     if kind == "full":
-        # no mask, so query rows are interchangeable: the G query heads of a KV head become
-        # G*Tq rows of that head (HF repeat_kv order: kv head j serves q heads j*G..j*G+G-1)
-        qg = q.reshape(b, hkv, group * tq, d)  # [B, Hkv, G*Tq, D]
-        out, lse = attention_with_lse(qg, k, v, causal=False, fused=fused)
-        return out.reshape(b, hq, tq, d), lse.reshape(b, hq, tq)  # [B, Hq, Tq, D], [B, Hq, Tq]
+        return full_attention(q, k, v, fused)
     if kind == "diagonal":
         return attention_with_lse(q, k, v, causal=True, fused=fused)
     q_pos = torch.arange(q_seg.start, q_seg.end, device=q.device)
@@ -151,18 +155,25 @@ def local_causal_attention(
     for q_seg in q_segments:
         qs = q[:, :, offset : offset + q_seg.length].contiguous()  # [B, Hq, t, D]
         offset += q_seg.length
-        partials = []
+        partials, full_k, full_v = [], [], []
         start = time.perf_counter()
         for kv, k_segments in kv_shards:
             k_off = 0
             for k_seg in k_segments:
-                part = segment_attention(
-                    qs, q_seg, kv[0, :, :, k_off : k_off + k_seg.length], kv[1, :, :, k_off : k_off + k_seg.length],
-                    k_seg, fused,
-                )  # fmt: skip
+                k, v = kv[0, :, :, k_off : k_off + k_seg.length], kv[1, :, :, k_off : k_off + k_seg.length]
                 k_off += k_seg.length
+                if relation(q_seg, k_seg) == "full":  # pooled below: one kernel call, one partial
+                    full_k.append(k)
+                    full_v.append(v)
+                    continue
+                part = segment_attention(qs, q_seg, k, v, k_seg, fused)
                 if part is not None:
                     partials.append(part)
+        if full_k:
+            # every pooled key precedes every query, so their positions no longer matter: concatenate
+            k = full_k[0] if len(full_k) == 1 else torch.cat(full_k, dim=2)  # [B, Hkv, sum T_j, D]
+            v = full_v[0] if len(full_v) == 1 else torch.cat(full_v, dim=2)
+            partials.append(full_attention(qs, k, v, fused))
         middle = time.perf_counter()
         times.attention_s += middle - start
         # every query run sees at least its own diagonal, so partials is never empty
