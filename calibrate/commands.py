@@ -38,6 +38,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     command = f"tripath calibrate --device {args.device} {source} --preset {args.preset} --dtype {target.dtype}"
     job = CalibrationJob(target, PRESETS[args.preset], out, device=args.device, threads=args.threads,
                          force=args.force, max_holdout_mape=args.max_holdout_mape, command=command,
+                         statistic=args.statistic,
                          progress=not args.no_progress)
     try:
         result = run_calibration(job)
@@ -92,7 +93,9 @@ def _cmd_plot(args: argparse.Namespace) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     for name, model in profile.costs.items():
-        x1, x2, ms = full_depth_points(samples, name, profile.model.layers)
+        # the statistic the fit used is named in its data line, e.g. "cpu-tiny.samples.csv (min_ms): ..."
+        statistic = "min" if model.fit is not None and "(min_ms)" in model.fit.data else "median"
+        x1, x2, ms = full_depth_points(samples, name, profile.model.layers, statistic)
         if len(ms) == 0:
             continue
         written = plot_fit(name, model, x1, x2, ms, out / f"{path.stem}.{name}.png", profile.key_str())
@@ -133,6 +136,9 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
     cal.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1: steadier timings)")
     cal.add_argument("--dtype", choices=("float32", "bfloat16", "float16"),
                      help="default float32 on cpu, bfloat16 on cuda")
+    cal.add_argument("--statistic", choices=("median", "min"),
+                     help="repetition statistic fitted (default: min on cpu, where other processes only add "
+                     "time; median on cuda)")
     cal.add_argument("--no-progress", action="store_true")
     cal.add_argument("--json", action="store_true")
     cal.set_defaults(func=_cmd_calibrate)

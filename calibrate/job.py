@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from calibrate.assemble import SWEEPS, FittedCost, fit_all, refusals
+from calibrate.assemble import STATISTICS, SWEEPS, FittedCost, fit_all, refusals
 from calibrate.fit import DEFAULT_MAX_HOLDOUT_MAPE, FitRefused
 from calibrate.hardware import GIB, cpu_hardware, spec_for_device
 from calibrate.plots import plot_fit
@@ -49,6 +49,7 @@ class CalibrationJob:
     force: bool = False  # write the profile even if a fit exceeds the threshold
     max_holdout_mape: float = DEFAULT_MAX_HOLDOUT_MAPE
     block_size: int = 16
+    statistic: str | None = None  # "median" or "min" of the repetitions; None: min on cpu, median on cuda
     command: str = "calibrate.job.run_calibration"
     progress: bool = True
     plots: bool = True
@@ -60,6 +61,8 @@ class CalibrationJob:
             raise InputError(None, "threads", f"must be >= 1, got {self.threads!r}")
         if not 0 < self.max_holdout_mape:
             raise InputError(None, "max_holdout_mape", f"must be > 0, got {self.max_holdout_mape!r}")
+        if self.statistic not in (None, *STATISTICS):
+            raise InputError(None, "statistic", f"must be one of {', '.join(STATISTICS)}, got {self.statistic!r}")
         if not str(self.out).endswith(".json"):
             raise InputError(None, "out", f"profile path must end in .json, got {self.out!r}")
 
@@ -165,10 +168,14 @@ def run_calibration(job: CalibrationJob, after_point: Callable[[int], None] | No
     spec_model = model_spec(_config_only(target_spec))
     how = (f"timed at 1 and {target_spec.layers_timed} layers, extrapolated per layer" if target_spec.scaled
            else "all layers timed")
+    # On a CPU shared with other processes, contention only ever adds time: the minimum of the
+    # repetitions is the engine's own cost (timeit's convention). A GPU runs alone: the median.
+    statistic = job.statistic or ("min" if job.device == "cpu" else "median")
     fitted = fit_all(samples, spec_model.layers, coefficient_source="fitted",
-                     data=f"{samples_path.name}: {job.preset.name} preset on {hardware.device_name} ({how})",
-                     note=f"Median of {job.preset.timer.reps} timed repetitions per point after "
-                     f"{job.preset.timer.warmup} warm-up; {how}.")
+                     data=f"{samples_path.name} ({statistic}_ms): {job.preset.name} preset on "
+                     f"{hardware.device_name} ({how})",
+                     note=f"{statistic.capitalize()} of {job.preset.timer.reps} timed repetitions per point after "
+                     f"{job.preset.timer.warmup} warm-up; {how}.", statistic=statistic)
     reasons = refusals(fitted, job.max_holdout_mape)
     if reasons and not job.force:
         raise FitRefused("profile not written: " + "; ".join(reasons) + f". Samples are kept in {samples_path}; "

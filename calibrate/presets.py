@@ -48,14 +48,14 @@ class Preset:
 
 
 PRESETS: dict[str, Preset] = {
-    # 36 points x (1 warm-up + 5 reps): about 5 minutes for the 6-layer tiny target on 2 shared cores.
+    # 68 points x (2 warm-up + 11 reps): a few minutes for the 6-layer tiny target on 2 shared cores.
     "quick": Preset(
         "quick",
-        prefill_new=(16, 64, 128, 256, 512, 1024),
-        prefill_context=(0, 256, 1024),
-        decode_batch=(1, 2, 4, 8, 16, 32),
-        decode_context=(64, 256, 1024),
-        timer=TimerConfig(warmup=1, reps=5),
+        prefill_new=(16, 32, 64, 128, 256, 384, 512, 768, 1024),
+        prefill_context=(0, 256, 512, 1024),
+        decode_batch=(1, 2, 4, 8, 12, 16, 24, 32),
+        decode_context=(64, 256, 512, 1024),
+        timer=TimerConfig(warmup=2, reps=11),
     ),
     # The documented full sweep: denser, longer, bigger batches (tens of minutes on CPU, minutes on a GPU).
     "full": Preset(

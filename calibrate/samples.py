@@ -96,7 +96,8 @@ class SampleLog:
         meta_path = path.with_name(path.name.removesuffix(".csv") + ".meta.json")
         wanted = json.dumps(fingerprint, indent=2, sort_keys=True) + "\n"
         if path.exists():
-            if not meta_path.exists() or json.loads(meta_path.read_text(encoding="utf-8")) != fingerprint:
+            # compare as JSON sees them (tuples come back as lists)
+            if not meta_path.exists() or json.loads(meta_path.read_text(encoding="utf-8")) != json.loads(wanted):
                 raise InputError(str(path), None, f"these samples were taken with other settings (see "
                                  f"{meta_path.name}); delete both files or choose another --out to start afresh")
             raw = path.read_bytes()

@@ -1,0 +1,114 @@
+"""A calibration killed midway resumes without repeating or losing points; the profile is never half-written."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from calibrate.job import CalibrationJob, run_calibration
+from calibrate.presets import Preset
+from calibrate.samples import HEADER, Sample, SampleLog, read_samples
+from calibrate.target import TargetSpec
+from calibrate.timer import TimerConfig
+from simulator.errors import InputError
+from simulator.paths import REPO_ROOT
+
+GRID = Preset("test", prefill_new=(8, 16, 32), prefill_context=(0, 16), decode_batch=(1, 2, 4),
+              decode_context=(8, 32), timer=TimerConfig(warmup=0, reps=1))
+N_POINTS = 6 + 6  # 3 x 2 prefill + 3 x 2 decode, all within the preset model's 512 positions
+
+
+class Interrupted(Exception):
+    pass
+
+
+def _job(out, **kw):
+    return CalibrationJob(TargetSpec(preset="tiny-mha"), GRID, str(out), progress=False, plots=False,
+                          force=True, **kw)
+
+
+def test_log_appends_and_cuts_a_torn_line(tmp_path):
+    path = tmp_path / "x.samples.csv"
+    with SampleLog.open(path, {"a": 1}) as log:
+        log.append(Sample("decode", 2, 1, 8, 1.5, 1.0, 2.0, 3))
+        with pytest.raises(ValueError, match="already"):
+            log.append(Sample("decode", 2, 1, 8, 9.0, 9.0, 9.0, 3))
+    with open(path, "a", encoding="utf-8") as handle:
+        handle.write("decode,2,2,16,1.7")  # a kill in the middle of a write: no newline
+    with SampleLog.open(path, {"a": 1}) as log:
+        assert log.done == {("decode", 2, 1, 8)}
+        log.append(Sample("decode", 2, 2, 16, 1.25, 1.0, 2.0, 3))
+    lines = path.read_text().splitlines()
+    assert lines == [",".join(HEADER), "decode,2,1,8,1.5,1,2,3", "decode,2,2,16,1.25,1,2,3"]
+
+
+def test_resuming_with_other_settings_is_refused(tmp_path):
+    path = tmp_path / "x.samples.csv"
+    SampleLog.open(path, {"reps": 3}).close()
+    with pytest.raises(InputError, match="other settings"):
+        SampleLog.open(path, {"reps": 5})
+
+
+def test_interrupted_job_resumes_exactly(tmp_path):
+    out = tmp_path / "p.json"
+
+    def stop_after_5(count):
+        if count == 5:
+            raise Interrupted
+
+    with pytest.raises(Interrupted):
+        run_calibration(_job(out), after_point=stop_after_5)
+    assert not out.exists()  # nothing half-done is ever a profile
+    first = read_samples(tmp_path / "p.samples.csv")
+    assert len(first) == 5
+    result = run_calibration(_job(out))
+    assert result.measured_points == N_POINTS - 5
+    rows = read_samples(tmp_path / "p.samples.csv")
+    keys = [s.key for s in rows]
+    assert len(keys) == len(set(keys)) == N_POINTS  # none repeated, none lost
+    assert rows[:5] == first  # the earlier points are kept as they were
+    assert result.profile.costs["prefill"].fit.n_samples == 6
+    again = run_calibration(_job(out))  # everything on disk: nothing measured, same fit
+    assert again.measured_points == 0
+    assert again.profile.costs == result.profile.costs
+
+
+SCRIPT = """
+import sys
+from calibrate.job import CalibrationJob, run_calibration
+from calibrate.presets import Preset
+from calibrate.target import TargetSpec
+from calibrate.timer import TimerConfig
+grid = Preset("kill", prefill_new=(8, 16, 32, 64), prefill_context=(0, 16, 32), decode_batch=(1, 2, 4, 8),
+              decode_context=(8, 32, 64), timer=TimerConfig(warmup=0, reps=int(sys.argv[2])))
+run_calibration(CalibrationJob(TargetSpec(preset="tiny-mha"), grid, sys.argv[1], progress=False, plots=False,
+                               force=True))
+"""
+
+
+def test_killed_process_resumes(tmp_path):
+    out = tmp_path / "k.json"
+    csv_path = tmp_path / "k.samples.csv"
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), OMP_NUM_THREADS="1")
+    proc = subprocess.Popen([sys.executable, "-c", SCRIPT, str(out), "15"], env=env)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if csv_path.exists() and len(csv_path.read_text().splitlines()) >= 4:  # header + 3 points
+            break
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not out.exists()
+    before = read_samples(csv_path)
+    assert 3 <= len(before) < 24
+    done = subprocess.run([sys.executable, "-c", SCRIPT, str(out), "15"], env=env, timeout=120)
+    assert done.returncode == 0
+    rows = read_samples(csv_path)
+    assert len({s.key for s in rows}) == len(rows) == 24
+    assert rows[: len(before)] == before
+    assert out.exists()
