@@ -23,7 +23,6 @@ from tqdm import tqdm
 from calibrate.assemble import STATISTICS, SWEEPS, FittedCost, fit_all, refusals
 from calibrate.fit import DEFAULT_MAX_HOLDOUT_MAPE, FitRefused
 from calibrate.hardware import GIB, cpu_hardware, spec_for_device
-from calibrate.plots import plot_fit
 from calibrate.presets import Preset
 from calibrate.probe import StepProbe
 from calibrate.samples import Sample, SampleLog, samples_path_for
@@ -211,6 +210,8 @@ def _config_only(spec: TargetSpec) -> LoadedTarget:
 
 def write_plots(fitted: dict[str, FittedCost], profile_path: Path, title: str) -> tuple[Path, ...]:
     """One samples-vs-fit PNG per cost model beside the profile: NAME.fit-<cost>.png."""
+    from calibrate.plots import plot_fit  # matplotlib loads only when plots are written
+
     return tuple(plot_fit(name, f.model, f.x1, f.x2, f.observed_ms,
                           profile_path.with_name(f"{profile_path.stem}.fit-{name}.png"), title)
                  for name, f in fitted.items())
