@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 
 from real_engine.attention import PagedAttention, SequenceChunk
+from real_engine.fusion import fuse_projections
 from real_engine.kv_cache import KVCacheManager, KVTensors
 from real_engine.model import LlamaModel
 from real_engine.rejection import sampling_probs
@@ -85,7 +86,7 @@ def paged_forward(model: LlamaModel, kv: KVTensors, manager: KVCacheManager, chu
 class Proposal:
     tokens: Tensor  # [B, K] proposed ids, padded with 0 past num_draft
     num_draft: Tensor  # [B] tokens actually proposed per sequence (<= the K asked for)
-    probs: Tensor  # [B, K, V] the proposal distribution q at each slot
+    probs: Tensor | None  # [B, K, V] the proposal distribution q at each slot; None when every row is greedy
 
 
 class Proposer(Protocol):
@@ -96,14 +97,17 @@ class Proposer(Protocol):
     def free(self, request_id: int) -> None: ...
 
 
-def _pack(proposed: list[list[int]], probs: list[list[Tensor]], k: int, vocab: int, device: torch.device) -> Proposal:
-    b = len(proposed)
-    tokens = torch.zeros(b, k, dtype=torch.int64, device=device)
-    q = torch.zeros(b, k, vocab, dtype=torch.float32, device=device)
-    for i, (toks, ps) in enumerate(zip(proposed, probs, strict=True)):
-        if toks:
-            tokens[i, : len(toks)] = torch.tensor(toks, device=device)
-            q[i, : len(toks)] = torch.stack(ps)
+def _pack(
+    proposed: list[list[int]], probs: list[list[Tensor]] | None, k: int, vocab: int, device: torch.device
+) -> Proposal:
+    """Pad per-sequence proposals to [B, K]; probs None: all rows greedy, q is not needed (and not built)."""
+    tokens = torch.tensor([t + [0] * (k - len(t)) for t in proposed], dtype=torch.int64, device=device)  # [B, K]
+    q = None
+    if probs is not None:
+        q = torch.zeros(len(proposed), k, vocab, dtype=torch.float32, device=device)
+        for i, ps in enumerate(probs):
+            if ps:
+                q[i, : len(ps)] = torch.stack(ps)
     num = torch.tensor([len(t) for t in proposed], dtype=torch.int64, device=device)
     return Proposal(tokens, num, q)
 
@@ -119,7 +123,7 @@ class DraftModelProposer:
     def __init__(
         self, model: LlamaModel, num_blocks: int, block_size: int, generator: torch.Generator | None = None
     ) -> None:
-        self.model = model.eval()
+        self.model = fuse_projections(model.eval())  # as Engine does for the target: c compares like with like
         param = next(model.parameters())
         self.manager = KVCacheManager(num_blocks, block_size)
         self.kv = KVTensors.allocate(model.config, num_blocks, block_size, param.dtype, param.device)
@@ -143,16 +147,19 @@ class DraftModelProposer:
                 chunks.append(PagedChunk(seq.request_id, done, new, 1))
             start = time.perf_counter()
             logits = torch.cat(paged_forward(self.model, self.kv, self.manager, chunks))  # [A, V]
-            q = sampling_probs(logits.unsqueeze(1), [seqs[i].sampling for i in active])[:, 0]  # [A, V]
-            greedy = [seqs[i].sampling.greedy for i in active]
-            drawn = q.argmax(-1) if all(greedy) else torch.multinomial(q, 1, generator=self.generator).squeeze(1)
+            if all(seqs[i].sampling.greedy for i in active):  # greedy verification never reads q
+                q, drawn = None, logits.argmax(-1)
+            else:
+                q = sampling_probs(logits.unsqueeze(1), [seqs[i].sampling for i in active])[:, 0]  # [A, V]
+                drawn = torch.multinomial(q, 1, generator=self.generator).squeeze(1)  # argmax rows: one-hot q
             toks = drawn.tolist()  # waits for the device: the pass time below is complete
             self.pass_seconds.append((len(active), time.perf_counter() - start))
             for row, (i, ch) in enumerate(zip(active, chunks, strict=True)):
                 self.computed[seqs[i].request_id] = ch.num_cached + len(ch.tokens)
                 proposed[i].append(int(toks[row]))
-                probs[i].append(q[row])
-        return _pack(proposed, probs, k, vocab, device)
+                if q is not None:
+                    probs[i].append(q[row])
+        return _pack(proposed, probs if any(probs) else None, k, vocab, device)
 
     def commit(self, seq: Sequence) -> None:
         """Keep only draft K/V of tokens the sequence still has (never the final, unfed token)."""
