@@ -34,6 +34,7 @@ from real_engine.seqpar_attention import (
     sharded_causal_attention,
 )
 from real_engine.sharding import LAYOUTS, Segment, ShardLayout
+from real_engine.tiered_cache import TieredKVCache
 
 
 @dataclass(frozen=True)
@@ -47,42 +48,67 @@ class SeqParConfig:
 
 
 class ShardedKVCache:
-    """This rank's K/V: per layer a [2, 1, Hkv, capacity, D] buffer filled up to `length`."""
+    """This rank's K/V in memory: per layer a [2, Hkv, capacity, D] buffer grown by doubling."""
 
     def __init__(self, num_layers: int) -> None:
         self.buffers: list[Tensor | None] = [None] * num_layers
-        self.length = 0  # tokens this rank holds (same for every layer after a forward)
+        self.lengths = [0] * num_layers
 
-    def append(self, layer: int, kv: Tensor) -> None:
-        """kv [2, 1, Hkv, T, D] appended after the layer's `length` tokens (capacity doubles as needed)."""
-        new = kv.shape[3]
+    def append(self, layer: int, k: Tensor, v: Tensor) -> None:
+        """k/v [T, Hkv, D] stored after the layer's tokens."""
+        kv = torch.stack((k, v)).transpose(1, 2)  # [2, Hkv, T, D]
+        held, new = self.lengths[layer], kv.shape[2]
         buf = self.buffers[layer]
-        if buf is None or buf.shape[3] < self.length + new:
-            capacity = max(2 * (self.length + new), 64)
-            grown = kv.new_empty(*kv.shape[:3], capacity, kv.shape[4])  # [2, 1, Hkv, cap, D]
+        if buf is None or buf.shape[2] < held + new:
+            grown = kv.new_empty(2, kv.shape[1], max(2 * (held + new), 64), kv.shape[3])  # [2, Hkv, cap, D]
             if buf is not None:
-                grown[:, :, :, : self.length] = buf[:, :, :, : self.length]
+                grown[:, :, :held] = buf[:, :, :held]
             self.buffers[layer] = buf = grown
-        buf[:, :, :, self.length : self.length + new] = kv
+        buf[:, :, held : held + new] = kv
+        self.lengths[layer] = held + new
 
-    def view(self, layer: int, extra: int = 0) -> Tensor:
-        """The layer's filled K/V [2, 1, Hkv, length + extra, D] (extra: appended in this forward)."""
+    def keys_values(self, layer: int) -> tuple[Tensor, Tensor]:
+        """The layer's K and V, each [1, Hkv, L, D] (views, no copy)."""
         buf = self.buffers[layer]
         assert buf is not None
-        return buf[:, :, :, : self.length + extra]
+        both = buf[:, :, : self.lengths[layer]].unsqueeze(1)  # [2, 1, Hkv, L, D]
+        return both[0], both[1]
+
+
+class TieredShardCache:
+    """This rank's K/V in a tiered cache (device pool, host, SSD: real_engine/tiered_cache.py)."""
+
+    def __init__(self, cache: TieredKVCache, seq: int = 0) -> None:
+        self.cache, self.seq = cache, seq
+
+    def append(self, layer: int, k: Tensor, v: Tensor) -> None:
+        self.cache.append(self.seq, layer, k, v)
+
+    def keys_values(self, layer: int) -> tuple[Tensor, Tensor]:
+        k, v = self.cache.gather(self.seq, layer)  # [L, Hkv, D] each, paged in
+        return k.transpose(0, 1).unsqueeze(0), v.transpose(0, 1).unsqueeze(0)  # [1, Hkv, L, D]
+
+
+KVShard = ShardedKVCache | TieredShardCache
 
 
 class SequenceParallel:
     """One rank's share of a sequence-parallel LlamaModel. Every rank of `group` makes the same calls."""
 
-    def __init__(self, model: LlamaModel, config: SeqParConfig, group: dist.ProcessGroup | None = None) -> None:
+    def __init__(
+        self,
+        model: LlamaModel,
+        config: SeqParConfig,
+        group: dist.ProcessGroup | None = None,
+        cache: KVShard | None = None,
+    ) -> None:
         self.model = fuse_projections(model.eval())
         self.config, self.group = config, group
         self.rank, self.world = dist.get_rank(group), dist.get_world_size(group)
         self.device = next(model.parameters()).device
         self.fused = config.fused_kernel and fused_kernel_available(self.device)
         self.times = PhaseTimes()
-        self.cache = ShardedKVCache(model.config.num_layers)
+        self.cache = cache if cache is not None else ShardedKVCache(model.config.num_layers)
         self.shard_lengths = [0] * self.world  # tokens held by each rank
         self.position = 0  # tokens in the sequence so far
 
@@ -113,7 +139,6 @@ class SequenceParallel:
         last = torch.tensor([positions.numel() - 1] if self.rank == owner else [], dtype=torch.int64)
         attention = _PrefillAttention(self, segments)
         logits = self.model(ids, positions.unsqueeze(0), attention, logits_index=last.to(self.device))
-        self.cache.length = self.shard_lengths[self.rank]
         self.position = len(prompt_ids)
         return self._broadcast_token(logits[0, -1] if self.rank == owner else None, owner)
 
@@ -127,8 +152,6 @@ class SequenceParallel:
         positions = torch.tensor([[self.position]], dtype=torch.int64, device=self.device)
         attention = _DecodeAttention(self, stores=self.rank == holder)
         logits = self.model(ids, positions, attention)[0, -1]  # [V]
-        if self.rank == holder:
-            self.cache.length += 1
         self.shard_lengths[holder] += 1
         self.position += 1
         return self._broadcast_token(logits, 0)
@@ -150,8 +173,8 @@ class _PrefillAttention:
     def __call__(self, layer: int, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
         """q [1, T_r, Hq, D], k/v [1, T_r, Hkv, D] (this rank's positions) -> [1, T_r, Hq, D]."""
         sp = self.sp
+        sp.cache.append(layer, k[0], v[0])
         kh, vh = k.transpose(1, 2), v.transpose(1, 2)  # [1, Hkv, T_r, D]
-        sp.cache.append(layer, torch.stack((kh, vh)))  # [2, 1, Hkv, T_r, D]
         qh = q.transpose(1, 2).contiguous()  # [1, Hq, T_r, D]
         out, _ = sharded_causal_attention(qh, kh, vh, self.segments, sp.group, sp.fused, sp.times)
         return out.to(q.dtype).transpose(1, 2)  # [1, T_r, Hq, D]
@@ -169,14 +192,14 @@ class _DecodeAttention:
         _, _, hq, d = q.shape
         hkv = k.shape[2]
         if self.stores:
-            sp.cache.append(layer, torch.stack((k, v)).transpose(2, 3))  # [2, 1, Hkv, 1, D]
-        held = sp.cache.length + int(self.stores)
+            sp.cache.append(layer, k[0], v[0])
+        held = sp.shard_lengths[sp.rank] + int(self.stores)
         start = time.perf_counter()
         if held:
-            kv = sp.cache.view(layer, int(self.stores))  # [2, 1, Hkv, L, D]
+            keys, values = sp.cache.keys_values(layer)  # [1, Hkv, L, D] each
             # one query row sees all keys: its G query heads per KV head become G rows, no K/V copy
             qg = q.reshape(1, hkv, hq // hkv, d)  # [1, Hkv, G, D]
-            out, lse = attention_with_lse(qg, kv[0], kv[1], causal=False, fused=sp.fused)
+            out, lse = attention_with_lse(qg, keys, values, causal=False, fused=sp.fused)
             part = torch.cat([out.float().reshape(hq, d), lse.reshape(hq, 1)], dim=1)  # [Hq, D + 1]
         else:  # this rank holds nothing yet: an empty partial
             part = torch.cat([q.new_zeros(hq, d, dtype=torch.float32), q.new_full((hq, 1), float("-inf"))], 1)

@@ -4,7 +4,8 @@ One spawned world of 4 ranks serves every degree P in {1, 2, 4} through subgroup
 start-up costs seconds, so it is paid once): sharded causal attention equals an fp64
 single-device reference (out and LSE, relative error <= 1e-5) with zigzag, contiguous and
 uneven (one rank empty) shards; greedy generation with the tiny target is token-for-token the
-same for P = 1, 2, 4 and the single-process dense-cache reference.  Separate small worlds
+same for P = 1, 2, 4 and the single-process dense-cache reference, also with each rank's shard
+in a tiered cache that spills to host memory and SSD files.  Separate small worlds
 check that a rank that dies, a peer that goes silent, or a stalled group ends in RankFailure
 within seconds instead of hanging.
 """
@@ -22,9 +23,11 @@ from real_engine.checkpoint import load_checkpoint
 from real_engine.corpus import load_eval_prompts
 from real_engine.dense_cache import greedy_generate
 from real_engine.dist import DistConfig, RankFailure, spawn, subgroup
-from real_engine.seqpar import SeqParConfig, SequenceParallel
+from real_engine.seqpar import SeqParConfig, SequenceParallel, TieredShardCache
 from real_engine.seqpar_attention import PhaseTimes, sharded_causal_attention
 from real_engine.sharding import ShardLayout
+from real_engine.tiered_cache import TieredKVCache
+from real_engine.tiers import TierConfig
 from real_engine.tokenizer import ByteTokenizer
 from simulator.paths import MODELS_DIR
 
@@ -65,6 +68,16 @@ def world4(rank: int, device: torch.device, prompts: list[list[int]]) -> dict:
         for layout in ("zigzag", "contiguous") if world == 2 else ("zigzag",):
             gens = [SequenceParallel(model, SeqParConfig(layout), group).generate(p, NEW_TOKENS) for p in prompts]
             results[("generate", world, layout)] = gens
+        if world == 2:  # each rank's shard in a tiered cache small enough to spill to host and SSD files
+            gens, residency = [], []
+            for seq, prompt in enumerate(prompts):
+                tiers = TierConfig(chunk_tokens=16, device_pages=32, host_pages=8, ssd_pages=256)
+                tiered = TieredKVCache(model.config, tiers, torch.float32, device, sink_tokens=4, window_tokens=8)
+                sp = SequenceParallel(model, SeqParConfig(), group, TieredShardCache(tiered, seq))
+                gens.append(sp.generate(prompt, NEW_TOKENS))
+                residency.append(tiered.residency())
+                tiered.close()
+            results[("generate", world, "tiered")] = (gens, residency)
         dist.barrier(group=group)
     return results
 
@@ -117,6 +130,10 @@ def test_greedy_generation_is_the_same_for_every_degree(world_results: list[dict
     for world, layout in ((2, "zigzag"), (2, "contiguous"), (4, "zigzag")):
         for rank in range(world):  # every rank ends with the same tokens
             assert world_results[rank][("generate", world, layout)] == reference, (world, layout, rank)
+    for rank in range(2):  # the same with each rank's K/V paged over device, host and SSD
+        gens, residency = world_results[rank][("generate", 2, "tiered")]
+        assert gens == reference
+        assert residency[0]["host"] > 0 and residency[0]["ssd"] > 0, residency
 
 
 def dies(rank: int, device: torch.device) -> None:
