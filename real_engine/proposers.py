@@ -129,7 +129,7 @@ class DraftModelProposer:
         self.kv = KVTensors.allocate(model.config, num_blocks, block_size, param.dtype, param.device)
         self.generator = generator
         self.computed: dict[int, int] = {}
-        self.pass_seconds: list[tuple[int, float]] = []  # (batch size, wall s) of every draft pass
+        self.pass_seconds: list[tuple[int, int, float]] = []  # (batch size, tokens, wall s) of every draft pass
 
     @torch.inference_mode()
     def propose(self, seqs: list[Sequence], ks: list[int]) -> Proposal:
@@ -153,7 +153,8 @@ class DraftModelProposer:
                 q = sampling_probs(logits.unsqueeze(1), [seqs[i].sampling for i in active])[:, 0]  # [A, V]
                 drawn = torch.multinomial(q, 1, generator=self.generator).squeeze(1)  # argmax rows: one-hot q
             toks = drawn.tolist()  # waits for the device: the pass time below is complete
-            self.pass_seconds.append((len(active), time.perf_counter() - start))
+            n_tokens = sum(len(ch.tokens) for ch in chunks)
+            self.pass_seconds.append((len(active), n_tokens, time.perf_counter() - start))
             for row, (i, ch) in enumerate(zip(active, chunks, strict=True)):
                 self.computed[seqs[i].request_id] = ch.num_cached + len(ch.tokens)
                 proposed[i].append(int(toks[row]))

@@ -110,10 +110,18 @@ class SpecTimings:
         """Median plain target step (the unit of cost); ``reference`` overrides it (target-only runs)."""
         return self._median(reference if reference is not None else self.plain_s)
 
-    def cost_ratio(self, target_step_s: float) -> float:
-        """c = draft per-token step time / target per-token step time (measured, medians)."""
-        return self._median(self.draft_pass_s) / target_step_s
+    @staticmethod
+    def _mean(xs: list[float]) -> float:
+        return sum(xs) / len(xs) if xs else float("nan")
 
-    def verify_cost(self, k: int, target_step_s: float) -> float:
-        """Target pass over K+1 tokens in units of one plain target step (measured, median)."""
-        return self._median(self.verify_s.get(k, [])) / target_step_s
+    def cost_ratio(self, target_step_s: float, mean: bool = False) -> float:
+        """c = draft per-token step time / target per-token step time (measured; median, or mean).
+
+        Medians describe an undisturbed pass; means include the stalls of a shared machine,
+        which end-to-end totals include too (use them when predicting measured totals).
+        """
+        return (self._mean if mean else self._median)(self.draft_pass_s) / target_step_s
+
+    def verify_cost(self, k: int, target_step_s: float, mean: bool = False) -> float:
+        """Target pass over K+1 tokens in units of one plain target step (measured; median, or mean)."""
+        return (self._mean if mean else self._median)(self.verify_s.get(k, [])) / target_step_s

@@ -253,7 +253,8 @@ class SpeculativeEngine:
             return
         self.timings.add_verify(num_draft[0], verify_s)
         passes = getattr(self.proposer, "pass_seconds", [])[passes_before:]
-        self.timings.draft_pass_s += [s for b, s in passes if b == 1]
+        # a decode-like pass: one sequence, at most the 2-token catch-up after a full accept (not a draft prefill)
+        self.timings.draft_pass_s += [s for b, n, s in passes if b == 1 and n <= 2]
 
     def _finish(self, seq: Sequence) -> None:
         self.kv_manager.free(seq.request_id)
