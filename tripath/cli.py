@@ -90,6 +90,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("rest", nargs=argparse.REMAINDER)
     serve.set_defaults(func=_cmd_serve)
+
+    # calibrate, profile: the calibrate package registers them (argparse only; torch loads when they run)
+    from calibrate.commands import add_subcommands
+
+    add_subcommands(sub)
     return parser
 
 
