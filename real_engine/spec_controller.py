@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Protocol
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,16 @@ def break_even_acceptance(k: int, costs: SpecCosts) -> float:
 def best_k(a: float, costs: SpecCosts, k_max: int) -> tuple[int, float]:
     """argmax over K in 1..k_max of S(K, a), and that S."""
     return max(((k, predicted_speedup(k, a, costs)) for k in range(1, k_max + 1)), key=lambda t: t[1])
+
+
+class Controller(Protocol):
+    """What SpeculativeEngine asks before a round and tells after it."""
+
+    def choose(self, request_id: int) -> int: ...  # K for this sequence's next round (0: plain decoding)
+
+    def observe(self, request_id: int, num_draft: int, num_accepted: int) -> None: ...
+
+    def forget(self, request_id: int) -> None: ...
 
 
 class FixedK:

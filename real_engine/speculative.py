@@ -29,7 +29,7 @@ from real_engine.proposers import PagedChunk, Proposal, Proposer, paged_forward
 from real_engine.rejection import greedy_verify, rejection_sample, sampling_probs
 from real_engine.sampling import SamplingParams, sample
 from real_engine.sequence import Sequence, SequenceStatus
-from real_engine.spec_controller import FixedK
+from real_engine.spec_controller import Controller, FixedK
 from real_engine.spec_metrics import SpecCounters, SpecTimings
 
 
@@ -48,12 +48,15 @@ class SpecStepRecord(StepRecord):
 
 
 class SpeculativeEngine:
+    """Engine's add_request / step / generate API; ``proposer`` drafts (a DraftModelProposer needs a
+    pool of at least config.num_blocks blocks of config.block_size), ``controller`` picks K (FixedK(4))."""
+
     def __init__(
         self,
         target: LlamaModel,
         proposer: Proposer,
         config: EngineConfig,
-        controller: FixedK | object | None = None,
+        controller: Controller | None = None,
         generator: torch.Generator | None = None,
     ) -> None:
         self.model = fuse_projections(target.eval()) if config.fuse_projections else target.eval()
