@@ -32,7 +32,7 @@ from real_engine.tokenizer import ByteTokenizer
 from simulator.paths import MODELS_DIR
 
 LENGTH, HQ, HKV, D = 53, 4, 2, 16
-NEW_TOKENS = 12
+NEW_TOKENS = 10
 
 
 def layouts(world: int) -> list[ShardLayout]:
@@ -71,7 +71,7 @@ def world4(rank: int, device: torch.device, prompts: list[list[int]]) -> dict:
         if world == 2:  # each rank's shard in a tiered cache small enough to spill to host and SSD files
             gens, residency = [], []
             for seq, prompt in enumerate(prompts):
-                tiers = TierConfig(chunk_tokens=16, device_pages=32, host_pages=8, ssd_pages=256)
+                tiers = TierConfig(chunk_tokens=8, device_pages=32, host_pages=8, ssd_pages=256)
                 tiered = TieredKVCache(model.config, tiers, torch.float32, device, sink_tokens=4, window_tokens=8)
                 sp = SequenceParallel(model, SeqParConfig(), group, TieredShardCache(tiered, seq))
                 gens.append(sp.generate(prompt, NEW_TOKENS))
@@ -88,7 +88,7 @@ def prompts() -> list[list[int]]:
     samples = load_eval_prompts(MODELS_DIR / "eval_prompts.jsonl")
     picked = [next(s for s in samples if s.task == task) for task in ("code", "math")]
     # one real prompt of each kind, and a 2-token one that leaves zigzag ranks with nothing to hold
-    return [tok.encode(s.prompt, add_bos=True)[-300:] for s in picked] + [tok.encode("x", add_bos=True)]
+    return [tok.encode(s.prompt, add_bos=True)[-160:] for s in picked] + [tok.encode("x", add_bos=True)]
 
 
 @pytest.fixture(scope="module")
@@ -126,13 +126,13 @@ def test_greedy_generation_is_the_same_for_every_degree(world_results: list[dict
     model = load_checkpoint(MODELS_DIR / "tiny-target")[1]
     reference = [greedy_generate(model, p, NEW_TOKENS, stop_id=-1) for p in prompts]
     assert all(len(r) == NEW_TOKENS for r in reference)
-    assert world_results[0][("generate", 1, "zigzag")] == reference
+    assert world_results[0][("generate", 1, "zigzag")] == reference, "P=1"
     for world, layout in ((2, "zigzag"), (2, "contiguous"), (4, "zigzag")):
         for rank in range(world):  # every rank ends with the same tokens
             assert world_results[rank][("generate", world, layout)] == reference, (world, layout, rank)
     for rank in range(2):  # the same with each rank's K/V paged over device, host and SSD
         gens, residency = world_results[rank][("generate", 2, "tiered")]
-        assert gens == reference
+        assert gens == reference, ("tiered", rank)
         assert residency[0]["host"] > 0 and residency[0]["ssd"] > 0, residency
 
 
