@@ -10,7 +10,7 @@ Per rank it records wall time and the time inside attention kernels, communicati
 includes waiting for a slower peer) and the merge.  Weights are seeded random (the tiny-target
 shape with longer positions): speed does not depend on their values.
 
-    python scripts/measure_seqpar.py                       # 2K..32K, writes the CSV and the doc
+    python scripts/measure_seqpar.py       # 2K..32K: data/measurements/seqpar_cpu.csv, docs/sequence_parallel.md
     python scripts/measure_seqpar.py --lengths 2048 4096 --repeats 1 --no-write
 """
 
@@ -31,7 +31,9 @@ import torch.distributed as dist
 
 from real_engine.dist import DistConfig, spawn, subgroup
 from real_engine.model import LlamaModel
-from real_engine.seqpar import SeqParConfig, SequenceParallel
+from real_engine.seqpar import SeqParConfig, SequenceParallel, TieredShardCache
+from real_engine.tiered_cache import TieredKVCache
+from real_engine.tiers import TierConfig
 from real_engine.train import TARGET_CONFIG
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -49,6 +51,7 @@ class SeqParBench:
     decode_tokens: int = 8
     layout: str = "zigzag"
     seed: int = 0
+    tiered_max_length: int = 8192  # also run each rank's K/V in the tiered cache up to this length (0: never)
 
     def __post_init__(self) -> None:
         if not self.lengths or min(self.lengths) < 2 * self.world_size:
@@ -72,8 +75,22 @@ def _plain_prefill_s(model: LlamaModel, prompt: list[int]) -> float:
     return time.perf_counter() - start
 
 
-def _sp_run(model: LlamaModel, bench: SeqParBench, prompt: list[int], group: dist.ProcessGroup | None) -> dict:
-    sp = SequenceParallel(model, SeqParConfig(bench.layout), group)
+def tier_budget(model: LlamaModel, length: int) -> TierConfig:
+    """A device pool per rank that holds half of ONE rank's full-sequence K/V (plus pinned slack):
+    P = 1 must page the other half through host memory each decode step, while a P = 2 shard fits."""
+    layers, chunk = model.config.num_layers, 256
+    pages = -(-length // chunk)  # pages of one layer's full K/V
+    return TierConfig(chunk, device_pages=layers * (-(-pages // 2) + 2), host_pages=layers * pages, ssd_pages=0)
+
+
+def _sp_run(
+    model: LlamaModel, bench: SeqParBench, prompt: list[int], group: dist.ProcessGroup | None, tiered: bool = False
+) -> dict:
+    store = None
+    if tiered:
+        tiers = TieredKVCache(model.config, tier_budget(model, len(prompt)), torch.float32, "cpu")
+        store = TieredShardCache(tiers)
+    sp = SequenceParallel(model, SeqParConfig(bench.layout), group, store)
     dist.barrier(group=group)
     start = time.perf_counter()
     token = sp.prefill(prompt)
@@ -86,6 +103,9 @@ def _sp_run(model: LlamaModel, bench: SeqParBench, prompt: list[int], group: dis
         token = sp.decode(token)
         steps.append(time.perf_counter() - t0)
     decode = {f"decode_{k}": v / bench.decode_tokens for k, v in asdict(sp.times).items()}
+    if store is not None:
+        decode["decode_stall_s"] = store.cache.stall_s / (bench.decode_tokens + 1)  # paging time, per forward
+        store.cache.close()
     return {"prefill_s": wall, **phases, "decode_token_s": statistics.median(steps), **decode}
 
 
@@ -111,8 +131,12 @@ def bench_worker(rank: int, device: torch.device, bench: SeqParBench) -> list[di
                     rows.append({**base, "kind": "plain", "prefill_s": _plain_prefill_s(model, prompt)})
                     if rep == 0:  # the SP code at P = 1: its overhead over plain, and the P = 1 decode
                         rows.append({**base, "kind": "sp", **_sp_run(model, bench, prompt, solo)})
+                        if length <= bench.tiered_max_length:
+                            rows.append({**base, "kind": "sp_tiered", **_sp_run(model, bench, prompt, solo, True)})
                 elif degree > 1:
                     rows.append({**base, "kind": "sp", **_sp_run(model, bench, prompt, None)})
+                    if rep == 0 and length <= bench.tiered_max_length:
+                        rows.append({**base, "kind": "sp_tiered", **_sp_run(model, bench, prompt, None, True)})
     dist.barrier()
     return rows
 
@@ -125,7 +149,7 @@ def measure(bench: SeqParBench, timeout_s: float = 900.0) -> list[dict]:
 
 FIELDS = [
     "length", "repeat", "P", "rank", "kind", "prefill_s", "attention_s", "comm_s", "merge_s", "decode_token_s",
-    "decode_attention_s", "decode_comm_s", "decode_merge_s", "load_avg_1m",
+    "decode_attention_s", "decode_comm_s", "decode_merge_s", "decode_stall_s", "load_avg_1m",
 ]  # fmt: skip
 
 
@@ -168,6 +192,12 @@ def summarize(rows: list[dict], world: int) -> list[dict]:
             "decode_comm_ms": phase("decode_comm_s"), "decode_merge_ms": phase("decode_merge_s"),
             "load_min": min(r["load_avg_1m"] for r in at), "load_max": max(r["load_avg_1m"] for r in at),
         })  # fmt: skip
+        tiered = [r for r in at if r["kind"] == "sp_tiered"]
+        for degree in (1, world):
+            mine = [r for r in tiered if r["P"] == degree]
+            out[-1][f"tiered{degree}_prefill_ms"] = _ms([max(r["prefill_s"] for r in mine)] if mine else [])
+            out[-1][f"tiered{degree}_decode_ms"] = _ms([max(r["decode_token_s"] for r in mine)] if mine else [])
+            out[-1][f"tiered{degree}_stall_ms"] = _ms([max(r["decode_stall_s"] for r in mine)] if mine else [])
     return out
 
 
@@ -216,6 +246,27 @@ def render_report(summary: list[dict], bench: SeqParBench, command: str) -> str:
             f"| {s['length']} | {s['decode1_ms']:.2f} | {s['decodep_ms']:.2f} | {s['decode_comm_ms']:.2f} | "
             f"{s['decode_merge_ms']:.2f} |"
         )
+    tiered = [s for s in summary if s["tiered1_decode_ms"] == s["tiered1_decode_ms"]]  # not NaN
+    if tiered:
+        lines += [
+            "",
+            "## With the tiered KV cache on each rank",
+            "",
+            "Each rank's K/V in real_engine/tiered_cache.py with a device pool of half of the whole "
+            "sequence's K/V (chunks of 256 tokens; sinks and a 256-token window pinned; the rest in host "
+            "memory): P = 1 pages half its K/V in every decode step, a P = 2 shard nearly fits. One run each.",
+            "",
+            f"| prompt tokens | P=1 decode ms/token | P=1 tiered | paging ms/forward | P={p} decode | P={p} tiered | "
+            f"paging ms/forward | P=1 prefill ms | P=1 tiered | P={p} prefill | P={p} tiered |",
+            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        ]
+        for s in tiered:
+            lines.append(
+                f"| {s['length']} | {s['decode1_ms']:.2f} | {s['tiered1_decode_ms']:.2f} | "
+                f"{s['tiered1_stall_ms']:.2f} | {s['decodep_ms']:.2f} | {s[f'tiered{p}_decode_ms']:.2f} | "
+                f"{s[f'tiered{p}_stall_ms']:.2f} | {s['sp1_ms']:.0f} | {s['tiered1_prefill_ms']:.0f} | "
+                f"{s['spp_ms']:.0f} | {s[f'tiered{p}_prefill_ms']:.0f} |"
+            )
     return "\n".join(lines) + "\n"
 
 
