@@ -38,7 +38,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     command = f"tripath calibrate --device {args.device} {source} --preset {args.preset} --dtype {target.dtype}"
     job = CalibrationJob(target, PRESETS[args.preset], out, device=args.device, threads=args.threads,
                          force=args.force, max_holdout_mape=args.max_holdout_mape, command=command,
-                         statistic=args.statistic,
+                         statistic=args.statistic, cpu_clock=args.cpu_clock,
                          progress=not args.no_progress)
     try:
         result = run_calibration(job)
@@ -137,8 +137,10 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
     cal.add_argument("--dtype", choices=("float32", "bfloat16", "float16"),
                      help="default float32 on cpu, bfloat16 on cuda")
     cal.add_argument("--statistic", choices=("median", "min"),
-                     help="repetition statistic fitted (default: min on cpu, where other processes only add "
-                     "time; median on cuda)")
+                     help="repetition statistic fitted (default: min for CPU wall time, where other processes "
+                     "only add time; else median)")
+    cal.add_argument("--cpu-clock", choices=("wall", "thread"),
+                     help="CPU timing clock (default: thread CPU time when --threads 1, else wall)")
     cal.add_argument("--no-progress", action="store_true")
     cal.add_argument("--json", action="store_true")
     cal.set_defaults(func=_cmd_calibrate)

@@ -27,13 +27,16 @@ from calibrate.presets import Preset
 from calibrate.probe import StepProbe
 from calibrate.samples import Sample, SampleLog, samples_path_for
 from calibrate.target import DTYPE_KEYS, LoadedTarget, TargetSpec, load_target, model_spec
-from calibrate.timer import time_call
+from calibrate.timer import CLOCKS, time_call
 from real_engine.checkpoint import load_config
 from real_engine.config import PRESETS
 from simulator.errors import InputError
 from simulator.paths import REPO_ROOT
 from simulator.profile import Hardware, MemoryBudget, Profile, ProfileKey, Provenance, save_profile
 
+CLOCK_TEXT = {"cuda-events": "CUDA events", "wall": "wall time (perf_counter)",
+              "thread": "CPU time of the single torch thread (time.thread_time: what the step costs on an idle "
+              "core; other processes cannot inflate it)"}
 GPU_MEMORY_UTILISATION = 0.9  # vLLM's default share of device memory for weights + KV
 SERVE_KV_TOKENS = 1024 * 16  # `tripath serve` defaults: --num-blocks 1024 x --block-size 16
 
@@ -48,7 +51,8 @@ class CalibrationJob:
     force: bool = False  # write the profile even if a fit exceeds the threshold
     max_holdout_mape: float = DEFAULT_MAX_HOLDOUT_MAPE
     block_size: int = 16
-    statistic: str | None = None  # "median" or "min" of the repetitions; None: min on cpu, median on cuda
+    statistic: str | None = None  # "median" or "min" of the repetitions; None: min for CPU wall time, else median
+    cpu_clock: str | None = None  # "wall" or "thread"; None: thread CPU time when threads == 1, else wall
     command: str = "calibrate.job.run_calibration"
     progress: bool = True
     plots: bool = True
@@ -62,6 +66,10 @@ class CalibrationJob:
             raise InputError(None, "max_holdout_mape", f"must be > 0, got {self.max_holdout_mape!r}")
         if self.statistic not in (None, *STATISTICS):
             raise InputError(None, "statistic", f"must be one of {', '.join(STATISTICS)}, got {self.statistic!r}")
+        if self.cpu_clock not in (None, *CLOCKS):
+            raise InputError(None, "cpu_clock", f"must be one of {', '.join(CLOCKS)}, got {self.cpu_clock!r}")
+        if self.cpu_clock == "thread" and self.threads != 1:
+            raise InputError(None, "cpu_clock", "thread CPU time measures a step only with threads = 1")
         if not str(self.out).endswith(".json"):
             raise InputError(None, "out", f"profile path must end in .json, got {self.out!r}")
 
@@ -76,6 +84,13 @@ class CalibrationResult:
     refusals: tuple[str, ...] = field(default=())
 
 
+def clock_of(job: CalibrationJob) -> str:
+    """What times a CPU step: the single torch thread's CPU time when possible (immune to other processes)."""
+    if job.device == "cuda":
+        return "cuda-events"
+    return job.cpu_clock or ("thread" if job.threads == 1 else "wall")
+
+
 def engine_commit() -> str:
     try:
         out = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=REPO_ROOT, capture_output=True,
@@ -87,7 +102,7 @@ def engine_commit() -> str:
 
 def _fingerprint(job: CalibrationJob, device_name: str) -> dict[str, object]:
     return {"target": asdict(job.target), "preset": asdict(job.preset), "device": job.device,
-            "device_name": device_name, "block_size": job.block_size, "threads": job.threads,
+            "device_name": device_name, "block_size": job.block_size, "threads": job.threads, "clock": clock_of(job),
             "columns": {name: list(s.inputs) for name, s in SWEEPS.items()}}
 
 
@@ -106,7 +121,8 @@ def _measure(job: CalibrationJob, log: SampleLog, device: torch.device,
         probe = StepProbe(target.models[layers], job.preset.max_step_tokens(max_len), job.block_size)
         for sweep, (x1, x2) in todo:
             chunks = sweep.chunks(probe, x1, x2)
-            timing = time_call(functools.partial(probe.run, chunks), job.preset.timer, device)
+            timing = time_call(functools.partial(probe.run, chunks), job.preset.timer, device,
+                               "wall" if clock_of(job) == "cuda-events" else clock_of(job))
             log.append(Sample(sweep.name, layers, x1, x2, timing.median_ms, timing.min_ms, timing.max_ms,
                               len(timing.times_ms)))
             measured += 1
@@ -167,14 +183,15 @@ def run_calibration(job: CalibrationJob, after_point: Callable[[int], None] | No
     spec_model = model_spec(_config_only(target_spec))
     how = (f"timed at 1 and {target_spec.layers_timed} layers, extrapolated per layer" if target_spec.scaled
            else "all layers timed")
-    # On a CPU shared with other processes, contention only ever adds time: the minimum of the
-    # repetitions is the engine's own cost (timeit's convention). A GPU runs alone: the median.
-    statistic = job.statistic or ("min" if job.device == "cpu" else "median")
+    # Wall time on a CPU shared with other processes: contention only ever adds time, so the minimum
+    # of the repetitions is the engine's own cost (timeit's convention). Thread CPU time and a GPU: median.
+    clock = clock_of(job)
+    statistic = job.statistic or ("min" if clock == "wall" else "median")
     fitted = fit_all(samples, spec_model.layers, coefficient_source="fitted",
                      data=f"{samples_path.name} ({statistic}_ms): {job.preset.name} preset on "
                      f"{hardware.device_name} ({how})",
                      note=f"{statistic.capitalize()} of {job.preset.timer.reps} timed repetitions per point after "
-                     f"{job.preset.timer.warmup} warm-up; {how}.", statistic=statistic)
+                     f"{job.preset.timer.warmup} warm-up, clock: {CLOCK_TEXT[clock]}; {how}.", statistic=statistic)
     reasons = refusals(fitted, job.max_holdout_mape)
     if reasons and not job.force:
         raise FitRefused("profile not written: " + "; ".join(reasons) + f". Samples are kept in {samples_path}; "
