@@ -5,7 +5,7 @@ killed at any moment loses at most the point in flight, and a restart skips ever
 on disk (no point is measured twice, none is lost). A kill in the middle of a write leaves a last
 line without its newline: ``SampleLog.open`` cuts it off before appending again.
 
-A sidecar ``NAME.samples.meta.json`` holds the job's fingerprint (model, device, dtype, grid,
+A sidecar ``NAME.samples.meta`` holds the job's fingerprint (model, device, dtype, grid,
 repetitions): resuming with other settings would mix incomparable numbers, so it is refused.
 """
 
@@ -93,7 +93,8 @@ class SampleLog:
     def open(cls, path: str | os.PathLike[str], fingerprint: dict[str, Any]) -> SampleLog:
         """Open (creating, or resuming) the log; refuse to resume one taken with other settings."""
         path = Path(path)
-        meta_path = path.with_name(path.name.removesuffix(".csv") + ".meta.json")
+        # not .json: every data/profiles/*.json is taken for a profile
+        meta_path = path.with_name(path.name.removesuffix(".csv") + ".meta")
         wanted = json.dumps(fingerprint, indent=2, sort_keys=True) + "\n"
         if path.exists():
             # compare as JSON sees them (tuples come back as lists)
