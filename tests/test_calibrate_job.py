@@ -93,6 +93,10 @@ def test_poor_fit_is_refused_and_nothing_written(tmp_path, capsys):
                                             plots=False, max_holdout_mape=1e-9, force=True))
     assert forced.measured_points == 0 and out.exists()
     assert any(n.startswith("Written with --force despite") for n in forced.profile.notes)
+    before = out.read_bytes()
+    with pytest.raises(FitRefused):
+        run_calibration(job)  # a refused rerun leaves the existing profile exactly as it was
+    assert out.read_bytes() == before
 
 
 def test_cli_calibrate_refusal_exit_code_and_show(tmp_path, capsys):
@@ -108,3 +112,5 @@ def test_cli_calibrate_refusal_exit_code_and_show(tmp_path, capsys):
     assert main(["profile", "show", str(out)]) == 0
     text = capsys.readouterr().out
     assert "source: measured" in text and "costs.decode: decode_v1" in text and "absent sections" in text
+    assert main(["profile", "plot", str(out), "--out", str(tmp_path / "plots")]) == 0
+    assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == ["c.decode.png", "c.prefill.png"]
