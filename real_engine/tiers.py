@@ -137,6 +137,7 @@ class SSDTier:
         self.parent = config.ssd_dir
         self.drop_page_cache = config.drop_page_cache
         self.page_shape, self.dtype, self.stats = page_shape, dtype, stats
+        self.page_bytes = torch.Size(page_shape).numel() * torch.empty((), dtype=dtype).element_size()
         self.directory: Path | None = None
         self.next_page_id = 0
         self.live: set[int] = set()
@@ -159,7 +160,7 @@ class SSDTier:
         if len(self.live) >= self.capacity:
             raise DiskFull(f"SSD tier: all {self.capacity} pages in use")
         start = time.perf_counter()
-        payload = page.contiguous().view(torch.uint8).numpy().tobytes()
+        payload = memoryview(page.contiguous().view(torch.uint8).numpy()).cast("B")  # no copy
         page_id = self.next_page_id
         self.next_page_id += 1
         final = self.path(page_id)
@@ -186,22 +187,24 @@ class SSDTier:
         """The page as a CPU tensor, checked against its header; raises PageMissing / PageCorrupt."""
         start = time.perf_counter()
         path = self.path(page_id)
+        expected = self.page_bytes
+        payload = bytearray(expected + 1)  # one spare byte: a longer file shows up as a size mismatch
         try:
             with open(path, "rb") as f:
-                blob = f.read()
+                header = f.read(_HEADER.size)
+                got = f.readinto(payload)
         except FileNotFoundError as exc:
             raise PageMissing(f"SSD tier: page file {path} is missing") from exc
         except OSError as exc:
             raise PageMissing(f"SSD tier: cannot read page file {path}: {exc}") from exc
-        if len(blob) < _HEADER.size:
-            raise PageCorrupt(f"SSD tier: page file {path} is truncated ({len(blob)} bytes)")
-        magic, crc, nbytes = _HEADER.unpack_from(blob)
-        payload = memoryview(blob)[_HEADER.size :]
-        if magic != _MAGIC or nbytes != len(payload) or zlib.crc32(payload) != crc:
-            raise PageCorrupt(f"SSD tier: page file {path} fails its checksum (size {len(payload)}, expected {nbytes})")
-        flat = torch.frombuffer(bytearray(payload), dtype=torch.uint8)
-        page = flat.view(self.dtype).view(self.page_shape)
-        self.stats.add("ssd->host", nbytes, time.perf_counter() - start)
+        if len(header) < _HEADER.size:
+            raise PageCorrupt(f"SSD tier: page file {path} is truncated ({len(header)} bytes)")
+        magic, crc, nbytes = _HEADER.unpack(header)
+        body = memoryview(payload)[:expected]
+        if magic != _MAGIC or nbytes != expected or got != expected or zlib.crc32(body) != crc:
+            raise PageCorrupt(f"SSD tier: page file {path} fails its checksum (size {got}, expected {expected})")
+        page = torch.frombuffer(payload, dtype=torch.uint8)[:expected].view(self.dtype).view(self.page_shape)
+        self.stats.add("ssd->host", expected, time.perf_counter() - start)
         return page
 
     def delete(self, page_id: int) -> None:

@@ -1,0 +1,156 @@
+"""Measured paging cost of the tiered KV cache, and this machine's plain copy / file bandwidth beside it.
+
+For one context length: a sequence is prefilled, then decoded for a few steps twice, once with every
+page on the device (tiering off: same code path, no transfers) and once with a device pool that
+holds only the pinned pages plus one layer's context and a host tier that holds half of the rest,
+so every step moves pages over both links.  Per link it reports pages, bytes, seconds, ms per 2K
+tokens of KV moved, and achieved GB/s; the plain figures are one torch copy and one file write /
+read of the same total bytes, timed in the same run.  The hidden share is the part of the paging
+time that did not show up as extra step time (it overlapped compute on the prefetch thread).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from dataclasses import dataclass
+
+import torch
+
+from real_engine.config import ModelConfig
+from real_engine.model import LlamaModel
+from real_engine.tiered_engine import TieredEngine
+from real_engine.tiers import TierConfig
+
+LINKS = ("device->host", "host->device", "host->ssd", "ssd->host")
+
+
+@dataclass(frozen=True)
+class LinkPoint:
+    context: int
+    link: str
+    pages: int
+    bytes: int
+    seconds: float
+    ms_per_2k_tokens: float  # seconds per token of KV moved over this link x 2048 (all layers of a token)
+    gb_per_s: float
+    plain_gb_per_s: float  # the same bytes in one plain copy / file write / file read
+
+
+@dataclass(frozen=True)
+class StepPoint:
+    context: int
+    kv_mib: float
+    step_ms_untiered: float  # median decode step, every page on the device
+    step_ms_tiered: float
+    paging_ms_per_step: float  # all links, measured inside the transfers
+    hidden_share: float  # 1 - (extra step time) / (paging time), clipped to [0, 1]
+    residency: str  # pages per tier after prefill
+
+
+def _best_seconds(fn: object, repeats: int) -> float:
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()  # type: ignore[operator]
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def plain_copy_gbps(nbytes: int, device: torch.device, repeats: int = 3) -> dict[str, float]:
+    """One tensor copy of nbytes each way between the device pool's memory and (pinned) host memory."""
+    pin = device.type == "cuda"
+    host = torch.ones(nbytes // 4, dtype=torch.float32, pin_memory=pin)
+    dev = torch.empty_like(host, device=device)
+
+    def sync() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    h2d = _best_seconds(lambda: (dev.copy_(host), sync()), repeats)
+    d2h = _best_seconds(lambda: (host.copy_(dev), sync()), repeats)
+    return {"host->device": nbytes / h2d / 1e9, "device->host": nbytes / d2h / 1e9}
+
+
+def plain_file_gbps(nbytes: int, directory: str | None, repeats: int = 3) -> dict[str, float]:
+    """One file write (flushed, like an SSD page) and one read of nbytes in a temp file."""
+    payload = os.urandom(1 << 20) * max(1, nbytes >> 20)
+    fd, path = tempfile.mkstemp(prefix="tripath-plain-", dir=directory)
+    os.close(fd)
+    try:
+        def write() -> None:
+            with open(path, "wb") as f:
+                f.write(payload)
+                f.flush()
+
+        def read() -> None:
+            with open(path, "rb") as f:
+                f.read()
+
+        w = _best_seconds(write, repeats)
+        r = _best_seconds(read, repeats)
+    finally:
+        os.unlink(path)
+    return {"host->ssd": len(payload) / w / 1e9, "ssd->host": len(payload) / r / 1e9}
+
+
+def _decode_ms(model: LlamaModel, prompt: list[int], tiers: TierConfig, steps: int, sinks: int, window: int,
+               prefetch: bool) -> tuple[list[float], dict[str, tuple[int, int, float]], str]:
+    """Per-step wall ms of `steps` decodes after the prefill, and the links' (pages, bytes, s) over them."""
+    with TieredEngine(model, tiers, sinks, window, prefetch) as eng:
+        eng.add_request(prompt, steps + 3)
+        eng.step()  # prefill, not timed
+        eng.step()  # two warm-up decodes: first-touch allocations, thread start-up
+        eng.step()
+        res = eng.cache.residency()
+        before = {k: (v.pages, v.bytes, v.seconds) for k, v in eng.cache.tiers.stats.links.items()}
+        times = []
+        for _ in range(steps):
+            start = time.perf_counter()
+            eng.step()
+            times.append((time.perf_counter() - start) * 1e3)
+        after = eng.cache.tiers.stats.links
+        delta = {}
+        for link in LINKS:
+            p0, b0, s0 = before.get(link, (0, 0, 0.0))
+            now = after.get(link)
+            delta[link] = (0, 0, 0.0) if now is None else (now.pages - p0, now.bytes - b0, now.seconds - s0)
+    return times, delta, f"{res['device']}/{res['host']}/{res['ssd']}"
+
+
+def measure_paging(config: ModelConfig, context: int, chunk_tokens: int = 256, steps: int = 4, sinks: int = 4,
+                   window: int = 256, prefetch: bool = True, ssd_dir: str | None = None,
+                   seed: int = 0) -> tuple[StepPoint, list[LinkPoint]]:
+    """Paging cost of decoding after `context` tokens of a random-weight model of this shape (fp32)."""
+    model = LlamaModel(config, torch.Generator().manual_seed(seed)).eval()
+    device = next(model.parameters()).device
+    prompt = torch.randint(0, config.vocab_size, (context,), generator=torch.Generator().manual_seed(seed + 1))
+    chunks = -(-(context + steps) // chunk_tokens)
+    pinned = -(-sinks // chunk_tokens) + -(-window // chunk_tokens) + 1  # per layer
+    total_pages = chunks * config.num_layers
+    roomy = TierConfig(chunk_tokens, device_pages=total_pages + 1, host_pages=0, ssd_pages=0, ssd_dir=ssd_dir)
+    device_pages = pinned * config.num_layers + chunks + 1
+    spill = max(total_pages - device_pages, 2)
+    tight = TierConfig(chunk_tokens, device_pages=device_pages, host_pages=spill // 2,
+                       ssd_pages=spill + config.num_layers * 4, ssd_dir=ssd_dir)
+    ids = prompt.tolist()
+    off, _, _ = _decode_ms(model, ids, roomy, steps, sinks, window, prefetch)
+    on, links, res = _decode_ms(model, ids, tight, steps, sinks, window, prefetch)
+    kv_token_bytes = config.kv_bytes_per_token(4)
+    page_bytes = kv_token_bytes // config.num_layers * chunk_tokens
+    moved = sum(b for _, b, _ in links.values())
+    plain = {**plain_copy_gbps(max(moved // 4, page_bytes), device),
+             **plain_file_gbps(max(moved // 4, page_bytes), ssd_dir)}
+    points = []
+    for link, (pages, nbytes, seconds) in links.items():
+        tokens = nbytes / kv_token_bytes
+        per_2k = seconds * 1e3 / tokens * 2048 if tokens else float("nan")
+        gbps = nbytes / seconds / 1e9 if seconds > 0 else float("nan")
+        points.append(LinkPoint(context, link, pages, nbytes, seconds, per_2k, gbps, plain[link]))
+    paging_ms = sum(s for _, _, s in links.values()) * 1e3 / steps
+    off_ms, on_ms = sorted(off)[len(off) // 2], sorted(on)[len(on) // 2]
+    hidden = 1.0 - (on_ms - off_ms) / paging_ms if paging_ms > 0 else float("nan")
+    step = StepPoint(context, context * kv_token_bytes / 2**20, off_ms, on_ms, paging_ms,
+                     min(1.0, max(0.0, hidden)), res)
+    return step, points
