@@ -39,6 +39,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     job = CalibrationJob(target, PRESETS[args.preset], out, device=args.device, threads=args.threads,
                          force=args.force, max_holdout_mape=args.max_holdout_mape, command=command,
                          statistic=args.statistic, cpu_clock=args.cpu_clock,
+                         kv_capacity_bytes=None if args.kv_capacity_gib is None else int(args.kv_capacity_gib * 2**30),
                          progress=not args.no_progress)
     try:
         result = run_calibration(job)
@@ -141,6 +142,8 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
                      "only add time; else median)")
     cal.add_argument("--cpu-clock", choices=("wall", "thread"),
                      help="CPU timing clock (default: thread CPU time when --threads 1, else wall)")
+    cal.add_argument("--kv-capacity-gib", type=float, help="KV budget of one replica (default: derived; needed "
+                     "when the full model's weights do not fit the device that times a few of its layers)")
     cal.add_argument("--no-progress", action="store_true")
     cal.add_argument("--json", action="store_true")
     cal.set_defaults(func=_cmd_calibrate)

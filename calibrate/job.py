@@ -53,6 +53,9 @@ class CalibrationJob:
     block_size: int = 16
     statistic: str | None = None  # "median" or "min" of the repetitions; None: min for CPU wall time, else median
     cpu_clock: str | None = None  # "wall" or "thread"; None: thread CPU time when threads == 1, else wall
+    # KV budget of one replica; None: derived (serve's pool on CPU, memory x 0.9 - weights on GPU). Give it
+    # when the full model's weights do not fit the one device that times a few of its layers.
+    kv_capacity_bytes: int | None = None
     command: str = "calibrate.job.run_calibration"
     progress: bool = True
     plots: bool = True
@@ -66,6 +69,10 @@ class CalibrationJob:
             raise InputError(None, "max_holdout_mape", f"must be > 0, got {self.max_holdout_mape!r}")
         if self.statistic not in (None, *STATISTICS):
             raise InputError(None, "statistic", f"must be one of {', '.join(STATISTICS)}, got {self.statistic!r}")
+        if self.kv_capacity_bytes is not None and (isinstance(self.kv_capacity_bytes, bool)
+                                                   or not isinstance(self.kv_capacity_bytes, int)
+                                                   or self.kv_capacity_bytes < 1):
+            raise InputError(None, "kv_capacity_bytes", f"must be an integer >= 1, got {self.kv_capacity_bytes!r}")
         if self.cpu_clock not in (None, *CLOCKS):
             raise InputError(None, "cpu_clock", f"must be one of {', '.join(CLOCKS)}, got {self.cpu_clock!r}")
         if self.cpu_clock == "thread" and self.threads != 1:
@@ -118,7 +125,8 @@ def _measure(job: CalibrationJob, log: SampleLog, device: torch.device,
         todo = [(sweep, p) for sweep, p in grid if (sweep.name, layers, *p) not in log.done]
         if not todo:
             continue
-        probe = StepProbe(target.models[layers], job.preset.max_step_tokens(max_len), job.block_size)
+        probe = StepProbe(target.models[layers], job.preset.max_step_tokens(max_len), job.block_size,
+                          max_sequences=max(job.preset.decode_batch))
         for sweep, (x1, x2) in todo:
             chunks = sweep.chunks(probe, x1, x2)
             timing = time_call(functools.partial(probe.run, chunks), job.preset.timer, device,
@@ -153,6 +161,8 @@ def _hardware(job: CalibrationJob, device: torch.device) -> tuple[str, Hardware,
 
 
 def _memory(job: CalibrationJob, hardware: Hardware, weight_bytes: int, kv_per_token: int) -> MemoryBudget:
+    if job.kv_capacity_bytes is not None:
+        return MemoryBudget(job.kv_capacity_bytes, "derived", "given with the calibration job (--kv-capacity-gib)")
     if job.device == "cpu":
         return MemoryBudget(SERVE_KV_TOKENS * kv_per_token, "derived",
                             "the KV pool `tripath serve` allocates by default (1024 blocks x 16 tokens), so a "
@@ -160,7 +170,8 @@ def _memory(job: CalibrationJob, hardware: Hardware, weight_bytes: int, kv_per_t
     budget = int(hardware.device_memory_bytes * GPU_MEMORY_UTILISATION) - weight_bytes
     if budget <= 0:
         raise InputError(None, "memory", f"{weight_bytes / GIB:.1f} GiB of weights leave no KV room on "
-                         f"{hardware.device_memory_bytes / GIB:.1f} GiB x {GPU_MEMORY_UTILISATION}")
+                         f"{hardware.device_memory_bytes / GIB:.1f} GiB x {GPU_MEMORY_UTILISATION}: pass "
+                         "--kv-capacity-gib (the KV budget of one replica of your deployment)")
     return MemoryBudget(budget, "derived", f"device memory x {GPU_MEMORY_UTILISATION} (vLLM's default "
                         f"utilisation) minus full-model weights; activations are not reserved separately")
 
@@ -176,11 +187,13 @@ def run_calibration(job: CalibrationJob, after_point: Callable[[int], None] | No
     out = Path(job.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     samples_path = samples_path_for(out)
+    target_spec = job.target
+    spec_model = model_spec(_config_only(target_spec))
+    # before any measuring: a budget that cannot be derived must fail now, not after the sweep
+    memory = _memory(job, hardware, spec_model.weight_bytes, spec_model.kv_bytes_per_token)
     with SampleLog.open(samples_path, _fingerprint(job, hardware.device_name)) as log:
         measured = _measure(job, log, device, after_point)
         samples = list(log.samples)
-    target_spec = job.target
-    spec_model = model_spec(_config_only(target_spec))
     how = (f"timed at 1 and {target_spec.layers_timed} layers, extrapolated per layer" if target_spec.scaled
            else "all layers timed")
     # Wall time on a CPU shared with other processes: contention only ever adds time, so the minimum
@@ -208,7 +221,7 @@ def run_calibration(job: CalibrationJob, after_point: Callable[[int], None] | No
     profile = Profile(
         key=ProfileKey(key_hw, spec_model.name, DTYPE_KEYS[target_spec.dtype], 1, commit),
         source="measured", hardware=hardware, model=spec_model,
-        memory=_memory(job, hardware, spec_model.weight_bytes, spec_model.kv_bytes_per_token),
+        memory=memory,
         costs={name: f.model for name, f in fitted.items()},
         provenance=Provenance(job.command, commit, torch.__version__, torch.version.cuda, cuda_name or
                               hardware.device_name, dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")),

@@ -32,10 +32,11 @@ def split_context(total_context: int, batch: int) -> list[int]:
 class StepProbe:
     """Times-ready forwards: ``prefill(new, cached)`` and ``decode(batch, total_context)``."""
 
-    def __init__(self, model: LlamaModel, max_tokens: int, block_size: int = 16) -> None:
-        """``max_tokens``: the most KV slots any probed step needs (sum over its sequences)."""
-        # one spare block per sequence for rounding up; the probe never runs more than max_tokens sequences
-        num_blocks = _ceil_div(max_tokens, block_size) + max_tokens // block_size + 8
+    def __init__(self, model: LlamaModel, max_tokens: int, block_size: int = 16, max_sequences: int = 256) -> None:
+        """``max_tokens``: the most KV slots any probed step needs (sum over its sequences);
+        ``max_sequences``: the most sequences in one probed step."""
+        # each sequence rounds its own length up to whole blocks: at most one spare block per sequence
+        num_blocks = _ceil_div(max_tokens, block_size) + max_sequences
         config = EngineConfig(max_batch_size=max(1, max_tokens), max_batched_tokens=max(1, max_tokens),
                               block_size=block_size, num_blocks=num_blocks)
         self.engine = Engine(model, config)

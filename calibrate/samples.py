@@ -22,8 +22,6 @@ from simulator.errors import InputError
 from simulator.profile import write_atomic
 
 HEADER = ("sweep", "layers", "x1", "x2", "median_ms", "min_ms", "max_ms", "reps")
-# What x1 and x2 mean for each sweep (the inputs of the cost model it feeds), recorded in the meta file.
-SWEEP_INPUTS = {"prefill": ("new_tokens", "context_tokens"), "decode": ("batch", "total_context")}
 
 
 @dataclass(frozen=True)

@@ -114,3 +114,19 @@ def test_cli_calibrate_refusal_exit_code_and_show(tmp_path, capsys):
     assert "source: measured" in text and "costs.decode: decode_v1" in text and "absent sections" in text
     assert main(["profile", "plot", str(out), "--out", str(tmp_path / "plots")]) == 0
     assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == ["c.decode.png", "c.prefill.png"]
+
+
+def test_gpu_memory_budget_and_override():
+    from calibrate.hardware import SPECS
+    from calibrate.job import _memory
+
+    hw = SPECS["a100-80gb"].hardware()
+    job = CalibrationJob(TargetSpec(preset="llama2-7b"), GRID, "x.json", device="cuda")
+    weights = PRESETS["llama2-7b"].num_params() * 2
+    # 80 GiB x 0.9 - 13.5 GB of fp16 weights
+    assert _memory(job, hw, weights, 524288).kv_capacity_bytes == int(80 * 2**30 * 0.9) - weights
+    big = PRESETS["llama2-70b"].num_params() * 2  # 138 GB: no room on one 80 GiB device
+    with pytest.raises(Exception, match="--kv-capacity-gib"):
+        _memory(CalibrationJob(TargetSpec(preset="llama2-70b"), GRID, "x.json", device="cuda"), hw, big, 327680)
+    given = CalibrationJob(TargetSpec(preset="llama2-70b"), GRID, "x.json", device="cuda", kv_capacity_bytes=2**34)
+    assert _memory(given, hw, big, 327680).kv_capacity_bytes == 2**34
