@@ -125,7 +125,10 @@ def test_ssd_page_round_trips_exactly(tmp_path):
     assert path.stat().st_size == 16 + page.numel() * 4  # header + raw payload
     back = ssd.read(pid)
     assert torch.equal(back.view(torch.int32), page.view(torch.int32))
-    assert not [p for p in os.listdir(path.parent) if p.endswith(".tmp")]
+    ssd.delete(pid)
+    again = ssd.write(-page)  # the freed slot's file is overwritten in place
+    assert again == pid and os.listdir(path.parent) == [path.name]
+    assert torch.equal(ssd.read(again).view(torch.int32), (-page).view(torch.int32))
     ssd.close()
     assert not path.parent.exists() and tmp_path.exists()
 

@@ -68,11 +68,12 @@ def test_enospc_from_the_file_system_is_disk_full(model, long_prompt, short_prom
         assert eng.generate(long_prompt, 1).ok  # creates the SSD directory
         directory, first = eng.cache.tiers.ssd.directory, eng.cache.tiers.ssd.next_page_id
         for page_id in range(first, first + 2000):  # the next page files are written into /dev/full: ENOSPC
-            os.symlink("/dev/full", directory / f"page-{page_id}.kv.tmp")
+            os.symlink("/dev/full", directory / f"page-{page_id}.kv")
         result = eng.generate(long_prompt, NEW)
         assert not result.ok and result.error.startswith("DiskFull") and "No space left" in result.error
-        for link in directory.glob("*.tmp"):
-            link.unlink()
+        for link in directory.glob("page-*.kv"):
+            if link.is_symlink():
+                link.unlink()
         assert_serves_short(eng, model, short_prompt)
     assert not directory.exists()
 
