@@ -10,7 +10,8 @@ per unit, so the predicted speedup of K is S(K) = E(K, a) / (K c + v(K)).
 The adaptive controller keeps an exponentially weighted acceptance per sequence and per
 engine, picks the K that maximises S, falls back to plain decoding (K = 0) when no K beats
 ``exit_speedup``, and re-probes every ``probe_interval`` plain rounds; it only resumes when
-the best S reaches ``enter_speedup`` (> exit), so it does not flap around break-even.
+the best S reaches ``enter_speedup`` (> exit), so it does not flap around break-even.  While
+a sequence is fallen back its own evidence fades towards the engine's long-run acceptance.
 """
 
 from __future__ import annotations
@@ -101,7 +102,8 @@ class FixedK:
 @dataclass(frozen=True)
 class ControllerConfig:
     k_max: int = 8
-    decay: float = 0.8  # weight of the past in the EWMAs (per round)
+    decay: float = 0.8  # weight of the past in a sequence's EWMA (per round)
+    engine_decay: float = 0.98  # the engine's EWMA: a long-run acceptance that fallen-back sequences revert to
     prior_acceptance: float = 0.6  # engine-level starting estimate before any round is observed
     prior_weight: float = 4.0  # pseudo-trials of the engine estimate inside a sequence's estimate
     exit_speedup: float = 1.0  # fall back when the best predicted speedup drops below this
@@ -112,8 +114,9 @@ class ControllerConfig:
     def __post_init__(self) -> None:
         if self.k_max < 1:
             raise ValueError(f"ControllerConfig.k_max: must be >= 1, got {self.k_max}")
-        if not 0.0 <= self.decay < 1.0:
-            raise ValueError(f"ControllerConfig.decay: must be in [0, 1), got {self.decay}")
+        for name in ("decay", "engine_decay"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ValueError(f"ControllerConfig.{name}: must be in [0, 1), got {getattr(self, name)}")
         if not 0.0 <= self.prior_acceptance <= 1.0:
             raise ValueError(f"ControllerConfig.prior_acceptance: must be in [0, 1], got {self.prior_acceptance}")
         if self.prior_weight < 0:
@@ -134,6 +137,11 @@ class _Ewma:
     def update(self, decay: float, num_draft: int, num_accepted: int) -> None:
         self.accepted = decay * self.accepted + num_accepted
         self.trials = decay * self.trials + num_accepted + int(num_accepted < num_draft)
+
+    def fade(self, decay: float) -> None:
+        """A round without evidence: old evidence counts less (the estimate drifts to its prior)."""
+        self.accepted *= decay
+        self.trials *= decay
 
 
 @dataclass
@@ -174,6 +182,9 @@ class AdaptiveK:
             st.speculating = True
         if st.speculating:
             return k
+        # fallen back: the sequence's own (bad) evidence fades, so its estimate drifts back to the
+        # engine's long-run acceptance; a run of rejections does not exclude it for good
+        st.ewma.fade(self.config.decay)
         st.plain_rounds += 1
         if st.plain_rounds > self.config.probe_interval:  # re-probe: acceptance may have changed
             st.plain_rounds = 0
@@ -185,7 +196,7 @@ class AdaptiveK:
             return
         st = self.seqs.setdefault(request_id, _SeqState())
         st.ewma.update(self.config.decay, num_draft, num_accepted)
-        self.engine.update(self.config.decay, num_draft, num_accepted)
+        self.engine.update(self.config.engine_decay, num_draft, num_accepted)
 
     def forget(self, request_id: int) -> None:
         self.seqs.pop(request_id, None)

@@ -86,7 +86,7 @@ def test_controller_raises_k_at_high_acceptance_and_resumes_after_fallback():
 def test_hysteresis_band_holds_the_state_between_exit_and_enter():
     costs = SpecCosts(c=0.4)
     # decay 0 and no prior: the estimate is the last round's, accepted / (accepted + 1 rejection)
-    cfg = ControllerConfig(k_max=5, decay=0.0, exit_speedup=1.0, enter_speedup=1.25, prior_weight=0.0)
+    cfg = ControllerConfig(k_max=5, decay=0.0, engine_decay=0.0, exit_speedup=1.0, enter_speedup=1.25, prior_weight=0.0)
     ctrl = AdaptiveK(cfg, costs)
     assert 1.0 < best_k(2 / 3, costs, 5)[1] < 1.25  # a = 2/3 lies inside the band
     ctrl.observe(7, 5, 2)
