@@ -160,11 +160,11 @@ def test_engine_falls_back_with_an_unrelated_draft_and_climbs_with_a_perfect_one
 
 def test_a_fallen_back_sequence_reverts_to_the_engine_acceptance():
     cfg = ControllerConfig(k_max=6, probe_interval=1000)  # no probes: only the fade can bring it back
-    ctrl = AdaptiveK(cfg, SpecCosts(c=0.2))
+    ctrl = AdaptiveK(cfg, SpecCosts(c=0.6))  # break-even a = 0.6 at K = 1
     for _ in range(30):
         ctrl.observe(1, 4, 4)  # another sequence accepts everything: the engine's long-run a is high
-    for _ in range(3):
-        ctrl.observe(2, 4, 0)  # a bad start for sequence 2
+    for _ in range(10):
+        ctrl.observe(2, 4, 0)  # a bad run for sequence 2: its estimate (shrunk to the engine's) < 0.6
     assert ctrl.choose(2) == 0
     ks = [ctrl.choose(2) for _ in range(30)]
     assert ks[0] == 0 and ks[-1] > 0  # its own bad evidence faded; it speculates again
