@@ -111,6 +111,9 @@ def _decode_ms(model: LlamaModel, prompt: list[int], tiers: TierConfig, steps: i
             eng.step()
             times.append((time.perf_counter() - start) * 1e3)
         after = eng.cache.tiers.stats.links
+        failed = [r.error for r in eng.results.values() if not r.ok]
+        if failed:  # a fault would leave the timings meaningless
+            raise RuntimeError(f"paging measurement at {len(prompt)} tokens failed: {failed[0]}")
         delta = {}
         for link in LINKS:
             p0, b0, s0 = before.get(link, (0, 0, 0.0))
