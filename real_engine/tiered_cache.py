@@ -213,6 +213,9 @@ class TieredKVCache:
             return
         keys = [(seq, layer, c) for c in range(self._num_chunks(seq, layer))]
         self._busy.update(keys)  # the pages the next layer needs must not be evicted to make room
+        if self._stream is not None:
+            # a reused device slot may still be read by kernels queued on the compute stream
+            self._stream.wait_stream(torch.cuda.current_stream(self.device))
         try:
             for key in keys:
                 state = self.pages[key]
