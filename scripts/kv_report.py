@@ -17,6 +17,7 @@ def _t(rows: list[dict], cols: list[str], fmt: dict[str, str]) -> str:
 def render(step_rows: list[dict], link_rows: list[dict], fit: dict, q_rows: list[dict], a_rows: list[dict],
            n_rows: list[dict], bpt: dict, meta: dict, shape: ModelConfig) -> str:
     f3 = {"step_ms_untiered": ".2f", "step_ms_tiered": ".2f", "paging_ms_per_step": ".2f", "hidden_share": ".2f",
+          "stall_ms_untiered": ".2f", "stall_ms_tiered": ".2f",
           "kv_mib": ".1f", "seconds": ".4f", "ms_per_2k_tokens": ".3f", "gb_per_s": ".2f", "plain_gb_per_s": ".2f",
           "kl_nats": ".4f", "top1_agree": ".3f", "ppl_fp": ".3f", "ppl": ".3f", "ppl_change_pct": "+.2f",
           "bytes_per_token": ".0f", "mean_context": ".0f", "acceptance": ".3f", "tokens_per_round": ".2f",
@@ -54,11 +55,13 @@ def render(step_rows: list[dict], link_rows: list[dict], fit: dict, q_rows: list
         "links on every step. On CPU the \"device\" pool is RAM too, so device<->host is a memcpy here.",
         "",
         _t(step_rows, ["context", "prefetch", "kv_mib", "residency", "step_ms_untiered", "step_ms_tiered",
-                       "paging_ms_per_step", "hidden_share"], f3),
+                       "paging_ms_per_step", "stall_ms_untiered", "stall_ms_tiered", "hidden_share"], f3),
         "",
-        "`residency` = pages on device/host/SSD after the prefill. `hidden_share` = 1 - (tiered step - untiered "
-        "step) / paging time: the part of the transfers that overlapped compute (prefetch thread). Step times are "
-        "medians of a few steps on a shared 2-core machine and are noisy.",
+        "`residency` = pages on device/host/SSD after the prefill. `stall_ms_*` = main-thread time per step inside "
+        "the cache (append + gather: synchronous transfers and waits for prefetches). `hidden_share` = 1 - "
+        "(stall tiered - stall untiered) / paging time: the part of the transfers that ran behind compute on the "
+        "prefetch thread (0 by construction without prefetch, up to noise). Step times are medians of a few steps "
+        "on a shared 2-core machine and are noisy.",
         "",
         f"Linear fit of paging ms per step against KV tokens paged in per step (synchronous runs): "
         f"**{fit['ms_per_2k_tokens']:.2f} ms per 2K tokens** (intercept {fit['intercept_ms']:.2f} ms, "
