@@ -63,12 +63,12 @@ def _model(bench: SeqParBench) -> LlamaModel:
     return LlamaModel(config, torch.Generator().manual_seed(bench.seed)).eval()
 
 
-def _plain_prefill_s(model: LlamaModel, prompt: list[int]) -> float:
+def _plain_prefill(model: LlamaModel, prompt: list[int]) -> dict:
     ids = torch.tensor([prompt])  # [1, L]
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     with torch.inference_mode():
         model(ids, logits_index=torch.tensor([len(prompt) - 1]))
-    return time.perf_counter() - start
+    return {"prefill_s": time.perf_counter() - start, "prefill_cpu_s": time.process_time() - cpu}
 
 
 def tier_budget(model: LlamaModel, length: int) -> TierConfig:
@@ -88,9 +88,9 @@ def _sp_run(
         store = TieredShardCache(tiers)
     sp = SequenceParallel(model, SeqParConfig(bench.layout), group, store)
     dist.barrier(group=group)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     token = sp.prefill(prompt)
-    wall = time.perf_counter() - start
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu
     phases = {"attention_s": sp.times.attention_s, "comm_s": sp.times.comm_s, "merge_s": sp.times.merge_s}
     sp.times.reset()
     steps = []
@@ -102,7 +102,7 @@ def _sp_run(
     if store is not None:
         decode["decode_stall_s"] = store.cache.stall_s / (bench.decode_tokens + 1)  # paging time, per forward
         store.cache.close()
-    return {"prefill_s": wall, **phases, "decode_token_s": statistics.median(steps), **decode}
+    return {"prefill_s": wall, "prefill_cpu_s": cpu, **phases, "decode_token_s": statistics.median(steps), **decode}
 
 
 def bench_worker(rank: int, device: torch.device, bench: SeqParBench) -> list[dict]:
@@ -113,7 +113,7 @@ def bench_worker(rank: int, device: torch.device, bench: SeqParBench) -> list[di
     warm = torch.randint(0, 256, (256,), generator=gen).tolist()
     _sp_run(model, bench, warm, None)  # warm-up: first calls allocate and load kernels
     if rank == 0:
-        _plain_prefill_s(model, warm)
+        _plain_prefill(model, warm)
     rows = []
     for length in bench.lengths:
         prompt = torch.randint(0, 256, (length,), generator=gen).tolist()
@@ -124,7 +124,7 @@ def bench_worker(rank: int, device: torch.device, bench: SeqParBench) -> list[di
                 base = {"length": length, "repeat": rep, "P": degree, "rank": rank, "load_avg_1m": os.getloadavg()[0]}
                 dist.barrier()
                 if degree == 1 and rank == 0:
-                    rows.append({**base, "kind": "plain", "prefill_s": _plain_prefill_s(model, prompt)})
+                    rows.append({**base, "kind": "plain", **_plain_prefill(model, prompt)})
                     if rep == 0:  # the SP code at P = 1: its overhead over plain, and the P = 1 decode
                         rows.append({**base, "kind": "sp", **_sp_run(model, bench, prompt, solo)})
                         if length <= bench.tiered_max_length:
@@ -157,6 +157,12 @@ def summarize(rows: list[dict], world: int) -> list[dict]:
         spp = [r for r in at if r["kind"] == "sp" and r["P"] == world]
         walls = {rep: max(r["prefill_s"] for r in spp if r["repeat"] == rep) for rep in plain}
         ratios = [plain[rep] / walls[rep] for rep in plain]
+        # CPU seconds (all threads of the process, gloo's included; not time spent waiting for a core
+        # or for the peer): the speedup two uncontended cores would give if waiting cost nothing
+        plain_cpu = {r["repeat"]: r["prefill_cpu_s"] for r in at if r["kind"] == "plain"}
+        cpu_ratios = [
+            plain_cpu[rep] / max(r["prefill_cpu_s"] for r in spp if r["repeat"] == rep) for rep in plain_cpu
+        ]
 
         def phase(key: str, group: list[dict] = spp, reps: tuple = tuple(plain)) -> float:
             return _ms([statistics.fmean(r[key] for r in group if r["repeat"] == rep) for rep in reps])
@@ -166,6 +172,7 @@ def summarize(rows: list[dict], world: int) -> list[dict]:
             "length": length, "repeats": len(plain), "plain_ms": _ms(list(plain.values())),
             "sp1_ms": _ms([r["prefill_s"] for r in sp1]), "spp_ms": _ms(list(walls.values())),
             "speedup": statistics.median(ratios), "speedup_min": min(ratios), "speedup_max": max(ratios),
+            "cpu_speedup": statistics.median(cpu_ratios),
             "attention_ms": attention, "comm_ms": comm, "merge_ms": merge,
             "other_ms": _ms(list(walls.values())) - attention - comm - merge,
             "decode1_ms": _ms([r["decode_token_s"] for r in sp1]), "decodep_ms": phase("decode_token_s"),
