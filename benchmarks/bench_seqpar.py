@@ -159,9 +159,10 @@ def summarize(rows: list[dict], world: int) -> list[dict]:
         ratios = [plain[rep] / walls[rep] for rep in plain]
         # CPU seconds (all threads of the process, gloo's included; not time spent waiting for a core
         # or for the peer): the speedup two uncontended cores would give if waiting cost nothing
-        plain_cpu = {r["repeat"]: r["prefill_cpu_s"] for r in at if r["kind"] == "plain"}
+        nan = float("nan")  # rows measured before CPU time was recorded
+        plain_cpu = {r["repeat"]: r.get("prefill_cpu_s", nan) for r in at if r["kind"] == "plain"}
         cpu_ratios = [
-            plain_cpu[rep] / max(r["prefill_cpu_s"] for r in spp if r["repeat"] == rep) for rep in plain_cpu
+            plain_cpu[rep] / max(r.get("prefill_cpu_s", nan) for r in spp if r["repeat"] == rep) for rep in plain_cpu
         ]
 
         def phase(key: str, group: list[dict] = spp, reps: tuple = tuple(plain)) -> float:
