@@ -59,14 +59,15 @@ def read_csv(path: Path) -> list[dict]:
     return rows
 
 
-def render_report(summary: list[dict], bench: SeqParBench, command: str) -> str:
+def render_report(summary: list[dict], bench: SeqParBench, command: str, measured_at: float) -> str:
     p, t = bench.world_size, bench.threads_per_rank
     lines = [
         "# Sequence parallelism on CPU: measured speedup, merge and communication",
         "",
         f"All numbers **measured** on this machine ({platform.machine()}, {os.cpu_count()} CPUs, torch "
         f"{torch.__version__}, gloo over localhost) by `{command}` at "
-        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; raw rows in `data/measurements/seqpar_cpu.csv`.",
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(measured_at))}; raw rows in "
+        "`data/measurements/seqpar_cpu.csv` (the doc is rendered from them: `--from-csv`).",
         f"P = {p} ranks with {t} thread(s) each against one rank with the same {t} thread(s); {bench.layout} "
         "shards; the whole model (tiny-target shape: 6 layers, hidden 256, 8 query / 2 KV heads of 32; "
         "seeded random weights), batch 1. P = 1 and P = 2 alternate inside one process group, "
@@ -203,7 +204,12 @@ def main() -> None:
     )  # fmt: skip
     rows = read_csv(args.from_csv) if args.from_csv else measure(bench)
     summary = summarize(rows, bench.world_size)
-    text = render_report(summary, bench, " ".join(["python scripts/measure_seqpar.py", *sys.argv[1:]]))
+    measured_at = args.from_csv.stat().st_mtime if args.from_csv else time.time()
+    command = (
+        f"python scripts/measure_seqpar.py --lengths {' '.join(map(str, bench.lengths))} --repeats {bench.repeats} "
+        f"--long-repeats {bench.long_repeats} --world-size {bench.world_size} --threads {bench.threads_per_rank}"
+    )
+    text = render_report(summary, bench, command, measured_at)
     print(text)
     if not args.no_write:
         if not args.from_csv:
