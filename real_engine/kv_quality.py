@@ -59,13 +59,17 @@ def compare(fp_logits: torch.Tensor, logits: torch.Tensor, reference: list[int],
 
 
 @torch.inference_mode()
-def greedy_with_cache(model: LlamaModel, prompt: list[int], new_tokens: int, mode: KVCompression) -> list[int]:
-    """The target's greedy continuation, one token per step, attending through the mode's cache."""
+def greedy_with_cache(model: LlamaModel, prompt: list[int], new_tokens: int, mode: KVCompression,
+                      stop_id: int | None = None) -> list[int]:
+    """The target's greedy continuation, one token per step, attending through the mode's cache
+    (up to new_tokens, or through stop_id)."""
     cache = make_cache(mode, model.config.num_layers)
     logits = model(torch.tensor([prompt]), attention=cache)[0, -1]
-    out = []
+    out: list[int] = []
     for i in range(new_tokens):
         out.append(int(logits.argmax()))
+        if out[-1] == stop_id or i == new_tokens - 1:
+            break
         pos = torch.tensor([[len(prompt) + i]])
         logits = model(torch.tensor([[out[-1]]]), pos, cache)[0, -1]
     return out
@@ -73,13 +77,17 @@ def greedy_with_cache(model: LlamaModel, prompt: list[int], new_tokens: int, mod
 
 @torch.inference_mode()
 def greedy_acceptance(target: LlamaModel, draft: LlamaModel, prompt: list[int], new_tokens: int,
-                      mode: KVCompression, k: int) -> tuple[int, int, int]:
-    """(accepted drafts, proposed drafts, rounds) of greedy speculative decoding with K = k."""
-    text = greedy_with_cache(target, prompt, new_tokens, mode)
+                      mode: KVCompression, k: int, stop_id: int | None = None) -> tuple[int, int, int, int]:
+    """(accepted drafts, proposed drafts, rejections, rounds) of greedy speculative decoding with K = k.
+
+    accepted / (accepted + rejections) is the per-position acceptance a of the simulator's
+    E = (1 - a^(K+1)) / (1 - a); accepted / proposed is vLLM's draft acceptance rate.
+    """
+    text = greedy_with_cache(target, prompt, new_tokens, mode, stop_id)
     ids = torch.tensor([prompt + text])  # [1, P + N]
     draft_next = draft(ids)[0, len(prompt) - 1 : -1].argmax(-1).tolist()  # draft's guess for each text token
     match = [d == t for d, t in zip(draft_next, text, strict=True)]
-    accepted = proposed = rounds = 0
+    accepted = proposed = rejections = rounds = 0
     pos = 0
     while pos < len(text):
         kk = min(k, len(text) - pos - 1)  # never propose past the last token (as the engines cap K)
@@ -87,8 +95,9 @@ def greedy_acceptance(target: LlamaModel, draft: LlamaModel, prompt: list[int], 
         while n < kk and match[pos + n]:
             n += 1
         accepted, proposed, rounds = accepted + n, proposed + kk, rounds + 1
+        rejections += int(n < kk)
         pos += n + 1  # n accepted drafts + one token from the target
-    return accepted, proposed, rounds
+    return accepted, proposed, rejections, rounds
 
 
 def needle_prompts(reports: list[str], count: int, distance: int, seed: int) -> list[tuple[str, str]]:

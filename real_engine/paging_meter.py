@@ -111,11 +111,14 @@ def _decode_ms(model: LlamaModel, prompt: list[int], tiers: TierConfig, steps: i
         res = eng.cache.residency()
         before = {k: (v.pages, v.bytes, v.seconds) for k, v in eng.cache.tiers.stats.links.items()}
         stall0 = eng.cache.stall_s
-        times = []
+        times, per_step = [], {link: [] for link in LINKS}
         for _ in range(steps):
             start = time.perf_counter()
+            seconds = {link: eng.cache.tiers.stats.get(link).seconds for link in LINKS}
             eng.step()
             times.append((time.perf_counter() - start) * 1e3)
+            for link in LINKS:
+                per_step[link].append(eng.cache.tiers.stats.get(link).seconds - seconds[link])
         after = eng.cache.tiers.stats.links
         stall_ms = (eng.cache.stall_s - stall0) * 1e3 / steps
         failed = [r.error for r in eng.results.values() if not r.ok]
@@ -125,7 +128,9 @@ def _decode_ms(model: LlamaModel, prompt: list[int], tiers: TierConfig, steps: i
         for link in LINKS:
             p0, b0, s0 = before.get(link, (0, 0, 0.0))
             now = after.get(link)
-            delta[link] = (0, 0, 0.0) if now is None else (now.pages - p0, now.bytes - b0, now.seconds - s0)
+            # seconds: the median step's time x steps, so one step stalled by another job does not dominate
+            median = sorted(per_step[link])[steps // 2]
+            delta[link] = (0, 0, 0.0) if now is None else (now.pages - p0, now.bytes - b0, median * steps)
     return times, delta, f"{res['device']}/{res['host']}/{res['ssd']}", stall_ms
 
 

@@ -21,6 +21,7 @@ def render(step_rows: list[dict], link_rows: list[dict], fit: dict, q_rows: list
           "kv_mib": ".1f", "seconds": ".4f", "ms_per_2k_tokens": ".3f", "gb_per_s": ".2f", "plain_gb_per_s": ".2f",
           "kl_nats": ".4f", "top1_agree": ".3f", "ppl_fp": ".3f", "ppl": ".3f", "ppl_change_pct": "+.2f",
           "bytes_per_token": ".0f", "mean_context": ".0f", "acceptance": ".3f", "tokens_per_round": ".2f",
+          "accepted_per_proposed": ".3f",
           "accuracy": ".2f"}
     for r in link_rows:
         r["share_of_plain"] = r["gb_per_s"] / r["plain_gb_per_s"]
@@ -67,7 +68,9 @@ def render(step_rows: list[dict], link_rows: list[dict], fit: dict, q_rows: list
         f"**{fit['ms_per_2k_tokens']:.2f} ms per 2K tokens** (intercept {fit['intercept_ms']:.2f} ms, "
         f"R^2 = {fit['r2']:.3f}) for this model's {fit['kv_bytes_per_token'] * 2048 / 2**20:.0f} MiB per 2K tokens. "
         f"The seed document claims about {SEED_MS_PER_2K:.0f} ms per 2K tokens (**seed**, A100, LLaMA-2-70B, "
-        "640 MiB per 2K tokens).",
+        "640 MiB per 2K tokens). Paging 640 MiB in 3 ms needs about 220 GB/s, several times a PCIe 4.0 x16 "
+        "link (about 25 GB/s), so the seed figure can only hold if a small fraction of the 2K tokens' KV actually "
+        "crosses the link; the projection below applies this machine's measured bandwidths to the full 640 MiB.",
         "",
         "## Per link, against a plain copy / file read-write of the same bytes in the same run",
         "",
@@ -102,8 +105,12 @@ def render(step_rows: list[dict], link_rows: list[dict], fit: dict, q_rows: list
         "",
         "## Speculative acceptance under target-KV compression (greedy, K = 5)",
         "",
-        _t(a_rows, ["task", "mode", "prompts", "proposed", "accepted", "acceptance", "tokens_per_round"], f3),
+        _t(a_rows, ["task", "mode", "prompts", "proposed", "accepted", "rejections", "acceptance",
+                    "accepted_per_proposed", "tokens_per_round"], f3),
         "",
+        "`acceptance` = accepted / (accepted + rejections), the per-position a of the simulator's expected-tokens "
+        "formula (the definition `benchmarks/bench_speculative.py` uses); `accepted_per_proposed` is vLLM's draft "
+        "acceptance rate. Generation stops at EOS (at most 64 tokens). "
         "Greedy speculative decoding emits the target's greedy output, and a draft token is accepted exactly when it "
         "equals the target's argmax after the same prefix; so the compressed target decodes its own greedy "
         "continuation token by token and the full-precision draft is scored along it (`kv_quality.greedy_acceptance`)."

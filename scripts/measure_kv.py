@@ -60,6 +60,7 @@ def write_atomic(path: Path, text: str) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         f.write(text)
+    os.chmod(tmp, 0o644)  # mkstemp creates 0600; these are repository files
     os.replace(tmp, path)
 
 
@@ -132,13 +133,14 @@ def acceptance(target: torch.nn.Module, draft: torch.nn.Module, samples: list, p
     for task in TASKS:
         chosen = [s for s in samples if s.task == task][:per_task]
         for mode in MODES:
-            acc = prop = rounds = 0
+            acc = prop = rej = rounds = 0
             for s in chosen:
-                a, p, r = greedy_acceptance(target, draft, TOK.encode(s.prompt, add_bos=True), new_tokens,
-                                            mode_config(mode), k)
-                acc, prop, rounds = acc + a, prop + p, rounds + r
-            rows.append({"task": task, "mode": mode, "k": k, "prompts": len(chosen), "accepted": acc, "proposed": prop,
-                         "acceptance": acc / prop if prop else float("nan"),
+                a, p, j, r = greedy_acceptance(target, draft, TOK.encode(s.prompt, add_bos=True), new_tokens,
+                                               mode_config(mode), k, stop_id=TOK.eos_id)
+                acc, prop, rej, rounds = acc + a, prop + p, rej + j, rounds + r
+            rows.append({"task": task, "mode": mode, "k": k, "prompts": len(chosen), "proposed": prop, "accepted": acc,
+                         "rejections": rej, "acceptance": acc / (acc + rej) if acc + rej else float("nan"),
+                         "accepted_per_proposed": acc / prop if prop else float("nan"),
                          "tokens_per_round": (acc + rounds) / rounds if rounds else float("nan")})
             print(f"acceptance {task} {mode}: {rows[-1]}", file=sys.stderr)
     return rows
@@ -166,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     start = time.time()
     contexts = [1024, 2048] if args.quick else [1024, 2048, 4096, 8192]
-    steps = 2 if args.quick else 4
+    steps = 2 if args.quick else 6
     step_rows, link_rows, fit = paging(contexts, steps)
     _, target = load_checkpoint(MODELS_DIR / "tiny-target")
     _, draft = load_checkpoint(MODELS_DIR / "tiny-draft")
@@ -174,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     draft.eval()
     samples = load_eval_prompts(MODELS_DIR / "eval_prompts.jsonl")
     q_rows, _ = quality(target, samples, 2 if args.quick else 6)
-    a_rows = acceptance(target, draft, samples, 1 if args.quick else 4, 24 if args.quick else 48, k=5)
+    a_rows = acceptance(target, draft, samples, 1 if args.quick else 5, 24 if args.quick else 64, k=5)
     n_rows = needle(target, samples, 4 if args.quick else 12, 600)
     for name, rows in (("kv_paging_steps", step_rows), ("kv_paging_links", link_rows), ("kv_quality", q_rows),
                        ("kv_acceptance", a_rows), ("kv_needle", n_rows)):

@@ -7,7 +7,7 @@ import torch
 
 from real_engine.config import PRESETS
 from real_engine.kv_compression import KVCompression
-from real_engine.kv_quality import compare, greedy_acceptance, needle_prompts, teacher_forced_logits
+from real_engine.kv_quality import compare, greedy_acceptance, greedy_with_cache, needle_prompts, teacher_forced_logits
 from real_engine.model import LlamaModel
 from real_engine.paging_meter import LINKS, measure_paging
 
@@ -35,9 +35,26 @@ def test_paging_moves_whole_pages_over_every_link(tmp_path):
 
 def test_a_draft_identical_to_the_target_is_always_accepted(model):
     prompt = torch.randint(0, 256, (40,), generator=torch.Generator().manual_seed(2)).tolist()
-    accepted, proposed, rounds = greedy_acceptance(model, model, prompt, 13, KVCompression("fp"), k=5)
+    accepted, proposed, rejections, rounds = greedy_acceptance(model, model, prompt, 13, KVCompression("fp"), k=5)
     # 13 tokens: rounds of 5 accepted drafts + 1 target token (6, 6), then K capped to 0 for the last one
-    assert (accepted, proposed, rounds) == (10, 10, 3)
+    assert (accepted, proposed, rejections, rounds) == (10, 10, 0, 3)
+
+
+def test_acceptance_replay_hand_computed(model):
+    prompt = torch.randint(0, 256, (40,), generator=torch.Generator().manual_seed(4)).tolist()
+    other = LlamaModel(CFG, torch.Generator().manual_seed(9)).eval()  # a draft that rarely agrees
+    text = greedy_with_cache(model, prompt, 12, KVCompression("fp"))
+    with torch.inference_mode():
+        guess = other(torch.tensor([prompt + text]))[0, len(prompt) - 1 : -1].argmax(-1).tolist()
+    match = [g == t for g, t in zip(guess, text, strict=True)]
+    accepted, proposed, rejections, rounds = greedy_acceptance(model, other, prompt, 12, KVCompression("fp"), k=3)
+    pos = acc = prop = rej = rnd = 0  # replay by hand: each round proposes min(3, left - 1), stops at a miss
+    while pos < 12:
+        kk = min(3, 11 - pos)
+        n = next((i for i in range(kk) if not match[pos + i]), kk)
+        acc, prop, rej, rnd, pos = acc + n, prop + kk, rej + (n < kk), rnd + 1, pos + n + 1
+    assert (accepted, proposed, rejections, rounds) == (acc, prop, rej, rnd)
+    assert rejections > 0
 
 
 def test_full_precision_mode_has_zero_divergence(model):
