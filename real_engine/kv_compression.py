@@ -7,6 +7,9 @@ later query sees the dequantized values.  Mixed precision keeps the attention si
 window and the heavy hitters (tokens with the largest attention received so far, summed over heads
 and queries, as H2O) in full precision.  The ``window`` mode is StreamingLLM (real_engine/kv_window.py).
 Attention itself is the same SDPA call as DenseKVCache, so "fp" is bit-identical to it.
+The cache keeps the dequantized values for attention to read and counts the bytes of the stored
+form (packed codes, scales, zero points, protected tokens): it reproduces the numerics of a low-bit
+cache exactly, not its run-time memory saving or its dequantization cost.
 """
 
 from __future__ import annotations

@@ -101,7 +101,11 @@ def render(step_rows: list[dict], link_rows: list[dict], fit: dict, q_rows: list
         "Modes: `int8`/`int4` KIVI-style (keys per channel, values per token, groups of 32, every complete group "
         "quantized); `mixed-*` keeps 4 sink tokens, the last 64 tokens and the top 5% tokens by accumulated "
         "attention (H2O heavy hitters) in full precision; `window` is StreamingLLM with 4 sinks + 256 recent tokens. "
-        "Math prompts are about 26 bytes, shorter than one group, so nothing is compressed there.",
+        "Math prompts are about 26 bytes, shorter than one group, so nothing is compressed there. "
+        "How the quantized modes run: the cache keeps the packed codes, scales and zero points (whose bytes are "
+        "counted above) and, beside them, their dequantized values, which attention reads; the numbers are exactly "
+        "those of dequantize-on-read, but memory is not actually saved at run time and no dequantization overhead "
+        "is measured (there is no fused low-bit attention kernel here).",
         "",
         "## Speculative acceptance under target-KV compression (greedy, K = 5)",
         "",
