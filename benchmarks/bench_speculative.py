@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+from pathlib import Path
 
 import torch
 
@@ -86,12 +87,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--new-tokens", type=int, default=96)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument(
+        "--models-dir", type=Path, default=MODELS_DIR, help="holds tiny-target, tiny-draft, eval_prompts.jsonl"
+    )
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
-    target = load_checkpoint(MODELS_DIR / "tiny-target")[1]
-    draft = load_checkpoint(MODELS_DIR / "tiny-draft")[1]
+    target = load_checkpoint(args.models_dir / "tiny-target")[1]
+    draft = load_checkpoint(args.models_dir / "tiny-draft")[1]
     tok = ByteTokenizer()
-    samples = load_eval_prompts(MODELS_DIR / "eval_prompts.jsonl")
+    samples = load_eval_prompts(args.models_dir / "eval_prompts.jsonl")
     results = {}
     for task in TASKS:
         prompts = [tok.encode(s.prompt, add_bos=True) for s in samples if s.task == task][: args.prompts]

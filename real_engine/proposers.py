@@ -178,7 +178,8 @@ class DraftModelProposer:
 class PromptLookupProposer:
     """Prompt lookup decoding (Saxena 2023; vLLM's n-gram proposer): find the latest earlier occurrence
     of the context's last n tokens (n = max_ngram down to min_ngram) and propose what followed it.
-    No model, no cache; q is one-hot at the proposed token."""
+    No model, no cache; q is one-hot at the proposed token.  n counts tokens: the defaults suit
+    BPE-like tokens; with byte-level tokens n-grams of ~4-12 bytes (1-3 words) discriminate."""
 
     def __init__(self, vocab_size: int, min_ngram: int = 2, max_ngram: int = 4) -> None:
         if not 1 <= min_ngram <= max_ngram:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import hashlib
 import os
 import platform
 import statistics
@@ -117,7 +118,9 @@ def measure(
     for task, task_prompts in prompts.items():
         tc = costs[task] = TaskCosts([], SpecTimings())
         engines = {k: SpeculativeEngine(target, DraftModelProposer(draft, 256, 16), ENGINE, FixedK(k)) for k in ks}
-        lookup = SpeculativeEngine(target, PromptLookupProposer(target.config.vocab_size), ENGINE, FixedK(4))
+        # byte-level tokens: 4..12-byte n-grams (about 1..3 words) are what a BPE lookup of 1..3 tokens sees
+        pld = PromptLookupProposer(target.config.vocab_size, min_ngram=4, max_ngram=12)
+        lookup = SpeculativeEngine(target, pld, ENGINE, FixedK(4))
         for eng in [*engines.values(), lookup]:
             _timed(eng, [1] * 8, 4)
         for i, prompt in enumerate(task_prompts):
@@ -270,6 +273,7 @@ def markdown(rows: list[Row], costs: dict[str, TaskCosts], command: str, meta: d
         "- c: draft step / target step (batch 1); v(K): target pass over K+1 tokens / target step. Means",
         "  (stalls of the shared CPU included, as in the measured totals); the median c is listed too.",
         "- lossless: every output equals the target-only greedy output token for token.",
+        "- lookup: prompt-lookup drafting (no draft model), n-grams of 4..12 bytes, K = 4.",
         "",
         "## Costs (measured, per task)",
         "",
@@ -301,22 +305,29 @@ def markdown(rows: list[Row], costs: dict[str, TaskCosts], command: str, meta: d
     return "\n".join(lines)
 
 
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:12]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--prompts", type=int, default=10, help="held-out prompts per task")
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--k-max", type=int, default=8)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument(
+        "--models-dir", type=Path, default=MODELS_DIR, help="holds tiny-target, tiny-draft, eval_prompts.jsonl"
+    )
     ap.add_argument("--out-dir", type=Path, default=REPO / "data" / "measurements")
     ap.add_argument("--doc", type=Path, default=REPO / "docs" / "speculative.md")
     args = ap.parse_args(argv)
     if args.prompts < 1 or args.new_tokens < 2 or args.k_max < 1 or args.threads < 1:
         ap.error("--prompts, --k-max and --threads must be >= 1, --new-tokens >= 2")
     torch.set_num_threads(args.threads)
-    target = load_checkpoint(MODELS_DIR / "tiny-target")[1]
-    draft = load_checkpoint(MODELS_DIR / "tiny-draft")[1]
+    target = load_checkpoint(args.models_dir / "tiny-target")[1]
+    draft = load_checkpoint(args.models_dir / "tiny-draft")[1]
     tok = ByteTokenizer()
-    samples = load_eval_prompts(MODELS_DIR / "eval_prompts.jsonl")
+    samples = load_eval_prompts(args.models_dir / "eval_prompts.jsonl")
     prompts = {t: [tok.encode(s.prompt, add_bos=True) for s in samples if s.task == t][: args.prompts] for t in TASKS}
     start = time.time()
     runs, costs = measure(
@@ -343,6 +354,10 @@ def main(argv: list[str] | None = None) -> int:
         "date (UTC)": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
         "wall time": f"{time.time() - start:.0f} s",
         "raw data": "data/measurements/speculative_runs.csv, data/measurements/speculative_costs.csv",
+        "inputs (sha256, first 12 hex)": ", ".join(
+            f"{name} {_sha(args.models_dir / name)}"
+            for name in ("tiny-target/model.safetensors", "tiny-draft/model.safetensors", "eval_prompts.jsonl")
+        ),
     }
     argv_str = " ".join(argv if argv is not None else sys.argv[1:])
     command = f".venv/bin/python scripts/measure_acceptance.py {argv_str}".strip()
