@@ -7,13 +7,12 @@ Four tasks, deterministic from a seed:
 Held-out evaluation text never appears in training, by construction:
 - code: a file is held out when a hash of its relative path says so (whole files, not chunks);
 - math: a problem is held out when a hash of its question says so; training skips those;
-- dialogue and summarization: held-out samples use a disjoint set of entity names.
+- dialogue and summarization: held-out samples use a disjoint set of (made-up) entity names.
 Training and evaluation also use different seed streams.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import sysconfig
@@ -24,7 +23,14 @@ from pathlib import Path
 
 import numpy as np
 
-from real_engine.corpus_tasks import Sample, dialogue_sample, entity_split, math_sample, summarization_sample
+from real_engine.corpus_tasks import (
+    Sample,
+    dialogue_sample,
+    entity_split,
+    is_heldout_key,
+    math_sample,
+    summarization_sample,
+)
 from simulator.errors import InputError
 
 TASKS = ("code", "dialogue", "math", "summarization")
@@ -67,11 +73,6 @@ class Corpus:
 
     def train_bytes(self, task: str) -> int:
         return sum(len(doc.encode("utf-8")) for doc in self.train[task])
-
-
-def is_heldout_key(key: str, modulus: int = 8) -> bool:
-    """Stable (process-independent, unlike hash()) assignment of a key to the held-out split."""
-    return int.from_bytes(hashlib.sha256(key.encode("utf-8")).digest()[:8], "big") % modulus == 0
 
 
 def stdlib_sources(stdlib_dir: str, max_file_bytes: int) -> list[tuple[str, str]]:

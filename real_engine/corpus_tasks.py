@@ -10,6 +10,8 @@ because speculative-decoding acceptance is later measured per task on these mode
 
 from __future__ import annotations
 
+import functools
+import hashlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -43,38 +45,21 @@ class Entities:
         return self.cities + self.people + self.companies + self.restaurants + self.products + self.devices
 
 
-# Invented, distinctive names (not common words) so a held-out name cannot occur by chance in training text.
-_CITIES = (
-    "Arvenna", "Belmoor", "Corvale", "Dunmere", "Eskaton", "Farlow", "Glenhaven", "Harrowick", "Istravel",
-    "Jorvale", "Kestermoor", "Lindquay", "Marrowdene", "Norbury", "Ostrava", "Pellingham", "Quillon",
-    "Rosmere", "Sandrel", "Tolvane", "Ulverstad", "Varnholm", "Westerly", "Yarrowby", "Zennor",
-    "Ashcombe", "Brightwater", "Caldmoor", "Draymont", "Elmsworth",
-    # held out from here (last 6)
-    "Fennimore", "Graylock", "Hollowmere", "Ivybridge", "Kilmarden", "Luthenburg",
+# Names are made up from syllables, thousands per kind, so that a name is rarely seen twice in
+# training: a model cannot memorise them and has to copy them from its context (induction), which
+# is what makes summaries and dialogue replies predictable for copying and prompt lookup.
+_SYLLABLES = (
+    "ka", "lo", "mir", "ten", "vos", "ar", "bel", "dun", "esk", "fa", "gor", "hal", "is", "jor", "ke",
+    "lu", "mar", "nor", "os", "pel", "ri", "ros", "sa", "tor", "ul", "va", "wen", "dra", "zan", "bri",
+    "cal", "dor", "el", "fen", "gil", "ha", "ith", "kor", "lin", "mo", "nes", "or", "pra", "quen", "ral",
+    "sil", "tam", "und", "ves", "yor",
 )
-_PEOPLE = (
-    "Alice Varga", "Bruno Ostler", "Clara Menez", "Dmitri Holm", "Elena Rusk", "Felix Andor", "Greta Lind",
-    "Hugo Sarin", "Ines Marlow", "Jonas Petrak", "Kira Solberg", "Lukas Brenn", "Maya Tollan",
-    "Nils Arkwright", "Olga Vance", "Paulo Severin", "Rhea Castell", "Simon Drake", "Tessa Quorn",
-    "Viktor Hale",
-    # held out
-    "Wanda Kessler", "Xavier Moult", "Yara Pendel", "Zoltan Ferro", "Agnes Thorne",
+_SECTOR_WORDS = (
+    "Robotics", "Foods", "Energy", "Textiles", "Logistics", "Bank", "Motors", "Pharma", "Mining", "Media",
+    "Airlines", "Software", "Steel", "Shipping", "Telecom", "Insurance", "Cement", "Chemicals", "Health",
+    "Utilities", "Optics", "Paper", "Glass", "Farms", "Turbines",
 )
-_COMPANIES = (
-    "Arlen Robotics", "Bexley Foods", "Castor Energy", "Delphin Textiles", "Everline Logistics",
-    "Fairgrove Bank", "Galvin Motors", "Helix Pharma", "Ironleaf Mining", "Juniper Media", "Kestrel Airlines",
-    "Lumora Software",
-    "Meridian Steel", "Northwind Shipping", "Orchid Telecom", "Pinecrest Insurance", "Quarry Cement",
-    "Redwater Chemicals", "Solace Health", "Tidewell Utilities",
-    # held out
-    "Umbra Optics", "Valemont Paper", "Wexford Glass", "Yellowtail Farms", "Zephyr Turbines",
-)
-_RESTAURANTS = (
-    "the Copper Kettle", "the Blue Heron", "the Olive Garden Terrace", "the Salt House", "the Brass Lantern",
-    "the Green Fig", "the Red Fox Inn", "the Silver Spoon", "the Harbor Grill", "the Maple Table",
-    # held out
-    "the Velvet Plum", "the Quiet Anchor", "the Golden Pear",
-)
+_EATERIES = ("Kitchen", "Grill", "Table", "Inn", "Tavern", "Bistro")
 _PRODUCTS = (
     "rain jacket", "hiking boots", "wool sweater", "denim jeans", "linen shirt", "leather belt",
     "running shoes", "winter coat", "cotton hoodie", "canvas backpack",
@@ -86,14 +71,52 @@ _DEVICES = (
     # held out
     "projector", "smartwatch", "scanner",
 )
-_HELD_OUT = {"cities": 6, "people": 5, "companies": 5, "restaurants": 3, "products": 3, "devices": 3}
+_HELD_OUT_NOUNS = {"products": 3, "devices": 3}
 
 
+def is_heldout_key(key: str, modulus: int = 8) -> bool:
+    """Stable (process-independent, unlike hash()) assignment of a key to the held-out split."""
+    return int.from_bytes(hashlib.sha256(key.encode("utf-8")).digest()[:8], "big") % modulus == 0
+
+
+def _made_up_names(rng: np.random.Generator, count: int, syllables: tuple[int, int]) -> list[str]:
+    """`count` distinct capitalised names of syllables[0]..syllables[1] syllables."""
+    names: dict[str, None] = {}
+    while len(names) < count:
+        parts = rng.integers(len(_SYLLABLES), size=int(rng.integers(syllables[0], syllables[1] + 1)))
+        names["".join(_SYLLABLES[int(i)] for i in parts).capitalize()] = None
+    return list(names)
+
+
+@functools.cache
 def entity_split(heldout: bool) -> Entities:
-    """The training entities, or the disjoint held-out ones used only for evaluation prompts."""
-    pools = {"cities": _CITIES, "people": _PEOPLE, "companies": _COMPANIES, "restaurants": _RESTAURANTS,
-             "products": _PRODUCTS, "devices": _DEVICES}
-    return Entities(**{k: (v[-_HELD_OUT[k]:] if heldout else v[: -_HELD_OUT[k]]) for k, v in pools.items()})
+    """The training entities, or the disjoint held-out ones used only for evaluation prompts.
+
+    Made-up names go to the held-out side when a hash of the full name says so (about 1 in 8);
+    the name pools do not depend on the corpus seed.
+    """
+    rng = np.random.default_rng(20240611)
+    # One pool, sliced, so no made-up word serves two kinds of entity (a city is never a surname).
+    words = _made_up_names(rng, 8300, (2, 3))
+    cities, firsts, lasts = words[:3000], words[3000:3400], words[3400:3800]
+    people = [f"{firsts[int(i)]} {lasts[int(j)]}" for i, j in rng.integers(400, size=(4000, 2))]
+    companies = [f"{w} {_SECTOR_WORDS[int(rng.integers(len(_SECTOR_WORDS)))]}" for w in words[3800:6800]]
+    restaurants = [f"the {w} {_EATERIES[int(rng.integers(len(_EATERIES)))]}" for w in words[6800:]]
+
+    def side(names: list[str]) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(n for n in names if is_heldout_key(n) == heldout))
+
+    def nouns(pool: tuple[str, ...], held: int) -> tuple[str, ...]:
+        return pool[-held:] if heldout else pool[:-held]
+
+    return Entities(
+        cities=side(cities),
+        people=side(people),
+        companies=side(companies),
+        restaurants=side(restaurants),
+        products=nouns(_PRODUCTS, _HELD_OUT_NOUNS["products"]),
+        devices=nouns(_DEVICES, _HELD_OUT_NOUNS["devices"]),
+    )
 
 
 _DAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
@@ -224,8 +247,13 @@ def summarization_sample(rng: np.random.Generator, ent: Entities) -> Sample:
     """A report on one company; the salient sentences are the ones that start with its name,
     and the summary copies them verbatim and in order (so copying and prompt lookup pay off)."""
     subject = _pick(rng, ent.companies)
-    others = [c for c in ent.companies if c != subject]
-    other, city, city2, person = _pick(rng, tuple(others)), _pick(rng, ent.cities), _pick(rng, ent.cities), \
+
+    def another() -> str:  # a company other than the subject
+        while (name := _pick(rng, ent.companies)) == subject:
+            pass
+        return name
+
+    other, city, city2, person = another(), _pick(rng, ent.cities), _pick(rng, ent.cities), \
         _pick(rng, ent.people)
     year = int(rng.integers(1950, 2015))
     facts = [
@@ -242,12 +270,12 @@ def summarization_sample(rng: np.random.Generator, ent: Entities) -> Sample:
     fillers = [
         f"The weather in {_pick(rng, ent.cities)} was {_pick(rng, _WEATHER)} for most of the month.",
         f"Local officials in {_pick(rng, ent.cities)} discussed plans for a new {_pick(rng, _PROJECTS)}.",
-        f"{_pick(rng, tuple(others))} also reported steady results this quarter.",
+        f"{another()} also reported steady results this quarter.",
         f"Analysts said the {_pick(rng, _SECTORS)} market remained calm.",
-        f"A spokesperson for {_pick(rng, tuple(others))} declined to comment.",
+        f"A spokesperson for {another()} declined to comment.",
         f"Traffic in {_pick(rng, ent.cities)} was heavier than usual on {_pick(rng, _DAYS)}.",
         f"Many residents of {_pick(rng, ent.cities)} attended the annual {_pick(rng, _EVENTS)}.",
-        f"Shares of {_pick(rng, tuple(others))} rose slightly in early trading.",
+        f"Shares of {another()} rose slightly in early trading.",
         f"The {_pick(rng, _SECTORS)} sector hired more workers than a year ago.",
     ]
     picked = sorted(rng.choice(len(facts), size=int(rng.integers(3, 6)), replace=False))
