@@ -99,7 +99,8 @@ def render_card(
     """The card's Markdown; `logs` maps model name to its train_log.json content."""
     cfg = corpus.config
     first = next(iter(logs.values()))
-    threads, command = first.get("threads", "unrecorded"), first["command"]
+    threads = first.get("threads", "unrecorded")
+    commands = list(dict.fromkeys(log["command"] for log in logs.values()))  # one per separate run
     lines = [
         "# Tiny draft/target pair (byte-level LLaMA)",
         "",
@@ -162,7 +163,7 @@ def render_card(
         "Training windows start at a document's BOS; each batch row is a different task (equal mix).",
         "The CPU (2 cores) was shared with other jobs, so wall time and tokens/s are pessimistic.",
         "",
-        f"Command: `{command}`",
+        "Command(s): " + "; ".join(f"`{c}`" for c in commands),
         "",
         "## Held-out loss per task (nats per byte, final checkpoint)",
         "",

@@ -107,9 +107,7 @@ class TokenStreams:
             docs = [tokenizer.encode(doc, add_bos=True, add_eos=True) for doc in corpus.train[task]]
             lengths = np.array([len(d) for d in docs], dtype=np.int64)
             self.starts[task] = np.concatenate([[0], np.cumsum(lengths)[:-1]])
-            self.ids[task] = np.fromiter(
-                (t for d in docs for t in d), dtype=np.int64, count=int(lengths.sum())
-            )
+            self.ids[task] = np.fromiter((t for d in docs for t in d), dtype=np.int64, count=int(lengths.sum()))
 
     def batch(self, rng: np.random.Generator, batch_size: int, seq_len: int) -> torch.Tensor:
         """[B, T+1] ids; rows cycle through the tasks (equal mix), task order rotated at random."""
@@ -263,7 +261,8 @@ def main(argv: list[str] | None = None) -> int:
     prompts = [s for task in TASKS for s in corpus.heldout[task][:EVAL_PROMPTS_PER_TASK]]
     write_eval_prompts(prompts, args.out_dir / "eval_prompts.jsonl")
     streams = TokenStreams(corpus, ByteTokenizer())
-    runs = [("tiny-draft", DRAFT_CONFIG, args.draft_steps), ("tiny-target", TARGET_CONFIG, args.target_steps)]
+    # The target first: it is the long run, and the one whose copying ability matters most.
+    runs = [("tiny-target", TARGET_CONFIG, args.target_steps), ("tiny-draft", DRAFT_CONFIG, args.draft_steps)]
     for name, config, steps in runs:
         if args.only in ("both", name.removeprefix("tiny-")):
             cfg = TrainConfig(
