@@ -15,6 +15,7 @@ import argparse
 import csv
 import dataclasses
 import io
+import json
 import os
 import platform
 import sys
@@ -26,7 +27,7 @@ import numpy as np
 import torch
 
 from real_engine.checkpoint import load_checkpoint
-from real_engine.config import PRESETS
+from real_engine.config import PRESETS, ModelConfig
 from real_engine.corpus import TASKS, load_eval_prompts
 from real_engine.kv_compression import MODES, KVCompression
 from real_engine.kv_quality import (
@@ -48,6 +49,7 @@ from kv_report import render  # noqa: E402 - the report template lives beside th
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "data" / "measurements"
 TOK = ByteTokenizer()
+NAMES = ("kv_paging_steps", "kv_paging_links", "kv_quality", "kv_acceptance", "kv_needle")
 
 
 def mode_config(mode: str) -> KVCompression:
@@ -78,24 +80,67 @@ def paging(contexts: list[int], steps: int) -> tuple[list[dict], list[dict], dic
     for ctx in contexts:
         for prefetch in (False, True):
             step, links = measure_paging(shape, ctx, chunk_tokens=256, steps=steps, prefetch=prefetch)
-            step_rows.append({"prefetch": prefetch, **dataclasses.asdict(step)})
+            step_rows.append({"prefetch": prefetch, "steps": steps, **dataclasses.asdict(step)})
             if not prefetch:  # per-link cost from synchronous transfers (nothing else on the clock)
                 link_rows += [dataclasses.asdict(p) for p in links]
             print(f"paging ctx={ctx} prefetch={prefetch}: {step}", file=sys.stderr)
-    # paging ms per step against KV tokens moved per step, all links, synchronous runs: slope per 2K
-    kv_token = shape.kv_bytes_per_token(4)
+    return step_rows, link_rows, fit_paging(step_rows, link_rows)
+
+
+def fit_paging(step_rows: list[dict], link_rows: list[dict]) -> dict:
+    """Paging ms per step against KV tokens paged in per step (all links, synchronous runs): slope per 2K."""
+    kv_token = PRESETS["bench-small"].kv_bytes_per_token(4)
+    steps = int(step_rows[0]["steps"])
+    contexts = sorted({int(r["context"]) for r in link_rows})
     xs, ys = [], []
     for ctx in contexts:
-        moved = sum(r["bytes"] for r in link_rows if r["context"] == ctx and r["link"] in ("ssd->host", "host->device"))
+        # every page paged in crosses host->device (an SSD page is read into host memory first)
+        moved = sum(r["bytes"] for r in link_rows if r["context"] == ctx and r["link"] == "host->device")
         secs = sum(r["seconds"] for r in link_rows if r["context"] == ctx)
         xs.append(moved / kv_token / steps)
         ys.append(secs * 1e3 / steps)
     slope, intercept = np.polyfit(xs, ys, 1)
     pred = np.polyval([slope, intercept], xs)
     r2 = 1 - float(np.sum((np.array(ys) - pred) ** 2)) / max(1e-12, float(np.sum((np.array(ys) - np.mean(ys)) ** 2)))
-    fit = {"ms_per_2k_tokens": float(slope) * 2048, "intercept_ms": float(intercept), "r2": r2,
-           "kv_bytes_per_token": kv_token, "points": list(zip(xs, ys, strict=True))}
-    return step_rows, link_rows, fit
+    return {"ms_per_2k_tokens": float(slope) * 2048, "intercept_ms": float(intercept), "r2": r2,
+            "kv_bytes_per_token": kv_token, "points": list(zip(xs, ys, strict=True))}
+
+
+def _typed(value: str) -> object:
+    if value in ("True", "False"):
+        return value == "True"
+    for kind in (int, float):
+        try:
+            return kind(value)
+        except ValueError:
+            pass
+    return value
+
+
+def read_csv(path: Path) -> list[dict]:
+    with open(path, encoding="utf-8") as f:
+        return [{k: _typed(v) for k, v in row.items()} for row in csv.DictReader(f)]
+
+
+def bytes_table(target_cfg: ModelConfig) -> dict:
+    bpt = {}
+    for name, cfg in (("tiny-target", target_cfg), ("llama2-70b", PRESETS["llama2-70b"])):
+        hkv, d, layers = cfg.num_kv_heads, int(cfg.head_dim), cfg.num_layers
+        bpt[name] = {"fp": bytes_per_token(hkv, d, layers, None, 32, 32, 2, 2),
+                     "int8": bytes_per_token(hkv, d, layers, 8, 32, 32, 2, 2),
+                     "int4": bytes_per_token(hkv, d, layers, 4, 32, 32, 2, 2)}
+    return bpt
+
+
+def render_from_csv(docs: Path) -> None:
+    """Rewrite the document from the CSVs and run metadata of the last measurement (no re-measuring)."""
+    rows = {name: read_csv(OUT / f"{name}.csv") for name in NAMES}
+    meta = json.loads((OUT / "kv_meta.json").read_text(encoding="utf-8"))
+    fit = fit_paging(rows["kv_paging_steps"], rows["kv_paging_links"])
+    target_cfg = ModelConfig.from_hf_dict(json.loads((MODELS_DIR / "tiny-target" / "config.json").read_text()))
+    write_atomic(docs, render(rows["kv_paging_steps"], rows["kv_paging_links"], fit, rows["kv_quality"],
+                              rows["kv_acceptance"], rows["kv_needle"], bytes_table(target_cfg), meta,
+                              PRESETS["bench-small"]))
 
 
 def quality(target: torch.nn.Module, samples: list, per_task: int) -> tuple[list[dict], list[dict]]:
@@ -164,7 +209,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="small sizes: a smoke run")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (1: stable timings on a shared CPU)")
     ap.add_argument("--docs", default=str(ROOT / "docs" / "tiered_kv.md"))
+    ap.add_argument("--render-only", action="store_true", help="rewrite the document from the last run's CSVs")
     args = ap.parse_args(argv)
+    if args.render_only:
+        render_from_csv(Path(args.docs))
+        return 0
     torch.set_num_threads(args.threads)
     start = time.time()
     contexts = [1024, 2048] if args.quick else [1024, 2048, 4096, 8192]
@@ -178,22 +227,15 @@ def main(argv: list[str] | None = None) -> int:
     q_rows, _ = quality(target, samples, 2 if args.quick else 6)
     a_rows = acceptance(target, draft, samples, 1 if args.quick else 5, 24 if args.quick else 64, k=5)
     n_rows = needle(target, samples, 4 if args.quick else 12, 600)
-    for name, rows in (("kv_paging_steps", step_rows), ("kv_paging_links", link_rows), ("kv_quality", q_rows),
-                       ("kv_acceptance", a_rows), ("kv_needle", n_rows)):
+    for name, rows in zip(NAMES, (step_rows, link_rows, q_rows, a_rows, n_rows), strict=True):
         write_csv(OUT / f"{name}.csv", rows)
     meta = {"command": " ".join(["python scripts/measure_kv.py", *(argv if argv is not None else sys.argv[1:])]),
             "torch": torch.__version__, "machine": platform.processor() or platform.machine(),
             "threads": args.threads, "seconds": time.time() - start, "cpus": os.cpu_count(),
             "load": os.getloadavg()[0]}
-    shape = PRESETS["bench-small"]
-    target_cfg = target.config
-    bpt = {}
-    for name, cfg in (("tiny-target", target_cfg), ("llama2-70b", PRESETS["llama2-70b"])):
-        hkv, d, layers = cfg.num_kv_heads, int(cfg.head_dim), cfg.num_layers
-        bpt[name] = {"fp": bytes_per_token(hkv, d, layers, None, 32, 32, 2, 2),
-                     "int8": bytes_per_token(hkv, d, layers, 8, 32, 32, 2, 2),
-                     "int4": bytes_per_token(hkv, d, layers, 4, 32, 32, 2, 2)}
-    write_atomic(Path(args.docs), render(step_rows, link_rows, fit, q_rows, a_rows, n_rows, bpt, meta, shape))
+    write_atomic(OUT / "kv_meta.json", json.dumps(meta, indent=1) + "\n")
+    write_atomic(Path(args.docs), render(step_rows, link_rows, fit, q_rows, a_rows, n_rows,
+                                         bytes_table(target.config), meta, PRESETS["bench-small"]))
     print(f"wrote {args.docs} and {OUT}/kv_*.csv in {time.time() - start:.0f} s", file=sys.stderr)
     return 0
 
