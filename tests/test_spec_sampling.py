@@ -1,0 +1,71 @@
+"""Sampled speculative decoding in the engine (temperature, top-p, the shipped pair) produces the
+same token distribution as plain sampling: the second output token (the first one a speculative
+round decides) of many sequences, two-sample chi-square at significance 0.001."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from scipy.stats import chi2_contingency
+
+from real_engine.checkpoint import load_checkpoint
+from real_engine.engine import Engine, EngineConfig
+from real_engine.proposers import DraftModelProposer
+from real_engine.sampling import SamplingParams
+from real_engine.spec_controller import FixedK
+from real_engine.speculative import SpeculativeEngine
+from real_engine.tokenizer import ByteTokenizer
+from simulator.paths import MODELS_DIR
+
+BATCH, BATCHES = 400, 3
+PROMPT = ByteTokenizer().encode("User: what is th", add_bos=True)  # 17 ids: with 3 outputs, 2 blocks of 16
+SAMPLING = SamplingParams(temperature=1.0, top_p=0.95)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _second_tokens(make: object) -> np.ndarray:
+    out = []
+    for b in range(BATCHES):
+        engine = make(b)
+        out += [o[1] for o in engine.generate([PROMPT] * BATCH, 3, SAMPLING)]
+    return np.array(out)
+
+
+def _pvalue(x: np.ndarray, y: np.ndarray) -> tuple[float, int]:
+    """Two-sample chi-square on token counts; tokens seen < 10 times in all are pooled into one cell."""
+    cats = np.union1d(x, y)
+    table = np.array([[np.sum(z == c) for c in cats] for z in (x, y)])  # [2, C]
+    common = table.sum(0) >= 10
+    pooled = np.column_stack([table[:, common], table[:, ~common].sum(1, keepdims=True)])
+    pooled = pooled[:, pooled.sum(0) > 0]
+    return float(chi2_contingency(pooled).pvalue), pooled.shape[1]
+
+
+def test_sampled_speculation_matches_plain_sampling_in_distribution():
+    target = load_checkpoint(MODELS_DIR / "tiny-target")[1]
+    draft = load_checkpoint(MODELS_DIR / "tiny-draft")[1]
+    cfg = EngineConfig(max_batch_size=BATCH, max_batched_tokens=BATCH * 24, num_blocks=2 * BATCH, block_size=16)
+    plain = _second_tokens(lambda b: Engine(target, cfg, torch.Generator().manual_seed(100 + b)))
+    spec = _second_tokens(
+        lambda b: SpeculativeEngine(
+            target,
+            DraftModelProposer(draft, cfg.num_blocks, cfg.block_size, torch.Generator().manual_seed(200 + b)),
+            cfg,
+            FixedK(1),  # the round after the prefill: K = min(1, 3 - 1 - 1) = 1 draft token
+            torch.Generator().manual_seed(300 + b),
+        )
+    )
+    p, cells = _pvalue(plain, spec)
+    assert cells >= 3  # a real distribution, not one token
+    assert p > 1e-3
+    # power: a sampler that kept every draft token would emit the draft's distribution; the same test rejects it
+    drafted = _second_tokens(lambda b: Engine(draft, cfg, torch.Generator().manual_seed(400 + b)))
+    assert _pvalue(plain, drafted)[0] < 1e-3
