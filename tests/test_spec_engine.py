@@ -4,6 +4,7 @@ round (block tables and K/V contents), batching with a different K and acceptanc
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -13,8 +14,10 @@ from real_engine.model import LlamaModel
 from real_engine.proposers import DraftModelProposer, PromptLookupProposer, Proposal, _pack
 from real_engine.sampling import SamplingParams
 from real_engine.sequence import Sequence
+from real_engine.serving import PromptSource, serve
 from real_engine.spec_controller import FixedK
 from real_engine.speculative import SpeculativeEngine
+from simulator.request import RequestSpec
 
 CFG = EngineConfig(num_blocks=64, block_size=4)
 V = 256
@@ -175,3 +178,13 @@ def test_sampled_speculation_is_seeded(target, draft, prompts):
 
     a, b = run(), run()
     assert a == b and all(len(o) == 16 for o in a)
+
+
+def test_the_serving_loop_runs_the_speculative_engine(target, draft):
+    eng = SpeculativeEngine(target, DraftModelProposer(draft, CFG.num_blocks, CFG.block_size), CFG, FixedK(3))
+    reqs = [RequestSpec(i, 0.002 * i, 9, 7, "dialogue") for i in range(4)]
+    res = serve(eng, reqs, PromptSource(np.random.default_rng(0), V, None))
+    assert [r.status for r in res.records] == ["completed"] * 4
+    assert all(r.first_token_s <= r.finish_s for r in res.records)
+    # every generated token is accounted for by the step records: 1 per prefill + accepted + 1 per round
+    assert sum(s.emitted_tokens for s in res.steps) == 4 * 7  # (the warm-up runs before the records start)
