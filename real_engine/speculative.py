@@ -84,8 +84,12 @@ class SpeculativeEngine:
 
     def check_request(self, prompt_len: int, max_new_tokens: int) -> str | None:
         total = prompt_len + max_new_tokens
-        if total > self.model.config.max_position_embeddings:
-            return f"prompt + output = {total} tokens exceeds max_position_embeddings"
+        limit = self.model.config.max_position_embeddings
+        draft = getattr(self.proposer, "model", None)
+        if draft is not None:  # the draft sees positions up to total - 3 (its last proposal is never fed)
+            limit = min(limit, draft.config.max_position_embeddings + 1)
+        if total > limit:
+            return f"prompt + output = {total} tokens exceeds max_position_embeddings ({limit}, target and draft)"
         if total - 1 > self.config.kv_capacity_tokens:
             return f"needs {total - 1} KV slots, the pool holds {self.config.kv_capacity_tokens}"
         if prompt_len > self.config.max_batched_tokens:
