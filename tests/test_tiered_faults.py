@@ -111,3 +111,18 @@ def test_unwritable_directory_fails_only_requests_that_spill(model, long_prompt,
         assert not result.ok and result.error.startswith("TierUnwritable: SSD tier: cannot create a directory")
         assert str(blocker) in result.error
         assert_serves_short(eng, model, short_prompt)
+
+
+def test_request_larger_than_the_device_pool_fails_alone(model, long_prompt, short_prompt, tmp_path):
+    # 300 tokens = 19 chunks per layer must sit on the device together for one layer's attention
+    with engine(model, tmp_path, device_pages=12) as eng:
+        result = eng.generate(long_prompt, NEW)
+        assert not result.ok and result.error.startswith("DeviceFull: device pool: all 12 pages")
+        assert_serves_short(eng, model, short_prompt)
+
+
+def test_pages_read_back_from_disk_after_dropping_the_page_cache(model, long_prompt, tmp_path):
+    with engine(model, tmp_path, drop_page_cache=True) as eng:  # fsync + POSIX_FADV_DONTNEED per page
+        result = eng.generate(long_prompt, NEW)
+        assert result.ok and list(result.output_ids) == greedy_generate(model, long_prompt, NEW, STOP)
+        assert eng.cache.tiers.stats.get("ssd->host").pages > 0
