@@ -23,7 +23,7 @@ from torch import Tensor
 from real_engine.kv_quant import quantize_keys, quantize_values
 from real_engine.kv_window import SinkWindowCache
 from real_engine.model import AttentionFn
-from real_engine.tiered_cache import dense_attention
+from real_engine.tiered_attention import dense_attention
 
 MODES = ("fp", "int8", "int4", "mixed-int8", "mixed-int4", "window")
 

@@ -8,11 +8,10 @@ Policy (the tiered-cache path of SEEDS.md):
 - full attention needs every chunk of a layer at once, so ``gather`` pages the layer's chunks in
   and concatenates them; while that layer computes, the next layer's pages are fetched ahead on a
   background thread (a side CUDA stream inside it on GPU), so paging overlaps compute.
-Because the cached values are moved bit for bit and attention runs the same SDPA call on the same
-contiguous tensors as DenseKVCache, output is bit-identical to an untiered cache.
-Under full attention and LRU, a context larger than the device pool re-reads every unpinned page
-each step: paging cost per step is linear in the KV that does not fit, which is the cost the seed
-document reports (about 3 ms per extra 2K tokens on its hardware).
+Pages move bit for bit, so attention over them (real_engine/tiered_attention.py) is bit-identical
+to the untiered cache.  Under full attention and LRU a context larger than the device pool re-reads
+every unpinned page each step: paging cost is linear in the KV that does not fit (SEEDS.md: ~3 ms
+per extra 2K tokens on its hardware).
 """
 
 from __future__ import annotations
@@ -23,7 +22,6 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from real_engine.config import ModelConfig
@@ -38,18 +36,6 @@ class PageState:
     slot: int  # device slot, host slot or SSD page id
     pending: Future | None = None  # a prefetch still copying into the device slot
     source: tuple[str, int] | None = None  # where the pending copy reads from (released once it lands)
-
-
-def dense_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-    """The exact op sequence of DenseKVCache: q [B, Tn, Hq, D], k/v [B, L, Hkv, D] -> [B, Tn, Hq, D]."""
-    group = q.shape[2] // k.shape[2]
-    qh = q.transpose(1, 2)  # [B, Hq, Tn, D]
-    kh = k.transpose(1, 2).repeat_interleave(group, dim=1)  # [B, Hq, L, D], HF repeat_kv order
-    vh = v.transpose(1, 2).repeat_interleave(group, dim=1)
-    new, total = q.shape[1], k.shape[1]
-    mask = torch.ones(new, total, dtype=torch.bool, device=q.device).tril(diagonal=total - new)
-    out = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask)
-    return out.transpose(1, 2)  # [B, Tn, Hq, D]
 
 
 class TieredKVCache:
@@ -313,16 +299,3 @@ class TieredKVCache:
         if self._executor is not None:
             self._executor.shutdown(wait=True)
         self.tiers.close()
-
-
-class TieredAttention:
-    """The AttentionFn of one sequence: store the new K/V in the tiers, page the layer in, attend."""
-
-    def __init__(self, cache: TieredKVCache, seq: int) -> None:
-        self.cache, self.seq = cache, seq
-
-    def __call__(self, layer: int, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-        """q [1, Tn, Hq, D], k/v [1, Tn, Hkv, D] -> [1, Tn, Hq, D]."""
-        self.cache.append(self.seq, layer, k[0], v[0])
-        keys, values = self.cache.gather(self.seq, layer)
-        return dense_attention(q, keys.unsqueeze(0), values.unsqueeze(0))

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 import torch
 
 from real_engine.model import LlamaModel
-from real_engine.tiered_cache import TieredAttention, TieredKVCache
+from real_engine.tiered_attention import TieredAttention
+from real_engine.tiered_cache import TieredKVCache
 from real_engine.tiers import TierConfig, TierFault
 
 

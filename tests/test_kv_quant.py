@@ -20,7 +20,7 @@ from real_engine.kv_quant import (
 )
 from real_engine.kv_window import SinkWindowCache, sink_window_mask
 from real_engine.model import LlamaModel
-from real_engine.tiered_cache import dense_attention
+from real_engine.tiered_attention import dense_attention
 
 CFG = PRESETS["tiny-gqa"]  # 2 layers, 8 query heads, 2 KV heads, head_dim 8
 
