@@ -46,6 +46,7 @@ def render(step_rows: list[dict], link_rows: list[dict], fit: dict, q_rows: list
         *_findings(step_rows, fit, q_rows, a_rows),
         "Code: `real_engine/tiers.py` (device pool, host tier, SSD tier of checksummed page files),",
         "`real_engine/tiered_cache.py` (LRU paging, pinned sinks + recent window, per-layer prefetch),",
+        "`real_engine/tiered_attention.py` (attention over the tiered cache, bit-identical to the plain one),",
         "`real_engine/tiered_engine.py` (serving loop; a tier fault fails only its request),",
         "`real_engine/kv_quant.py`, `kv_compression.py`, `kv_window.py` (compression modes),",
         "`real_engine/paging_meter.py`, `real_engine/kv_quality.py` (the measurements).",
