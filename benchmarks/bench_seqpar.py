@@ -160,7 +160,8 @@ def summarize(rows: list[dict], world: int) -> list[dict]:
         # CPU seconds (all threads of the process, gloo's included; not time spent waiting for a core
         # or for the peer): the speedup two uncontended cores would give if waiting cost nothing
         nan = float("nan")  # rows measured before CPU time was recorded
-        plain_cpu = {r["repeat"]: r.get("prefill_cpu_s", nan) for r in at if r["kind"] == "plain"}
+        plain_rows = [r for r in at if r["kind"] == "plain"]
+        plain_cpu = {r["repeat"]: r.get("prefill_cpu_s", nan) for r in plain_rows}
         cpu_ratios = [
             plain_cpu[rep] / max(r.get("prefill_cpu_s", nan) for r in spp if r["repeat"] == rep) for rep in plain_cpu
         ]
@@ -174,6 +175,9 @@ def summarize(rows: list[dict], world: int) -> list[dict]:
             "sp1_ms": _ms([r["prefill_s"] for r in sp1]), "spp_ms": _ms(list(walls.values())),
             "speedup": statistics.median(ratios), "speedup_min": min(ratios), "speedup_max": max(ratios),
             "cpu_speedup": statistics.median(cpu_ratios),
+            # share of a core each process got while prefilling: 1.0 = a core of its own
+            "share1": statistics.median([r.get("prefill_cpu_s", nan) / r["prefill_s"] for r in plain_rows]),
+            "sharep": statistics.median([r.get("prefill_cpu_s", nan) / r["prefill_s"] for r in spp]),
             "attention_ms": attention, "comm_ms": comm, "merge_ms": merge,
             "other_ms": _ms(list(walls.values())) - attention - comm - merge,
             "decode1_ms": _ms([r["decode_token_s"] for r in sp1]), "decodep_ms": phase("decode_token_s"),
