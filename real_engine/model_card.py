@@ -189,6 +189,14 @@ def render_card(
     lines += [f"| {task} | {agreement[task]:.3f} |" for task in TASKS]
     lines += [
         "",
+        "## Limits",
+        "",
+        "- Copying is partial: teacher-forced, the target predicts ~80% of summary bytes, but greedy decoding",
+        "  writes a summary-shaped fact sentence with its own made-up name instead of copying the report's",
+        "  names and numbers exactly (more training would be needed; tests/test_tiny_models.py checks what holds).",
+        "- Trained at 1024-byte windows: positions beyond ~1024 are untrained although max positions is 2048.",
+        "- Runs listed with two commands overlapped in time on the shared CPU (draft trained in its own process).",
+        "",
         f"Written {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on {platform.machine()} "
         f"({os.cpu_count()} CPUs), torch {torch.__version__}, Python {platform.python_version()}.",
         "",
