@@ -19,7 +19,7 @@ from real_engine.tokenizer import ByteTokenizer
 from simulator.paths import MODELS_DIR
 
 BATCH, BATCHES = 400, 3
-PROMPT = ByteTokenizer().encode("User: what is th", add_bos=True)  # 17 ids: with 3 outputs, 2 blocks of 16
+PROMPT = ByteTokenizer().encode("Summary: ", add_bos=True)  # an uncertain continuation: many tokens share the mass
 SAMPLING = SamplingParams(temperature=1.0, top_p=0.95)
 
 
