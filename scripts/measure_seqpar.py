@@ -183,7 +183,9 @@ def reading(summary: list[dict], p: int) -> list[str]:
         f"- Contention, measured: the P = 1 process had {statistics.median(s['share1'] for s in summary):.2f} of a "
         f"core and each P = {p} rank {statistics.median(s['sharep'] for s in summary):.2f} (medians over lengths). "
         f"Where the ranks got about 1/{p} of a core each they shared one core, and the wall-clock speedup can "
-        "only be about 1x whatever the code does; the CPU-time speedup is then the meaningful figure.",
+        "only be about 1x whatever the code does; the CPU-time speedup is then the meaningful figure. "
+        f"Contended rows here (P = {p} core share < 0.8): "
+        f"{[s['length'] for s in summary if s['sharep'] < 0.8] or 'none'}.",
         f"- Noise: 1-minute load average {min(s['load_min'] for s in summary):.1f}-"
         f"{max(s['load_max'] for s in summary):.1f} during the run on {os.cpu_count()} cores. With other work "
         f"on the machine a rank loses its core part of the time; P = {p} needs both cores at once and suffers "
