@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -211,11 +212,24 @@ class Engine:
         sampling: SamplingParams | None = None,
     ) -> list[list[int]]:
         """Run prompts to completion with continuous batching; outputs in prompt order."""
-        limits = max_new_tokens if isinstance(max_new_tokens, list) else [max_new_tokens] * len(prompts)
-        ids = [self.add_request(p, m, sampling) for p, m in zip(prompts, limits, strict=True)]
-        while self.has_unfinished:
-            self.step()
-        outs = [self.output(i) for i in ids]
-        for i in ids:
-            self.release(i)
-        return outs
+        return run_to_completion(self, prompts, max_new_tokens, sampling)
+
+
+def run_to_completion(
+    engine: Engine | Any,
+    prompts: list[list[int]],
+    max_new_tokens: int | list[int],
+    sampling: SamplingParams | None = None,
+) -> list[list[int]]:
+    """Add every prompt, step until all finish, return outputs in prompt order and release them.
+
+    Shared by Engine and SpeculativeEngine (same add_request / step / output / release API).
+    """
+    limits = max_new_tokens if isinstance(max_new_tokens, list) else [max_new_tokens] * len(prompts)
+    ids = [engine.add_request(p, m, sampling) for p, m in zip(prompts, limits, strict=True)]
+    while engine.has_unfinished:
+        engine.step()
+    outs = [engine.output(i) for i in ids]
+    for i in ids:
+        engine.release(i)
+    return outs

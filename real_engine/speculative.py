@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
-from real_engine.engine import EngineConfig, RequestRejected, StepRecord
+from real_engine.engine import EngineConfig, RequestRejected, StepRecord, run_to_completion
 from real_engine.fusion import fuse_projections
 from real_engine.kv_cache import KVCacheManager, KVTensors
 from real_engine.model import LlamaModel
@@ -283,11 +283,4 @@ class SpeculativeEngine:
         self, prompts: list[list[int]], max_new_tokens: int | list[int], sampling: SamplingParams | None = None
     ) -> list[list[int]]:
         """Run prompts to completion; outputs in prompt order."""
-        limits = max_new_tokens if isinstance(max_new_tokens, list) else [max_new_tokens] * len(prompts)
-        ids = [self.add_request(p, m, sampling) for p, m in zip(prompts, limits, strict=True)]
-        while self.has_unfinished:
-            self.step()
-        outs = [self.output(i) for i in ids]
-        for i in ids:
-            self.release(i)
-        return outs
+        return run_to_completion(self, prompts, max_new_tokens, sampling)
