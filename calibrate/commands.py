@@ -36,11 +36,13 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     source = f"--model {args.model}" if args.model else f"--model-config {args.model_config} --layers-timed " \
         f"{args.layers_timed}"
     command = f"tripath calibrate --device {args.device} {source} --preset {args.preset} --dtype {target.dtype}"
+    if args.draft:
+        command += f" --draft {args.draft}"
     job = CalibrationJob(target, PRESETS[args.preset], out, device=args.device, threads=args.threads,
                          force=args.force, max_holdout_mape=args.max_holdout_mape, command=command,
                          statistic=args.statistic, cpu_clock=args.cpu_clock,
                          kv_capacity_bytes=None if args.kv_capacity_gib is None else int(args.kv_capacity_gib * 2**30),
-                         progress=not args.no_progress)
+                         progress=not args.no_progress, draft=args.draft, eval_prompts=args.eval_prompts)
     try:
         result = run_calibration(job)
     except FitRefused as err:
@@ -144,6 +146,10 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
                      help="CPU timing clock (default: thread CPU time when --threads 1, else wall)")
     cal.add_argument("--kv-capacity-gib", type=float, help="KV budget of one replica (default: derived; needed "
                      "when the full model's weights do not fit the device that times a few of its layers)")
+    cal.add_argument("--draft", metavar="DIR", help="draft checkpoint folder: adds the speculative sweep "
+                     "(per-task acceptance at K, cost ratio c, verify cost v(K); needs --model)")
+    cal.add_argument("--eval-prompts", metavar="JSONL", help="prompts by task for the speculative sweep "
+                     "(default data/models/eval_prompts.jsonl)")
     cal.add_argument("--no-progress", action="store_true")
     cal.add_argument("--json", action="store_true")
     cal.set_defaults(func=_cmd_calibrate)

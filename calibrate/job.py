@@ -26,7 +26,8 @@ from calibrate.hardware import GIB, cpu_hardware, spec_for_device
 from calibrate.presets import Preset
 from calibrate.probe import StepProbe
 from calibrate.samples import Sample, SampleLog, samples_path_for
-from calibrate.target import DTYPE_KEYS, LoadedTarget, TargetSpec, load_target, model_spec
+from calibrate.sweep_speculative import SpecSettings, measure_speculative, speculative_sections
+from calibrate.target import DTYPE_KEYS, DTYPES, LoadedTarget, TargetSpec, load_target, model_spec
 from calibrate.timer import CLOCKS, time_call
 from real_engine.checkpoint import load_config
 from real_engine.config import PRESETS
@@ -59,6 +60,9 @@ class CalibrationJob:
     command: str = "calibrate.job.run_calibration"
     progress: bool = True
     plots: bool = True
+    draft: str | None = None  # draft checkpoint folder: adds the speculative sweep (needs a --model checkpoint)
+    eval_prompts: str | None = None  # eval_prompts.jsonl for the speculative sweep (default data/models/)
+    spec: SpecSettings = SpecSettings()
 
     def __post_init__(self) -> None:
         if self.device not in ("cpu", "cuda"):
@@ -77,6 +81,8 @@ class CalibrationJob:
             raise InputError(None, "cpu_clock", f"must be one of {', '.join(CLOCKS)}, got {self.cpu_clock!r}")
         if self.cpu_clock == "thread" and self.threads != 1:
             raise InputError(None, "cpu_clock", "thread CPU time measures a step only with threads = 1")
+        if self.draft is not None and self.target.checkpoint is None:
+            raise InputError(None, "draft", "the speculative sweep decodes real prompts: give --model DIR too")
         if not str(self.out).endswith(".json"):
             raise InputError(None, "out", f"profile path must end in .json, got {self.out!r}")
 
@@ -110,7 +116,9 @@ def engine_commit() -> str:
 def _fingerprint(job: CalibrationJob, device_name: str) -> dict[str, object]:
     return {"target": asdict(job.target), "preset": asdict(job.preset), "device": job.device,
             "device_name": device_name, "block_size": job.block_size, "threads": job.threads, "clock": clock_of(job),
-            "columns": {name: list(s.inputs) for name, s in SWEEPS.items()}}
+            "columns": {name: list(s.inputs) for name, s in SWEEPS.items()},
+            # only when given, so samples taken without a draft still resume
+            **({"draft": job.draft, "spec": asdict(job.spec)} if job.draft is not None else {})}
 
 
 def _measure(job: CalibrationJob, log: SampleLog, device: torch.device,
@@ -193,6 +201,8 @@ def run_calibration(job: CalibrationJob, after_point: Callable[[int], None] | No
     memory = _memory(job, hardware, spec_model.weight_bytes, spec_model.kv_bytes_per_token)
     with SampleLog.open(samples_path, _fingerprint(job, hardware.device_name)) as log:
         measured = _measure(job, log, device, after_point)
+        if job.draft is not None:
+            measured += _measure_speculative(job, log, device)
         samples = list(log.samples)
     how = (f"timed at 1 and {target_spec.layers_timed} layers, extrapolated per layer" if target_spec.scaled
            else "all layers timed")
@@ -216,13 +226,16 @@ def run_calibration(job: CalibrationJob, after_point: Callable[[int], None] | No
         notes.append(f"Scaled: random weights, {target_spec.layers_timed} of {spec_model.layers} decoder layers "
                      "instantiated; full-depth times extrapolated per layer (see model.note).")
     notes += [f"Written with --force despite: {r}" for r in reasons]
-    notes.append("Not measured yet: paging, speculative, sequence-parallel and compression sweeps; those "
-                 "optional sections are absent.")
+    speculative, acceptance = (speculative_sections(samples, Path(job.draft).name, job.spec.k)
+                               if job.draft is not None else (None, {}))
+    missing = ["paging", "sequence-parallel", "compression"] + (["speculative"] if speculative is None else [])
+    notes.append(f"Not measured by this run: {', '.join(missing)} sweeps; those optional sections are absent.")
     profile = Profile(
         key=ProfileKey(key_hw, spec_model.name, DTYPE_KEYS[target_spec.dtype], 1, commit),
         source="measured", hardware=hardware, model=spec_model,
         memory=memory,
         costs={name: f.model for name, f in fitted.items()},
+        speculative=speculative, acceptance=acceptance,
         provenance=Provenance(job.command, commit, torch.__version__, torch.version.cuda, cuda_name or
                               hardware.device_name, dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")),
         notes=tuple(notes),
@@ -230,6 +243,27 @@ def run_calibration(job: CalibrationJob, after_point: Callable[[int], None] | No
     save_profile(profile, out)
     plots = write_plots(fitted, out, profile.key_str()) if job.plots else ()
     return CalibrationResult(profile, out, samples_path, plots, measured, tuple(reasons))
+
+
+def _measure_speculative(job: CalibrationJob, log: SampleLog, device: torch.device) -> int:
+    """The speculative sweep on the target checkpoint and the draft (tasks already on disk are skipped)."""
+    from real_engine.checkpoint import load_checkpoint
+    from real_engine.corpus import TASKS, load_eval_prompts
+    from real_engine.tokenizer import ByteTokenizer
+    from simulator.paths import MODELS_DIR
+
+    dtype = DTYPES[job.target.dtype]
+    target = load_checkpoint(str(job.target.checkpoint), device=device, dtype=dtype)[1]
+    draft = load_checkpoint(str(job.draft), device=device, dtype=dtype)[1]
+    tok = ByteTokenizer()
+    eval_path = Path(job.eval_prompts) if job.eval_prompts is not None else MODELS_DIR / "eval_prompts.jsonl"
+    evals = load_eval_prompts(eval_path)
+    prompts = {t: [tok.encode(s.prompt, add_bos=True) for s in evals if s.task == t][: job.spec.prompts]
+               for t in TASKS}
+    prompts = {t: p for t, p in prompts.items() if p}
+    if not prompts:
+        raise InputError(str(eval_path), None, f"no prompts for any task of {', '.join(TASKS)}")
+    return measure_speculative(target, draft, prompts, job.spec, log)
 
 
 def _config_only(spec: TargetSpec) -> LoadedTarget:
