@@ -26,6 +26,7 @@ from calibrate.hardware import GIB, cpu_hardware, spec_for_device
 from calibrate.presets import Preset
 from calibrate.probe import StepProbe
 from calibrate.samples import Sample, SampleLog, samples_path_for
+from calibrate.sweep_paging import measure_paging, paging_sections
 from calibrate.sweep_speculative import SpecSettings, measure_speculative, speculative_sections
 from calibrate.target import DTYPE_KEYS, DTYPES, LoadedTarget, TargetSpec, load_target, model_spec
 from calibrate.timer import CLOCKS, time_call
@@ -63,6 +64,7 @@ class CalibrationJob:
     draft: str | None = None  # draft checkpoint folder: adds the speculative sweep (needs a --model checkpoint)
     eval_prompts: str | None = None  # eval_prompts.jsonl for the speculative sweep (default data/models/)
     spec: SpecSettings = SpecSettings()
+    paging: bool = False  # add the paging sweep (the tiered cache's tiers, SSD tier in a temp dir)
 
     def __post_init__(self) -> None:
         if self.device not in ("cpu", "cuda"):
@@ -118,7 +120,8 @@ def _fingerprint(job: CalibrationJob, device_name: str) -> dict[str, object]:
             "device_name": device_name, "block_size": job.block_size, "threads": job.threads, "clock": clock_of(job),
             "columns": {name: list(s.inputs) for name, s in SWEEPS.items()},
             # only when given, so samples taken without a draft still resume
-            **({"draft": job.draft, "spec": asdict(job.spec)} if job.draft is not None else {})}
+            **({"draft": job.draft, "spec": asdict(job.spec)} if job.draft is not None else {}),
+            **({"paging": True} if job.paging else {})}
 
 
 def _measure(job: CalibrationJob, log: SampleLog, device: torch.device,
@@ -203,6 +206,10 @@ def run_calibration(job: CalibrationJob, after_point: Callable[[int], None] | No
         measured = _measure(job, log, device, after_point)
         if job.draft is not None:
             measured += _measure_speculative(job, log, device)
+        if job.paging:
+            config = _config_only(target_spec).config
+            measured += measure_paging(config, DTYPES[target_spec.dtype], device, job.preset.timer, log,
+                                       ssd_dir=str(out.parent))
         samples = list(log.samples)
     how = (f"timed at 1 and {target_spec.layers_timed} layers, extrapolated per layer" if target_spec.scaled
            else "all layers timed")
@@ -228,14 +235,18 @@ def run_calibration(job: CalibrationJob, after_point: Callable[[int], None] | No
     notes += [f"Written with --force despite: {r}" for r in reasons]
     speculative, acceptance = (speculative_sections(samples, Path(job.draft).name, job.spec.k)
                                if job.draft is not None else (None, {}))
-    missing = ["paging", "sequence-parallel", "compression"] + (["speculative"] if speculative is None else [])
+    paging = (paging_sections(samples, spec_model.kv_bytes_per_token, statistic,
+                              f"{job.preset.name} preset on {hardware.device_name}, wall clock")
+              if job.paging else {})
+    missing = (["sequence-parallel", "compression"] + (["speculative"] if speculative is None else [])
+               + ([] if paging else ["paging"]))
     notes.append(f"Not measured by this run: {', '.join(missing)} sweeps; those optional sections are absent.")
     profile = Profile(
         key=ProfileKey(key_hw, spec_model.name, DTYPE_KEYS[target_spec.dtype], 1, commit),
         source="measured", hardware=hardware, model=spec_model,
         memory=memory,
         costs={name: f.model for name, f in fitted.items()},
-        speculative=speculative, acceptance=acceptance,
+        speculative=speculative, acceptance=acceptance, paging=paging,
         provenance=Provenance(job.command, commit, torch.__version__, torch.version.cuda, cuda_name or
                               hardware.device_name, dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")),
         notes=tuple(notes),

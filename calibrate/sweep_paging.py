@@ -1,0 +1,126 @@
+"""Paging sweep: the tiered KV cache's real tiers move N pages over each link; paging_v1 fitted per link.
+
+A page is what ``real_engine.tiered_cache`` moves: one layer's K and V for ``chunk_tokens`` tokens,
+[2, chunk_tokens, kv_heads, head_dim] in the model's dtype. A transfer of N pages is timed as the
+cache performs it, page by page: a tensor copy between the device pool and the host tier
+(``device->host``, ``host->device``; on a CPU both are RAM), ``SSDTier.write`` / ``SSDTier.read``
+(file per page with a CRC-32 header, in a temp directory: ``host->ssd``, ``ssd->host``).
+
+Rows in the calibration's samples CSV: sweep ``paging``, layers 0, x1 = the link's index in
+``LINKS``, x2 = bytes moved; times in ms (median / min / max of the repetitions).
+
+Profile keys: the four directions, plus the simulator's two link names (``device_host``,
+``host_ssd``; simulator/profile_schema.py) fitted to both directions' samples together.
+"""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from calibrate.fit import fit_formula
+from calibrate.samples import Sample, SampleLog
+from calibrate.timer import TimerConfig
+from real_engine.config import ModelConfig
+from real_engine.tiers import TierConfig, Tiers
+from simulator.profile import Coefficient, CostModel, PagingLink
+
+LINKS = ("device->host", "host->device", "host->ssd", "ssd->host")
+SIMULATOR_LINKS = {"device_host": ("device->host", "host->device"), "host_ssd": ("host->ssd", "ssd->host")}
+PAGE_COUNTS = (1, 2, 4, 8, 16)
+CHUNK_TOKENS = 256  # the tiered cache's default page (TierConfig.chunk_tokens)
+TOKENS_2K = 2048
+
+
+def _transfer(tiers: Tiers, link: str, pages: int) -> Callable[[], None]:
+    """A closure that moves ``pages`` pages over ``link`` once, page by page as the cache does."""
+    dev, host, ssd = tiers.device_pool.data, tiers.host_pool.data, tiers.ssd
+    sync = (lambda: torch.cuda.synchronize(tiers.device)) if tiers.device.type == "cuda" else (lambda: None)
+    ids = [ssd.write(host[i]) for i in range(pages)] if link == "ssd->host" else []
+
+    def run() -> None:
+        if link == "device->host":
+            for i in range(pages):
+                host[i].copy_(dev[i])
+            sync()
+        elif link == "host->device":
+            for i in range(pages):
+                dev[i].copy_(host[i])
+            sync()
+        elif link == "host->ssd":
+            written = [ssd.write(host[i]) for i in range(pages)]
+            for page_id in written:  # slots are reused: the next repetition overwrites the same files
+                ssd.delete(page_id)
+        else:
+            for page_id in ids:
+                host[0].copy_(ssd.read(page_id))
+
+    return run
+
+
+def measure_paging(config: ModelConfig, dtype: torch.dtype, device: torch.device, timer: TimerConfig,
+                   log: SampleLog, page_counts: tuple[int, ...] = PAGE_COUNTS, chunk_tokens: int = CHUNK_TOKENS,
+                   ssd_dir: str | None = None) -> int:
+    """Time every (link, page count) not yet on disk; returns the points measured."""
+    page_shape = (2, chunk_tokens, config.num_kv_heads, int(config.head_dim))  # [K/V, tokens, kv heads, dim]
+    most = max(page_counts)
+    measured = 0
+    with tempfile.TemporaryDirectory(prefix="tripath-paging-", dir=ssd_dir) as parent:
+        tiers = Tiers(TierConfig(chunk_tokens, device_pages=most, host_pages=most, ssd_pages=2 * most,
+                                 ssd_dir=parent), page_shape, dtype, device)
+        try:
+            tiers.host_pool.data.normal_(generator=torch.Generator().manual_seed(0))  # nonzero payloads
+            for index, link in enumerate(LINKS):
+                for pages in page_counts:
+                    nbytes = pages * tiers.page_bytes
+                    if ("paging", 0, index, nbytes) in log.done:
+                        continue
+                    run = _transfer(tiers, link, pages)
+                    for _ in range(timer.warmup):
+                        run()
+                    ms = []
+                    for _ in range(timer.reps):
+                        start = time.perf_counter()
+                        run()
+                        ms.append((time.perf_counter() - start) * 1e3)
+                    if link == "ssd->host":
+                        for page_id in list(tiers.ssd.live):
+                            tiers.ssd.delete(page_id)
+                    log.append(Sample("paging", 0, index, nbytes, statistics.median(ms), min(ms), max(ms),
+                                      len(ms)))
+                    measured += 1
+        finally:
+            tiers.close()
+    return measured
+
+
+def paging_sections(samples: list[Sample], kv_bytes_per_token: int, statistic: str, what: str
+                    ) -> dict[str, PagingLink]:
+    """paging_v1 per direction and per simulator link, fitted to the ``paging`` rows."""
+    rows = [s for s in samples if s.sweep == "paging"]
+    out: dict[str, PagingLink] = {}
+    groups = {link: (link,) for link in LINKS} | SIMULATOR_LINKS
+    for name, links in groups.items():
+        sel = [s for s in rows if LINKS[s.x1] in links]
+        if len(sel) < 2:
+            continue
+        x = np.array([s.x2 for s in sel], dtype=float)
+        y = np.array([s.median_ms if statistic == "median" else s.min_ms for s in sel], dtype=float)
+        data = f"{len(sel)} transfers of {', '.join(links)} ({statistic}_ms): {what}"
+        result = fit_formula("paging_v1", {"bytes": x}, y, data=data)
+        coefficients = {
+            "setup_ms": Coefficient(result.coefficients["setup_ms"], "ms", "fitted", "intercept: fixed cost of "
+                                    "one transfer"),
+            "bandwidth_gbps": Coefficient(result.coefficients["bandwidth_gbps"], "GB/s", "fitted",
+                                          "inverse slope: bytes moved per second, page by page"),
+        }
+        model = CostModel("paging_v1", coefficients, ("bytes",), {"bytes": (float(x.min()), float(x.max()))},
+                          result.quality, f"{' and '.join(links)} through real_engine.tiers, page by page. {what}")
+        bandwidth = model.evaluate(bytes=TOKENS_2K * kv_bytes_per_token) - model.evaluate(bytes=0.0)
+        out[name] = PagingLink(model, bandwidth)
+    return out

@@ -1,0 +1,55 @@
+"""The paging sweep through the tiered cache's real tiers: rows per (link, bytes), paging_v1 fits
+whose cost grows with bytes, and a 2K-token figure consistent with the model's KV size."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from calibrate.samples import SampleLog, read_samples
+from calibrate.sweep_paging import LINKS, measure_paging, paging_sections
+from calibrate.timer import TimerConfig
+from real_engine.config import PRESETS
+
+CONFIG = PRESETS["tiny-gqa"]
+
+
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory):
+    path = tmp_path_factory.mktemp("paging") / "x.samples.csv"
+    with SampleLog.open(path, {"t": 1}) as log:
+        measured = measure_paging(CONFIG, torch.float32, torch.device("cpu"), TimerConfig(warmup=1, reps=3), log,
+                                  page_counts=(4, 16, 64), chunk_tokens=64, ssd_dir=str(path.parent))
+    return path, measured
+
+
+def test_rows_per_link_and_bytes(swept):
+    path, measured = swept
+    assert measured == len(LINKS) * 3
+    samples = read_samples(path)
+    # one page: [2, 64 tokens, 2 KV heads, 8 dims] fp32 = 2 * 64 * 2 * 8 * 4 = 8192 bytes
+    assert sorted({s.x2 for s in samples}) == [4 * 8192, 16 * 8192, 64 * 8192]
+    assert all(s.min_ms > 0 for s in samples)
+    assert not list(path.parent.glob("tripath-paging-*"))  # the SSD tier's temp dir is gone
+
+
+def test_fits_grow_with_bytes(swept):
+    path, _ = swept
+    links = paging_sections(read_samples(path), CONFIG.kv_bytes_per_token(4), "min", "test")
+    assert set(links) == {*LINKS, "device_host", "host_ssd"}
+    for name, link in links.items():
+        small, big = link.cost.evaluate(bytes=4 * 8192), link.cost.evaluate(bytes=64 * 8192)
+        assert big > small > 0, name
+        assert link.cost.coefficients["bandwidth_gbps"].value > 0
+        # the 2K-token figure is the bandwidth term for 2048 tokens of this model's KV (all layers)
+        nbytes = 2048 * CONFIG.kv_bytes_per_token(4)
+        assert link.ms_per_2k_tokens == pytest.approx(nbytes / (link.cost.coefficients["bandwidth_gbps"].value * 1e6))
+
+
+def test_resume_measures_nothing_twice(swept):
+    path, _ = swept
+    before = path.read_text()
+    with SampleLog.open(path, {"t": 1}) as log:
+        assert measure_paging(CONFIG, torch.float32, torch.device("cpu"), TimerConfig(warmup=1, reps=3), log,
+                              page_counts=(4, 16, 64), chunk_tokens=64, ssd_dir=str(path.parent)) == 0
+    assert path.read_text() == before
