@@ -27,6 +27,7 @@ from calibrate.presets import Preset
 from calibrate.probe import StepProbe
 from calibrate.samples import Sample, SampleLog, samples_path_for
 from calibrate.sweep_paging import measure_paging, paging_sections
+from calibrate.sweep_seqpar import measure_seqpar, seqpar_section
 from calibrate.sweep_speculative import SpecSettings, measure_speculative, speculative_sections
 from calibrate.target import DTYPE_KEYS, DTYPES, LoadedTarget, TargetSpec, load_target, model_spec
 from calibrate.timer import CLOCKS, time_call
@@ -40,6 +41,7 @@ CLOCK_TEXT = {"cuda-events": "CUDA events", "wall": "wall time (perf_counter)",
               "thread": "CPU time of the single torch thread (time.thread_time: what the step costs on an idle "
               "core; other processes cannot inflate it)"}
 GPU_MEMORY_UTILISATION = 0.9  # vLLM's default share of device memory for weights + KV
+SEQPAR_REPS = 3
 SERVE_KV_TOKENS = 1024 * 16  # `tripath serve` defaults: --num-blocks 1024 x --block-size 16
 
 
@@ -65,6 +67,7 @@ class CalibrationJob:
     eval_prompts: str | None = None  # eval_prompts.jsonl for the speculative sweep (default data/models/)
     spec: SpecSettings = SpecSettings()
     paging: bool = False  # add the paging sweep (the tiered cache's tiers, SSD tier in a temp dir)
+    seqpar: bool = False  # add the sequence-parallel sweep (P = 2 vs 1 prefill; spawns two gloo ranks)
 
     def __post_init__(self) -> None:
         if self.device not in ("cpu", "cuda"):
@@ -121,7 +124,7 @@ def _fingerprint(job: CalibrationJob, device_name: str) -> dict[str, object]:
             "columns": {name: list(s.inputs) for name, s in SWEEPS.items()},
             # only when given, so samples taken without a draft still resume
             **({"draft": job.draft, "spec": asdict(job.spec)} if job.draft is not None else {}),
-            **({"paging": True} if job.paging else {})}
+            **({"paging": True} if job.paging else {}), **({"seqpar": True} if job.seqpar else {})}
 
 
 def _measure(job: CalibrationJob, log: SampleLog, device: torch.device,
@@ -210,6 +213,8 @@ def run_calibration(job: CalibrationJob, after_point: Callable[[int], None] | No
             config = _config_only(target_spec).config
             measured += measure_paging(config, DTYPES[target_spec.dtype], device, job.preset.timer, log,
                                        ssd_dir=str(out.parent))
+        if job.seqpar:  # whole-model prefills: a few repetitions are enough (seconds each at 2K tokens)
+            measured += measure_seqpar(_config_only(target_spec).config, min(job.preset.timer.reps, SEQPAR_REPS), log)
         samples = list(log.samples)
     how = (f"timed at 1 and {target_spec.layers_timed} layers, extrapolated per layer" if target_spec.scaled
            else "all layers timed")
@@ -238,8 +243,10 @@ def run_calibration(job: CalibrationJob, after_point: Callable[[int], None] | No
     paging = (paging_sections(samples, spec_model.kv_bytes_per_token, statistic,
                               f"{job.preset.name} preset on {hardware.device_name}, wall clock")
               if job.paging else {})
-    missing = (["sequence-parallel", "compression"] + (["speculative"] if speculative is None else [])
-               + ([] if paging else ["paging"]))
+    sequence_parallel = (seqpar_section(samples, f"{job.preset.name} preset on {hardware.device_name}")
+                         if job.seqpar else {})
+    missing = (["compression"] + ([] if sequence_parallel else ["sequence-parallel"])
+               + (["speculative"] if speculative is None else []) + ([] if paging else ["paging"]))
     notes.append(f"Not measured by this run: {', '.join(missing)} sweeps; those optional sections are absent.")
     profile = Profile(
         key=ProfileKey(key_hw, spec_model.name, DTYPE_KEYS[target_spec.dtype], 1, commit),
@@ -247,6 +254,7 @@ def run_calibration(job: CalibrationJob, after_point: Callable[[int], None] | No
         memory=memory,
         costs={name: f.model for name, f in fitted.items()},
         speculative=speculative, acceptance=acceptance, paging=paging,
+        sequence_parallel=sequence_parallel,
         provenance=Provenance(job.command, commit, torch.__version__, torch.version.cuda, cuda_name or
                               hardware.device_name, dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")),
         notes=tuple(notes),

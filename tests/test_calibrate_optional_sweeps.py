@@ -1,5 +1,5 @@
-"""`tripath calibrate --draft DIR --paging` end to end on tiny random checkpoints: the profile on disk
-carries measured speculative, acceptance and paging sections next to the fitted costs."""
+"""`tripath calibrate --draft DIR --paging --seqpar` end to end on tiny random checkpoints: the profile on disk
+carries measured speculative, acceptance, paging and sequence_parallel sections next to the fitted costs."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def test_calibrate_with_draft_and_paging(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr("calibrate.presets.PRESETS", {"quick": GRID})
     out = tmp_path / "cpu-t.json"
     rc = main(["calibrate", "--model", str(tmp_path / "target"), "--draft", str(tmp_path / "draft"), "--paging",
-               "--eval-prompts", str(prompts), "--out", str(out), "--force", "--no-progress"])
+               "--seqpar", "--eval-prompts", str(prompts), "--out", str(out), "--force", "--no-progress"])
     assert rc == 0, capsys.readouterr()
     profile = load_profile(out)
     assert set(profile.acceptance) == {"code", "math"}
@@ -43,4 +43,6 @@ def test_calibrate_with_draft_and_paging(tmp_path, monkeypatch, capsys):
     assert profile.paging_ms("host_ssd", 2e6) > profile.paging_ms("host_ssd", 1e5) > 0
     assert {s.sweep for s in read_samples(tmp_path / "cpu-t.samples.csv")} >= {"prefill", "decode", "paging",
                                                                                 "spec_accept"}
+    sp = profile.sequence_parallel[2]  # tiny-gqa holds 512 positions: only the 512-token length fits
+    assert [r.context_tokens for r in sp.rows] == [512] and sp.rows[0].speedup > 0
     assert not any("paging" in n and "Not measured" in n for n in profile.notes)
