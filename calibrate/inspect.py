@@ -64,17 +64,24 @@ def format_show(profile: Profile) -> str:
         lines += [f"  domain: {domain}", f"  fit: {_fit_text(cost['fit'])}"]
     for link, page in d["paging"].items():
         bw = page["cost"]["coefficients"]["bandwidth_gbps"]
-        lines.append(f"paging.{link}: {bw['value']:g} GB/s [{bw['source']}], {page['ms_per_2k_tokens']:.4g} ms per "
-                     "2K tokens of KV")
+        setup = page["cost"]["coefficients"].get("setup_ms")
+        setup_text = f", setup {setup['value']:.4g} ms [{setup['source']}]" if setup else ""
+        lines.append(f"paging.{link}: {bw['value']:g} GB/s [{bw['source']}]{setup_text}, "
+                     f"{page['ms_per_2k_tokens']:.4g} ms per 2K tokens of KV")
     if d["speculative"] is not None:
         spec = d["speculative"]
         lines.append(f"speculative: draft {spec['draft_model']}, K={spec['k']}, c={spec['cost_ratio']['value']:g} "
-                     f"[{spec['cost_ratio']['source']}]")
+                     f"[{spec['cost_ratio']['source']}], v(K)={spec['verify_cost_ratio']['value']:g} "
+                     f"[{spec['verify_cost_ratio']['source']}] (target steps)")
     for task, acc in d["acceptance"].items():
-        lines.append(f"acceptance.{task}: {acc['mean']:g} at K={acc['k']} [{acc['source']}]")
+        per = acc.get("per_position")
+        per_text = f", per position {', '.join(f'{p:.3g}' for p in per)}" if per else ""
+        lines.append(f"acceptance.{task}: {acc['mean']:g} at K={acc['k']} [{acc['source']}]{per_text}")
     for degree, sp in d["sequence_parallel"].items():
         lines.append(f"sequence_parallel.{degree}: {len(sp['rows'])} rows, merge "
-                     f"{'model' if sp['merge'] else 'none'} [{sp['source']}]")
+                     f"{'model' if sp['merge'] else 'none'} [{sp['source']}]" + "".join(
+                         f"; {r['context_tokens']} tokens: {r['speedup']:.3g}x, merge {r['merge_ms']:.3g} ms"
+                         for r in sp["rows"]))
     absent = [k for k, v in d["sections"].items() if not v]
     if absent:
         lines.append(f"absent sections: {', '.join(absent)}")
