@@ -42,12 +42,14 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         command += " --paging"
     if args.seqpar:
         command += " --seqpar"
+    if args.compression:
+        command += " --compression"
     job = CalibrationJob(target, PRESETS[args.preset], out, device=args.device, threads=args.threads,
                          force=args.force, max_holdout_mape=args.max_holdout_mape, command=command,
                          statistic=args.statistic, cpu_clock=args.cpu_clock,
                          kv_capacity_bytes=None if args.kv_capacity_gib is None else int(args.kv_capacity_gib * 2**30),
                          progress=not args.no_progress, draft=args.draft, eval_prompts=args.eval_prompts,
-                         paging=args.paging, seqpar=args.seqpar)
+                         paging=args.paging, seqpar=args.seqpar, compression=args.compression)
     try:
         result = run_calibration(job)
     except FitRefused as err:
@@ -159,6 +161,9 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
                      "(device<->host, host<->SSD) through the tiered cache's tiers; fits paging_v1 per link")
     cal.add_argument("--seqpar", action="store_true", help="add the sequence-parallel sweep: P = 2 vs P = 1 "
                      "prefill speedup and merge ms at 512/1024/2048 tokens (two gloo ranks)")
+    cal.add_argument("--compression", action="store_true", help="add the KV-compression sweep: int8, int4, "
+                     "mixed-int4, window vs full precision on two eval prompts (bytes, decode time, top-1 "
+                     "agreement; acceptance drop with --draft; needs --model)")
     cal.add_argument("--no-progress", action="store_true")
     cal.add_argument("--json", action="store_true")
     cal.set_defaults(func=_cmd_calibrate)

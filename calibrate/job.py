@@ -26,6 +26,7 @@ from calibrate.hardware import GIB, cpu_hardware, spec_for_device
 from calibrate.presets import Preset
 from calibrate.probe import StepProbe
 from calibrate.samples import Sample, SampleLog, samples_path_for
+from calibrate.sweep_compression import compression_section, measure_compression, thread_clock
 from calibrate.sweep_paging import measure_paging, paging_sections
 from calibrate.sweep_seqpar import measure_seqpar, seqpar_section
 from calibrate.sweep_speculative import SpecSettings, measure_speculative, speculative_sections
@@ -68,6 +69,7 @@ class CalibrationJob:
     spec: SpecSettings = SpecSettings()
     paging: bool = False  # add the paging sweep (the tiered cache's tiers, SSD tier in a temp dir)
     seqpar: bool = False  # add the sequence-parallel sweep (P = 2 vs 1 prefill; spawns two gloo ranks)
+    compression: bool = False  # add the KV-compression sweep (needs a --model checkpoint; --draft adds acceptance)
 
     def __post_init__(self) -> None:
         if self.device not in ("cpu", "cuda"):
@@ -88,6 +90,8 @@ class CalibrationJob:
             raise InputError(None, "cpu_clock", "thread CPU time measures a step only with threads = 1")
         if self.draft is not None and self.target.checkpoint is None:
             raise InputError(None, "draft", "the speculative sweep decodes real prompts: give --model DIR too")
+        if self.compression and self.target.checkpoint is None:
+            raise InputError(None, "compression", "the compression sweep decodes real prompts: give --model DIR too")
         if not str(self.out).endswith(".json"):
             raise InputError(None, "out", f"profile path must end in .json, got {self.out!r}")
 
@@ -124,7 +128,8 @@ def _fingerprint(job: CalibrationJob, device_name: str) -> dict[str, object]:
             "columns": {name: list(s.inputs) for name, s in SWEEPS.items()},
             # only when given, so samples taken without a draft still resume
             **({"draft": job.draft, "spec": asdict(job.spec)} if job.draft is not None else {}),
-            **({"paging": True} if job.paging else {}), **({"seqpar": True} if job.seqpar else {})}
+            **({"paging": True} if job.paging else {}), **({"seqpar": True} if job.seqpar else {}),
+            **({"compression": True} if job.compression else {})}
 
 
 def _measure(job: CalibrationJob, log: SampleLog, device: torch.device,
@@ -215,6 +220,8 @@ def run_calibration(job: CalibrationJob, after_point: Callable[[int], None] | No
                                        ssd_dir=str(out.parent))
         if job.seqpar:  # whole-model prefills: a few repetitions are enough (seconds each at 2K tokens)
             measured += measure_seqpar(_config_only(target_spec).config, min(job.preset.timer.reps, SEQPAR_REPS), log)
+        if job.compression:
+            measured += _measure_compression(job, log, device)
         samples = list(log.samples)
     how = (f"timed at 1 and {target_spec.layers_timed} layers, extrapolated per layer" if target_spec.scaled
            else "all layers timed")
@@ -245,16 +252,20 @@ def run_calibration(job: CalibrationJob, after_point: Callable[[int], None] | No
               if job.paging else {})
     sequence_parallel = (seqpar_section(samples, f"{job.preset.name} preset on {hardware.device_name}")
                          if job.seqpar else {})
-    missing = (["compression"] + ([] if sequence_parallel else ["sequence-parallel"])
+    compression = (compression_section(samples, job.spec.k if job.draft is not None else None,
+                                       f"{hardware.device_name}, clock: {CLOCK_TEXT[clock]}")
+                   if job.compression else {})
+    missing = (([] if compression else ["compression"]) + ([] if sequence_parallel else ["sequence-parallel"])
                + (["speculative"] if speculative is None else []) + ([] if paging else ["paging"]))
-    notes.append(f"Not measured by this run: {', '.join(missing)} sweeps; those optional sections are absent.")
+    if missing:
+        notes.append(f"Not measured by this run: {', '.join(missing)} sweeps; those optional sections are absent.")
     profile = Profile(
         key=ProfileKey(key_hw, spec_model.name, DTYPE_KEYS[target_spec.dtype], 1, commit),
         source="measured", hardware=hardware, model=spec_model,
         memory=memory,
         costs={name: f.model for name, f in fitted.items()},
         speculative=speculative, acceptance=acceptance, paging=paging,
-        sequence_parallel=sequence_parallel,
+        sequence_parallel=sequence_parallel, compression=compression,
         provenance=Provenance(job.command, commit, torch.__version__, torch.version.cuda, cuda_name or
                               hardware.device_name, dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")),
         notes=tuple(notes),
@@ -264,16 +275,26 @@ def run_calibration(job: CalibrationJob, after_point: Callable[[int], None] | No
     return CalibrationResult(profile, out, samples_path, plots, measured, tuple(reasons))
 
 
-def _measure_speculative(job: CalibrationJob, log: SampleLog, device: torch.device) -> int:
-    """The speculative sweep on the target checkpoint and the draft (tasks already on disk are skipped)."""
+def _measure_compression(job: CalibrationJob, log: SampleLog, device: torch.device) -> int:
+    """The compression sweep on the target checkpoint: the first eval prompt of each task (two at most)."""
+    import time
+
     from real_engine.checkpoint import load_checkpoint
+
+    dtype = DTYPES[job.target.dtype]
+    target = load_checkpoint(str(job.target.checkpoint), device=device, dtype=dtype)[1]
+    draft = load_checkpoint(str(job.draft), device=device, dtype=dtype)[1] if job.draft is not None else None
+    prompts = [p[0] for p in _eval_prompts(job).values()][:2]
+    clock = thread_clock if clock_of(job) == "thread" else time.perf_counter
+    return measure_compression(target, draft, prompts, job.spec.k, log, clock)
+
+
+def _eval_prompts(job: CalibrationJob) -> dict[str, list[list[int]]]:
+    """Token ids of the eval prompts per task (at most job.spec.prompts each), tasks without prompts left out."""
     from real_engine.corpus import TASKS, load_eval_prompts
     from real_engine.tokenizer import ByteTokenizer
     from simulator.paths import MODELS_DIR
 
-    dtype = DTYPES[job.target.dtype]
-    target = load_checkpoint(str(job.target.checkpoint), device=device, dtype=dtype)[1]
-    draft = load_checkpoint(str(job.draft), device=device, dtype=dtype)[1]
     tok = ByteTokenizer()
     eval_path = Path(job.eval_prompts) if job.eval_prompts is not None else MODELS_DIR / "eval_prompts.jsonl"
     evals = load_eval_prompts(eval_path)
@@ -282,7 +303,17 @@ def _measure_speculative(job: CalibrationJob, log: SampleLog, device: torch.devi
     prompts = {t: p for t, p in prompts.items() if p}
     if not prompts:
         raise InputError(str(eval_path), None, f"no prompts for any task of {', '.join(TASKS)}")
-    return measure_speculative(target, draft, prompts, job.spec, log)
+    return prompts
+
+
+def _measure_speculative(job: CalibrationJob, log: SampleLog, device: torch.device) -> int:
+    """The speculative sweep on the target checkpoint and the draft (tasks already on disk are skipped)."""
+    from real_engine.checkpoint import load_checkpoint
+
+    dtype = DTYPES[job.target.dtype]
+    target = load_checkpoint(str(job.target.checkpoint), device=device, dtype=dtype)[1]
+    draft = load_checkpoint(str(job.draft), device=device, dtype=dtype)[1]
+    return measure_speculative(target, draft, _eval_prompts(job), job.spec, log)
 
 
 def _config_only(spec: TargetSpec) -> LoadedTarget:

@@ -1,0 +1,146 @@
+"""Compression sweep: per KV-compression mode, bytes per token, decode-step time, quality and acceptance.
+
+Each mode of ``MEASURED_MODES`` (real_engine/kv_compression.py) and full precision ("fp", the
+reference) decodes the same eval prompts greedily at batch 1 through the mode's attention cache
+(``make_cache``), one token per step after a full-precision-schedule prefill.  Measured per mode:
+
+- ``comp_bytes``: stored KV bytes per token of context at the end of each prompt (``cache_bytes_per_token``);
+- ``comp_step``: the CPU time of each decode step (thread CPU time, or wall time on a multi-thread
+  run / GPU), ms;
+- ``comp_agree``: COUNTS: median_ms = min_ms = max_ms = positions where the mode's greedy argmax
+  equals full precision's, reps = positions compared, teacher-forced on full precision's own
+  greedy text (real_engine.kv_quality.teacher_forced_logits);
+- ``comp_accept`` (only with a draft): COUNTS of greedy speculative acceptance at K with the target
+  reading compressed KV (real_engine.kv_quality.greedy_acceptance): median_ms = accepted,
+  reps = accepted + rejections.
+
+Rows: x1 = the mode's index in ``kv_compression.MODES``, x2 = 0.  A mode is measured whole or skipped
+(resume).  The caches keep dequantized copies for attention to read, so the decode overhead measured
+here is the cost of the quantize/scoring bookkeeping, not of a fused low-bit attention kernel.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+
+from calibrate.samples import Sample, SampleLog
+from real_engine.kv_compression import MODES, KVCompression, cache_bytes_per_token, make_cache
+from real_engine.kv_quality import greedy_acceptance, greedy_with_cache, teacher_forced_logits
+from real_engine.model import LlamaModel
+from simulator.profile import Coefficient, CompressionMode
+
+MEASURED_MODES = ("int8", "int4", "mixed-int4", "window")
+COMP_SWEEPS = ("comp_bytes", "comp_step", "comp_agree", "comp_accept")
+NEW_TOKENS = 32
+
+
+@torch.inference_mode()
+def _decode(model: LlamaModel, prompt: list[int], new_tokens: int, mode: KVCompression,
+            clock: Callable[[], float]) -> tuple[list[float], float]:
+    """Greedy decode through the mode's cache: (seconds per decode step, stored bytes per token)."""
+    cache = make_cache(mode, model.config.num_layers)
+    logits = model(torch.tensor([prompt]), attention=cache)[0, -1]
+    seconds = []
+    for i in range(new_tokens):
+        pos = torch.tensor([[len(prompt) + i]])
+        start = clock()
+        logits = model(torch.tensor([[int(logits.argmax())]]), pos, cache)[0, -1]
+        seconds.append(clock() - start)
+    return seconds, cache_bytes_per_token(cache)
+
+
+def _keys(index: int, layers: int, with_draft: bool) -> list[tuple[str, int, int, int]]:
+    names = COMP_SWEEPS if with_draft else COMP_SWEEPS[:3]
+    return [(name, layers, index, 0) for name in names]
+
+
+def measure_compression(target: LlamaModel, draft: LlamaModel | None, prompts: list[list[int]], k: int,
+                        log: SampleLog, clock: Callable[[], float], new_tokens: int = NEW_TOKENS) -> int:
+    """Measure fp and every mode of MEASURED_MODES not yet on disk; returns modes measured."""
+    layers = target.config.num_layers
+    fp = KVCompression("fp")
+    _decode(target, prompts[0], 4, fp, clock)  # warm-up: RoPE tables, allocator
+    references = [greedy_with_cache(target, p, new_tokens, fp) for p in prompts]
+    measured = 0
+    for name in ("fp", *MEASURED_MODES):
+        index = MODES.index(name)
+        if all(key in log.done for key in _keys(index, layers, draft is not None)):
+            continue
+        # values are grouped per token over channels: a head narrower than the default group takes one group
+        mode = KVCompression(name, value_group=math.gcd(KVCompression().value_group, int(target.config.head_dim)))
+        step_s: list[float] = []
+        nbytes: list[float] = []
+        agree = positions = accepted = trials = 0
+        for prompt, reference in zip(prompts, references, strict=True):
+            seconds, per_token = _decode(target, prompt, new_tokens, mode, clock)
+            step_s += seconds
+            nbytes.append(per_token)
+            fp_logits, _ = teacher_forced_logits(target, prompt, reference, fp)
+            logits, _ = teacher_forced_logits(target, prompt, reference, mode)
+            agree += int((fp_logits.argmax(-1) == logits.argmax(-1)).sum())
+            positions += len(reference)
+            if draft is not None:
+                a, _, rejections, _ = greedy_acceptance(target, draft, prompt, new_tokens, mode, k)
+                accepted, trials = accepted + a, trials + a + rejections
+        ms = [s * 1e3 for s in step_s]
+        rows = [Sample("comp_bytes", layers, index, 0, statistics.median(nbytes), min(nbytes), max(nbytes),
+                       len(nbytes)),
+                Sample("comp_step", layers, index, 0, statistics.median(ms), min(ms), max(ms), len(ms)),
+                Sample("comp_agree", layers, index, 0, float(agree), float(agree), float(agree), positions)]
+        if draft is not None:
+            rows.append(Sample("comp_accept", layers, index, 0, float(accepted), float(accepted), float(accepted),
+                               trials))
+        for row in rows:
+            if row.key not in log.done:
+                log.append(row)
+        measured += 1
+    return measured
+
+
+def compression_section(samples: list[Sample], k: int | None, what: str) -> dict[str, CompressionMode]:
+    """The profile's ``compression`` section: each measured mode relative to the fp rows."""
+    by_key = {(s.sweep, s.x1): s for s in samples if s.sweep in COMP_SWEEPS}
+    fp = MODES.index("fp")
+    if ("comp_bytes", fp) not in by_key:
+        return {}
+    fp_bytes, fp_step = by_key[("comp_bytes", fp)].median_ms, by_key[("comp_step", fp)].median_ms
+    fp_accept = by_key.get(("comp_accept", fp))
+    out: dict[str, CompressionMode] = {}
+    for name in MEASURED_MODES:
+        index = MODES.index(name)
+        if ("comp_bytes", index) not in by_key:
+            continue
+        agree = by_key[("comp_agree", index)]
+        step = by_key[("comp_step", index)]
+        accept = by_key.get(("comp_accept", index))
+        if k is not None and accept is not None and fp_accept is not None and accept.reps and fp_accept.reps:
+            drop = fp_accept.median_ms / fp_accept.reps - accept.median_ms / accept.reps
+            drop_note = (f"greedy acceptance a at K={k} (accepted / (accepted + rejections)) with full-precision "
+                         f"KV minus with {name} KV, target compressed, draft full precision")
+        else:
+            drop, drop_note = 0.0, "not measured: no draft given to the calibration (--draft); 0 by convention"
+        out[name] = CompressionMode(
+            Coefficient(by_key[("comp_bytes", index)].median_ms / fp_bytes, "ratio", "measured",
+                        "median over prompts of the stored KV bytes per token (codes, scales, zero points, "
+                        "full-precision tokens) / the same with full precision"),
+            Coefficient(step.median_ms / fp_step, "ratio", "measured",
+                        f"median decode-step time with {name} / with full precision over {step.reps} steps; the "
+                        "cache attends over dequantized copies, so this is the bookkeeping cost, not a low-bit "
+                        "kernel's"),
+            Coefficient(1.0 - agree.median_ms / agree.reps if agree.reps else 0.0, "1 - top-1 agreement",
+                        "measured", f"share of {agree.reps} teacher-forced positions (full precision's greedy "
+                        "text) where the argmax differs from full precision"),
+            Coefficient(drop, "acceptance", "measured" if k is not None and accept is not None else "derived",
+                        drop_note),
+            note=f"Measured by the calibration's compression sweep (calibrate/sweep_compression.py), "
+                 f"real_engine.kv_compression defaults, batch 1, {what}.")
+    return out
+
+
+def thread_clock() -> float:
+    return time.thread_time()

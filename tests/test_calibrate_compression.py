@@ -1,0 +1,56 @@
+"""`tripath calibrate --compression --draft` on tiny random checkpoints: the profile's compression section
+holds measured ratios per mode within the schema's bounds, and a rerun resumes from the samples on disk."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+import torch
+
+from calibrate.presets import Preset
+from calibrate.samples import read_samples
+from calibrate.sweep_compression import MEASURED_MODES
+from calibrate.timer import TimerConfig
+from real_engine.checkpoint import save_checkpoint
+from real_engine.config import PRESETS
+from real_engine.model import LlamaModel
+from simulator.profile import load_profile
+from tripath.cli import main
+
+GRID = Preset("test", prefill_new=(8, 32, 64), prefill_context=(0, 32), decode_batch=(1, 2, 4),
+              decode_context=(16, 64), timer=TimerConfig(warmup=0, reps=2))
+
+
+def test_calibrate_compression_section_and_resume(tmp_path, monkeypatch, capsys):
+    for name, preset, seed in (("target", "tiny-gqa", 1), ("draft", "tiny-mha", 2)):
+        config = dataclasses.replace(PRESETS[preset], vocab_size=264)  # the byte tokenizer's vocabulary
+        save_checkpoint(LlamaModel(config, torch.Generator().manual_seed(seed)), config, tmp_path / name)
+    prompts = tmp_path / "eval.jsonl"
+    # prompts longer than a quantization group (32 tokens), so int8/int4 groups are really stored quantized
+    prompts.write_text("".join(json.dumps({"task": t, "prompt": p * 12, "reference": "x"}) + "\n"
+                               for t, p in (("code", "def f(x): "), ("math", "2 + 2 = 4. "))))
+    monkeypatch.setattr("calibrate.presets.PRESETS", {"quick": GRID})
+    out = tmp_path / "cpu-t.json"
+    argv = ["calibrate", "--model", str(tmp_path / "target"), "--draft", str(tmp_path / "draft"), "--compression",
+            "--threads", "1", "--eval-prompts", str(prompts), "--out", str(out), "--force", "--no-progress", "--json"]
+    assert main(argv) == 0, capsys.readouterr()
+    capsys.readouterr()
+    profile = load_profile(out)
+    comp = profile.compression
+    assert set(comp) == set(MEASURED_MODES)
+    # int8 stores 1 byte per value plus per-group scales/zeros (fp32 model: 4 bytes), int4 half of that
+    assert comp["int4"].kv_bytes_ratio.value < comp["int8"].kv_bytes_ratio.value < 1.0
+    assert comp["int8"].kv_bytes_ratio.value < 0.5  # 1 byte of 4 + metadata, most tokens quantized
+    for mode in comp.values():
+        for name in mode.FIELDS:
+            coef = getattr(mode, name)
+            assert math.isfinite(coef.value) and coef.source == "measured"
+        assert 0.0 < mode.kv_bytes_ratio.value <= 1.0 and mode.decode_overhead_ratio.value > 0
+        assert 0.0 <= mode.quality_loss.value <= 1.0 and -1.0 <= mode.acceptance_drop.value <= 1.0
+    assert not any("compression" in n and "Not measured" in n for n in profile.notes)
+    rows = [s for s in read_samples(tmp_path / "cpu-t.samples.csv") if s.sweep.startswith("comp_")]
+    assert len(rows) == 4 * (1 + len(MEASURED_MODES))  # fp and each mode, four rows each
+    assert main(argv) == 0  # rerun: every point is on disk, nothing is measured again
+    assert json.loads(capsys.readouterr().out)["measured_points"] == 0
