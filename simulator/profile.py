@@ -113,9 +113,25 @@ class Profile:
         """One decode iteration of ``batch`` sequences holding ``total_context`` tokens in all."""
         return self.costs["decode"].evaluate(batch=batch, total_context=total_context)
 
-    def paging_ms(self, link: str, nbytes: float) -> float:
-        """One transfer of ``nbytes`` over ``link`` (a key of ``paging``)."""
-        return self.paging[link].cost.evaluate(bytes=nbytes)
+    def paging_ms(self, link: str, nbytes: float, chunk_tokens: int | None = None) -> float:
+        """One transfer of ``nbytes`` over ``link`` (a key of ``paging``); with ``chunk_tokens``, in pages of
+        that many tokens, from the fit at that chunk size when the profile has one (``PagingLink.cost_for``)."""
+        return self.paging[link].cost_for(chunk_tokens).evaluate(bytes=nbytes)
+
+    def verify_cost_ratio(self, k: int) -> float:
+        """v(K): a verify pass over ``k`` + 1 tokens in target decode steps (``Speculative.verify_at``:
+        measured per K when the profile has ``verify_by_k``, else the single measured v at any K)."""
+        if self.speculative is None:
+            raise InputError(None, "speculative", "this profile has no speculative section (no draft measured)")
+        return self.speculative.verify_at(k)
+
+    def acceptance_for(self, task: str, k: int) -> TaskAcceptance:
+        """Acceptance of ``task`` at proposal length ``k`` (``TaskAcceptance.at``: measured at K when the
+        profile has ``by_k``, else the nearest measured K; a single-K profile gives its one entry)."""
+        if task not in self.acceptance:
+            raise InputError(None, f"acceptance.{task}", f"no acceptance measured for task {task!r}; this "
+                             f"profile has {', '.join(sorted(self.acceptance)) or 'none'}")
+        return self.acceptance[task].at(k)
 
     def key_str(self) -> str:
         """e.g. ``a100-80gb/llama-2-70b/fp16/tp1/seed``."""
