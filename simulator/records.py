@@ -29,6 +29,12 @@ class RequestRecord:
     finish_s: float
     status: str
     reject_reason: str = ""
+    # Per-path sums over the iterations the request was in (simulator/stepper.py); 0 on the baseline.
+    draft_rounds: int = 0  # speculative rounds it took part in
+    accepted_tokens: int = 0  # draft tokens accepted over those rounds
+    paging_s: float = 0.0  # seconds of paging stall in its iterations (tiering, swap preemption)
+    merge_s: float = 0.0  # seconds of sequence-parallel merge in its iterations
+    preemptions: int = 0  # times it was evicted when KV ran out
 
     @property
     def queueing_s(self) -> float:
@@ -82,6 +88,7 @@ class RunResult:
     replicas: tuple[ReplicaStats, ...]
     extrapolations: Extrapolations
     events: int
+    timeseries: object | None = None  # simulator/timeseries.py TimeSeries, when an interval was asked for
 
     @property
     def iterations(self) -> int:
