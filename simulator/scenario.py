@@ -16,6 +16,7 @@ from typing import Any
 
 from simulator.errors import InputError
 from simulator.paths import SCENARIOS_DIR
+from simulator.strategy import StrategySpec, strategy_from_dict
 from simulator.traces import SHIPPED_TRACES, resolve_trace_path
 
 ARRIVAL_KINDS = ("poisson", "gamma", "trace")
@@ -191,6 +192,7 @@ class Scenario:
     sla: SlaSpec
     profile: str | None = None  # default profile name for this scenario
     source_path: str | None = None
+    strategy: StrategySpec = StrategySpec()  # [strategy.*] tables (simulator/strategy.py); none = baseline
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -217,7 +219,7 @@ def load_scenario(path: str | Path) -> Scenario:
 def scenario_from_dict(data: dict[str, Any], source: str | None = None) -> Scenario:
     """Build a scenario from a parsed-TOML-shaped dict (tests and the app use this)."""
     base_dir = Path(source).parent if source else None
-    top_keys = {"name", "description", "profile", "workload", "cluster", "batching", "sla"}
+    top_keys = {"name", "description", "profile", "workload", "cluster", "batching", "sla", "strategy"}
     _check_keys(data, top_keys, source, "")
     workload = dict(_table(data, "workload", source, required=True))
     _check_keys(workload, {"arrival", "prompt_tokens", "output_tokens", "tasks", "requests", "duration_s"},
@@ -239,7 +241,8 @@ def scenario_from_dict(data: dict[str, Any], source: str | None = None) -> Scena
            "workload": _build(WorkloadSpec, workload, source, "workload"),
            "cluster": _build(ClusterSpec, _table(data, "cluster", source), source, "cluster"),
            "batching": _build(BatchingSpec, _table(data, "batching", source), source, "batching"),
-           "sla": _build(SlaSpec, _table(data, "sla", source), source, "sla")}
+           "sla": _build(SlaSpec, _table(data, "sla", source), source, "sla"),
+           "strategy": strategy_from_dict(data.get("strategy"), source)}
     return _build(Scenario, top, source, "")
 
 
