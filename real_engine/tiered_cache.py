@@ -248,24 +248,35 @@ class TieredKVCache:
         self._busy.clear()
         self.stall_s += time.perf_counter() - start
 
+    def length(self, seq: int, layer: int) -> int:
+        """Tokens of seq cached in this layer (0 for a sequence the cache has not seen)."""
+        lengths = self.lengths.get(seq)
+        return lengths[layer] if lengths else 0
+
     def gather(self, seq: int, layer: int) -> tuple[Tensor, Tensor]:
         """The layer's whole cached K and V, each [L, Hkv, D] contiguous on the device."""
+        both = torch.empty((2, self.lengths[seq][layer], *self.tiers.page_shape[2:]), dtype=self.tiers.dtype,
+                           device=self.device)  # [2, L, Hkv, D]
+        self.gather_into(seq, layer, both)
+        return both[0], both[1]
+
+    def gather_into(self, seq: int, layer: int, out: Tensor) -> None:
+        """Page the layer's chunks in and copy its K and V into out [2, L, Hkv, D] (a view the caller lays
+        out, e.g. one row of a padded decode batch); then fetch the next layer ahead."""
         start = time.perf_counter()
         length = self.lengths[seq][layer]
         keys = [(seq, layer, c) for c in range(self._num_chunks(seq, layer))]
         self._busy.update(keys)
         try:
-            parts = []
             for key in keys:
                 state = self._to_device(key)
-                valid = min(self.chunk, length - key[2] * self.chunk)
-                parts.append(self.tiers.device_pool.data[state.slot][:, :valid])  # [2, valid, Hkv, D]
-            both = torch.cat(parts, dim=1)  # [2, L, Hkv, D]
+                first = key[2] * self.chunk
+                valid = min(self.chunk, length - first)
+                out[:, first : first + valid] = self.tiers.device_pool.data[state.slot][:, :valid]
         finally:
             self._busy.difference_update(keys)
         self.stall_s += time.perf_counter() - start
         self._prefetch(seq, (layer + 1) % self.num_layers)
-        return both[0], both[1]
 
     def free(self, seq: int) -> None:
         """Drop every page of seq from every tier (after it finishes or fails)."""

@@ -59,8 +59,16 @@ class TierConfig:
     ssd_pages: int = 4096
     ssd_dir: str | None = None  # parent of the cache's temp directory; None: the system temp dir
     drop_page_cache: bool = False  # fsync + POSIX_FADV_DONTNEED after a write, so reads come from the disk
+    # policy knobs read by the continuous-batching Engine (TieredKVCache takes them as arguments)
+    sink_tokens: int = 4  # attention sinks kept on the device (StreamingLLM)
+    window_tokens: int = 256  # the recent window kept on the device
+    prefetch: bool = True  # fetch the next layer's pages ahead on a background thread
 
     def __post_init__(self) -> None:
+        for name in ("sink_tokens", "window_tokens"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"TierConfig.{name}: must be an integer >= 0, got {value!r}")
         for name in ("chunk_tokens", "device_pages"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
