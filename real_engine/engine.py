@@ -9,7 +9,7 @@ for calibration (prefill tokens, decode sequences, total context -> latency).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -21,6 +21,9 @@ from real_engine.model import LlamaModel
 from real_engine.sampling import SamplingParams, sample
 from real_engine.scheduler import Scheduler, SchedulerConfig
 from real_engine.sequence import Sequence
+from real_engine.tiered_batch_attention import TieredBatchAttention
+from real_engine.tiered_store import TieredStore
+from real_engine.tiers import TierConfig
 
 
 @dataclass(frozen=True)
@@ -33,6 +36,8 @@ class EngineConfig:
     num_blocks: int = 1024  # KV capacity = num_blocks * block_size tokens
     chunked_prefill: bool = True
     fuse_projections: bool = True  # rewrite the model in place: one q/k/v and one gate/up matmul per layer
+    # KV in device / host / SSD tiers (real_engine/tiered_store.py); None: one paged pool of num_blocks
+    tiered: TierConfig | None = None
 
     def __post_init__(self) -> None:
         for name in ("max_batch_size", "max_batched_tokens", "block_size", "num_blocks"):
@@ -63,6 +68,18 @@ class StepRecord:
     admitted: tuple[int, ...]  # request ids scheduled for the first time in this step
     first_tokens: tuple[int, ...]  # request ids that produced their first output token in this step
     finished: tuple[int, ...]  # request ids that finished in this step
+    # tiered KV only (zero otherwise), measured inside the transfers during this step; keyword-only so
+    # subclasses (SpecStepRecord) can keep adding fields without defaults
+    paging_bytes_device_host: int = field(default=0, kw_only=True)
+    paging_bytes_host_device: int = field(default=0, kw_only=True)
+    paging_bytes_host_ssd: int = field(default=0, kw_only=True)
+    paging_bytes_ssd_host: int = field(default=0, kw_only=True)
+    paging_s_device_host: float = field(default=0.0, kw_only=True)
+    paging_s_host_device: float = field(default=0.0, kw_only=True)
+    paging_s_host_ssd: float = field(default=0.0, kw_only=True)
+    paging_s_ssd_host: float = field(default=0.0, kw_only=True)
+    paging_stall_s: float = field(default=0.0, kw_only=True)  # main-thread time paging or waiting for it
+    failed: tuple[int, ...] = field(default=(), kw_only=True)  # request ids a tier fault ended in this step
 
     def to_dict(self) -> dict[str, float | int]:
         return {k: v for k, v in self.__dict__.items() if not isinstance(v, tuple)}
@@ -78,8 +95,14 @@ class Engine:
         self.config = config
         param = next(model.parameters())
         self.device, self.dtype = param.device, param.dtype
-        self.kv_manager = KVCacheManager(config.num_blocks, config.block_size)
-        self.kv = KVTensors.allocate(model.config, config.num_blocks, config.block_size, self.dtype, self.device)
+        self.tiered: TieredStore | None = None
+        self.errors: dict[int, str] = {}  # request id -> why a tier fault ended it
+        if config.tiered is None:
+            self.kv_manager = KVCacheManager(config.num_blocks, config.block_size)
+            self.kv = KVTensors.allocate(model.config, config.num_blocks, config.block_size, self.dtype, self.device)
+        else:
+            self.tiered = TieredStore(model.config, config.tiered, self.dtype, self.device)
+            self.kv_manager = self.tiered.accounting
         sched = SchedulerConfig(config.max_batch_size, config.max_batched_tokens, config.chunked_prefill)
         self.scheduler = Scheduler(sched, self.kv_manager)
         self.generator = generator
@@ -95,7 +118,11 @@ class Engine:
                 f"prompt + output = {total} tokens exceeds max_position_embeddings "
                 f"{self.model.config.max_position_embeddings}"
             )
-        if total - 1 > self.config.kv_capacity_tokens:
+        if self.tiered is not None:
+            reason = self.tiered.check_request(total - 1)
+            if reason is not None:
+                return reason
+        elif total - 1 > self.config.kv_capacity_tokens:
             return f"needs {total - 1} KV slots, the pool holds {self.config.kv_capacity_tokens}"
         if not self.config.chunked_prefill and total - 1 > self.config.max_batched_tokens:
             limit = self.config.max_batched_tokens
@@ -140,7 +167,10 @@ class Engine:
         plan = self.scheduler.schedule()
         if not plan.chunks:
             raise RuntimeError("step() with nothing schedulable; check has_unfinished first")
-        self.kv.copy_blocks(plan.copies)
+        if self.tiered is None:
+            self.kv.copy_blocks(plan.copies)
+        else:
+            paging_before = self.tiered.snapshot()
         token_ids: list[int] = []
         chunks: list[SequenceChunk] = []
         sampled_rows: list[int] = []  # packed index of the last token of chunks that reach the end
@@ -163,15 +193,27 @@ class Engine:
             if seq.num_computed + n == seq.num_tokens:
                 sampled_rows.append(len(token_ids) - 1)
                 sampling_seqs.append(seq)
-        attention = PagedAttention(self.kv, chunks, self.model.config.kv_group_size)
+        if self.tiered is None:
+            attention = PagedAttention(self.kv, chunks, self.model.config.kv_group_size)
+        else:
+            attention = TieredBatchAttention(
+                self.tiered.cache, [ch.seq.request_id for ch in plan.chunks], [c.num_cached for c in chunks],
+                [c.num_new for c in chunks], self.config.block_size, self.model.config.kv_group_size, self.device,
+            )
         ids = torch.tensor(token_ids, dtype=torch.int64).to(self.device, non_blocking=True).unsqueeze(0)  # [1, N]
         rows = torch.tensor(sampled_rows, dtype=torch.int64).to(self.device, non_blocking=True)
         logits = self.model(ids, attention.positions, attention, logits_index=rows)[0]  # [S, V]
         new_tokens = sample(logits, [s.sampling for s in sampling_seqs], self.generator).tolist()
         first, finished = [], []
+        failed = getattr(attention, "failed", {})  # tier faults: those requests end here, the rest go on
         for ch in plan.chunks:
             ch.seq.num_computed += ch.num_new
+            if ch.seq.request_id in failed:
+                self.errors[ch.seq.request_id] = failed[ch.seq.request_id]
+                self.scheduler.finish(ch.seq)
         for seq, tok in zip(sampling_seqs, new_tokens, strict=True):
+            if seq.request_id in failed:
+                continue
             if not seq.output_ids:
                 first.append(seq.request_id)
             seq.output_ids.append(int(tok))
@@ -181,6 +223,13 @@ class Engine:
         self._sync()  # .tolist() already waited for the device; this also covers non-CUDA-stream backends
         wall = time.perf_counter() - start
         self._steps += 1
+        paging: dict[str, Any] = {}
+        if self.tiered is not None:
+            moved = self.tiered.snapshot().minus(paging_before)
+            for link, nbytes, seconds in zip(("device_host", "host_device", "host_ssd", "ssd_host"), moved.bytes,
+                                             moved.seconds, strict=True):
+                paging[f"paging_bytes_{link}"], paging[f"paging_s_{link}"] = nbytes, seconds
+            paging.update(paging_stall_s=moved.stall_s, failed=tuple(failed))
         return StepRecord(
             step=self._steps - 1,
             start_s=start,
@@ -196,6 +245,7 @@ class Engine:
             admitted=tuple(admitted),
             first_tokens=tuple(first),
             finished=tuple(finished),
+            **paging,
         )
 
     def output(self, request_id: int) -> list[int]:
@@ -204,6 +254,18 @@ class Engine:
     def release(self, request_id: int) -> None:
         """Forget a finished request (its blocks are already free)."""
         self.sequences.pop(request_id, None)
+        self.errors.pop(request_id, None)
+
+    def close(self) -> None:
+        """Release what outlives a step: with tiering, the prefetch thread and the SSD tier's files."""
+        if self.tiered is not None:
+            self.tiered.close()
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def generate(
         self,
