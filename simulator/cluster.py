@@ -9,6 +9,10 @@
   replica's whole KV capacity can never be served and is rejected at arrival. Any other goes to
   the replica with the fewest outstanding requests (routed, not yet finished; a request finishing
   at the very instant of the arrival still counts), ties to the lowest index — deterministic.
+
+With a StepperSetup (simulator/stepper.py) the replicas are Steppers: any batching policy,
+preemption and path physics, one event per iteration; capacity is then the StepModel's
+kv_capacity_tokens (all tiers). Without one they are the fast baseline Replicas.
 """
 
 from __future__ import annotations
@@ -20,9 +24,11 @@ import simpy
 
 from simulator.clock import URGENT, Clock
 from simulator.costs import IterationCost
-from simulator.records import COMPLETED, ReplicaStats, RequestRecord, RunResult, rejected_record
+from simulator.records import COMPLETED, Extrapolations, ReplicaStats, RequestRecord, RunResult, rejected_record
 from simulator.replica import Ledger, Replica, ReplicaConfig
 from simulator.request import RequestSpec
+from simulator.stepper import PathLedger, Stepper, StepperSetup
+from simulator.timeseries import Sampler
 
 
 @dataclass(frozen=True)
@@ -41,7 +47,7 @@ class Cluster:
     """Replicas, router and arrivals on one clock; ``run()`` simulates until every request is done."""
 
     def __init__(self, requests: Sequence[RequestSpec], config: ClusterConfig, cost: IterationCost,
-                 fast: bool = True) -> None:
+                 fast: bool = True, setup: StepperSetup | None = None) -> None:
         for before, after in zip(requests, requests[1:], strict=False):
             if after.arrival_s < before.arrival_s:
                 raise ValueError(f"requests must be sorted by arrival_s (request {after.request_id})")
@@ -49,14 +55,25 @@ class Cluster:
         self.config = config
         self.cost = cost
         self.env = Clock()
-        self.ledger = Ledger([r.prompt_tokens for r in requests], [r.output_tokens for r in requests],
-                             config.replica.kv_bytes_per_token)
+        prompts, outputs = [r.prompt_tokens for r in requests], [r.output_tokens for r in requests]
         self.reject_reason: dict[int, str] = {}
         self.next_arrival_s = requests[0].arrival_s if requests else float("inf")
-        self.replicas = [
-            Replica(self.env, i, config.replica, cost, self.ledger, self._next_arrival, self._expects, fast)
-            for i in range(config.replicas)
-        ]
+        self.setup = setup
+        self.sampler: Sampler | None = None
+        self.replicas: list[Replica] | list[Stepper]
+        if setup is None:
+            self.ledger = Ledger(prompts, outputs, config.replica.kv_bytes_per_token)
+            self.replicas = [
+                Replica(self.env, i, config.replica, cost, self.ledger, self._next_arrival, self._expects, fast)
+                for i in range(config.replicas)
+            ]
+        else:
+            self.ledger = PathLedger(prompts, outputs, config.replica.kv_bytes_per_token,
+                                     setup.task_indexes([r.task for r in requests]))
+            self.replicas = [Stepper(self.env, i, setup.model_for(i), setup.policy_for(i), self.ledger, setup.config)
+                             for i in range(config.replicas)]
+            if setup.timeseries_interval_s is not None:
+                self.sampler = Sampler(self.env, self.replicas, setup.timeseries_interval_s, self._all_done)
         self.env.process(self._arrivals())
 
     def _next_arrival(self) -> float:
@@ -83,12 +100,20 @@ class Cluster:
         """Whether replica ``index`` would receive a request arriving now (a hint for the fast path)."""
         return len(self.replicas) == 1 or self._choice().index == index
 
+    def _all_done(self) -> bool:
+        return len(self.reject_reason) + sum(r.retired for r in self.replicas) == len(self.requests)
+
     def _route(self, index: int) -> None:
         capacity = self.config.replica.kv_capacity_bytes
-        need = self.ledger.reserve[index]
-        if need > capacity:
+        tokens = capacity // self.config.replica.kv_bytes_per_token
+        too_big = self.ledger.reserve[index] > capacity
+        if isinstance(self.replicas[0], Stepper):  # the model's capacity in tokens (tiers, compression)
+            model = self.replicas[0].model
+            if model.kv_capacity_tokens != tokens:
+                tokens, capacity = model.kv_capacity_tokens, model.kv_capacity_tokens * model.kv_bytes_per_token
+            too_big = self.ledger.prompt[index] + self.ledger.output[index] > tokens
+        if too_big:
             # One stable text per run (the request's own need is in its record), so the summary can count reasons.
-            tokens = capacity // self.config.replica.kv_bytes_per_token
             self.reject_reason[index] = (f"KV reservation of (prompt + output) tokens exceeds the replica's KV "
                                          f"capacity of {capacity} bytes ({tokens} tokens)")
             return
@@ -103,15 +128,37 @@ class Cluster:
                 raise AssertionError(f"replica {replica.index} ended with unfinished requests")
         # Events the simulation processed: one per arrival, per replica wake-up and per run.
         events = len(self.requests) + sum(r.wakeups + r.runs for r in self.replicas)
-        return RunResult(self._records(), self._stats(), self.cost.extrapolations(), events=events)
+        if self.setup is None:
+            return RunResult(self._records(), self._stats(), self.cost.extrapolations(), events=events)
+        extrapolations = self._model_extrapolations()
+        timeseries = None if self.sampler is None else self.sampler.result()
+        return RunResult(self._records(), self._stats(), extrapolations, events=events, timeseries=timeseries)
+
+    def _model_extrapolations(self) -> Extrapolations:
+        """Summed over the replicas' StepModels, counting a shared counter (the same object) once."""
+        seen: dict[int, Extrapolations] = {}
+        for replica in self.replicas:
+            model = replica.model  # type: ignore[union-attr]
+            seen.setdefault(id(getattr(model, "cost", model)), model.extrapolations())
+        fields = ("prefill_queries", "prefill_outside", "decode_queries", "decode_outside")
+        return Extrapolations(*(sum(getattr(e, f) for e in seen.values()) for f in fields))
 
     def _records(self) -> tuple[RequestRecord, ...]:
         ledger = self.ledger
+        paths = isinstance(ledger, PathLedger)
         records = []
         for index, r in enumerate(self.requests):
             if index in self.reject_reason:
                 records.append(rejected_record(r.request_id, r.task, r.arrival_s, r.prompt_tokens,
                                                r.output_tokens, self.reject_reason[index]))
+                continue
+            if paths:
+                records.append(RequestRecord(
+                    r.request_id, r.task, r.arrival_s, r.prompt_tokens, r.output_tokens, ledger.replica[index],
+                    ledger.admitted[index], ledger.first_token[index], ledger.finish[index], COMPLETED, "",
+                    ledger.draft_rounds[index], ledger.accepted[index], ledger.paging_s[index],
+                    ledger.merge_s[index], ledger.preemptions[index],
+                ))
                 continue
             records.append(RequestRecord(
                 r.request_id, r.task, r.arrival_s, r.prompt_tokens, r.output_tokens, ledger.replica[index],
@@ -127,6 +174,6 @@ class Cluster:
 
 
 def simulate_requests(requests: Sequence[RequestSpec], config: ClusterConfig, cost: IterationCost,
-                      fast: bool = True) -> RunResult:
+                      fast: bool = True, setup: StepperSetup | None = None) -> RunResult:
     """Serve ``requests`` (sorted by arrival) on the cluster; one replication, deterministic."""
-    return Cluster(requests, config, cost, fast).run()
+    return Cluster(requests, config, cost, fast, setup).run()
