@@ -1,0 +1,372 @@
+"""The general replica: one SimPy event per iteration, any batching policy, preemption, any path physics.
+
+simulator/replica.py keeps the exact fast path for the baseline (continuous batching, nothing
+preempted, one token per decode). Everything else runs here, one event per iteration:
+
+- At each iteration boundary the batching policy (simulator/batching.py) admits waiting requests
+  FCFS and chooses each prefill chunk; sequences whose prompt is complete decode.
+- The StepModel (simulator/step_model.py; the paths' physics in simulator/path_step.py) says
+  what the iteration costs and how many tokens each decode emitted; a request finishes at the
+  end of the iteration in which it emitted its output_tokens-th token.
+- Memory is counted in tokens. With preemption = "none" a request reserves prompt + output at
+  admission, as replica.py does, so nothing is ever evicted. Otherwise it reserves only what it
+  holds (prompt + emitted + the token the next iteration writes); when the next iteration would
+  not fit, the most recently admitted sequence is evicted: "recompute" drops its KV and re-queues
+  it at the head to re-prefill prompt + generated tokens; "swap" moves its KV to host memory over
+  the device_host link and back in when re-admitted, the transfers stalling those iterations.
+
+With the continuous policy, preemption "none" and BaselineStep, this loop performs the same
+admissions and the same float operations as replica.py's reference process, so its records are
+bit for bit the fast path's (tests/test_stepper_equivalence.py).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Callable, Generator, Sequence
+from dataclasses import dataclass
+
+import simpy
+
+from simulator.clock import Clock
+from simulator.replica import Ledger
+from simulator.step_model import Decode, PrefillChunk, StepModel, StepResult
+
+PREEMPTION_MODES = ("none", "recompute", "swap")
+
+
+@dataclass(frozen=True)
+class StepperConfig:
+    """What the loop needs besides the policy: preemption mode and the cost of swapping KV bytes."""
+
+    preemption: str = "none"
+    swap_s: Callable[[int], float] | None = None  # seconds to move this many KV bytes one way (swap only)
+
+    def __post_init__(self) -> None:
+        if self.preemption not in PREEMPTION_MODES:
+            raise ValueError(f"preemption must be one of {PREEMPTION_MODES}, got {self.preemption!r}")
+        if self.preemption == "swap" and self.swap_s is None:
+            raise ValueError("preemption = 'swap' needs swap_s (the device_host paging cost)")
+
+
+@dataclass(frozen=True)
+class StepperSetup:
+    """How a cluster builds its Steppers: per-replica physics and policy (each may keep state)."""
+
+    model_for: Callable[[int], StepModel]
+    policy_for: Callable[[int], object]  # simulator/batching.py: a BatchPolicy
+    config: StepperConfig = StepperConfig()
+    task_names: tuple[str, ...] = ()  # PrefillChunk/Decode.task indexes these; others numbered after
+    timeseries_interval_s: float | None = None
+
+    def __post_init__(self) -> None:
+        interval = self.timeseries_interval_s
+        if interval is not None and not (math.isfinite(interval) and interval > 0):
+            raise ValueError(f"timeseries_interval_s must be > 0, got {interval}")
+
+    def task_indexes(self, tasks: Sequence[str]) -> list[int]:
+        index = {name: i for i, name in enumerate(self.task_names)}
+        for name in tasks:
+            index.setdefault(name, len(index))
+        return [index[name] for name in tasks]
+
+
+class PathLedger(Ledger):
+    """The Ledger plus the per-path sums the records carry (simulator/records.py)."""
+
+    def __init__(self, prompts: Sequence[int], outputs: Sequence[int], kv_bytes_per_token: int,
+                 tasks: Sequence[int]) -> None:
+        super().__init__(prompts, outputs, kv_bytes_per_token)
+        n = len(prompts)
+        self.task = list(tasks)
+        self.arrival = [math.nan] * n  # when it was routed (its arrival): policies' wait windows start here
+        self.draft_rounds = [0] * n
+        self.accepted = [0] * n
+        self.paging_s = [0.0] * n
+        self.merge_s = [0.0] * n
+        self.preemptions = [0] * n
+
+
+class SeqState:
+    """One admitted (or preempted) request's progress."""
+
+    __slots__ = ("admit_order", "emitted", "output", "prefilled", "prompt", "request", "reserved", "swapped",
+                 "target", "task")
+
+    def __init__(self, request: int, prompt: int, output: int, task: int) -> None:
+        self.request = request
+        self.task = task
+        self.prompt = prompt
+        self.output = output
+        self.target = prompt  # tokens to prefill before decoding (prompt + generated after a recompute)
+        self.prefilled = 0  # of target, cached so far
+        self.emitted = 0
+        self.reserved = 0  # tokens of KV budget it holds
+        self.swapped = False  # its KV waits in host memory (swap preemption)
+        self.admit_order = 0
+
+    @property
+    def context(self) -> int:
+        """KV tokens it holds once prefilled: prompt + tokens emitted (the counting replica.py uses)."""
+        return self.prompt + self.emitted
+
+    @property
+    def decoding(self) -> bool:
+        return self.prefilled >= self.target
+
+
+class Stepper:
+    """One replica; the router calls ``enqueue`` and reads ``outstanding`` (as for replica.Replica)."""
+
+    def __init__(self, env: Clock, index: int, model: StepModel, policy: object, ledger: PathLedger,
+                 config: StepperConfig | None = None) -> None:
+        self.env = env
+        self.index = index
+        self.model = model
+        self.policy = policy  # simulator/batching.py: a BatchPolicy
+        self.ledger = ledger
+        self.config = config or StepperConfig()
+        self.reserve_output = self.config.preemption == "none"
+        self.capacity = model.kv_capacity_tokens
+        self.queue: deque[int] = deque()  # requests waiting (preempted ones at the head)
+        self.waiting: dict[int, SeqState] = {}  # preempted sequences by request, while queued
+        self.running: list[SeqState] = []  # in admission order
+        self.used = 0  # KV tokens reserved by the running sequences
+        self.peak_tokens = 0
+        self.routed = 0
+        self.retired = 0
+        self.busy_s = 0.0
+        self.wakeups = 0
+        self.runs = 0
+        self.preempted = 0
+        self.batch_size = 0  # sequences in the iteration in progress (time series)
+        self.paging_bytes: dict[str, int] = {}  # cumulative bytes per link (time series)
+        self._iteration = 0
+        self._admit_count = 0
+        self._busy_since: float | None = None
+        self._wakeup: simpy.Event | None = None
+        self._process = env.process(self._serve())
+
+    @property
+    def outstanding(self) -> int:
+        return self.routed - self.retired
+
+    @property
+    def iterations(self) -> int:
+        return self._iteration
+
+    @property
+    def busy(self) -> bool:
+        return self._busy_since is not None
+
+    @property
+    def peak_kv(self) -> int:
+        """Peak KV bytes reserved on this replica (what replica.Replica.peak_kv reports)."""
+        return self.peak_tokens * self.model.kv_bytes_per_token
+
+    def enqueue(self, request: int) -> None:
+        self.queue.append(request)
+        self.ledger.arrival[request] = self.env.now
+        self.routed += 1
+        self._wake()
+
+    def _wake(self) -> None:
+        if self._wakeup is not None:
+            self._wakeup.succeed()  # at this instant, after the arrivals (URGENT) of the same instant
+            self._wakeup = None
+
+    # ---- admission, used by the policies -------------------------------------------------------
+
+    def sequence_for(self, request: int) -> SeqState:
+        """The waiting request's progress (a preempted one keeps its emitted tokens)."""
+        seq = self.waiting.get(request)
+        if seq is None:
+            ledger = self.ledger
+            seq = SeqState(request, ledger.prompt[request], ledger.output[request], ledger.task[request])
+        return seq
+
+    def need_tokens(self, seq: SeqState) -> int:
+        """KV tokens admitting ``seq`` reserves now."""
+        if self.reserve_output:
+            return seq.prompt + seq.output
+        return seq.context + 1 if seq.swapped else seq.target + 1
+
+    def free_tokens(self) -> int:
+        """KV tokens an admission may take now, after the running sequences' next writes."""
+        return self.capacity - self.used - (0 if self.reserve_output else self._next_writes())
+
+    def admit_fcfs(self, now: float, room: int, token_budget: float, first_always: bool = True) -> list[SeqState]:
+        """Pop waiting requests FCFS while there is room, KV fits and their prefill stays within the budget.
+
+        The first prefill is always allowed by the budget (``first_always``), as replica.py does, so a
+        prompt longer than the budget is served alone rather than starving. Strict FCFS: nobody
+        overtakes a head that does not fit.
+        """
+        queue, admitted = self.queue, []
+        free = self.free_tokens()
+        tokens = 0
+        while queue and len(admitted) < room:
+            seq = self.sequence_for(queue[0])
+            need = self.need_tokens(seq)
+            prefill = 0 if seq.swapped else seq.target
+            over = tokens + prefill > token_budget and (admitted or not first_always)
+            if need > free or over:
+                break
+            queue.popleft()
+            self.waiting.pop(seq.request, None)
+            free -= need
+            tokens += prefill
+            seq.reserved = need
+            self._admit_count += 1
+            seq.admit_order = self._admit_count
+            if math.isnan(self.ledger.admitted[seq.request]):
+                self.ledger.admitted[seq.request] = now
+            self.used += need
+            self.running.append(seq)
+            admitted.append(seq)
+        self.peak_tokens = max(self.peak_tokens, self.used)
+        return admitted
+
+    # ---- the loop ------------------------------------------------------------------------------
+
+    def _serve(self) -> Generator[simpy.Event, None, None]:
+        env, policy = self.env, self.policy
+        while True:
+            if not self.running and not self.queue:
+                yield from self._idle(math.inf)
+            start = env.now
+            swap_s = self._preempt() if not self.reserve_output else 0.0
+            prefills = policy.schedule(self, start)  # type: ignore[attr-defined]
+            if not self.running:
+                yield from self._idle(policy.next_look(self, start))  # type: ignore[attr-defined]
+                continue
+            if not self.reserve_output:
+                swap_s += self._swap_in()
+            decodes = [s for s in self.running if s.decoding]
+            result = self._step(prefills, decodes)
+            seconds = result.seconds
+            if swap_s:
+                seconds = seconds + swap_s
+            end = float(start + seconds)
+            self.runs += 1
+            self.batch_size = len(prefills) + len(decodes)
+            yield env.at(end)
+            self._iteration += 1
+            self._complete(prefills, decodes, result, swap_s, end)
+
+    def _step(self, prefills: dict[SeqState, int], decodes: list[SeqState]) -> StepResult:
+        chunks = [PrefillChunk(s.request, s.task, n, s.prefilled, s.prefilled + n >= s.target)
+                  for s, n in prefills.items()]
+        steps = [Decode(s.request, s.task, s.context, s.output - s.emitted) for s in decodes]
+        live = sum(s.context if s.decoding else s.prefilled for s in self.running)
+        return self.model.step(chunks, steps, live)
+
+    def _idle(self, until: float) -> Generator[simpy.Event, None, None]:
+        """Wait for a routed request (or, for a wait window, until ``until``), not busy meanwhile."""
+        if self._busy_since is not None:
+            self.busy_s += self.env.now - self._busy_since
+            self._busy_since = None
+        self._wakeup = wakeup = self.env.event()
+        if until == math.inf:
+            yield wakeup
+        else:
+            yield self.env.any_of([wakeup, self.env.at(until)])
+            self._wakeup = None
+        self._busy_since = self.env.now
+        self.wakeups += 1
+
+    def _complete(self, prefills: dict[SeqState, int], decodes: list[SeqState], result: StepResult,
+                  swap_s: float, end: float) -> None:
+        ledger = self.ledger
+        for s, n in prefills.items():
+            s.prefilled += n
+        emitted = result.emitted
+        for i, s in enumerate(decodes):
+            s.emitted += int(emitted[i])
+        if result.rounds is not None and result.accepted is not None:
+            for i, s in enumerate(decodes):
+                ledger.draft_rounds[s.request] += int(result.rounds[i])
+                ledger.accepted[s.request] += int(result.accepted[i])
+        for link, nbytes in result.paging_bytes.items():
+            self.paging_bytes[link] = self.paging_bytes.get(link, 0) + nbytes
+        paging = result.paging_s
+        members = [*prefills, *decodes]
+        if paging or result.merge_s:
+            for s in members:
+                ledger.paging_s[s.request] += paging
+                ledger.merge_s[s.request] += result.merge_s
+        for s in prefills:
+            if s.prefilled >= s.target:  # the prompt (or the recompute) completed: one token out
+                s.emitted += 1
+                if math.isnan(ledger.first_token[s.request]):
+                    ledger.first_token[s.request] = end
+        done = [s for s in members if s.emitted >= s.output]
+        if not self.reserve_output:  # a decoding sequence now holds prompt + emitted tokens
+            for s in members:
+                if s.decoding and s.context > s.reserved:
+                    self.used += s.context - s.reserved
+                    s.reserved = s.context
+            self.peak_tokens = max(self.peak_tokens, self.used)
+        for s in done:
+            ledger.finish[s.request] = end
+            self.running.remove(s)
+            self.used -= s.reserved
+            self.retired += 1
+            self.policy.observe(self, s.request, end)  # type: ignore[attr-defined]
+
+    # ---- preemption ------------------------------------------------------------------------------
+
+    def _preempt(self) -> float:
+        """Evict the most recently admitted sequences until the next iteration's growth fits.
+
+        Every running sequence writes at most one more token than it has reserved in the next
+        iteration (a decode's token; a prefill's chunk was reserved at admission with its first
+        token). Returns the seconds of swap-out transfers this causes.
+        """
+        seconds = 0.0
+        while self.running and self.used + self._next_writes() > self.capacity:
+            victim = max(self.running, key=lambda s: s.admit_order)
+            if len(self.running) == 1:
+                break  # alone it fits by the router's rule (prompt + output <= capacity)
+            seconds += self._evict(victim)
+        return seconds
+
+    def _next_writes(self) -> int:
+        return sum(max(0, s.context + 1 - s.reserved) for s in self.running if s.decoding)
+
+    def _evict(self, seq: SeqState) -> float:
+        self.running.remove(seq)
+        self.used -= seq.reserved
+        seq.reserved = 0
+        self.ledger.preemptions[seq.request] += 1
+        self.preempted += 1
+        seconds = 0.0
+        if self.config.preemption == "swap" and seq.decoding:
+            seq.swapped = True
+            seconds = self._transfer(seq)
+        else:  # recompute: re-prefill prompt + generated tokens when re-admitted
+            seq.swapped = False
+            seq.target = seq.context
+            seq.prefilled = 0
+        self.waiting[seq.request] = seq
+        self.queue.appendleft(seq.request)
+        return seconds
+
+    def _transfer(self, seq: SeqState) -> float:
+        """Move ``seq``'s KV one way over device_host; charged to it and to the iteration."""
+        nbytes = seq.context * self.model.kv_bytes_per_token
+        assert self.config.swap_s is not None
+        seconds = float(self.config.swap_s(nbytes))
+        self.paging_bytes["device_host"] = self.paging_bytes.get("device_host", 0) + nbytes
+        self.ledger.paging_s[seq.request] += seconds
+        return seconds
+
+    def _swap_in(self) -> float:
+        """Bring back the KV of swapped sequences just re-admitted: they decode in this iteration."""
+        seconds = 0.0
+        for seq in self.running:
+            if seq.swapped:
+                seq.swapped = False
+                seconds += self._transfer(seq)
+        return seconds
