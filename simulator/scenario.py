@@ -25,7 +25,8 @@ LENGTH_COLUMNS = ("prompt", "output")
 # the parameters each length kind requires (and no other kind accepts); "trace" takes none
 LENGTH_PARAMS = {"fixed": ("value",), "uniform": ("low", "high"), "lognormal": ("median", "sigma"),
                  "empirical": ("trace", "column")}
-BATCHING_POLICIES = ("continuous",)
+BATCHING_POLICIES = ("static", "dynamic", "continuous", "chunked", "adaptive")  # docs/batching.md
+PREEMPTION_MODES = ("none", "recompute", "swap")
 
 
 def _fail(field: str, problem: str) -> None:
@@ -163,12 +164,39 @@ class BatchingSpec:
     policy: str = "continuous"
     max_batch_size: int = 256
     max_batched_tokens: int = 8192
+    max_wait_ms: float = 0.0  # static/dynamic/adaptive: longest a batch waits to fill (Triton's max_queue_delay)
+    preemption: str = "none"  # "none" (reserve prompt + output at admission) | "recompute" | "swap"
+    # adaptive only (simulator/adaptive_batching.py): AIMD on batch size and wait window
+    adaptive_window: int = 200  # finished requests whose P99 is compared with the SLA
+    adaptive_every: int = 20  # finished requests between two adjustments
+    adaptive_margin: float = 0.8  # grow only while the windowed P99 is below margin x target
+    adaptive_decrease: float = 0.5  # multiplicative decrease of batch size and window when over
+    adaptive_batch_step: int = 1  # additive increase of the batch size when under
+    adaptive_wait_step_ms: float = 1.0  # additive increase of the wait window when under
 
     def __post_init__(self) -> None:
         if self.policy not in BATCHING_POLICIES:
             _fail("policy", f"unsupported policy {self.policy!r}; supported: {', '.join(BATCHING_POLICIES)}")
         _at_least("max_batch_size", self.max_batch_size, 1)
         _at_least("max_batched_tokens", self.max_batched_tokens, 1)
+        if not (math.isfinite(self.max_wait_ms) and self.max_wait_ms >= 0):
+            _fail("max_wait_ms", f"must be >= 0, got {self.max_wait_ms}")
+        if self.preemption not in PREEMPTION_MODES:
+            _fail("preemption", f"must be one of {', '.join(PREEMPTION_MODES)}, got {self.preemption!r}")
+        _at_least("adaptive_window", self.adaptive_window, 1)
+        _at_least("adaptive_every", self.adaptive_every, 1)
+        _at_least("adaptive_batch_step", self.adaptive_batch_step, 1)
+        if not 0.0 < self.adaptive_margin <= 1.0:
+            _fail("adaptive_margin", f"must be in (0, 1], got {self.adaptive_margin}")
+        if not 0.0 < self.adaptive_decrease < 1.0:
+            _fail("adaptive_decrease", f"must be in (0, 1), got {self.adaptive_decrease}")
+        if not (math.isfinite(self.adaptive_wait_step_ms) and self.adaptive_wait_step_ms >= 0):
+            _fail("adaptive_wait_step_ms", f"must be >= 0, got {self.adaptive_wait_step_ms}")
+
+    @property
+    def needs_stepper(self) -> bool:
+        """Whether only the general per-iteration loop can run this (simulator/stepper.py)."""
+        return self.policy != "continuous" or self.preemption != "none"
 
 
 @dataclass(frozen=True)

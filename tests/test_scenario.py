@@ -112,7 +112,7 @@ def test_defaults_and_task_normalisation() -> None:
         (("workload", "arrival"), None, "workload.arrival", "missing section"),
         (("cluster", "gpus"), 0, "cluster.gpus", "must be >= 1"),
         (("cluster", "gpu"), 2, "cluster.gpu", "did you mean 'gpus'"),
-        (("batching", "policy"), "static", "batching.policy", "supported: continuous"),
+        (("batching", "policy"), "fifo", "batching.policy", "supported: static, dynamic, continuous"),
         (("batching", "max_batch_size"), 0, "batching.max_batch_size", "must be >= 1"),
         (("sla", "tpot_p99_ms"), -5, "sla.tpot_p99_ms", "must be > 0"),
         (("sla", "p99"), 5, "sla.p99", "unknown field"),
