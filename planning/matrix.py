@@ -1,0 +1,185 @@
+"""The decision matrix: per scenario cell, every candidate simulated, the cheapest meeting the SLA.
+
+Cells are the seed's Section 4 rows (SEEDS.md), one shipped scenario file each. Every candidate
+of a cell sees the same arrivals: the cell's ``load_fraction`` is turned into a rate once, from
+the baseline's saturation estimate, and that rate is given to every candidate (otherwise a path
+that raises the estimate would be tested at a higher load than the baseline).
+
+Ranking, among the candidates that meet the SLA (planning/sweep.py: every P99 term at or under
+target, at most 1% rejected): fewest GPUs (the cost; GPU-hours per 1,000 requests are the
+same at equal GPUs and equal load), then the largest SLA margin (min over terms of
+(target - P99) / target). The seed's matrix compares single paths only, so each cell also
+reports the best single path (baseline or one path), which is what ``seed_agrees`` checks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from planning.cache import ResultCache
+from planning.candidates import BASELINE, Candidate, candidates
+from planning.executor import Executor
+from planning.scenario_dict import build, load_scenario_dict, with_rate
+from planning.sweep import Outcome, make_job, run_sweep
+from simulator.profile import Profile
+from simulator.runner import arrival_rate, cluster_config
+
+# SEEDS.md Section 4: (cell scenario, what the seed recommends)
+SEED_MATRIX: tuple[tuple[str, str], ...] = (
+    ("dialogue-medium", "speculative"),
+    ("math-medium", "baseline"),
+    ("summarization-very-long", "tiered"),
+    ("fixed-length-multi-gpu", "sequence_parallel"),
+    ("very-long-single-gpu", "tiered"),
+)
+
+
+def rank_key(name: str, outcome: Outcome) -> tuple[int, float, str]:
+    return (outcome.gpus, -(outcome.data.get("sla_margin") or 0.0), name)
+
+
+def cell_rate(data: dict[str, Any], source: str | None, profile: Profile) -> float | None:
+    """The baseline's arrival rate for this cell (None for a trace replay, whose timestamps are the load)."""
+    scenario = build(BASELINE.apply(data), source)
+    config, _ = cluster_config(scenario, profile)
+    rate, _, _ = arrival_rate(scenario, profile, config)
+    return rate
+
+
+@dataclass(frozen=True)
+class CandidateResult:
+    candidate: Candidate
+    not_applicable: str | None
+    outcome: Outcome | None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"candidate": self.candidate.name, "paths": list(self.candidate.paths),
+                               "note": self.candidate.note}
+        if self.not_applicable is not None:
+            out["not_applicable"] = self.not_applicable
+        elif self.outcome is not None:
+            o = self.outcome.data
+            keys = ("meets_sla", "gpus", "replicas", "p99_ms", "sla_margin", "counts", "rejected_share",
+                    "gpu_hours_per_1k", "peak_kv_bytes", "kv_capacity_bytes", "reject_reasons")
+            out.update({k: o.get(k) for k in keys})
+        return out
+
+
+@dataclass(frozen=True)
+class Cell:
+    scenario: str
+    sla_ms: dict[str, float | None]
+    gpus: int
+    rate_per_s: float | None
+    results: tuple[CandidateResult, ...]
+    seed_recommends: str | None = None
+
+    def ranked(self, single_only: bool = False) -> list[CandidateResult]:
+        ok = [r for r in self.results if r.outcome is not None and r.outcome.meets_sla
+              and (not single_only or len(r.candidate.paths) <= 1)]
+        return sorted(ok, key=lambda r: rank_key(r.candidate.name, r.outcome))
+
+    @property
+    def recommended(self) -> str | None:
+        ranked = self.ranked()
+        return ranked[0].candidate.name if ranked else None
+
+    @property
+    def runner_up(self) -> str | None:
+        ranked = self.ranked()
+        return ranked[1].candidate.name if len(ranked) > 1 else None
+
+    @property
+    def best_single_path(self) -> str | None:
+        ranked = self.ranked(single_only=True)
+        return ranked[0].candidate.name if ranked else None
+
+    @property
+    def seed_agrees(self) -> bool | None:
+        return None if self.seed_recommends is None else self.best_single_path == self.seed_recommends
+
+    def why_not_seed(self) -> str | None:
+        """When the best single path is not the seed's: what happened to the seed's choice."""
+        if self.seed_agrees in (None, True):
+            return None
+        mine = next((r for r in self.results if r.candidate.name == self.seed_recommends), None)
+        if mine is None:
+            return f"the seed's choice {self.seed_recommends!r} is not a candidate here"
+        if mine.not_applicable is not None:
+            return f"{self.seed_recommends}: not applicable: {mine.not_applicable}"
+        assert mine.outcome is not None
+        o = mine.outcome.data
+        if o.get("error"):
+            return f"{self.seed_recommends}: the simulator refused it: {o['error']}"
+        p99 = {t: (v or {}).get("mean") for t, v in o["p99_ms"].items()}
+        state = "meets the SLA" if mine.outcome.meets_sla else "misses the SLA"
+        return (f"{self.seed_recommends} {state} (P99 ms {_fmt(p99)}, targets {_fmt(self.sla_ms)}, "
+                f"rejected {o['rejected_share']:.0%}, margin {o.get('sla_margin')}); "
+                f"best single path here: {self.best_single_path}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"scenario": self.scenario, "sla_ms": self.sla_ms, "gpus": self.gpus, "rate_per_s": self.rate_per_s,
+                "recommended": self.recommended, "runner_up": self.runner_up,
+                "best_single_path": self.best_single_path, "seed_recommends": self.seed_recommends,
+                "seed_agrees": self.seed_agrees, "why_not_seed": self.why_not_seed(),
+                "candidates": [r.to_dict() for r in self.results]}
+
+
+def _fmt(values: dict[str, Any]) -> str:
+    return ", ".join(f"{k} {v:.0f}" for k, v in values.items() if v is not None)
+
+
+@dataclass(frozen=True)
+class Matrix:
+    profile_key: str
+    profile_source: str
+    seed: int
+    replications: int
+    cells: tuple[Cell, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"profile": {"key": self.profile_key, "source": self.profile_source},
+                "numbers_from": f"simulated on a '{self.profile_source}' profile ({self.profile_key}); "
+                                f"seed {self.seed}, {self.replications} replication(s)",
+                "cells": [c.to_dict() for c in self.cells]}
+
+
+def decision_matrix(profile: Profile, cells: Sequence[tuple[str, str | None]] = SEED_MATRIX, seed: int = 0,
+                    replications: int = 1, executor: Executor | None = None,
+                    cache: ResultCache | None = None, requests: int | None = None) -> Matrix:
+    """Simulate every applicable candidate in every cell (one sweep), rank, and compare with the seed.
+
+    ``cells``: (scenario name or path, the seed's recommendation or None). ``requests`` overrides
+    each cell's request count (smaller for quick looks; the CI widens)."""
+    plans = []
+    jobs = []
+    for name, seed_choice in cells:
+        data, source = load_scenario_dict(name)
+        if requests is not None:
+            data = {**data, "workload": {**data["workload"], "requests": requests}}
+            data["workload"].pop("duration_s", None)
+        rate = cell_rate(data, source, profile)
+        if rate is not None:
+            data = with_rate(data, rate)
+        rows = []
+        for candidate in candidates(profile):
+            reason = candidate.applicability(profile, data)
+            index = None
+            if reason is None:
+                index = len(jobs)
+                jobs.append(make_job(candidate.apply(data), source, profile, seed, replications))
+            rows.append((candidate, reason, index))
+        plans.append((data, seed_choice, rate, rows))
+    outcomes = run_sweep(jobs, executor, cache, desc="decision matrix")
+    cells_out = []
+    for data, seed_choice, rate, rows in plans:
+        results = tuple(CandidateResult(c, reason if reason is not None else
+                                        (None if outcomes[i].error is None else outcomes[i].error),
+                                        None if i is None or outcomes[i].error else outcomes[i])
+                        for c, reason, i in rows)
+        sla = {t: data.get("sla", {}).get(f"{t}_p99_ms") for t in ("ttft", "tpot", "e2e")}
+        cells_out.append(Cell(data.get("name", "?"), sla, int(data.get("cluster", {}).get("gpus", 1)), rate,
+                              results, seed_choice))
+    return Matrix(profile.key_str(), profile.source, seed, replications, tuple(cells_out))
