@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from real_engine.engine import Engine, EngineConfig, StepRecord
+from real_engine.tiers import TierConfig
 from simulator.errors import InputError
 from simulator.paths import MODELS_DIR
 from simulator.records import COMPLETED, REJECTED, RequestRecord, rejected_record
@@ -93,6 +94,7 @@ def serve(
     specs = {r.request_id: r for r in requests}
     times: dict[int, dict[str, float]] = {r.request_id: {} for r in requests}
     rejected: dict[int, str] = {}
+    failed: dict[int, str] = {}  # ended by a tier fault mid-flight (tiered KV); recorded as rejected with the reason
     steps: list[StepRecord] = []
     t0 = clock()
     while pending or engine.has_unfinished:
@@ -120,13 +122,15 @@ def serve(
         for rid in rec.finished:
             times[rid]["finish_s"] = end
             engine.release(rid)
+        for rid in getattr(rec, "failed", ()):
+            failed[rid] = f"tier fault: {engine.errors.get(rid, 'unknown')}"
+            engine.release(rid)
     records = []
     for rid in sorted(specs):
         s = specs[rid]
-        if rid in rejected:
-            records.append(
-                rejected_record(rid, s.task, s.arrival_s, s.prompt_tokens, s.output_tokens, rejected[rid])
-            )
+        if rid in rejected or rid in failed:
+            reason = rejected.get(rid) or failed[rid]
+            records.append(rejected_record(rid, s.task, s.arrival_s, s.prompt_tokens, s.output_tokens, reason))
             continue
         t = times[rid]
         records.append(
@@ -207,6 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps-out", help="also write per-step timing records (CSV)")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     p.add_argument("--json", action="store_true", help="print the measured latency percentiles as one JSON object")
+    _add_tier_arguments(p)
     args = p.parse_args(argv)
     if args.threads:  # on a shared CPU, fewer threads avoid OpenMP spin-waits that dominate small ops
         torch.set_num_threads(args.threads)
@@ -227,11 +232,12 @@ def main(argv: list[str] | None = None) -> int:
         scenario.batching.max_batched_tokens,
         args.block_size,
         args.num_blocks,
+        tiered=tier_config(args, scenario, model.config.num_layers),
     )
-    engine = Engine(model, cfg, torch.Generator(device=args.device).manual_seed(args.seed))
-    result = serve(
-        engine, requests, PromptSource(np.random.default_rng(args.seed + 1), model.config.vocab_size)
-    )
+    with Engine(model, cfg, torch.Generator(device=args.device).manual_seed(args.seed)) as engine:
+        result = serve(
+            engine, requests, PromptSource(np.random.default_rng(args.seed + 1), model.config.vocab_size)
+        )
     write_records_csv(result.records, args.out)
     if args.steps_out:
         write_steps_csv(result.steps, args.steps_out)
@@ -246,6 +252,41 @@ def main(argv: list[str] | None = None) -> int:
         f"{result.prompt_source}) -> {args.out}"
     )
     return 0
+
+
+def _add_tier_arguments(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("tiered KV (on with --tiered or a [strategy.tiered] table in the scenario)")
+    g.add_argument("--tiered", action="store_true", help="KV in device / host / SSD tiers (tiered_store.py)")
+    g.add_argument("--chunk-tokens", type=int, help="tokens per page (default: [strategy.tiered] chunk_tokens, or 256)")
+    g.add_argument("--device-pages", type=int, help="device pool in pages (default: --num-blocks x --block-size)")
+    g.add_argument("--host-pages", type=int, help="host tier in pages (default: as many as the device pool)")
+    g.add_argument("--ssd-pages", type=int, help="SSD tier in pages (default: 8x the device pool)")
+    g.add_argument("--ssd-dir", help="parent of the SSD tier's temp directory (default: the system temp dir)")
+    g.add_argument("--sink-tokens", type=int, default=4, help="attention sinks kept on the device")
+    g.add_argument("--window-tokens", type=int, default=256, help="recent window kept on the device")
+
+
+def tier_config(args: argparse.Namespace, scenario: object, num_layers: int) -> TierConfig | None:
+    """The TierConfig the flags and the scenario's [strategy.tiered] ask for, or None (tiering off).
+
+    Capacities are pages (chunk_tokens tokens of one layer's K and V).  Only chunk_tokens comes from the
+    scenario: its host/SSD GiB describe the simulated hardware, and this engine preallocates its tiers,
+    so they are sized by the flags here.
+    """
+    spec = getattr(getattr(scenario, "strategy", None), "tiered", None)
+    if not args.tiered and spec is None:
+        return None
+    chunk = args.chunk_tokens or (spec.chunk_tokens if spec is not None else 256)
+    try:
+        if chunk < 1:
+            raise ValueError(f"TierConfig.chunk_tokens: must be an integer >= 1, got {chunk}")
+        device = args.device_pages or max(1, args.num_blocks * args.block_size // chunk) * num_layers
+        host = device if args.host_pages is None else args.host_pages
+        ssd = 8 * device if args.ssd_pages is None else args.ssd_pages
+        return TierConfig(chunk, device, host, ssd, args.ssd_dir, sink_tokens=args.sink_tokens,
+                          window_tokens=args.window_tokens)
+    except ValueError as exc:
+        raise InputError(None, "--tiered", str(exc)) from exc
 
 
 def _measured_summary(records: list[RequestRecord], steps: int, args: argparse.Namespace,
