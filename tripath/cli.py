@@ -41,6 +41,23 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_app(args: argparse.Namespace) -> int:
+    # The Streamlit app (app.py at the repository root) replaces this process: Ctrl-C and signals reach
+    # the server directly. Uploads are capped at 2 MB here; the app refuses profiles over 1 MiB itself.
+    import os
+    from pathlib import Path
+
+    app = Path(__file__).resolve().parents[1] / "app.py"
+    if not app.is_file():
+        raise InputError(str(app), None, "the app is not part of this installation (use a source checkout)")
+    argv = [sys.executable, "-m", "streamlit", "run", str(app), "--server.headless", "true",
+            "--server.port", str(args.port), "--server.address", args.address,
+            "--server.maxUploadSize", "2", "--browser.gatherUsageStats", "false"]
+    print(f"tripath app: serving on http://{args.address}:{args.port}", file=sys.stderr, flush=True)
+    os.execv(sys.executable, argv)
+    return 0  # not reached: execv does not return
+
+
 def _cmd_serve(args: argparse.Namespace) -> int:
     # The engine's own parser owns its options (`tripath serve --help` shows them); torch loads only here.
     from real_engine.serving import main as serve_main
@@ -90,6 +107,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("rest", nargs=argparse.REMAINDER)
     serve.set_defaults(func=_cmd_serve)
+
+    app = sub.add_parser(
+        "app", help="start the Streamlit app (headless server; open the printed address in a browser)",
+        description="Run `streamlit run app.py` headless: scenario explorer, decision matrix, capacity planner, "
+        "SLA what-ifs, calibration profiles and fidelity reports (docs/app.md).",
+    )
+    app.add_argument("--port", type=_positive_int, default=8501, help="port to serve on (default 8501)")
+    app.add_argument("--address", default="localhost",
+                     help="address to bind (default localhost; 0.0.0.0 to serve other machines)")
+    app.set_defaults(func=_cmd_app)
 
     # calibrate, profile: the calibrate package registers them (argparse only; torch loads when they run)
     from calibrate.commands import add_subcommands
