@@ -1,0 +1,113 @@
+"""Speculative decoding in the simulator: K per sequence, accepted tokens drawn, cost of a round.
+
+One speculative round per decoding sequence per iteration. The batch runs its draft model for
+K_max = max_i K_i steps together and then one target verify pass over K_max + 1 tokens, so the
+decode part of the iteration costs (Leviathan et al. 2023; profile.speculative)
+
+    round_ms = (K_max * c + v(K_max)) * decode_ms(B, S)
+
+where c is the draft/target per-token cost ratio and v(K) the verify pass over K+1 tokens in
+target decode steps (profile.verify_cost_ratio(K), per K where the profile measured it). A round
+with K_max = 0 (every sequence fallen back, or one token left) is a plain decode step.
+
+Sequence i emits accepted_i + 1 tokens: draft token j is accepted with the task's conditional
+probability p_j (the profile's per-position acceptance where it has it, else its mean a for every
+j), the first rejection ends the round, and the target's token after it is always emitted. With
+i.i.d. a the mean is E = (1 - a^(K+1)) / (1 - a). K_i is capped at remaining_i - 1 so a sequence
+never emits past its output length. KV compression lowers each p_j by its acceptance_drop.
+
+The adaptive policy is real_engine/spec_controller.py's AdaptiveK itself (the same rule as the
+engine: EWMA acceptance per sequence and per replica, best K by predicted speedup, fallback with
+hysteresis). A scenario's fallback_acceptance a_f maps to the controller's exit speedup
+S*(a_f) = max_K E(K, a_f) / (K c + v(K)): S* rises with a, so "S* < S*(a_f)" is "a < a_f".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+# spec_controller.py is pure Python (no torch): importing it keeps one rule for engine and simulator.
+from real_engine.spec_controller import AdaptiveK, ControllerConfig, SpecCosts, best_k
+from simulator.step_model import Decode
+from simulator.strategy import PROMPT_LOOKUP_PREFIX, SpeculativeSpec
+
+
+def acceptance_table(profile: Any, tasks: Sequence[str], k: int, prompt_lookup: bool,
+                     drop: float) -> np.ndarray:
+    """p[task, j] for j = 0..k-1: P(draft token j+1 accepted | earlier ones accepted), after the drop."""
+    table = np.empty((len(tasks), k))
+    for row, task in enumerate(tasks):
+        entry = profile.acceptance_for(PROMPT_LOOKUP_PREFIX + task if prompt_lookup else task, k)
+        probs = list(entry.per_position or ())[:k]
+        probs += [entry.mean] * (k - len(probs))  # positions beyond the measured K: the mean a
+        table[row] = probs
+    return np.clip(table - drop, 0.0, 1.0)
+
+
+def linear_verify(profile: Any, k: int) -> tuple[float, float]:
+    """(verify_base, verify_per_token) of the controller's v(K) line through v(1) and v(k)."""
+    v1, vk = profile.verify_cost_ratio(1), profile.verify_cost_ratio(k)
+    per_token = (vk - v1) / (k - 1) if k > 1 else 0.0
+    base = v1 - per_token
+    return (base, per_token) if base > 0 else (vk, 0.0)
+
+
+class SpeculativePhysics:
+    """K choice, acceptance draws and round cost for one replica (state: the adaptive controller)."""
+
+    def __init__(self, spec: SpeculativeSpec, profile: Any, tasks: Sequence[str], rng: np.random.Generator,
+                 acceptance_drop: float = 0.0) -> None:
+        self.k = spec.k or profile.speculative.k
+        self.prompt_lookup = spec.proposer == "prompt_lookup"
+        # Prompt lookup proposes by matching n-grams of the context: no draft model pass (c = 0).
+        self.c = 0.0 if self.prompt_lookup else float(profile.speculative.cost_ratio.value)
+        self._verify = [1.0] + [profile.verify_cost_ratio(k) for k in range(1, self.k + 1)]
+        self.probs = acceptance_table(profile, tasks, self.k, self.prompt_lookup, acceptance_drop)
+        self.rng = rng
+        self.controller: AdaptiveK | None = None
+        if spec.adaptive:
+            base, per_token = linear_verify(profile, self.k)
+            costs = SpecCosts(self.c, base, per_token)
+            exit_speedup = 1.0  # the engine's default: fall back where no K beats plain decoding
+            if spec.fallback_acceptance is not None:
+                exit_speedup = best_k(spec.fallback_acceptance, costs, self.k)[1]
+            default = ControllerConfig()
+            config = ControllerConfig(k_max=self.k, exit_speedup=exit_speedup,
+                                      enter_speedup=exit_speedup * default.enter_speedup / default.exit_speedup,
+                                      probe_k=min(default.probe_k, self.k))
+            self.controller = AdaptiveK(config, costs)
+
+    def round_factor(self, k_max: int) -> float:
+        """Cost of the batch's round in target decode steps: K c + v(K); 1 for a plain step."""
+        return 1.0 if k_max == 0 else k_max * self.c + self._verify[k_max]
+
+    def choose(self, decodes: Sequence[Decode]) -> np.ndarray:
+        """K per sequence: fixed or adaptive, capped so it never emits past its output length."""
+        if self.controller is None:
+            ks = [self.k] * len(decodes)
+        else:
+            ks = [self.controller.choose(d.request) for d in decodes]
+        return np.array([min(k, d.remaining - 1) for k, d in zip(ks, decodes, strict=True)], dtype=np.int64)
+
+    def draw(self, decodes: Sequence[Decode], ks: np.ndarray) -> np.ndarray:
+        """Accepted draft tokens per sequence: leading successes among its K_i Bernoulli(p_j) trials."""
+        k_max = int(ks.max()) if len(ks) else 0
+        if k_max == 0:
+            return np.zeros(len(decodes), dtype=np.int64)
+        tasks = np.fromiter((d.task for d in decodes), dtype=np.int64, count=len(decodes))
+        # One uniform per (sequence, position) every round, so draws do not depend on earlier outcomes.
+        hits = self.rng.random((len(decodes), k_max)) < self.probs[tasks, :k_max]
+        hits &= np.arange(k_max) < ks[:, None]  # positions past K_i were never proposed
+        return np.cumprod(hits, axis=1).sum(axis=1).astype(np.int64)
+
+    def observe(self, decodes: Sequence[Decode], ks: np.ndarray, accepted: np.ndarray) -> None:
+        """Tell the adaptive controller what each round did; forget sequences that just finished."""
+        if self.controller is None:
+            return
+        for d, k, acc in zip(decodes, ks.tolist(), accepted.tolist(), strict=True):
+            self.controller.observe(d.request, k, acc)
+            if acc + 1 >= d.remaining:
+                self.controller.forget(d.request)
