@@ -28,6 +28,7 @@ from simulator.metrics import estimate
 from simulator.records import RunResult
 from simulator.replica import ReplicaConfig
 from simulator.scenario import Scenario
+from simulator.stepper_setup import stepper_setup
 from simulator.summary import summary, write_outputs
 from simulator.workload import generate_requests, mean_lengths
 
@@ -52,6 +53,8 @@ class SimulationResult:
     rate_source: str
     saturation: Saturation | None
     runs: tuple[RunResult, ...]
+    loop: str = "replica"  # "replica": the exact fast path; "stepper": one event per iteration (docs/batching.md)
+    timeseries_interval_s: float | None = None  # each run's timeseries holds samples at this interval
 
 
 def kv_capacity(scenario: Scenario, profile: Any) -> tuple[int, str]:
@@ -99,18 +102,23 @@ def arrival_rate(
 
 
 def replicate(scenario: Scenario, profile: Any, config: ClusterConfig, rate: float | None,
-              seed_sequence: np.random.SeedSequence, fast: bool = True) -> RunResult:
+              seed_sequence: np.random.SeedSequence, fast: bool = True,
+              timeseries_interval_s: float | None = None) -> RunResult:
     """One replication: draw the workload from this seed sequence and serve it."""
     requests = generate_requests(scenario.workload, np.random.default_rng(seed_sequence), rate)
-    return simulate_requests(requests, config, IterationCost.from_profile(profile), fast=fast)
+    setup = stepper_setup(scenario, profile, config.replicas, config.replica.kv_capacity_bytes, seed_sequence,
+                          timeseries_interval_s)
+    return simulate_requests(requests, config, IterationCost.from_profile(profile), fast=fast, setup=setup)
 
 
 def simulate(scenario: Scenario, profile: Any, seed: int = 0, replications: int = 1,
-             fast: bool = True, workers: int = 1) -> SimulationResult:
+             fast: bool = True, workers: int = 1, timeseries_interval_s: float | None = None) -> SimulationResult:
     """Run ``replications`` seeded replications of the scenario on the profile's costs.
 
     ``workers`` > 1 runs replications in a local process pool; each replication depends only on
     its own seed sequence, so the records are the same bit for bit whatever the worker count.
+    ``timeseries_interval_s`` samples queue, batch, KV per tier and paging every so many simulated
+    seconds (simulator/timeseries.py); it runs the per-iteration loop, whose records equal the fast path's.
     """
     if replications < 1:
         raise ValueError(f"replications must be >= 1, got {replications}")
@@ -119,12 +127,18 @@ def simulate(scenario: Scenario, profile: Any, seed: int = 0, replications: int 
     config, capacity_source = cluster_config(scenario, profile)
     rate, rate_source, sat = arrival_rate(scenario, profile, config)
     children = np.random.SeedSequence(seed).spawn(replications)
+    # Bad batching/preemption input fails here, before any replication runs.
+    setup = stepper_setup(scenario, profile, config.replicas, config.replica.kv_capacity_bytes, children[0],
+                          timeseries_interval_s)
+    interval = timeseries_interval_s
     if workers == 1 or replications == 1:
-        runs = [replicate(scenario, profile, config, rate, child, fast) for child in children]
+        runs = [replicate(scenario, profile, config, rate, child, fast, interval) for child in children]
     else:
         with ProcessPoolExecutor(max_workers=min(workers, replications)) as pool:
-            futures = [pool.submit(replicate, scenario, profile, config, rate, child, fast) for child in children]
+            futures = [pool.submit(replicate, scenario, profile, config, rate, child, fast, interval)
+                       for child in children]
             runs = [future.result() for future in futures]
     capacity = config.replica.kv_capacity_bytes
     return SimulationResult(scenario, profile.key_str(), profile.source, seed, fast, config.replicas,
-                            capacity, capacity_source, rate, rate_source, sat, tuple(runs))
+                            capacity, capacity_source, rate, rate_source, sat, tuple(runs),
+                            "replica" if setup is None else "stepper", timeseries_interval_s)
