@@ -30,6 +30,8 @@ from __future__ import annotations
 import math
 from typing import Protocol
 
+from simulator.errors import InputError
+from simulator.scenario import BatchingSpec, SlaSpec
 from simulator.stepper import SeqState, Stepper
 
 Chunks = dict[SeqState, int]
@@ -133,3 +135,23 @@ class Chunked:
 
     def observe(self, stepper: Stepper, request: int, finish: float) -> None:
         return None
+
+
+def build_policy(b: BatchingSpec, sla: SlaSpec, source: str | None = None) -> BatchPolicy:
+    """The policy a scenario's [batching] table asks for (one per replica: adaptive keeps state)."""
+    from simulator.adaptive_batching import Adaptive, AimdController, AimdSettings
+
+    wait_s = b.max_wait_ms / 1000.0
+    if b.policy == "continuous":
+        return Continuous(b.max_batch_size, b.max_batched_tokens)
+    if b.policy == "chunked":
+        return Chunked(b.max_batch_size, b.max_batched_tokens)
+    if b.policy in ("static", "dynamic"):
+        return Windowed(b.max_batch_size, wait_s, joins=b.policy == "dynamic")
+    terms = (("ttft", sla.ttft_p99_ms), ("tpot", sla.tpot_p99_ms), ("e2e", sla.e2e_p99_ms))
+    targets = tuple((term, ms / 1000.0) for term, ms in terms if ms is not None)
+    if not targets:
+        raise InputError(source, "batching.policy", "'adaptive' steers by the SLA: give at least one sla.*_p99_ms")
+    settings = AimdSettings(b.max_batch_size, wait_s, targets, b.adaptive_window, b.adaptive_every, b.adaptive_margin,
+                            b.adaptive_decrease, b.adaptive_batch_step, b.adaptive_wait_step_ms / 1000.0)
+    return Adaptive(AimdController(settings))
