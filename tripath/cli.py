@@ -122,6 +122,10 @@ def build_parser() -> argparse.ArgumentParser:
     from calibrate.commands import add_subcommands
 
     add_subcommands(sub)
+    # validate: the fidelity package registers it (argparse only; torch loads when it runs)
+    from fidelity.validate import add_subcommand as add_validate
+
+    add_validate(sub)
     return parser
 
 
