@@ -1,0 +1,151 @@
+"""The measured side: a validation scenario's requests served by the real engine on this machine.
+
+The engine is built from the same scenario tables the simulator reads (names shared on purpose):
+[batching] -> EngineConfig (max_batch_size, max_batched_tokens; the KV pool holds the tokens the
+simulator's KV budget holds), [strategy.speculative] -> SpeculativeEngine with the tiny draft at
+fixed K. Policies continuous/chunked go through real_engine.serving.serve; static/dynamic through
+fidelity.window_serving. A path the engine cannot serve in a timed loop yet raises NotAvailable
+with what is missing: the report says "not run: <reason>", never a made-up number.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from fidelity.window_serving import serve_batched, wait_seconds
+from real_engine.engine import Engine, EngineConfig
+from real_engine.model import LlamaModel
+from real_engine.proposers import DraftModelProposer
+from real_engine.serving import PromptSource, serve
+from real_engine.spec_controller import FixedK
+from real_engine.spec_metrics import SpecCounters
+from real_engine.speculative import SpeculativeEngine
+from simulator.records import RequestRecord
+from simulator.request import RequestSpec
+
+BLOCK_SIZE = 16  # tripath serve's default block size (the profile's KV budget is 1024 such blocks)
+Paths = dict[str, tuple[float | None, str]]
+
+
+class CpuClock:
+    """Contention-free time: this thread's CPU time while it works, plus the idle gaps it skips.
+
+    With one torch thread the engine computes on the calling thread, so time.thread_time() is what a
+    step costs on an idle core (the clock the profile was calibrated with); other jobs on the shared
+    cores cannot inflate it. Waiting for the next arrival advances the clock without sleeping.
+    """
+
+    def __init__(self) -> None:
+        self.base = time.thread_time()
+        self.idle = 0.0
+
+    def __call__(self) -> float:
+        return time.thread_time() - self.base + self.idle
+
+    def sleep(self, seconds: float) -> None:
+        self.idle += max(0.0, seconds)
+
+
+CLOCKS = ("wall", "cpu")
+
+
+class NotAvailable(Exception):
+    """One side of a scenario cannot run yet; the message says what is missing."""
+
+
+@dataclass(frozen=True)
+class Measured:
+    records: list[RequestRecord]
+    paths: Paths  # per-path quantities: name -> (value, unit)
+    steps: int
+    prompt_source: str
+    wall_s: float  # wall time of the whole replay
+
+
+def engine_config(data: dict[str, Any], kv_tokens: int) -> EngineConfig:
+    batching = data.get("batching", {})
+    return EngineConfig(int(batching.get("max_batch_size", 256)), int(batching.get("max_batched_tokens", 8192)),
+                        BLOCK_SIZE, max(1, kv_tokens // BLOCK_SIZE))
+
+
+def unsupported(data: dict[str, Any]) -> str | None:
+    """What the engine side lacks for this scenario, or None when it can be served."""
+    strategy = data.get("strategy", {})
+    missing = []
+    if "tiered" in strategy:
+        missing.append("the tiered KV cache runs in its own batch-1 loop (real_engine/tiered_engine.py), "
+                       "not inside the continuous-batching Engine that serve() replays")
+    if "compression" in strategy:
+        missing.append("the Engine has no compressed-KV option (KV modes exist only in kv_compression.py)")
+    if "sequence_parallel" in strategy:
+        missing.append("sequence parallelism (real_engine/seqpar.py) serves one sequence over P processes; "
+                       "there is no timed multi-request serving loop for it")
+    spec = strategy.get("speculative")
+    if spec is not None and spec.get("proposer", "draft") != "draft":
+        missing.append(f"proposer {spec.get('proposer')!r} is not wired into the validation runner")
+    if spec is not None and spec.get("adaptive", False):
+        missing.append("adaptive K needs SpecCosts from the profile; the validation runner uses fixed K")
+    policy = data.get("batching", {}).get("policy", "continuous")
+    if spec is not None and policy in ("static", "dynamic"):
+        missing.append("the speculative engine batches continuously only")
+    if data.get("batching", {}).get("preemption", "none") != "none":
+        missing.append("preemption modes other than the engine's own are not configurable")
+    return "; ".join(missing) or None
+
+
+def build_engine(data: dict[str, Any], target: LlamaModel, draft: LlamaModel | None,
+                 kv_tokens: int, seed: int, default_k: int) -> tuple[Engine | SpeculativeEngine, SpecCounters | None]:
+    reason = unsupported(data)
+    if reason is not None:
+        raise NotAvailable(f"engine: {reason}")
+    cfg = engine_config(data, kv_tokens)
+    gen = torch.Generator().manual_seed(seed)
+    spec = data.get("strategy", {}).get("speculative")
+    if spec is None:
+        return Engine(target, cfg, gen), None
+    if draft is None:
+        raise NotAvailable("engine: speculative decoding needs the draft checkpoint")
+    proposer = DraftModelProposer(draft, cfg.num_blocks, cfg.block_size, torch.Generator().manual_seed(seed + 1))
+    engine = SpeculativeEngine(target, proposer, cfg, FixedK(int(spec.get("k", default_k))), gen)
+    return engine, engine.counters
+
+
+def measure(data: dict[str, Any], requests: list[RequestSpec], target: LlamaModel, draft: LlamaModel | None,
+            kv_tokens: int, seed: int, default_k: int, clock: str = "wall") -> Measured:
+    """Serve ``requests`` on the engine this scenario describes (greedy, EOS ignored).
+
+    clock "wall": real time, what users see on this (shared) machine; "cpu": CpuClock, the replay
+    an idle core would give (the difference between the two is the machine's contention).
+    """
+    if clock not in CLOCKS:
+        raise ValueError(f"clock: must be one of {CLOCKS}, got {clock!r}")
+    engine, counters = build_engine(data, target, draft, kv_tokens, seed, default_k)
+    timing: dict[str, Any] = {}
+    if clock == "cpu":
+        cpu = CpuClock()
+        timing = {"clock": cpu, "sleep": cpu.sleep}
+    prompts = PromptSource(np.random.default_rng(seed + 1), target.config.vocab_size)
+    batching = data.get("batching", {})
+    policy = batching.get("policy", "continuous")
+    t0 = time.perf_counter()
+    if policy in ("static", "dynamic"):
+        result = serve_batched(engine, requests, prompts, int(batching.get("max_batch_size", 256)),
+                               wait_seconds(policy, float(batching.get("max_wait_ms", 0.0))), **timing)
+    elif policy in ("continuous", "chunked"):
+        result = serve(engine, requests, prompts, **timing)
+    else:
+        raise NotAvailable(f"engine: batching policy {policy!r} has no engine-side loop (adaptive tunes the "
+                           "window from the SLA; not replayed)")
+    wall = time.perf_counter() - t0
+    paths: Paths = {}
+    if counters is not None:
+        # serve()'s warm-up asks 2 tokens: K is capped at 0 for it, so it adds no draft round here
+        paths["accepted_per_round"] = (counters.num_accepted_tokens / counters.num_drafts
+                                       if counters.num_drafts else None, "draft tokens")
+        paths["acceptance"] = (counters.per_token_acceptance, "fraction")
+    return Measured(result.records, paths, len(result.steps), result.prompt_source, wall)

@@ -1,0 +1,213 @@
+"""`tripath validate`: replay each validation scenario on the real engine and in the simulator, report the error.
+
+For every scenario TOML in the folder (data/scenarios/validation/ by default): draw the request
+list replication 0 of runner.simulate serves (fidelity.sim_side), serve it in wall-clock time on
+the tiny target on this machine with one torch thread (fidelity.engine_side; the profile was
+measured on one thread), simulate the same scenario on the profile, and compare TTFT, TPOT and
+end-to-end latency at P50/P90/P99, throughput and per-path quantities (fidelity.compare). A side
+that cannot run a scenario yet is reported "not run: <what is missing>".
+
+``--quick``: only QUICK_SCENARIOS, each cut to its first QUICK_REQUESTS requests (the test suite
+runs this). ``--noise NAME``: serve that scenario's requests a second time on the engine and
+report the run-to-run spread, the part of the error that is this shared machine's noise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import sys
+import time
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from simulator.errors import InputError
+from simulator.paths import MODELS_DIR, SCENARIOS_DIR
+
+QUICK_SCENARIOS = ("baseline-light", "speculative-code")
+QUICK_REQUESTS = 8
+DEFAULT_SCENARIOS = SCENARIOS_DIR / "validation"
+DEFAULT_OUT = SCENARIOS_DIR.parent / "validation" / "latest"
+
+
+@dataclass(frozen=True)
+class ValidateConfig:
+    profile: str = "cpu-tiny"
+    scenarios: str = str(DEFAULT_SCENARIOS)
+    out: str = str(DEFAULT_OUT)
+    quick: bool = False
+    seed: int = 0
+    target: str = str(MODELS_DIR / "tiny-target")
+    draft: str = str(MODELS_DIR / "tiny-draft")
+    noise: tuple[str, ...] = ()  # scenario names whose engine side runs twice
+    only: tuple[str, ...] = ()  # run only these scenario names (empty: all)
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        if self.seed < 0:
+            raise ValueError(f"ValidateConfig.seed: must be >= 0, got {self.seed}")
+
+
+def load_cases(folder: str | Path, quick: bool, only: tuple[str, ...] = ()) -> list[tuple[str, dict[str, Any]]]:
+    """(path, TOML dict) per scenario file, sorted by name; quick keeps QUICK_SCENARIOS, cut short."""
+    root = Path(folder)
+    if not root.is_dir():
+        raise InputError(str(root), None, "validation scenario folder not found")
+    cases = []
+    for path in sorted(root.glob("*.toml")):
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except tomllib.TOMLDecodeError as exc:
+            raise InputError(str(path), None, f"invalid TOML: {exc}") from None
+        name = data.setdefault("name", path.stem)
+        if (quick and name not in QUICK_SCENARIOS) or (only and name not in only):
+            continue
+        if quick:
+            data = copy.deepcopy(data)
+            data["workload"].pop("duration_s", None)
+            data["workload"]["requests"] = QUICK_REQUESTS
+        cases.append((str(path), data))
+    if not cases:
+        raise InputError(str(root), None, "no validation scenarios selected (*.toml)")
+    return cases
+
+
+def _side_summary(records: list, extra: dict[str, Any]) -> dict[str, Any]:
+    from simulator import metrics
+
+    return {**metrics.counts(records), **extra}
+
+
+def run_case(path: str, data: dict[str, Any], profile: Any, models: tuple[Any, Any], seed: int,
+             noise: bool) -> tuple[Any, list | None]:
+    """One scenario: (ScenarioResult, noise rows or None)."""
+    from fidelity.compare import compare
+    from fidelity.engine_side import NotAvailable, measure
+    from fidelity.report import ScenarioResult
+    from fidelity.sim_side import requests_for, simulate_case
+
+    requests, kv_tokens = requests_for(data, path, profile, seed)
+    res = ScenarioResult(data["name"], data.get("description", ""), path, len(requests))
+    reasons, real, sim = [], None, None
+    k = profile.speculative.k if profile.speculative is not None else 4
+    try:
+        real = measure(data, requests, models[0], models[1], kv_tokens, seed, k)
+        res.real_records = real.records
+        res.real = _side_summary(real.records, {"wall_s": real.wall_s, "steps": real.steps,
+                                                "prompts": real.prompt_source})
+    except NotAvailable as exc:
+        reasons.append(str(exc))
+    try:
+        sim = simulate_case(data, path, profile, seed)
+        res.sim_records = sim.records
+        res.sim = _side_summary(sim.records, {"profile_source": sim.profile_source})
+    except NotAvailable as exc:
+        reasons.append(str(exc))
+    res.reason = "; ".join(reasons) or None
+    # one-sided rows keep what was measured or simulated visible (the other side None, no error)
+    if sim is not None or real is not None:
+        sim_recs = sim.records if sim is not None else _nan_twin(real.records)
+        real_recs = real.records if real is not None else _nan_twin(sim.records)
+        res.rows = compare(sim_recs, real_recs, sim.paths if sim else {}, real.paths if real else {})
+    if real is not None:  # the same requests again in CPU time: how much of the error is contention
+        cpu = measure(data, requests, models[0], models[1], kv_tokens, seed, k, clock="cpu")
+        res.cpu_records = cpu.records
+        res.real_cpu = _side_summary(cpu.records, {"steps": cpu.steps})
+        res.cpu_rows = compare(sim.records if sim is not None else _nan_twin(cpu.records), cpu.records,
+                               sim.paths if sim else {}, cpu.paths)
+    noise_rows = None
+    if noise and real is not None:
+        again = measure(data, requests, models[0], models[1], kv_tokens, seed, k)
+        noise_rows = compare(again.records, real.records, again.paths, real.paths)
+    return res, noise_rows
+
+
+def _nan_twin(records: list) -> list:
+    """The same requests with no times: the missing side of a one-sided table (its values show as None)."""
+    from simulator.records import rejected_record
+
+    return [rejected_record(r.request_id, r.task, r.arrival_s, r.prompt_tokens, r.output_tokens, "not run")
+            for r in records]
+
+
+def run_validation(cfg: ValidateConfig) -> tuple[Path, list[Any], list[tuple[str, list]]]:
+    import torch
+    from tqdm import tqdm
+
+    from fidelity.report import write_report
+    from real_engine.checkpoint import load_checkpoint
+    from simulator.profile import resolve_profile
+
+    profile = resolve_profile(cfg.profile)
+    cases = load_cases(cfg.scenarios, cfg.quick, cfg.only)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as the profile was measured: one torch thread (see data/profiles/README.md)
+    try:
+        _, target = load_checkpoint(cfg.target, device="cpu")
+        _, draft = load_checkpoint(cfg.draft, device="cpu")
+        results, noise = [], []
+        for path, data in tqdm(cases, desc="validate", unit="scenario", file=sys.stderr, disable=not cfg.progress):
+            res, noise_rows = run_case(path, data, profile, (target, draft), cfg.seed, data["name"] in cfg.noise)
+            results.append(res)
+            if noise_rows is not None:
+                noise.append((res.name, noise_rows))
+    finally:
+        torch.set_num_threads(threads)
+    meta = {"numbers_from": f"real engine measured on this machine (cpu, torch {torch.__version__}, 1 thread, "
+                            f"wall clock) vs simulator on profile {cfg.profile}",
+            "profile": profile.key_str(), "profile_source": profile.source, "seed": cfg.seed, "quick": cfg.quick,
+            "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "scenario_folder": cfg.scenarios}
+    return write_report(cfg.out, meta, results, noise), results, noise
+
+
+def _cmd_validate(args: argparse.Namespace) -> int:
+    cfg = ValidateConfig(profile=args.profile, scenarios=args.scenarios, out=args.out, quick=args.quick,
+                         seed=args.seed, noise=tuple(args.noise), only=tuple(args.only),
+                         progress=not args.no_progress)
+    out, results, _ = run_validation(cfg)
+    if args.json:
+        print((out / "error_table.json").read_text(encoding="utf-8"))
+        return 0
+    for res in results:
+        worst = res.to_dict()["worst"]
+        line = f"{res.name}: {res.status}"
+        if worst:
+            line += f"; largest |error| {worst['metric']} {worst['stat']} {worst['error']:+.1%}"
+        if res.reason:
+            line += f" ({res.reason})"
+        print(line)
+    print(f"report: {out}/error_table.md")
+    return 0
+
+
+def add_subcommand(sub: Any) -> None:
+    p = sub.add_parser("validate", help="replay validation scenarios on the real engine and in the simulator; "
+                       "report the error (--json)",
+                       description="Fidelity: serve each validation scenario on the real engine (measured, "
+                       "this machine) and simulate it on the profile; write the signed error table and CDFs.")
+    p.add_argument("--profile", default="cpu-tiny", help="profile calibrated on this machine (name or path)")
+    p.add_argument("--scenarios", default=str(DEFAULT_SCENARIOS), help="folder of validation scenario TOMLs")
+    p.add_argument("--quick", action="store_true",
+                   help=f"only {', '.join(QUICK_SCENARIOS)}, first {QUICK_REQUESTS} requests each")
+    p.add_argument("--out", default=str(DEFAULT_OUT), help="report folder (replaced as a whole)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--noise", action="append", default=[], metavar="NAME",
+                   help="serve this scenario twice on the engine: run-to-run spread (repeatable)")
+    p.add_argument("--only", action="append", default=[], metavar="NAME", help="run only this scenario (repeatable)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    p.add_argument("--json", action="store_true", help="print error_table.json")
+    p.set_defaults(func=_cmd_validate)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(prog="tripath")
+    add_subcommand(parser.add_subparsers(dest="command", required=True))
+    ns = parser.parse_args(["validate", *sys.argv[1:]])
+    try:
+        raise SystemExit(ns.func(ns))
+    except InputError as err:
+        print(f"tripath: error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
