@@ -126,6 +126,10 @@ def build_parser() -> argparse.ArgumentParser:
     from fidelity.validate import add_subcommand as add_validate
 
     add_validate(sub)
+    # matrix, plan, whatif, stack, breakeven: planning analyses (issue 9; planning/ loads when they run)
+    from tripath.planning_cli import add_subcommands as add_planning
+
+    add_planning(sub)
     return parser
 
 
