@@ -16,6 +16,7 @@ per extra 2K tokens on its hardware).
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -60,6 +61,7 @@ class TieredKVCache:
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="kv-prefetch") if prefetch else None
         self._stream = torch.cuda.Stream(self.device) if prefetch and self.device.type == "cuda" else None
         self.stall_s = 0.0  # main-thread time spent paging or waiting for a prefetch
+        self._staging = threading.local()  # per thread: the host buffer SSD pages are read into
 
     # ---- policy -------------------------------------------------------------------------------
     def pinned(self, key: PageKey) -> bool:
@@ -141,7 +143,10 @@ class TieredKVCache:
     def _copy_in(self, dst: int, source: tuple[str, int]) -> None:
         """Copy a host or SSD page into device slot dst (runs on the main or the prefetch thread)."""
         tier, slot = source
-        page = self.tiers.host_pool.data[slot] if tier == "host" else self.tiers.ssd.read(slot)  # ssd->host timed there
+        if tier == "host":
+            page = self.tiers.host_pool.data[slot]
+        else:  # ssd->host, timed inside read; into this thread's reused buffer (warm in the CPU cache)
+            page = self.tiers.ssd.read(slot, out=self._staging_page())
         start = time.perf_counter()
         if self._stream is not None:
             with torch.cuda.stream(self._stream):
@@ -150,6 +155,13 @@ class TieredKVCache:
         else:
             self.tiers.device_pool.data[dst].copy_(page)
         self._time("host->device", self.tiers.page_bytes, start)
+
+    def _staging_page(self) -> Tensor:
+        page = getattr(self._staging, "page", None)
+        if page is None:  # pinned on CUDA: the host->device copy from it can run on the side stream
+            page = torch.empty(self.tiers.page_shape, dtype=self.tiers.dtype, pin_memory=self.device.type == "cuda")
+            self._staging.page = page
+        return page
 
     def _release_source(self, source: tuple[str, int], key: PageKey) -> None:
         tier, slot = source

@@ -4,8 +4,10 @@ A page is one chunk of ``chunk_tokens`` tokens of ONE layer's K and V: [2, chunk
 head_dim].  Pages are per layer so attention can page in layer l while layer l-1 computes.
 On CUDA the device pool is GPU memory and the host tier is pinned host memory (so copies can run
 asynchronously on a side stream); on CPU both are RAM and the "device" pool is simply bounded.
-The SSD tier writes one file per page slot (files are reused) with a CRC-32 of the payload in a
-header, so a missing, truncated or corrupted page is detected on read instead of being used.
+The SSD tier writes one file per page slot (files are reused) with a 64-bit XXH3 checksum of the
+payload and the page id in a header, so a missing, truncated, corrupted or misplaced page is detected
+on read instead of being used.  XXH3 (about 50 GB/s on one core here) replaced CRC-32 (about 4 GB/s):
+with CRC-32 the checksum, not the file read, limited SSD paging to under 70% of a plain file read.
 Every transfer is timed per link (device<->host, host<->ssd) for the paging-cost measurements.
 """
 
@@ -18,11 +20,11 @@ import struct
 import tempfile
 import threading
 import time
-import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+import xxhash
 
 
 class TierFault(RuntimeError):
@@ -132,12 +134,19 @@ class PagePool:
         self._free.append(slot)
 
 
-_MAGIC = b"TKV1"
-_HEADER = struct.Struct("<4sIQ")  # magic, crc32 of payload, payload bytes
+_MAGIC = b"TKV2"
+_HEADER = struct.Struct("<4s4xQQQ")  # magic, page id, payload bytes, xxh3_64 of the payload
+
+
+def _bytes_of(page: torch.Tensor) -> memoryview:
+    """A contiguous CPU tensor's memory as a flat byte view (no copy)."""
+    return memoryview(page.view(torch.uint8).numpy()).cast("B")
 
 
 class SSDTier:
     """One file per page in a private temp directory, created on first use and removed by close()."""
+
+    HEADER_BYTES = _HEADER.size
 
     def __init__(self, config: TierConfig, page_shape: tuple[int, ...], dtype: torch.dtype,
                  stats: TransferStats) -> None:
@@ -169,26 +178,31 @@ class SSDTier:
 
         Slot files are reused: overwriting an existing file in place is about 5x faster here than
         creating one (measured: 0.09 vs 0.67 ms per 256 KiB page), so no temp file + rename; a torn
-        write cannot be mistaken for a page because the header's size and CRC-32 must match on read.
+        write cannot be mistaken for a page because the header's size and checksum must match on read.
+        Header and payload go out in one pwritev system call.
         """
         if len(self.live) >= self.capacity:
             raise DiskFull(f"SSD tier: all {self.capacity} pages in use")
         start = time.perf_counter()
-        payload = memoryview(page.contiguous().view(torch.uint8).numpy()).cast("B")  # no copy
+        payload = _bytes_of(page.contiguous())
         if self._free_ids:
             page_id = self._free_ids.pop()
         else:
             page_id = self.next_page_id
             self.next_page_id += 1
         path = self.path(page_id)
+        header = _HEADER.pack(_MAGIC, page_id, len(payload), xxhash.xxh3_64_intdigest(payload))
         try:
-            with open(path, "r+b" if path.is_file() else "wb") as f:
-                f.write(_HEADER.pack(_MAGIC, zlib.crc32(payload), len(payload)))
-                f.write(payload)
-                f.flush()
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+            try:
+                written = os.pwritev(fd, [header, payload], 0)
+                if written != len(header) + len(payload):
+                    raise OSError(errno.EIO, f"short write: {written} of {len(header) + len(payload)} bytes")
                 if self.drop_page_cache:
-                    os.fsync(f.fileno())
-                    os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+                    os.fsync(fd)
+                    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
         except OSError as exc:
             path.unlink(missing_ok=True)  # a torn page file is never reused
             self._free_ids.append(page_id)
@@ -199,27 +213,39 @@ class SSDTier:
         self.stats.add("host->ssd", len(payload), time.perf_counter() - start)
         return page_id
 
-    def read(self, page_id: int) -> torch.Tensor:
-        """The page as a CPU tensor, checked against its header; raises PageMissing / PageCorrupt."""
+    def read(self, page_id: int, out: torch.Tensor | None = None) -> torch.Tensor:
+        """The page as a CPU tensor, checked against its header; raises PageMissing / PageCorrupt.
+
+        ``out`` (a contiguous CPU tensor of the page's shape and dtype, e.g. a reused staging buffer)
+        receives the bytes; without it a new tensor is allocated.  Header, payload and one spare byte
+        (a longer file shows up as a size mismatch) arrive in one preadv system call; the checksum is
+        computed while the payload is still in the CPU cache.
+        """
         start = time.perf_counter()
         path = self.path(page_id)
-        expected = self.page_bytes
-        payload = bytearray(expected + 1)  # one spare byte: a longer file shows up as a size mismatch
+        page = torch.empty(self.page_shape, dtype=self.dtype) if out is None else out
+        payload = _bytes_of(page)
+        header, spare = bytearray(_HEADER.size), bytearray(1)
         try:
-            with open(path, "rb") as f:
-                header = f.read(_HEADER.size)
-                got = f.readinto(payload)
+            fd = os.open(path, os.O_RDONLY)
         except FileNotFoundError as exc:
             raise PageMissing(f"SSD tier: page file {path} is missing") from exc
         except OSError as exc:
             raise PageMissing(f"SSD tier: cannot read page file {path}: {exc}") from exc
-        if len(header) < _HEADER.size:
-            raise PageCorrupt(f"SSD tier: page file {path} is truncated ({len(header)} bytes)")
-        magic, crc, nbytes = _HEADER.unpack(header)
-        body = memoryview(payload)[:expected]
-        if magic != _MAGIC or nbytes != expected or got != expected or zlib.crc32(body) != crc:
-            raise PageCorrupt(f"SSD tier: page file {path} fails its checksum (size {got}, expected {expected})")
-        page = torch.frombuffer(payload, dtype=torch.uint8)[:expected].view(self.dtype).view(self.page_shape)
+        try:
+            got = os.preadv(fd, [header, payload, spare], 0)
+        except OSError as exc:
+            raise PageMissing(f"SSD tier: cannot read page file {path}: {exc}") from exc
+        finally:
+            os.close(fd)
+        expected = self.page_bytes
+        if got < _HEADER.size:
+            raise PageCorrupt(f"SSD tier: page file {path} is truncated ({got} bytes)")
+        magic, stored_id, nbytes, digest = _HEADER.unpack(header)
+        size = got - _HEADER.size
+        if magic != _MAGIC or stored_id != page_id or nbytes != expected or size != expected \
+                or xxhash.xxh3_64_intdigest(payload) != digest:
+            raise PageCorrupt(f"SSD tier: page file {path} fails its checksum (size {size}, expected {expected})")
         self.stats.add("ssd->host", expected, time.perf_counter() - start)
         return page
 

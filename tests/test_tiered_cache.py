@@ -122,7 +122,7 @@ def test_ssd_page_round_trips_exactly(tmp_path):
     page[0, 0, 0, :3] = torch.tensor([float("inf"), -0.0, float("nan")])
     pid = ssd.write(page)
     path = ssd.path(pid)
-    assert path.stat().st_size == 16 + page.numel() * 4  # header + raw payload
+    assert path.stat().st_size == SSDTier.HEADER_BYTES + page.numel() * 4  # header + raw payload
     back = ssd.read(pid)
     assert torch.equal(back.view(torch.int32), page.view(torch.int32))
     ssd.delete(pid)
