@@ -1,0 +1,141 @@
+"""The synthetic retrieval ("needle") corpus of the tiny-needle model.
+
+A document is a few facts, filler text, then every fact asked for again, in another order:
+
+    <BOS>key qzvkt = 4821.
+    key mbrlo = 0937.
+    <filler: dialogue, report and Python text of the tiny-model corpus, 0..~900 bytes>
+    key mbrlo = 0937.
+    key qzvkt = 4821.<EOS>
+
+The answer is the value's digits after a repeated "key NAME = ": retrieval by exact key match,
+the copy-from-context operation (induction) that needle-in-a-haystack tests probe.  Keys are five
+random lowercase letters, so a key is (almost) never seen twice in training and cannot be memorised;
+held-out keys are a hash split (``is_heldout_key``) disjoint from training keys, and held-out
+filler comes from the corpus's held-out samples (disjoint entity names, held-out stdlib files).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from real_engine.corpus import Corpus
+from real_engine.corpus_tasks import is_heldout_key
+from real_engine.tokenizer import ByteTokenizer
+
+FILLER_TASKS = ("dialogue", "summarization", "code")  # math's "Q:/A:" numbers would look like answers
+TOK = ByteTokenizer()
+
+
+@dataclass(frozen=True)
+class NeedleConfig:
+    """Shape of the documents; the same fields make training and evaluation documents."""
+
+    max_facts: int = 4
+    key_letters: int = 5
+    value_digits: int = 4
+    max_filler_bytes: int = 900
+
+    def __post_init__(self) -> None:
+        for name in ("max_facts", "key_letters", "value_digits"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"NeedleConfig.{name}: must be >= 1, got {getattr(self, name)}")
+        if self.max_filler_bytes < 0:
+            raise ValueError(f"NeedleConfig.max_filler_bytes: must be >= 0, got {self.max_filler_bytes}")
+
+
+def fact_line(key: str, value: str) -> str:
+    return f"key {key} = {value}.\n"
+
+
+def draw_key(rng: np.random.Generator, letters: int, heldout: bool) -> str:
+    """A random lowercase key on the wanted side of the held-out hash split."""
+    while True:
+        key = "".join(chr(ord("a") + int(c)) for c in rng.integers(0, 26, letters))
+        if is_heldout_key(key) == heldout:
+            return key
+
+
+def filler_pool(corpus: Corpus, heldout: bool) -> list[str]:
+    """Texts to cut filler from: training documents, or the held-out samples' whole texts."""
+    if heldout:
+        return [s.text for task in FILLER_TASKS for s in corpus.heldout[task]]
+    return [doc for task in FILLER_TASKS for doc in corpus.train[task]]
+
+
+def filler(rng: np.random.Generator, pool: list[str], nbytes: int) -> str:
+    """About nbytes of text: random pool texts cut at a random start, joined by newlines (ASCII only,
+    so one byte = one token)."""
+    parts: list[str] = []
+    size = 0
+    while size < nbytes:
+        text = pool[int(rng.integers(len(pool)))].encode("ascii", "ignore").decode()
+        start = int(rng.integers(max(1, len(text) // 2)))
+        part = text[start : start + nbytes - size]
+        parts.append(part)
+        size += len(part) + 1
+    return "\n".join(parts)[:nbytes]
+
+
+@dataclass(frozen=True)
+class Document:
+    ids: list[int]  # BOS ... EOS
+    answer: list[bool]  # True at the value digits of the queries (the tokens retrieval must produce)
+
+
+def make_document(rng: np.random.Generator, pool: list[str], cfg: NeedleConfig, heldout: bool,
+                  filler_bytes: int | None = None) -> Document:
+    facts = int(rng.integers(1, cfg.max_facts + 1))
+    keys = [draw_key(rng, cfg.key_letters, heldout) for _ in range(facts)]
+    values = ["".join(str(int(d)) for d in rng.integers(0, 10, cfg.value_digits)) for _ in range(facts)]
+    nbytes = int(rng.integers(0, cfg.max_filler_bytes + 1)) if filler_bytes is None else filler_bytes
+    ids = TOK.encode("".join(fact_line(k, v) for k, v in zip(keys, values, strict=True)), add_bos=True)
+    ids += TOK.encode(filler(rng, pool, nbytes) + "\n")
+    answer = [False] * len(ids)
+    for i in rng.permutation(facts):
+        head = TOK.encode(f"key {keys[i]} = ")
+        ids += head + TOK.encode(values[i]) + TOK.encode(".\n")
+        answer += [False] * len(head) + [True] * cfg.value_digits + [False, False]
+    return Document(ids + [TOK.eos_id], answer + [False])
+
+
+def packed_batch(rng: np.random.Generator, pool: list[str], cfg: NeedleConfig, batch_size: int,
+                 seq_len: int) -> tuple[np.ndarray, np.ndarray]:
+    """[B, T+1] ids and [B, T+1] answer mask: documents back to back, the last one cut off."""
+    ids = np.zeros((batch_size, seq_len + 1), dtype=np.int64)
+    mask = np.zeros((batch_size, seq_len + 1), dtype=bool)
+    for row in range(batch_size):
+        row_ids: list[int] = []
+        row_mask: list[bool] = []
+        while len(row_ids) < seq_len + 1:
+            doc = make_document(rng, pool, cfg, heldout=False)
+            row_ids += doc.ids
+            row_mask += doc.answer
+        ids[row] = row_ids[: seq_len + 1]
+        mask[row] = row_mask[: seq_len + 1]
+    return ids, mask
+
+
+@dataclass(frozen=True)
+class NeedleCase:
+    prompt: list[int]  # BOS, facts, filler, then "key NAME = " of the asked fact
+    answer: list[int]  # the value's digits
+    fact_end: int  # tokens up to the end of the last fact line (the needle lies in [1, fact_end))
+
+
+def needle_cases(pool: list[str], cfg: NeedleConfig, count: int, context_tokens: int, seed: int) -> list[NeedleCase]:
+    """Held-out retrieval prompts of about context_tokens tokens, asking for the FIRST fact (the one
+    farthest back); the facts are 1..max_facts lines at the start, the rest is filler."""
+    rng = np.random.default_rng([seed, context_tokens, 17])
+    cases = []
+    for _ in range(count):
+        facts = int(rng.integers(1, cfg.max_facts + 1))
+        keys = [draw_key(rng, cfg.key_letters, heldout=True) for _ in range(facts)]
+        values = ["".join(str(int(d)) for d in rng.integers(0, 10, cfg.value_digits)) for _ in range(facts)]
+        head = TOK.encode("".join(fact_line(k, v) for k, v in zip(keys, values, strict=True)), add_bos=True)
+        query = TOK.encode(f"\nkey {keys[0]} = ")
+        body = TOK.encode(filler(rng, pool, max(0, context_tokens - len(head) - len(query))))
+        cases.append(NeedleCase(head + body + query, TOK.encode(values[0]), len(head)))
+    return cases
