@@ -23,14 +23,12 @@ from tqdm import tqdm
 from calibrate.assemble import STATISTICS, SWEEPS, FittedCost, fit_all, refusals
 from calibrate.fit import DEFAULT_MAX_HOLDOUT_MAPE, FitRefused
 from calibrate.hardware import GIB, cpu_hardware, spec_for_device
+from calibrate.optional_sweeps import measure_optional, optional_sections
 from calibrate.presets import Preset
 from calibrate.probe import StepProbe
 from calibrate.samples import Sample, SampleLog, samples_path_for
-from calibrate.sweep_compression import compression_section, measure_compression, thread_clock
-from calibrate.sweep_paging import measure_paging, paging_sections
-from calibrate.sweep_seqpar import measure_seqpar, seqpar_section
-from calibrate.sweep_speculative import SpecSettings, measure_speculative, speculative_sections
-from calibrate.target import DTYPE_KEYS, DTYPES, LoadedTarget, TargetSpec, load_target, model_spec
+from calibrate.sweep_speculative import SpecSettings
+from calibrate.target import DTYPE_KEYS, LoadedTarget, TargetSpec, load_target, model_spec
 from calibrate.timer import CLOCKS, time_call
 from real_engine.checkpoint import load_config
 from real_engine.config import PRESETS
@@ -42,7 +40,6 @@ CLOCK_TEXT = {"cuda-events": "CUDA events", "wall": "wall time (perf_counter)",
               "thread": "CPU time of the single torch thread (time.thread_time: what the step costs on an idle "
               "core; other processes cannot inflate it)"}
 GPU_MEMORY_UTILISATION = 0.9  # vLLM's default share of device memory for weights + KV
-SEQPAR_REPS = 3
 SERVE_KV_TOKENS = 1024 * 16  # `tripath serve` defaults: --num-blocks 1024 x --block-size 16
 
 
@@ -67,8 +64,8 @@ class CalibrationJob:
     draft: str | None = None  # draft checkpoint folder: adds the speculative sweep (needs a --model checkpoint)
     eval_prompts: str | None = None  # eval_prompts.jsonl for the speculative sweep (default data/models/)
     spec: SpecSettings = SpecSettings()
-    paging: bool = False  # add the paging sweep (the tiered cache's tiers, SSD tier in a temp dir)
-    seqpar: bool = False  # add the sequence-parallel sweep (P = 2 vs 1 prefill; spawns two gloo ranks)
+    paging: bool = False  # add the paging sweep (the tiered cache's tiers per chunk size, SSD tier in a temp dir)
+    seqpar: bool = False  # add the sequence-parallel sweep (P vs 1 prefill per preset degree; spawns gloo ranks)
     compression: bool = False  # add the KV-compression sweep (needs a --model checkpoint; --draft adds acceptance)
 
     def __post_init__(self) -> None:
@@ -212,16 +209,7 @@ def run_calibration(job: CalibrationJob, after_point: Callable[[int], None] | No
     memory = _memory(job, hardware, spec_model.weight_bytes, spec_model.kv_bytes_per_token)
     with SampleLog.open(samples_path, _fingerprint(job, hardware.device_name)) as log:
         measured = _measure(job, log, device, after_point)
-        if job.draft is not None:
-            measured += _measure_speculative(job, log, device)
-        if job.paging:
-            config = _config_only(target_spec).config
-            measured += measure_paging(config, DTYPES[target_spec.dtype], device, job.preset.timer, log,
-                                       ssd_dir=str(out.parent))
-        if job.seqpar:  # whole-model prefills: a few repetitions are enough (seconds each at 2K tokens)
-            measured += measure_seqpar(_config_only(target_spec).config, min(job.preset.timer.reps, SEQPAR_REPS), log)
-        if job.compression:
-            measured += _measure_compression(job, log, device)
+        measured += measure_optional(job, log, device, _config_only(target_spec).config, clock_of(job) == "thread")
         samples = list(log.samples)
     how = (f"timed at 1 and {target_spec.layers_timed} layers, extrapolated per layer" if target_spec.scaled
            else "all layers timed")
@@ -245,27 +233,18 @@ def run_calibration(job: CalibrationJob, after_point: Callable[[int], None] | No
         notes.append(f"Scaled: random weights, {target_spec.layers_timed} of {spec_model.layers} decoder layers "
                      "instantiated; full-depth times extrapolated per layer (see model.note).")
     notes += [f"Written with --force despite: {r}" for r in reasons]
-    speculative, acceptance = (speculative_sections(samples, Path(job.draft).name, job.spec.k)
-                               if job.draft is not None else (None, {}))
-    paging = (paging_sections(samples, spec_model.kv_bytes_per_token, statistic,
-                              f"{job.preset.name} preset on {hardware.device_name}, wall clock")
-              if job.paging else {})
-    sequence_parallel = (seqpar_section(samples, f"{job.preset.name} preset on {hardware.device_name}")
-                         if job.seqpar else {})
-    compression = (compression_section(samples, job.spec.k if job.draft is not None else None,
-                                       f"{hardware.device_name}, clock: {CLOCK_TEXT[clock]}")
-                   if job.compression else {})
-    missing = (([] if compression else ["compression"]) + ([] if sequence_parallel else ["sequence-parallel"])
-               + (["speculative"] if speculative is None else []) + ([] if paging else ["paging"]))
-    if missing:
-        notes.append(f"Not measured by this run: {', '.join(missing)} sweeps; those optional sections are absent.")
+    sections = optional_sections(job, samples, spec_model.kv_bytes_per_token, statistic, hardware.device_name,
+                                 CLOCK_TEXT[clock])
+    if sections.missing():
+        notes.append(f"Not measured by this run: {', '.join(sections.missing())} sweeps; those optional sections "
+                     "are absent.")
     profile = Profile(
         key=ProfileKey(key_hw, spec_model.name, DTYPE_KEYS[target_spec.dtype], 1, commit),
         source="measured", hardware=hardware, model=spec_model,
         memory=memory,
         costs={name: f.model for name, f in fitted.items()},
-        speculative=speculative, acceptance=acceptance, paging=paging,
-        sequence_parallel=sequence_parallel, compression=compression,
+        speculative=sections.speculative, acceptance=sections.acceptance, paging=sections.paging,
+        sequence_parallel=sections.sequence_parallel, compression=sections.compression,
         provenance=Provenance(job.command, commit, torch.__version__, torch.version.cuda, cuda_name or
                               hardware.device_name, dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")),
         notes=tuple(notes),
@@ -273,47 +252,6 @@ def run_calibration(job: CalibrationJob, after_point: Callable[[int], None] | No
     save_profile(profile, out)
     plots = write_plots(fitted, out, profile.key_str()) if job.plots else ()
     return CalibrationResult(profile, out, samples_path, plots, measured, tuple(reasons))
-
-
-def _measure_compression(job: CalibrationJob, log: SampleLog, device: torch.device) -> int:
-    """The compression sweep on the target checkpoint: the first eval prompt of each task (two at most)."""
-    import time
-
-    from real_engine.checkpoint import load_checkpoint
-
-    dtype = DTYPES[job.target.dtype]
-    target = load_checkpoint(str(job.target.checkpoint), device=device, dtype=dtype)[1]
-    draft = load_checkpoint(str(job.draft), device=device, dtype=dtype)[1] if job.draft is not None else None
-    prompts = [p[0] for p in _eval_prompts(job).values()][:2]
-    clock = thread_clock if clock_of(job) == "thread" else time.perf_counter
-    return measure_compression(target, draft, prompts, job.spec.k, log, clock)
-
-
-def _eval_prompts(job: CalibrationJob) -> dict[str, list[list[int]]]:
-    """Token ids of the eval prompts per task (at most job.spec.prompts each), tasks without prompts left out."""
-    from real_engine.corpus import TASKS, load_eval_prompts
-    from real_engine.tokenizer import ByteTokenizer
-    from simulator.paths import MODELS_DIR
-
-    tok = ByteTokenizer()
-    eval_path = Path(job.eval_prompts) if job.eval_prompts is not None else MODELS_DIR / "eval_prompts.jsonl"
-    evals = load_eval_prompts(eval_path)
-    prompts = {t: [tok.encode(s.prompt, add_bos=True) for s in evals if s.task == t][: job.spec.prompts]
-               for t in TASKS}
-    prompts = {t: p for t, p in prompts.items() if p}
-    if not prompts:
-        raise InputError(str(eval_path), None, f"no prompts for any task of {', '.join(TASKS)}")
-    return prompts
-
-
-def _measure_speculative(job: CalibrationJob, log: SampleLog, device: torch.device) -> int:
-    """The speculative sweep on the target checkpoint and the draft (tasks already on disk are skipped)."""
-    from real_engine.checkpoint import load_checkpoint
-
-    dtype = DTYPES[job.target.dtype]
-    target = load_checkpoint(str(job.target.checkpoint), device=device, dtype=dtype)[1]
-    draft = load_checkpoint(str(job.draft), device=device, dtype=dtype)[1]
-    return measure_speculative(target, draft, _eval_prompts(job), job.spec, log)
 
 
 def _config_only(spec: TargetSpec) -> LoadedTarget:

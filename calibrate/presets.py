@@ -26,12 +26,19 @@ class Preset:
     decode_batch: tuple[int, ...]
     decode_context: tuple[int, ...]  # tokens held by EACH decoding sequence (total = batch x this)
     timer: TimerConfig = TimerConfig()
+    # The optional sweeps' grids (used only when the job switches that sweep on):
+    spec_k: tuple[int, ...] = (4,)  # proposal lengths K of the speculative sweep (--draft)
+    paging_chunks: tuple[int, ...] = (256,)  # tokens per page of the paging sweep (--paging)
+    sp_degrees: tuple[int, ...] = (2,)  # sequence-parallel degrees P (--seqpar)
 
     def __post_init__(self) -> None:
         _positive_ints("prefill_new", self.prefill_new)
         _positive_ints("prefill_context", self.prefill_context, low=0)
         _positive_ints("decode_batch", self.decode_batch)
         _positive_ints("decode_context", self.decode_context)
+        _positive_ints("spec_k", self.spec_k)
+        _positive_ints("paging_chunks", self.paging_chunks)
+        _positive_ints("sp_degrees", self.sp_degrees, low=2)
 
     def prefill_points(self, max_len: int) -> list[tuple[int, int]]:
         """(new_tokens, context_tokens) pairs whose sequence fits in ``max_len`` positions."""
@@ -56,6 +63,9 @@ PRESETS: dict[str, Preset] = {
         decode_batch=(1, 2, 4, 8, 12, 16, 24, 32),
         decode_context=(64, 256, 512, 1024),
         timer=TimerConfig(warmup=2, reps=11),
+        spec_k=(1, 2, 4, 6),
+        paging_chunks=(64, 256, 1024),
+        sp_degrees=(2,),  # P = 4 would put 4 ranks on the 2 cores this preset is sized for
     ),
     # The documented full sweep: denser, longer, bigger batches (tens of minutes on CPU, minutes on a GPU).
     "full": Preset(
@@ -65,5 +75,8 @@ PRESETS: dict[str, Preset] = {
         decode_batch=(1, 2, 4, 8, 16, 32, 64, 128),
         decode_context=(32, 128, 512, 1024, 2048, 4096),
         timer=TimerConfig(warmup=2, reps=7),
+        spec_k=(1, 2, 3, 4, 5, 6, 7, 8),
+        paging_chunks=(64, 256, 1024),
+        sp_degrees=(2, 4),  # a degree above the CPU count is skipped with a printed reason
     ),
 }

@@ -6,15 +6,21 @@ cache performs it, page by page: a tensor copy between the device pool and the h
 (``device->host``, ``host->device``; on a CPU both are RAM), ``SSDTier.write`` / ``SSDTier.read``
 (file per page with a CRC-32 header, in a temp directory: ``host->ssd``, ``ssd->host``).
 
-Rows in the calibration's samples CSV: sweep ``paging``, layers 0, x1 = the link's index in
-``LINKS``, x2 = bytes moved; times in ms (median / min / max of the repetitions).
+Rows in the calibration's samples CSV: sweep ``paging`` (pages of the main chunk size, 256 tokens
+unless told) or ``paging_c{C}`` (pages of C tokens, the chunk-size sweep), layers 0, x1 = the link's
+index in ``LINKS``, x2 = bytes moved; times in ms (median / min / max of the repetitions).
 
 Profile keys: the four directions, plus the simulator's two link names (``device_host``,
-``host_ssd``; simulator/profile_schema.py) fitted to both directions' samples together.
+``host_ssd``; simulator/profile_schema.py) fitted to both directions' samples together. Each
+link's ``cost`` is fitted to the main chunk size; with more than one chunk size measured,
+``by_chunk_tokens`` holds paging_v1 fitted per chunk size. At one chunk size the bytes of N pages
+are N x page bytes, so a per-page setup cost cannot be told from bandwidth: it shows as a lower
+effective bandwidth for small pages, and the chunk-size sweep is what exposes it.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 import tempfile
 import time
@@ -63,13 +69,34 @@ def _transfer(tiers: Tiers, link: str, pages: int) -> Callable[[], None]:
     return run
 
 
+def sweep_name(chunk_tokens: int, main_chunk: int = CHUNK_TOKENS) -> str:
+    """The samples-CSV sweep of transfers in pages of ``chunk_tokens`` tokens."""
+    return "paging" if chunk_tokens == main_chunk else f"paging_c{chunk_tokens}"
+
+
 def measure_paging(config: ModelConfig, dtype: torch.dtype, device: torch.device, timer: TimerConfig,
                    log: SampleLog, page_counts: tuple[int, ...] = PAGE_COUNTS, chunk_tokens: int = CHUNK_TOKENS,
-                   ssd_dir: str | None = None) -> int:
-    """Time every (link, page count) not yet on disk; returns the points measured."""
+                   ssd_dir: str | None = None, more_chunks: tuple[int, ...] = ()) -> int:
+    """Time every (chunk size, link, page count) not yet on disk; returns the points measured.
+
+    ``chunk_tokens``: the main page size (rows ``paging``); ``more_chunks``: further page sizes (rows
+    ``paging_c{C}``), each moved in the same page counts."""
+    measured = 0
+    for chunk in dict.fromkeys((chunk_tokens, *more_chunks)):
+        measured += _measure_chunk(config, dtype, device, timer, log, page_counts, chunk,
+                                   sweep_name(chunk, chunk_tokens), ssd_dir)
+    return measured
+
+
+def _measure_chunk(config: ModelConfig, dtype: torch.dtype, device: torch.device, timer: TimerConfig,
+                   log: SampleLog, page_counts: tuple[int, ...], chunk_tokens: int, sweep: str,
+                   ssd_dir: str | None) -> int:
     page_shape = (2, chunk_tokens, config.num_kv_heads, int(config.head_dim))  # [K/V, tokens, kv heads, dim]
     most = max(page_counts)
     measured = 0
+    if all((sweep, 0, i, pages * _page_bytes(page_shape, dtype)) in log.done
+           for i in range(len(LINKS)) for pages in page_counts):
+        return 0  # resume: no tiers (and no SSD temp dir) for a chunk size already on disk
     with tempfile.TemporaryDirectory(prefix="tripath-paging-", dir=ssd_dir) as parent:
         tiers = Tiers(TierConfig(chunk_tokens, device_pages=most, host_pages=most, ssd_pages=2 * most,
                                  ssd_dir=parent), page_shape, dtype, device)
@@ -78,7 +105,7 @@ def measure_paging(config: ModelConfig, dtype: torch.dtype, device: torch.device
             for index, link in enumerate(LINKS):
                 for pages in page_counts:
                     nbytes = pages * tiers.page_bytes
-                    if ("paging", 0, index, nbytes) in log.done:
+                    if (sweep, 0, index, nbytes) in log.done:
                         continue
                     run = _transfer(tiers, link, pages)
                     for _ in range(timer.warmup):
@@ -91,7 +118,7 @@ def measure_paging(config: ModelConfig, dtype: torch.dtype, device: torch.device
                     if link == "ssd->host":
                         for page_id in list(tiers.ssd.live):
                             tiers.ssd.delete(page_id)
-                    log.append(Sample("paging", 0, index, nbytes, statistics.median(ms), min(ms), max(ms),
+                    log.append(Sample(sweep, 0, index, nbytes, statistics.median(ms), min(ms), max(ms),
                                       len(ms)))
                     measured += 1
         finally:
@@ -99,28 +126,54 @@ def measure_paging(config: ModelConfig, dtype: torch.dtype, device: torch.device
     return measured
 
 
-def paging_sections(samples: list[Sample], kv_bytes_per_token: int, statistic: str, what: str
-                    ) -> dict[str, PagingLink]:
-    """paging_v1 per direction and per simulator link, fitted to the ``paging`` rows."""
-    rows = [s for s in samples if s.sweep == "paging"]
+def _page_bytes(shape: tuple[int, ...], dtype: torch.dtype) -> int:
+    return math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+
+
+def _fit_link(sel: list[Sample], links: tuple[str, ...], statistic: str, what: str) -> CostModel:
+    x = np.array([s.x2 for s in sel], dtype=float)
+    y = np.array([s.median_ms if statistic == "median" else s.min_ms for s in sel], dtype=float)
+    data = f"{len(sel)} transfers of {', '.join(links)} ({statistic}_ms): {what}"
+    result = fit_formula("paging_v1", {"bytes": x}, y, data=data)
+    coefficients = {
+        "setup_ms": Coefficient(result.coefficients["setup_ms"], "ms", "fitted", "intercept: fixed cost of "
+                                "one transfer"),
+        "bandwidth_gbps": Coefficient(result.coefficients["bandwidth_gbps"], "GB/s", "fitted",
+                                      "inverse slope: bytes moved per second, page by page"),
+    }
+    return CostModel("paging_v1", coefficients, ("bytes",), {"bytes": (float(x.min()), float(x.max()))},
+                     result.quality, f"{' and '.join(links)} through real_engine.tiers, page by page. {what}")
+
+
+def _chunk_of(sweep: str, main_chunk: int) -> int | None:
+    if sweep == "paging":
+        return main_chunk
+    return int(sweep.removeprefix("paging_c")) if sweep.startswith("paging_c") else None
+
+
+def paging_sections(samples: list[Sample], kv_bytes_per_token: int, statistic: str, what: str,
+                    main_chunk: int = CHUNK_TOKENS) -> dict[str, PagingLink]:
+    """paging_v1 per direction and per simulator link, fitted to the ``paging`` rows (pages of ``main_chunk``
+    tokens); per chunk size too (``by_chunk_tokens``) when the ``paging_c{C}`` rows hold other sizes."""
+    by_chunk: dict[int, list[Sample]] = {}
+    for s in samples:
+        chunk = _chunk_of(s.sweep, main_chunk)
+        if chunk is not None:
+            by_chunk.setdefault(chunk, []).append(s)
+    rows = by_chunk.get(main_chunk, [])
     out: dict[str, PagingLink] = {}
     groups = {link: (link,) for link in LINKS} | SIMULATOR_LINKS
     for name, links in groups.items():
         sel = [s for s in rows if LINKS[s.x1] in links]
         if len(sel) < 2:
             continue
-        x = np.array([s.x2 for s in sel], dtype=float)
-        y = np.array([s.median_ms if statistic == "median" else s.min_ms for s in sel], dtype=float)
-        data = f"{len(sel)} transfers of {', '.join(links)} ({statistic}_ms): {what}"
-        result = fit_formula("paging_v1", {"bytes": x}, y, data=data)
-        coefficients = {
-            "setup_ms": Coefficient(result.coefficients["setup_ms"], "ms", "fitted", "intercept: fixed cost of "
-                                    "one transfer"),
-            "bandwidth_gbps": Coefficient(result.coefficients["bandwidth_gbps"], "GB/s", "fitted",
-                                          "inverse slope: bytes moved per second, page by page"),
-        }
-        model = CostModel("paging_v1", coefficients, ("bytes",), {"bytes": (float(x.min()), float(x.max()))},
-                          result.quality, f"{' and '.join(links)} through real_engine.tiers, page by page. {what}")
+        model = _fit_link(sel, links, statistic, f"pages of {main_chunk} tokens; {what}")
+        per_chunk = {}
+        if len(by_chunk) > 1:
+            for chunk, chunk_rows in sorted(by_chunk.items()):
+                chosen = [s for s in chunk_rows if LINKS[s.x1] in links]
+                if len(chosen) >= 2:
+                    per_chunk[chunk] = _fit_link(chosen, links, statistic, f"pages of {chunk} tokens; {what}")
         bandwidth = model.evaluate(bytes=TOKENS_2K * kv_bytes_per_token) - model.evaluate(bytes=0.0)
-        out[name] = PagingLink(model, bandwidth)
+        out[name] = PagingLink(model, bandwidth, per_chunk)
     return out

@@ -1,7 +1,7 @@
-"""Sequence-parallel sweep: prefill at P = 2 against P = 1 and the merge overhead, per prompt length.
+"""Sequence-parallel sweep: prefill at P (2, 4, ...) against P = 1 and the merge overhead, per prompt length.
 
-Two gloo ranks are spawned once (``real_engine.dist.spawn``); per length and repetition, rank 0
-runs the plain model forward (P = 1) while rank 1 waits, then both run
+Per degree P, P gloo ranks are spawned once (``real_engine.dist.spawn``); per length and repetition,
+rank 0 runs the plain model forward (P = 1) while the others wait, then all run
 ``SequenceParallel.prefill`` (zigzag shards, K/V all-gather, log-sum-exp merge). The model has the
 target's shape with seeded random weights (speed does not depend on the values).
 
@@ -11,13 +11,18 @@ on a core of its own, the same choice as the calibration's thread clock. It leav
 waiting for the peer, so the speedup is an upper bound for an idle machine (the note says so).
 
 Rows in the calibration's samples CSV, layers 0, x1 = prompt length, x2 = P (1 or 2), ms:
-``seqpar_prefill`` (P = 2: the slower rank of each repetition) and ``seqpar_merge`` (P = 2 only:
-time in the merge, the slower rank).
+``seqpar_prefill`` (P > 1: the slowest rank of each repetition; the P = 1 row is measured in the
+first degree's run and reused) and ``seqpar_merge`` (P > 1 only: time in the merge, the slowest rank).
+
+A degree above the machine's CPU count would time ranks that share cores: it is skipped with a
+printed reason unless ``max_ranks`` allows it, and a section measured so says it is oversubscribed.
 """
 
 from __future__ import annotations
 
+import os
 import statistics
+import sys
 import time
 
 import numpy as np
@@ -33,7 +38,7 @@ from real_engine.seqpar import SeqParConfig, SequenceParallel
 from simulator.profile import Coefficient, CostModel, SpRow
 from simulator.profile import SequenceParallel as SpSection
 
-DEGREE = 2
+DEGREE = 2  # the default degree
 LENGTHS = (512, 1024, 2048)
 
 
@@ -55,7 +60,8 @@ def _sp_cpu_s(model: LlamaModel, prompt: list[int]) -> tuple[float, float]:
 
 def seqpar_worker(rank: int, device: torch.device, config: ModelConfig, lengths: tuple[int, ...],
                   reps: int) -> list[tuple[int, int, float, float]]:
-    """This rank's (length, P, cpu_s, merge_s) per repetition; P = 1 rows on rank 0 only."""
+    """This rank's (length, P, cpu_s, merge_s) per repetition, P = the world size; P = 1 rows on rank 0 only."""
+    degree = dist.get_world_size()
     model = LlamaModel(config, torch.Generator().manual_seed(0)).eval()
     gen = torch.Generator().manual_seed(1)
     warm = torch.randint(0, config.vocab_size, (64,), generator=gen).tolist()
@@ -69,7 +75,7 @@ def seqpar_worker(rank: int, device: torch.device, config: ModelConfig, lengths:
             dist.barrier()
             if rank == 0:
                 rows.append((length, 1, _plain_cpu_s(model, prompt), 0.0))
-            rows.append((length, DEGREE, *_sp_cpu_s(model, prompt)))
+            rows.append((length, degree, *_sp_cpu_s(model, prompt)))
     dist.barrier()
     return rows
 
@@ -80,40 +86,56 @@ def _sample(sweep: str, length: int, degree: int, seconds: list[float]) -> Sampl
 
 
 def measure_seqpar(config: ModelConfig, reps: int, log: SampleLog, lengths: tuple[int, ...] = LENGTHS,
-                   deadline_s: float = 600.0) -> int:
-    """Measure the lengths not yet on disk (those that fit the model's context); returns lengths measured."""
-    todo = tuple(n for n in lengths if n <= config.max_position_embeddings
-                 and ("seqpar_merge", 0, n, DEGREE) not in log.done)
-    if not todo:
-        return 0
-    per_rank = spawn(seqpar_worker, DistConfig(world_size=DEGREE, threads_per_rank=1), config, todo, reps,
-                     deadline_s=deadline_s)
-    for length in todo:
-        plain = [cpu for n, p, cpu, _ in per_rank[0] if (n, p) == (length, 1)]
-        # per repetition, the slower rank sets the pace
-        ranks = [[(cpu, merge) for n, p, cpu, merge in rows if (n, p) == (length, DEGREE)] for rows in per_rank]
-        slowest = [max(pair) for pair in zip(*ranks, strict=True)]
-        for sweep, seconds in (("seqpar_prefill", plain), ("seqpar_prefill", [s[0] for s in slowest])):
-            degree = 1 if seconds is plain else DEGREE
-            if (sweep, 0, length, degree) not in log.done:
-                log.append(_sample(sweep, length, degree, seconds))
-        merges = [max(m for _, m in rep) for rep in zip(*ranks, strict=True)]
-        log.append(_sample("seqpar_merge", length, DEGREE, merges))
-    return len(todo)
+                   deadline_s: float = 600.0, degrees: tuple[int, ...] = (DEGREE,),
+                   max_ranks: int | None = None) -> int:
+    """Measure the (degree, length) pairs not yet on disk (lengths that fit the model's context); returns the
+    pairs measured. Degrees above ``max_ranks`` (default: the CPU count) are skipped with a printed reason."""
+    limit = max_ranks if max_ranks is not None else (os.cpu_count() or 1)
+    measured = 0
+    for degree in degrees:
+        todo = tuple(n for n in lengths if n <= config.max_position_embeddings
+                     and ("seqpar_merge", 0, n, degree) not in log.done)
+        if not todo:
+            continue
+        if degree > limit:
+            print(f"calibrate: sequence-parallel P = {degree} skipped: {degree} ranks on {limit} CPUs would share "
+                  "cores, so their timings would not mean P devices", file=sys.stderr)
+            continue
+        per_rank = spawn(seqpar_worker, DistConfig(world_size=degree, threads_per_rank=1), config, todo, reps,
+                         deadline_s=deadline_s)
+        for length in todo:
+            plain = [cpu for n, p, cpu, _ in per_rank[0] if (n, p) == (length, 1)]
+            # per repetition, the slowest rank sets the pace
+            ranks = [[(cpu, merge) for n, p, cpu, merge in rows if (n, p) == (length, degree)] for rows in per_rank]
+            slowest = [max(pair) for pair in zip(*ranks, strict=True)]
+            for p, seconds in ((1, plain), (degree, [s[0] for s in slowest])):
+                if ("seqpar_prefill", 0, length, p) not in log.done:
+                    log.append(_sample("seqpar_prefill", length, p, seconds))
+            merges = [max(m for _, m in rep) for rep in zip(*ranks, strict=True)]
+            log.append(_sample("seqpar_merge", length, degree, merges))
+            measured += 1
+    return measured
 
 
-def seqpar_section(samples: list[Sample], what: str) -> dict[int, SpSection]:
-    """The profile's sequence_parallel[2]: a row per length (median speedup, merge ms), merge fitted."""
+def seqpar_section(samples: list[Sample], what: str, cpus: int | None = None) -> dict[int, SpSection]:
+    """The profile's sequence_parallel[P] per measured P: a row per length (median speedup, merge ms), merge
+    fitted. ``cpus``: the CPU count of the machine that measured (default this one's), for the note."""
+    cpus = cpus if cpus is not None else (os.cpu_count() or 1)
+    degrees = sorted({s.x2 for s in samples if s.sweep == "seqpar_merge"})
+    return {p: section for p in degrees if (section := _degree_section(samples, p, what, cpus)) is not None}
+
+
+def _degree_section(samples: list[Sample], degree: int, what: str, cpus: int) -> SpSection | None:
     by_key = {s.key: s for s in samples if s.sweep.startswith("seqpar_")}
-    lengths = sorted(s.x1 for s in samples if s.sweep == "seqpar_merge")
+    lengths = sorted(s.x1 for s in samples if s.sweep == "seqpar_merge" and s.x2 == degree)
     rows = []
     for n in lengths:
-        one, two = by_key.get(("seqpar_prefill", 0, n, 1)), by_key.get(("seqpar_prefill", 0, n, DEGREE))
-        if one is None or two is None:
+        one, many = by_key.get(("seqpar_prefill", 0, n, 1)), by_key.get(("seqpar_prefill", 0, n, degree))
+        if one is None or many is None:
             continue
-        rows.append(SpRow(n, one.median_ms / two.median_ms, by_key[("seqpar_merge", 0, n, DEGREE)].median_ms))
+        rows.append(SpRow(n, one.median_ms / many.median_ms, by_key[("seqpar_merge", 0, n, degree)].median_ms))
     if not rows:
-        return {}
+        return None
     merge = None
     if len(rows) >= 2 and all(r.merge_ms > 0 for r in rows):
         x = np.array([r.context_tokens for r in rows], dtype=float)
@@ -124,8 +146,10 @@ def seqpar_section(samples: list[Sample], what: str) -> dict[int, SpSection]:
                                              "merge cost per prompt token")}
         merge = CostModel("sp_merge_v1", coefficients, ("context_tokens",),
                           {"context_tokens": (float(x.min()), float(x.max()))}, result.quality,
-                          "log-sum-exp merge of the P = 2 prefill, slower rank")
-    note = (f"Measured: P = 2 vs P = 1 prefill of the whole model, CPU seconds per process (gloo threads "
-            f"included; waiting for the peer is not counted, so an upper bound for idle cores), median of the "
-            f"repetitions; merge ms likewise. {what}")
-    return {DEGREE: SpSection(DEGREE, tuple(rows), merge, "measured", note)}
+                          f"log-sum-exp merge of the P = {degree} prefill, slowest rank")
+    shared = (f" OVERSUBSCRIBED: {degree} ranks on {cpus} CPUs shared cores; CPU time per process leaves out the "
+              "waiting, but cache and memory-bandwidth sharing remain." if degree > cpus else "")
+    note = (f"Measured: P = {degree} vs P = 1 prefill of the whole model, CPU seconds per process (gloo threads "
+            f"included; waiting for the peers is not counted, so an upper bound for idle cores), median of the "
+            f"repetitions; merge ms likewise. {what}.{shared}")
+    return SpSection(degree, tuple(rows), merge, "measured", note)

@@ -1,27 +1,29 @@
-"""Speculative sweep: per task, draft-token acceptance at K and the costs c and v(K) of a round.
+"""Speculative sweep: per task and per proposal length K, draft-token acceptance and the costs c and v(K).
 
-For each task of the eval prompts, a few prompts are decoded greedily at batch 1, once by the
-target alone (the unit of cost: one plain target decode step) and once by the SpeculativeEngine
-with a draft-model proposer at fixed K. Measured: spec_metrics' per-token acceptance a
-(accepted / (accepted + rejections)), per-position acceptance, the draft pass time (c = draft
-pass / target step) and the verify pass over K+1 tokens (v(K) = verify pass / target step).
+For each task of the eval prompts and each K of the grid, a few prompts are decoded greedily at
+batch 1, once by the target alone (the unit of cost: one plain target decode step) and once by the
+SpeculativeEngine with a draft-model proposer at fixed K, interleaved prompt by prompt so that
+contention on a shared machine hits both alike. Measured: spec_metrics' per-token acceptance a
+(accepted / (accepted + rejections)), per-position acceptance, the draft pass time (c = draft pass /
+target step) and the verify pass over K+1 tokens (v(K) = verify pass / target step).
 
 Rows in the calibration's samples CSV (columns sweep, layers, x1, x2, median_ms, min_ms, max_ms,
 reps); ``x1`` is the task's index in ``real_engine.corpus.TASKS``:
 
-- ``spec_target`` (x2 = 0), ``spec_draft`` (x2 = K), ``spec_verify`` (x2 = K): pass times in ms;
-- ``spec_accept`` (x2 = draft position i, 1..K): COUNTS, not times: median_ms = min_ms = max_ms =
-  drafts whose i-th token was accepted, reps = drafts that proposed an i-th token; and x2 = 0
-  holds the rounds that ended at a rejection (the denominator of a is accepted + rejections).
+- ``spec_target``, ``spec_draft``, ``spec_verify`` (x2 = K): pass times in ms, the plain target step
+  timed in the same run as K;
+- ``spec_accept_k{K}`` (x2 = draft position i, 1..K): COUNTS, not times: median_ms = min_ms = max_ms =
+  drafts whose i-th token was accepted, reps = drafts that proposed an i-th token; and x2 = 0 holds
+  the rounds that ended at a rejection (the denominator of a is accepted + rejections).
 
-A task is measured whole or, if every one of its rows is on disk, skipped (resume).
+A (task, K) pair is measured whole or, if every one of its rows is on disk, skipped (resume).
 """
 
 from __future__ import annotations
 
 import statistics
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from calibrate.samples import Sample, SampleLog
 from real_engine.corpus import TASKS
@@ -32,17 +34,28 @@ from real_engine.spec_controller import FixedK
 from real_engine.speculative import SpeculativeEngine
 from simulator.profile import Coefficient, Speculative, TaskAcceptance
 
-SPEC_SWEEPS = ("spec_target", "spec_draft", "spec_verify", "spec_accept")
+TIMED_SWEEPS = ("spec_target", "spec_draft", "spec_verify")
 ENGINE = EngineConfig(num_blocks=256, block_size=16)
+
+
+def accept_sweep(k: int) -> str:
+    """The samples-CSV sweep name of the acceptance counts at proposal length ``k``."""
+    return f"spec_accept_k{k}"
+
+
+def is_spec_sweep(name: str) -> bool:
+    return name in TIMED_SWEEPS or name.startswith("spec_accept_k")
 
 
 @dataclass(frozen=True)
 class SpecSettings:
-    """How much to decode per task: ``prompts`` prompts of ``new_tokens`` tokens each, at fixed ``k``."""
+    """How much to decode per task and K: ``prompts`` prompts of ``new_tokens`` tokens each, at each fixed K of
+    ``ks`` (the K grid; ``k``, the profile's headline K, is always measured too)."""
 
     k: int = 4
     prompts: int = 3
     new_tokens: int = 48
+    ks: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("k", "prompts"):
@@ -50,6 +63,14 @@ class SpecSettings:
                 raise ValueError(f"SpecSettings.{name}: must be >= 1, got {getattr(self, name)}")
         if self.new_tokens < 2:
             raise ValueError(f"SpecSettings.new_tokens: must be >= 2, got {self.new_tokens}")
+        object.__setattr__(self, "ks", tuple(self.ks))
+        if any(isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in self.ks):
+            raise ValueError(f"SpecSettings.ks: must be integers >= 1, got {self.ks!r}")
+
+    @property
+    def grid(self) -> tuple[int, ...]:
+        """Every K measured, ascending."""
+        return tuple(sorted({self.k, *self.ks}))
 
 
 def _stat_sample(sweep: str, layers: int, x1: int, x2: int, seconds: list[float]) -> Sample:
@@ -57,8 +78,8 @@ def _stat_sample(sweep: str, layers: int, x1: int, x2: int, seconds: list[float]
     return Sample(sweep, layers, x1, x2, statistics.median(ms), min(ms), max(ms), len(ms))
 
 
-def _count_sample(layers: int, task: int, position: int, count: int, out_of: int) -> Sample:
-    return Sample("spec_accept", layers, task, position, float(count), float(count), float(count), out_of)
+def _count_sample(k: int, layers: int, task: int, position: int, count: int, out_of: int) -> Sample:
+    return Sample(accept_sweep(k), layers, task, position, float(count), float(count), float(count), out_of)
 
 
 def _decode_walls(engine: Engine | SpeculativeEngine, prompt: list[int], new: int) -> list[float]:
@@ -71,11 +92,11 @@ def _decode_walls(engine: Engine | SpeculativeEngine, prompt: list[int], new: in
     return walls[1:]
 
 
-def _task_rows(target: LlamaModel, draft: LlamaModel, prompts: list[list[int]], task: int, settings: SpecSettings,
-               layers: int) -> list[Sample]:
+def _task_rows(target: LlamaModel, draft: LlamaModel, prompts: list[list[int]], task: int, k: int,
+               settings: SpecSettings, layers: int) -> list[Sample]:
     plain = Engine(target, ENGINE)
     spec = SpeculativeEngine(target, DraftModelProposer(draft, ENGINE.num_blocks, ENGINE.block_size), ENGINE,
-                             FixedK(settings.k))
+                             FixedK(k))
     _decode_walls(plain, [1] * 8, 4)  # warm-up: RoPE tables, allocator
     _decode_walls(spec, [1] * 8, 4)
     spec.counters = type(spec.counters)()  # acceptance of the eval prompts only
@@ -84,82 +105,117 @@ def _task_rows(target: LlamaModel, draft: LlamaModel, prompts: list[list[int]], 
     for prompt in prompts:  # interleaved, so contention of a shared machine hits both alike
         target_s += _decode_walls(plain, prompt, settings.new_tokens)
         _decode_walls(spec, prompt, settings.new_tokens)
-    k, c = settings.k, spec.counters
+    c = spec.counters
     if not spec.timings.draft_pass_s or not spec.timings.verify_s.get(k):
         raise RuntimeError(f"task {TASKS[task]}: no batch-1 draft or verify pass at K={k} was timed")
-    rows = [_stat_sample("spec_target", layers, task, 0, target_s),
+    rows = [_stat_sample("spec_target", layers, task, k, target_s),
             _stat_sample("spec_draft", layers, task, k, spec.timings.draft_pass_s),
             _stat_sample("spec_verify", layers, task, k, spec.timings.verify_s[k]),
-            _count_sample(layers, task, 0, c.num_rejections, c.num_drafts)]
+            _count_sample(k, layers, task, 0, c.num_rejections, c.num_drafts)]
     proposed = c.proposed_per_position + [0] * (k - len(c.proposed_per_position))
     accepted = c.accepted_per_position + [0] * (k - len(c.accepted_per_position))
-    rows += [_count_sample(layers, task, i + 1, accepted[i], proposed[i]) for i in range(k)]
+    rows += [_count_sample(k, layers, task, i + 1, accepted[i], proposed[i]) for i in range(k)]
     return rows
+
+
+def unit_keys(layers: int, task: int, k: int) -> list[tuple[str, int, int, int]]:
+    """The samples-CSV keys one (task, K) measurement writes."""
+    return [(name, layers, task, k) for name in TIMED_SWEEPS] + [(accept_sweep(k), layers, task, i)
+                                                                 for i in range(k + 1)]
 
 
 def measure_speculative(target: LlamaModel, draft: LlamaModel, prompts: dict[str, list[list[int]]],
                         settings: SpecSettings, log: SampleLog, progress: Callable[[str], None] | None = None) -> int:
-    """Measure every task of ``prompts`` (names from TASKS) not yet on disk; returns tasks measured."""
+    """Measure every (task of ``prompts``, K of the grid) not yet on disk; returns the (task, K) pairs measured."""
     layers = target.config.num_layers
     measured = 0
     for name, task_prompts in prompts.items():
         task = TASKS.index(name)
-        keys = [("spec_target", layers, task, 0), ("spec_draft", layers, task, settings.k),
-                ("spec_verify", layers, task, settings.k)] + [("spec_accept", layers, task, i)
-                                                              for i in range(settings.k + 1)]
-        if all(key in log.done for key in keys):
-            continue
-        for row in _task_rows(target, draft, task_prompts[: settings.prompts], task, settings, layers):
-            if row.key not in log.done:  # a task cut short by a kill: keep its rows, add the rest
-                log.append(row)
-        measured += 1
-        if progress is not None:
-            progress(name)
+        for k in settings.grid:
+            if all(key in log.done for key in unit_keys(layers, task, k)):
+                continue
+            for row in _task_rows(target, draft, task_prompts[: settings.prompts], task, k, settings, layers):
+                if row.key not in log.done:  # a pair cut short by a kill: keep its rows, add the rest
+                    log.append(row)
+            measured += 1
+            if progress is not None:
+                progress(f"{name} K={k}")
     return measured
+
+
+def _acceptance(by_key: dict[tuple[str, int, int, int], Sample], lay: int, task: int, k: int
+                ) -> TaskAcceptance | None:
+    """One task's acceptance at K from its count rows (None when not measured or no draft was judged)."""
+    name = accept_sweep(k)
+    if any((name, lay, task, i) not in by_key for i in range(k + 1)):
+        return None
+    positions = [by_key[(name, lay, task, i)] for i in range(1, k + 1)]
+    rejections = int(by_key[(name, lay, task, 0)].median_ms)
+    accepted = sum(int(p.median_ms) for p in positions)
+    trials = accepted + rejections
+    if trials == 0:
+        return None
+    drafts = by_key[(name, lay, task, 0)].reps
+    per_position = []  # P(i-th accepted | first i-1 accepted), conditional as the schema defines it
+    before = drafts
+    for p in positions:
+        before = min(before, p.reps)  # rounds cut short near max_new_tokens proposed fewer
+        per_position.append(p.median_ms / before if before else 0.0)
+        before = int(p.median_ms)
+    return TaskAcceptance(
+        accepted / trials, k, tuple(per_position), "measured",
+        f"{drafts} draft rounds at K={k}, greedy, batch 1; a = accepted / (accepted + rejections) "
+        f"({accepted} / {trials}), real_engine.spec_metrics' per-token acceptance")
+
+
+def _ratio(by_key: dict[tuple[str, int, int, int], Sample], sweep: str, lay: int, task: int, k: int) -> float | None:
+    """A pass time over the plain target step timed in the same run (None when either is missing)."""
+    num, unit = by_key.get((sweep, lay, task, k)), by_key.get(("spec_target", lay, task, k))
+    return None if num is None or unit is None else num.median_ms / unit.median_ms
 
 
 def speculative_sections(samples: list[Sample], draft_name: str, k: int
                          ) -> tuple[Speculative | None, dict[str, TaskAcceptance]]:
-    """The profile's ``speculative`` and ``acceptance`` sections from the spec_* rows at K = ``k``."""
-    by_key = {s.key: s for s in samples if s.sweep in SPEC_SWEEPS}
+    """The profile's ``speculative`` and ``acceptance`` sections from the spec_* rows.
+
+    The headline entries are at K = ``k``; when more than one K was measured, ``verify_by_k`` and each
+    task's ``by_k`` hold every measured K (a single-K run writes the sections as before).
+    """
+    rows = [s for s in samples if is_spec_sweep(s.sweep)]
+    by_key = {s.key: s for s in rows}
+    ks = sorted({s.x2 for s in rows if s.sweep == "spec_verify"})
     acceptance: dict[str, TaskAcceptance] = {}
     c_values: list[float] = []
-    v_values: list[float] = []
+    v_by_k: dict[int, list[float]] = {kk: [] for kk in ks}
     for task, name in enumerate(TASKS):
-        layers = [s.layers for s in samples if s.sweep == "spec_target" and s.x1 == task]
+        layers = sorted({s.layers for s in rows if s.sweep == "spec_target" and s.x1 == task})
         if not layers:
             continue
         lay = layers[0]
-        unit = by_key[("spec_target", lay, task, 0)].median_ms
-        c_values.append(by_key[("spec_draft", lay, task, k)].median_ms / unit)
-        v_values.append(by_key[("spec_verify", lay, task, k)].median_ms / unit)
-        positions = [by_key[("spec_accept", lay, task, i)] for i in range(1, k + 1)]
-        rejections = int(by_key[("spec_accept", lay, task, 0)].median_ms)
-        accepted = sum(int(p.median_ms) for p in positions)
-        trials = accepted + rejections
-        if trials == 0:
-            continue
-        drafts = by_key[("spec_accept", lay, task, 0)].reps
-        per_position = []  # P(i-th accepted | first i-1 accepted), conditional as the schema defines it
-        before = drafts
-        for p in positions:
-            before = min(before, p.reps)  # rounds cut short near max_new_tokens proposed fewer
-            per_position.append(p.median_ms / before if before else 0.0)
-            before = int(p.median_ms)
-        acceptance[name] = TaskAcceptance(
-            accepted / trials, k, tuple(per_position), "measured",
-            f"{drafts} draft rounds at K={k}, greedy, batch 1; a = accepted / (accepted + rejections) "
-            f"({accepted} / {trials}), real_engine.spec_metrics' per-token acceptance")
-    if not c_values:
+        for kk in ks:
+            c, v = _ratio(by_key, "spec_draft", lay, task, kk), _ratio(by_key, "spec_verify", lay, task, kk)
+            if c is not None and v is not None:
+                c_values.append(c)
+                v_by_k[kk].append(v)
+        by_k = {kk: a for kk in ks if (a := _acceptance(by_key, lay, task, kk)) is not None}
+        if k in by_k:
+            acceptance[name] = replace(by_k[k], by_k=by_k if len(by_k) > 1 else {})
+    if not v_by_k.get(k):
         return None, acceptance
-    tasks = len(c_values)
+    tasks = len(v_by_k[k])
+    verify_by_k = {kk: Coefficient(statistics.median(v), "target steps", "measured",
+                                   f"median over {len(v)} tasks of (median verify pass over {kk + 1} tokens / "
+                                   f"median plain target step in the same run), batch 1")
+                   for kk, v in v_by_k.items() if v} if len(ks) > 1 else {}
     spec = Speculative(
         draft_name, k,
         Coefficient(statistics.median(c_values), "target steps", "measured",
-                    f"median over {tasks} tasks of (median draft pass / median plain target step), batch 1"),
-        Coefficient(statistics.median(v_values), "target steps", "measured",
+                    f"median over {len(c_values)} (task, K) runs of (median draft pass / median plain target "
+                    "step), batch 1"),
+        Coefficient(statistics.median(v_by_k[k]), "target steps", "measured",
                     f"median over {tasks} tasks of (median verify pass over K+1 tokens / median plain target "
                     "step), batch 1"),
         note="Measured by the calibration's speculative sweep (calibrate/sweep_speculative.py): SpeculativeEngine "
-             "with a draft-model proposer at fixed K, wall-clock pass times.")
+             f"with a draft-model proposer at fixed K in {{{', '.join(map(str, ks))}}}, wall-clock pass times.",
+        verify_by_k=verify_by_k)
     return spec, acceptance

@@ -18,7 +18,7 @@ from simulator.profile import load_profile
 from tripath.cli import main
 
 GRID = Preset("test", prefill_new=(8, 32, 64), prefill_context=(0, 32), decode_batch=(1, 2, 4),
-              decode_context=(16, 64), timer=TimerConfig(warmup=0, reps=2))
+              decode_context=(16, 64), timer=TimerConfig(warmup=0, reps=2), spec_k=(2, 4), paging_chunks=(64, 256))
 
 
 def test_calibrate_with_draft_and_paging(tmp_path, monkeypatch, capsys):
@@ -39,10 +39,14 @@ def test_calibrate_with_draft_and_paging(tmp_path, monkeypatch, capsys):
     spec = profile.speculative
     assert spec is not None and spec.draft_model == "draft" and spec.k == 4
     assert spec.cost_ratio.value > 0 and spec.verify_cost_ratio.value > 0
+    assert sorted(spec.verify_by_k) == [2, 4]  # the preset's K grid
+    assert all(sorted(a.by_k) == [2, 4] and all(0.0 <= e.mean <= 1.0 for e in a.by_k.values())
+               for a in profile.acceptance.values())
+    assert all(sorted(link.by_chunk_tokens) == [64, 256] for link in profile.paging.values())
     assert {"device_host", "host_ssd", "ssd->host"} <= set(profile.paging)
     assert profile.paging_ms("host_ssd", 2e6) > profile.paging_ms("host_ssd", 1e5) > 0
     assert {s.sweep for s in read_samples(tmp_path / "cpu-t.samples.csv")} >= {"prefill", "decode", "paging",
-                                                                                "spec_accept"}
+                                                                                "spec_accept_k4", "paging_c64"}
     sp = profile.sequence_parallel[2]  # tiny-gqa holds 512 positions: only the 512-token length fits
     assert [r.context_tokens for r in sp.rows] == [512] and sp.rows[0].speedup > 0
     assert not any("paging" in n and "Not measured" in n for n in profile.notes)

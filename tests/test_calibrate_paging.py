@@ -53,3 +53,27 @@ def test_resume_measures_nothing_twice(swept):
         assert measure_paging(CONFIG, torch.float32, torch.device("cpu"), TimerConfig(warmup=1, reps=3), log,
                               page_counts=(4, 16, 64), chunk_tokens=64, ssd_dir=str(path.parent)) == 0
     assert path.read_text() == before
+
+
+def test_chunk_sizes_add_rows_and_per_chunk_fits(swept):
+    """A second page size (16 tokens) lands in its own rows; each link gains a fit per chunk size while its main
+    fit (pages of 64 tokens) stays what the 64-token rows alone give."""
+    path, _ = swept
+    main_only = paging_sections(read_samples(path), CONFIG.kv_bytes_per_token(4), "min", "test", main_chunk=64)
+    kw = dict(page_counts=(4, 16, 64), chunk_tokens=64, ssd_dir=str(path.parent), more_chunks=(16, 64))
+    with SampleLog.open(path, {"t": 1}) as log:
+        assert measure_paging(CONFIG, torch.float32, torch.device("cpu"), TimerConfig(warmup=1, reps=3), log,
+                              **kw) == len(LINKS) * 3  # 64 is on disk already: only the 16-token pages
+    samples = read_samples(path)
+    # one 16-token page: 2 * 16 * 2 * 8 * 4 = 2048 bytes
+    assert sorted({s.x2 for s in samples if s.sweep == "paging_c16"}) == [4 * 2048, 16 * 2048, 64 * 2048]
+    links = paging_sections(samples, CONFIG.kv_bytes_per_token(4), "min", "test", main_chunk=64)
+    for name, link in links.items():
+        assert sorted(link.by_chunk_tokens) == [16, 64], name
+        assert link.cost == main_only[name].cost  # the main fit is untouched by other chunk sizes
+        assert link.by_chunk_tokens[64].values() == link.cost.values()
+        assert link.cost_for(16) is link.by_chunk_tokens[16] and link.cost_for(None) is link.cost
+        assert link.by_chunk_tokens[16].domain["bytes"] == (4 * 2048.0, 64 * 2048.0)
+    with SampleLog.open(path, {"t": 1}) as log:
+        assert measure_paging(CONFIG, torch.float32, torch.device("cpu"), TimerConfig(warmup=1, reps=3), log,
+                              **kw) == 0

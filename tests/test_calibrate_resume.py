@@ -113,3 +113,50 @@ def test_killed_process_resumes(tmp_path):
     assert len({s.key for s in rows}) == len(rows) == 12
     assert rows[: len(before)] == before
     assert out.exists()
+
+
+def test_k_sweep_interrupted_mid_grid_resumes_exactly(tmp_path):
+    """The speculative sweep stopped after 2 of its (task, K) runs, and again with one run's rows half on disk
+    (a kill between two appends), finishes with every row once and the earlier rows untouched."""
+    import torch
+
+    from calibrate.sweep_speculative import SpecSettings, measure_speculative, unit_keys
+    from real_engine.config import PRESETS
+    from real_engine.corpus import TASKS
+    from real_engine.model import LlamaModel
+
+    torch.set_num_threads(1)
+    model = LlamaModel(PRESETS["tiny-gqa"], torch.Generator().manual_seed(1)).eval()
+    prompts = {"code": [[1, 5, 9, 13, 2, 7]], "math": [[1, 4, 4, 6, 6, 10]]}
+    settings = SpecSettings(k=2, prompts=1, new_tokens=8, ks=(1, 3))  # grid 1, 2, 3: 6 runs
+    path = tmp_path / "s.samples.csv"
+    layers = model.config.num_layers
+    tasks = (TASKS.index("code"), TASKS.index("math"))
+    expected = {key for task in tasks for k in (1, 2, 3) for key in unit_keys(layers, task, k)}
+
+    def stop_after(n):
+        seen = []
+
+        def progress(what):
+            seen.append(what)
+            if len(seen) == n:
+                raise Interrupted
+        return progress
+
+    with SampleLog.open(path, {"s": 1}) as log, pytest.raises(Interrupted):
+        measure_speculative(model, model, prompts, settings, log, progress=stop_after(2))
+    first = read_samples(path)
+    assert {s.key for s in first} == set(unit_keys(layers, tasks[0], 1)) | set(unit_keys(layers, tasks[0], 2))
+    # a kill in the middle of the third run: only its first two rows reached the disk
+    with SampleLog.open(path, {"s": 1}) as log:
+        for key in unit_keys(layers, tasks[0], 3)[:2]:
+            log.append(Sample(*key, 1.0, 1.0, 1.0, 1))
+    partial = read_samples(path)
+    with SampleLog.open(path, {"s": 1}) as log:
+        assert measure_speculative(model, model, prompts, settings, log) == 6 - 2
+    rows = read_samples(path)
+    keys = [s.key for s in rows]
+    assert len(keys) == len(set(keys)) and set(keys) == expected  # none repeated, none lost
+    assert rows[: len(partial)] == partial  # rows on disk are kept as they were
+    with SampleLog.open(path, {"s": 1}) as log:
+        assert measure_speculative(model, model, prompts, settings, log) == 0

@@ -43,3 +43,30 @@ def test_resume_spawns_nothing(swept):
     path, _ = swept
     with SampleLog.open(path, {"t": 1}) as log:
         assert measure_seqpar(CONFIG, 2, log, lengths=(128, 256)) == 0
+
+
+def test_degree_grid_adds_p4_and_reuses_p1(swept, capsys):
+    """P = 4 (four ranks, allowed here although the machine may have fewer cores) joins P = 2: one new pair per
+    length, the P = 1 rows reused, and a sequence_parallel[4] section labelled oversubscribed when it was."""
+    path, _ = swept
+    with SampleLog.open(path, {"t": 1}) as log:
+        assert measure_seqpar(CONFIG, 1, log, lengths=(128,), degrees=(2, 4), max_ranks=4, deadline_s=120) == 1
+    samples = read_samples(path)
+    keys = [s.key for s in samples]
+    assert len(keys) == len(set(keys))  # P = 1 at 128 tokens was not measured again
+    assert {("seqpar_prefill", 0, 128, 4), ("seqpar_merge", 0, 128, 4)} <= set(keys)
+    sections = seqpar_section(samples, "test", cpus=2)
+    assert sorted(sections) == [2, 4]
+    four = sections[4]
+    assert [r.context_tokens for r in four.rows] == [128] and four.merge is None  # one length: no fit
+    one = next(s for s in samples if s.key == ("seqpar_prefill", 0, 128, 1))
+    p4 = next(s for s in samples if s.key == ("seqpar_prefill", 0, 128, 4))
+    assert four.rows[0].speedup == pytest.approx(one.median_ms / p4.median_ms)
+    assert "OVERSUBSCRIBED" in four.note and "OVERSUBSCRIBED" not in sections[2].note
+
+
+def test_degree_above_cpu_count_is_skipped_with_a_reason(tmp_path, capsys):
+    with SampleLog.open(tmp_path / "s.samples.csv", {"t": 2}) as log:
+        assert measure_seqpar(CONFIG, 1, log, lengths=(128,), degrees=(4,), max_ranks=2) == 0
+        assert not log.samples
+    assert "P = 4 skipped" in capsys.readouterr().err

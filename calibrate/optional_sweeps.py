@@ -1,0 +1,129 @@
+"""The optional sweeps of a calibration job (speculative, paging, sequence parallel, compression): run them
+into the samples log, then build the profile's optional sections from the samples.
+
+Each is switched on by the job (``--draft``, ``--paging``, ``--seqpar``, ``--compression``) and swept
+over the preset's grid for it: K (``spec_k``), tokens per page (``paging_chunks``) and degree P
+(``sp_degrees``). Each sweep resumes on its own from the rows on disk.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+from tqdm import tqdm
+
+from calibrate.samples import Sample, SampleLog
+from calibrate.sweep_compression import compression_section, measure_compression, thread_clock
+from calibrate.sweep_paging import CHUNK_TOKENS, measure_paging, paging_sections
+from calibrate.sweep_seqpar import measure_seqpar, seqpar_section
+from calibrate.sweep_speculative import SpecSettings, measure_speculative, speculative_sections
+from calibrate.target import DTYPES
+from real_engine.config import ModelConfig
+from simulator.errors import InputError
+from simulator.profile import CompressionMode, PagingLink, SequenceParallel, Speculative, TaskAcceptance
+
+if TYPE_CHECKING:
+    from calibrate.job import CalibrationJob
+
+SEQPAR_REPS = 3  # whole-model prefills: a few repetitions are enough (seconds each at 2K tokens)
+
+
+@dataclass(frozen=True)
+class OptionalSections:
+    speculative: Speculative | None
+    acceptance: dict[str, TaskAcceptance]
+    paging: dict[str, PagingLink]
+    sequence_parallel: dict[int, SequenceParallel]
+    compression: dict[str, CompressionMode]
+
+    def missing(self) -> list[str]:
+        """The optional sweeps this profile has no section for."""
+        return (([] if self.compression else ["compression"]) + ([] if self.sequence_parallel else
+                                                                 ["sequence-parallel"])
+                + (["speculative"] if self.speculative is None else []) + ([] if self.paging else ["paging"]))
+
+
+def spec_settings(job: CalibrationJob) -> SpecSettings:
+    """The job's speculative settings with the preset's K grid unless the job names its own."""
+    return job.spec if job.spec.ks else replace(job.spec, ks=job.preset.spec_k)
+
+
+def measure_optional(job: CalibrationJob, log: SampleLog, device: torch.device, config: ModelConfig,
+                     thread_clocked: bool) -> int:
+    """Every optional sweep the job switches on, resuming from ``log``; returns the units measured."""
+    measured = 0
+    if job.draft is not None:
+        measured += _measure_speculative(job, log, device)
+    if job.paging:
+        measured += measure_paging(config, DTYPES[job.target.dtype], device, job.preset.timer, log,
+                                   ssd_dir=str(Path(job.out).parent), chunk_tokens=CHUNK_TOKENS,
+                                   more_chunks=job.preset.paging_chunks)
+    if job.seqpar:
+        measured += measure_seqpar(config, min(job.preset.timer.reps, SEQPAR_REPS), log,
+                                   degrees=job.preset.sp_degrees)
+    if job.compression:
+        measured += _measure_compression(job, log, device, thread_clocked)
+    return measured
+
+
+def optional_sections(job: CalibrationJob, samples: list[Sample], kv_bytes_per_token: int, statistic: str,
+                      device_name: str, clock_text: str) -> OptionalSections:
+    """The profile's optional sections from the samples (empty for the sweeps the job left off)."""
+    where = f"{job.preset.name} preset on {device_name}"
+    speculative, acceptance = (speculative_sections(samples, Path(job.draft).name, job.spec.k)
+                               if job.draft is not None else (None, {}))
+    paging = (paging_sections(samples, kv_bytes_per_token, statistic, f"{where}, wall clock", CHUNK_TOKENS)
+              if job.paging else {})
+    sequence_parallel = seqpar_section(samples, where) if job.seqpar else {}
+    compression = (compression_section(samples, job.spec.k if job.draft is not None else None,
+                                       f"{device_name}, clock: {clock_text}")
+                   if job.compression else {})
+    return OptionalSections(speculative, acceptance, paging, sequence_parallel, compression)
+
+
+def _measure_compression(job: CalibrationJob, log: SampleLog, device: torch.device, thread_clocked: bool) -> int:
+    """The compression sweep on the target checkpoint: the first eval prompt of each task (two at most)."""
+    from real_engine.checkpoint import load_checkpoint
+
+    dtype = DTYPES[job.target.dtype]
+    target = load_checkpoint(str(job.target.checkpoint), device=device, dtype=dtype)[1]
+    draft = load_checkpoint(str(job.draft), device=device, dtype=dtype)[1] if job.draft is not None else None
+    prompts = [p[0] for p in _eval_prompts(job).values()][:2]
+    clock = thread_clock if thread_clocked else time.perf_counter
+    return measure_compression(target, draft, prompts, job.spec.k, log, clock)
+
+
+def _eval_prompts(job: CalibrationJob) -> dict[str, list[list[int]]]:
+    """Token ids of the eval prompts per task (at most job.spec.prompts each), tasks without prompts left out."""
+    from real_engine.corpus import TASKS, load_eval_prompts
+    from real_engine.tokenizer import ByteTokenizer
+    from simulator.paths import MODELS_DIR
+
+    tok = ByteTokenizer()
+    eval_path = Path(job.eval_prompts) if job.eval_prompts is not None else MODELS_DIR / "eval_prompts.jsonl"
+    evals = load_eval_prompts(eval_path)
+    prompts = {t: [tok.encode(s.prompt, add_bos=True) for s in evals if s.task == t][: job.spec.prompts]
+               for t in TASKS}
+    prompts = {t: p for t, p in prompts.items() if p}
+    if not prompts:
+        raise InputError(str(eval_path), None, f"no prompts for any task of {', '.join(TASKS)}")
+    return prompts
+
+
+def _measure_speculative(job: CalibrationJob, log: SampleLog, device: torch.device) -> int:
+    """The speculative sweep (tasks x K) on the target checkpoint and the draft; pairs on disk are skipped."""
+    from real_engine.checkpoint import load_checkpoint
+
+    dtype = DTYPES[job.target.dtype]
+    target = load_checkpoint(str(job.target.checkpoint), device=device, dtype=dtype)[1]
+    draft = load_checkpoint(str(job.draft), device=device, dtype=dtype)[1]
+    settings = spec_settings(job)
+    prompts = _eval_prompts(job)
+    with tqdm(total=len(prompts) * len(settings.grid), desc="speculative (task x K)", unit="run",
+              disable=not job.progress) as bar:
+        return measure_speculative(target, draft, prompts, settings, log,
+                                   progress=lambda what: (bar.set_postfix_str(what), bar.update(1)) and None)
