@@ -9,7 +9,9 @@ Ranking, among the candidates that meet the SLA (planning/sweep.py: every P99 te
 target, at most 1% rejected): fewest GPUs (the cost; GPU-hours per 1,000 requests are the
 same at equal GPUs and equal load), then the largest SLA margin (min over terms of
 (target - P99) / target). The seed's matrix compares single paths only, so each cell also
-reports the best single path (baseline or one path), which is what ``seed_agrees`` checks.
+reports the best single path (baseline or one path), which is what ``seed_agrees`` checks; when
+no single path meets the SLA, the closest feasible one (largest, i.e. least negative, margin with
+at most 1% rejected) stands in, and the output says so.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from planning.cache import ResultCache
 from planning.candidates import BASELINE, Candidate, candidates
 from planning.executor import Executor
 from planning.scenario_dict import build, load_scenario_dict, with_rate
-from planning.sweep import Outcome, make_job, run_sweep
+from planning.sweep import MAX_REJECTED, Outcome, make_job, run_sweep
 from simulator.profile import Profile
 from simulator.runner import arrival_rate, cluster_config
 
@@ -97,8 +99,21 @@ class Cell:
         return ranked[0].candidate.name if ranked else None
 
     @property
+    def closest_single_path(self) -> str | None:
+        """When no single path meets the SLA: the feasible one (<= 1% rejected) with the largest margin."""
+        feasible = [r for r in self.results if r.outcome is not None and len(r.candidate.paths) <= 1
+                    and r.outcome.data["rejected_share"] <= MAX_REJECTED
+                    and r.outcome.data.get("sla_margin") is not None]
+        return min(feasible, key=lambda r: rank_key(r.candidate.name, r.outcome)).candidate.name if feasible else None
+
+    @property
+    def compared_path(self) -> str | None:
+        """What the seed's row is compared with: the best single path meeting the SLA, else the closest."""
+        return self.best_single_path or self.closest_single_path
+
+    @property
     def seed_agrees(self) -> bool | None:
-        return None if self.seed_recommends is None else self.best_single_path == self.seed_recommends
+        return None if self.seed_recommends is None else self.compared_path == self.seed_recommends
 
     def why_not_seed(self) -> str | None:
         """When the best single path is not the seed's: what happened to the seed's choice."""
@@ -117,12 +132,14 @@ class Cell:
         state = "meets the SLA" if mine.outcome.meets_sla else "misses the SLA"
         return (f"{self.seed_recommends} {state} (P99 ms {_fmt(p99)}, targets {_fmt(self.sla_ms)}, "
                 f"rejected {o['rejected_share']:.0%}, margin {o.get('sla_margin')}); "
-                f"best single path here: {self.best_single_path}")
+                f"here: {self.best_single_path or 'no single path meets the SLA'}"
+                + ("" if self.best_single_path else f", closest: {self.closest_single_path}"))
 
     def to_dict(self) -> dict[str, Any]:
         return {"scenario": self.scenario, "sla_ms": self.sla_ms, "gpus": self.gpus, "rate_per_s": self.rate_per_s,
                 "recommended": self.recommended, "runner_up": self.runner_up,
-                "best_single_path": self.best_single_path, "seed_recommends": self.seed_recommends,
+                "best_single_path": self.best_single_path, "closest_single_path": self.closest_single_path,
+                "seed_recommends": self.seed_recommends, "seed_compared_with": self.compared_path,
                 "seed_agrees": self.seed_agrees, "why_not_seed": self.why_not_seed(),
                 "candidates": [r.to_dict() for r in self.results]}
 

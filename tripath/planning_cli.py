@@ -101,7 +101,8 @@ def _cmd_matrix(args: argparse.Namespace) -> int:
         lines.append(f"{cell['scenario']} ({cell['gpus']} GPU, {cell['rate_per_s']:.4g} req/s, SLA P99 ms "
                      f"ttft/tpot/e2e {' / '.join(_ms(v) for v in cell['sla_ms'].values())})")
         lines.append(f"  recommended: {cell['recommended'] or 'none meets the SLA'}; runner-up: "
-                     f"{cell['runner_up'] or '-'}; best single path: {cell['best_single_path'] or '-'}; "
+                     f"{cell['runner_up'] or '-'}; best single path: {cell['best_single_path'] or '-'} "
+                     f"(closest: {cell['closest_single_path'] or '-'}); "
                      f"seed: {cell['seed_recommends']} ({'agrees' if cell['seed_agrees'] else 'differs'})")
         if cell["why_not_seed"]:
             lines.append(f"  why not the seed's: {cell['why_not_seed']}")
