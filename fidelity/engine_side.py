@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fidelity.window_serving import serve_batched, wait_seconds
+from fidelity.window_serving import serve_batched
 from real_engine.engine import Engine, EngineConfig
 from real_engine.model import LlamaModel
 from real_engine.proposers import DraftModelProposer
@@ -135,7 +135,7 @@ def measure(data: dict[str, Any], requests: list[RequestSpec], target: LlamaMode
     t0 = time.perf_counter()
     if policy in ("static", "dynamic"):
         result = serve_batched(engine, requests, prompts, int(batching.get("max_batch_size", 256)),
-                               wait_seconds(policy, float(batching.get("max_wait_ms", 0.0))), **timing)
+                               float(batching.get("max_wait_ms", 0.0)) / 1000.0, policy == "dynamic", **timing)
     elif policy in ("continuous", "chunked"):
         result = serve(engine, requests, prompts, **timing)
     else:

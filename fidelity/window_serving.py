@@ -1,16 +1,23 @@
-"""Dynamic (and static) batching on the real engine: a request-level batcher in front of Engine.
+"""Static and dynamic batching on the real engine: a request-level batcher in front of Engine.
 
 real_engine.serving.serve hands every arrived request to the engine at once (continuous
-batching, as Orca/vLLM). Dynamic batching, as Triton's dynamic batcher, instead forms a batch
-when ``max_batch_size`` requests wait or the oldest has waited ``max_wait_s`` (the queue delay),
-and runs that batch to completion before the next one starts: later arrivals never join a running
-batch. Static batching is the same with an unbounded wait (a batch starts only when full, or when
-no more requests will arrive). Records carry the simulator's fields, as serve() writes them.
+batching, as Orca/vLLM). These two policies follow simulator/batching.py's ``Windowed`` rule,
+so the engine and the simulator form the same groups:
+
+- a group forms when the waiting requests fill the free places of the batch (max_batch_size
+  minus the sequences still running) or the oldest has waited max_wait_s (Triton's
+  max_queue_delay);
+- static: only an empty engine forms a group, which runs to completion (nobody joins);
+- dynamic (Triton's dynamic batcher in front of an iteration-level engine): a group joins the
+  running batch at the next iteration boundary.
+
+Groups are not limited by a token budget (Triton has none): the scenario's max_batched_tokens
+must hold a whole group's prompts for the engine to prefill it in one step, as the simulator does.
+Records carry the simulator's fields, as serve() writes them.
 """
 
 from __future__ import annotations
 
-import math
 import time
 from collections import deque
 from collections.abc import Callable
@@ -27,11 +34,12 @@ def serve_batched(
     prompts: PromptSource,
     max_batch_size: int,
     max_wait_s: float,
+    joins: bool,
     clock: Callable[[], float] = time.perf_counter,
     sleep: Callable[[float], None] = time.sleep,
     warmup: bool = True,
 ) -> ServeResult:
-    """Replay requests in wall-clock time through a request-level batcher (max_wait_s = inf: static)."""
+    """Replay requests in real time through the batcher (joins: dynamic; not joins: static)."""
     if max_batch_size < 1 or not max_wait_s >= 0.0:
         raise ValueError(f"need max_batch_size >= 1 and max_wait_s >= 0, got {max_batch_size}, {max_wait_s}")
     if warmup:
@@ -42,8 +50,9 @@ def serve_batched(
     rejected: dict[int, str] = {}
     queue: deque[RequestSpec] = deque()
     steps: list[StepRecord] = []
+    live = 0  # requests handed to the engine and not finished
     t0 = clock()
-    while pending or queue or engine.has_unfinished:
+    while pending or queue or live:
         now = clock() - t0
         while pending and pending[0].arrival_s <= now:
             spec = pending.popleft()
@@ -52,20 +61,19 @@ def serve_batched(
                 queue.append(spec)
             else:
                 rejected[spec.request_id] = reason
-        if not engine.has_unfinished:
-            if not queue:
-                if pending:
-                    sleep(max(0.0, pending[0].arrival_s - (clock() - t0)))
-                continue
-            # the window closes when the batch is full, the oldest waited max_wait_s, or nothing more comes
-            closes = queue[0].arrival_s + max_wait_s
-            if len(queue) < max_batch_size and pending and now < closes:
-                sleep(max(0.0, min(closes, pending[0].arrival_s) - (clock() - t0)))
-                continue
-            for _ in range(min(max_batch_size, len(queue))):
-                spec = queue.popleft()
-                engine.add_request(prompts.prompt(spec.task, spec.prompt_tokens), spec.output_tokens,
-                                   request_id=spec.request_id)
+        room = max_batch_size - live
+        if queue and room > 0 and (joins or live == 0):
+            if len(queue) >= room or now >= queue[0].arrival_s + max_wait_s:  # full, or out of time
+                for _ in range(min(room, len(queue))):
+                    spec = queue.popleft()
+                    engine.add_request(prompts.prompt(spec.task, spec.prompt_tokens), spec.output_tokens,
+                                       request_id=spec.request_id)
+                    live += 1
+        if not live:  # idle: until the window closes or the next arrival, whichever is first
+            wakes = ([queue[0].arrival_s + max_wait_s] if queue else []) + ([pending[0].arrival_s] if pending else [])
+            wake = min(wakes, default=now)
+            sleep(max(0.0, wake - (clock() - t0)))
+            continue
         start = clock() - t0
         rec = engine.step()
         end = clock() - t0
@@ -77,6 +85,7 @@ def serve_batched(
         for rid in rec.finished:
             times[rid]["finish_s"] = end
             engine.release(rid)
+            live -= 1
     return ServeResult(_records(specs, times, rejected), steps, prompts.source)
 
 
@@ -92,8 +101,3 @@ def _records(specs: dict[int, RequestSpec], times: dict[int, dict[str, float]],
         out.append(RequestRecord(rid, s.task, s.arrival_s, s.prompt_tokens, s.output_tokens, 0, t["admitted_s"],
                                  t["first_token_s"], t["finish_s"], COMPLETED, ""))
     return out
-
-
-def wait_seconds(policy: str, max_wait_ms: float) -> float:
-    """The batcher's queue delay for a policy: static waits for a full batch (inf), dynamic max_wait_ms."""
-    return math.inf if policy == "static" else max_wait_ms / 1000.0
