@@ -56,6 +56,14 @@ def main() -> None:
     _show(stored["outcome"])
 
 
+def _ms(value: float, signed: bool = False) -> str:
+    """Milliseconds as the metric cards show them: seconds from 10 s up, so the number fits its card."""
+    sign = "+" if signed else ""
+    if abs(value) >= 10_000:
+        return f"{value / 1000:{sign},.1f} s"
+    return f"{value:{sign},.1f} ms"
+
+
 def _run(data: dict, key: tuple) -> None:
     scenario_json, profile_name, seed, replications = key
     try:
@@ -83,12 +91,16 @@ def _show(outcome: simulation.Outcome) -> None:
     cols[2].metric("rejected", f"{counts['rejected']:,}")
     for col, row in zip(cols[3:], simulation.sla_rows(report), strict=True):
         value = row["simulated P99 ms"]
-        col.metric(row["term"], "n/a" if value is None else f"{value:,.1f} ms",
-                   None if value is None else f"{value - row['target ms']:+,.1f} ms vs SLA", delta_color="inverse")
+        col.metric(row["term"], "n/a" if value is None else _ms(value),
+                   None if value is None else f"{_ms(value - row['target ms'], signed=True)} vs SLA",
+                   delta_color="inverse")
     if report["reject_reasons"]:
         st.warning("Rejected: " + "; ".join(f"{n} x {why}" for why, n in report["reject_reasons"].items()))
     st.markdown("**Percentiles** (ms; mean over replications, 95% Student-t interval)")
-    st.dataframe(pd.DataFrame(simulation.percentile_rows(report)), hide_index=True, key="percentiles")
+    rows = simulation.percentile_rows(report)
+    st.dataframe(pd.DataFrame(rows), hide_index=True, key="percentiles", height=36 * (len(rows) + 1) + 2,
+                 column_config={c: st.column_config.NumberColumn(format="%.1f")
+                                for c in ("mean ms", "95% CI low", "95% CI high")})
     sla = simulation.sla_rows(report)
     if sla:
         st.markdown("**SLA**")
