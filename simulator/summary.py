@@ -24,7 +24,11 @@ if TYPE_CHECKING:
     from simulator.runner import SimulationResult
 
 RECORD_COLUMNS = ("replication", "request_id", "task", "arrival_s", "prompt_tokens", "output_tokens",
-                  "replica", "admitted_s", "first_token_s", "finish_s", "status", "reject_reason")
+                  "replica", "admitted_s", "first_token_s", "finish_s", "status", "reject_reason",
+                  "draft_rounds", "accepted_tokens", "paging_s", "merge_s", "preemptions")
+# Per-path record fields averaged over completed requests in the summary: (field, summary key, scale)
+PATH_FIELDS = (("draft_rounds", "draft_rounds", 1.0), ("accepted_tokens", "accepted_tokens", 1.0),
+               ("paging_s", "paging_ms", 1000.0), ("merge_s", "merge_ms", 1000.0), ("preemptions", "preemptions", 1.0))
 
 
 def summary(result: SimulationResult) -> dict[str, Any]:
@@ -72,7 +76,33 @@ def summary(result: SimulationResult) -> dict[str, Any]:
         "extrapolations": extrapolations,
         "events": sum(run.events for run in runs),
         "iterations": sum(run.iterations for run in runs),
+        "loop": getattr(result, "loop", "replica"),
+        "per_request_paths": _paths(records),
+        "timeseries": _timeseries(result),
     }
+
+
+def _paths(records: list[tuple[RequestRecord, ...]]) -> dict[str, Any]:
+    """Means per completed request of the per-path record fields, over replications."""
+    out: dict[str, Any] = {}
+    for field, key, scale in PATH_FIELDS:
+        means = []
+        for run in records:
+            done = [getattr(r, field) for r in run if r.completed]
+            means.append(scale * sum(done) / len(done) if done else 0.0)
+        out[key] = metrics.estimate(means)
+    out["note"] = ("means per completed request, simulated: speculative rounds and accepted draft tokens, "
+                   "paging stall and sequence-parallel merge ms summed over its iterations, evictions")
+    return out
+
+
+def _timeseries(result: SimulationResult) -> dict[str, Any] | None:
+    interval = getattr(result, "timeseries_interval_s", None)
+    if interval is None:
+        return None
+    return {"interval_s": interval, "file": "timeseries.csv (with --out)",
+            "samples": sum(len(run.timeseries.rows) for run in result.runs if run.timeseries is not None),
+            "source": "simulated state sampled every interval_s of simulated time (simulator/timeseries.py)"}
 
 
 def _extrapolations(result: SimulationResult) -> dict[str, Any]:
@@ -97,7 +127,8 @@ def records_csv(runs_records: list[tuple[RequestRecord, ...]]) -> str:
         for r in records:
             writer.writerow((replication, r.request_id, r.task, repr(r.arrival_s), r.prompt_tokens,
                              r.output_tokens, r.replica, repr(r.admitted_s), repr(r.first_token_s),
-                             repr(r.finish_s), r.status, r.reject_reason))
+                             repr(r.finish_s), r.status, r.reject_reason, r.draft_rounds, r.accepted_tokens,
+                             repr(r.paging_s), repr(r.merge_s), r.preemptions))
     return buffer.getvalue()
 
 
@@ -126,11 +157,17 @@ def write_atomic(path: Path, text: str) -> None:
 
 
 def write_outputs(result: SimulationResult, out_dir: str | os.PathLike[str]) -> dict[str, Path]:
-    """Write records.csv (with a replication column) and summary.json into ``out_dir``."""
+    """Write records.csv (with a replication column) and summary.json into ``out_dir``; timeseries.csv
+    too when the result carries samples (simulate(..., timeseries_interval_s=...))."""
     folder = Path(out_dir)
     folder.mkdir(parents=True, exist_ok=True)
     paths = {"records": folder / "records.csv", "summary": folder / "summary.json"}
     summary_text = json.dumps(_json_ready(summary(result)), indent=2, allow_nan=False) + "\n"
     write_atomic(paths["records"], records_csv([run.records for run in result.runs]))
+    if getattr(result, "timeseries_interval_s", None) is not None:
+        from simulator.timeseries import timeseries_csv
+
+        paths["timeseries"] = folder / "timeseries.csv"
+        write_atomic(paths["timeseries"], timeseries_csv([run.timeseries for run in result.runs]))
     write_atomic(paths["summary"], summary_text)
     return paths
