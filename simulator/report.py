@@ -83,6 +83,13 @@ def format_summary(report: dict[str, Any]) -> str:
     util = [u["mean"] for u in report["utilisation"] if u["mean"] is not None]
     if util:
         lines.append(f"utilisation (busy fraction per replica) mean {sum(util) / len(util):.1%}")
+    paths = report.get("per_request_paths") or {}
+    shown = [(k, v["mean"]) for k, v in paths.items() if isinstance(v, dict) and v.get("mean")]
+    if shown:
+        lines.append("per request, mean (simulated): " + ", ".join(f"{k} {v:.4g}" for k, v in shown))
+    series = report.get("timeseries")
+    if series:
+        lines.append(f"time series: {series['samples']} samples every {series['interval_s']:g} s -> {series['file']}")
     ext = report["extrapolations"]
     if ext.get("fraction_outside_domain"):
         lines.append(f"note: {ext['fraction_outside_domain']:.1%} of cost-model queries fell outside the "
