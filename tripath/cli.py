@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from collections.abc import Sequence
 
@@ -30,7 +31,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         raise InputError(scenario.source_path, "profile", "no profile given: pass --profile NAME|PATH")
     profile = resolve_profile(profile_name)
     result = simulate(scenario, profile, seed=args.seed, replications=args.replications,
-                      fast=not args.reference)
+                      fast=not args.reference, timeseries_interval_s=args.timeseries_interval)
     report = summary(result)
     if args.out:
         write_outputs(result, args.out)
@@ -99,6 +100,9 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     sim.add_argument("--reference", action="store_true",
                      help="run one SimPy event per iteration (slow; the exactness reference of the fast path)")
+    sim.add_argument("--timeseries-interval", type=_positive_float, default=None, metavar="SECONDS",
+                     help="sample queue, batch, KV per tier and paging every SECONDS of simulated time; "
+                     "with --out, written to timeseries.csv (runs the per-iteration loop; same records)")
     sim.set_defaults(func=_cmd_simulate)
 
     serve = sub.add_parser(
@@ -137,6 +141,13 @@ def _positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
     return value
 
 
