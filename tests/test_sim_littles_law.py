@@ -81,3 +81,44 @@ def test_same_seed_same_records_and_stream_independence() -> None:
     assert sampled.loop == "stepper"
     assert [dataclasses.astuple(r) for r in sampled.runs[0].records] == [
         dataclasses.astuple(r) for r in base.runs[0].records]
+
+
+def test_cli_writes_timeseries_csv(tmp_path, capsys) -> None:
+    import json
+
+    from tripath.cli import main
+
+    path = tmp_path / "s.toml"
+    path.write_text("""
+[workload]
+requests = 40
+[workload.arrival]
+kind = "poisson"
+rate_per_s = 2.0
+[workload.prompt_tokens]
+kind = "fixed"
+value = 500
+[workload.output_tokens]
+kind = "fixed"
+value = 20
+[cluster]
+gpus = 2
+[batching]
+policy = "chunked"
+max_batched_tokens = 256
+""")
+    out = tmp_path / "run"
+    args = ["simulate", str(path), "--profile", "published-llama2-70b-tp2-a100", "--replications", "2",
+            "--timeseries-interval", "0.5", "--out", str(out), "--json"]
+    assert main(args) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["loop"] == "stepper" and report["timeseries"]["interval_s"] == 0.5
+    lines = (out / "timeseries.csv").read_text().splitlines()
+    assert lines[0].startswith("replication,t_s,replica,queue,running,batch,busy,kv_device_bytes")
+    assert len(lines) - 1 == report["timeseries"]["samples"]
+    assert {line.split(",")[0] for line in lines[1:]} == {"0", "1"}
+    header = (out / "records.csv").read_text().splitlines()[0]
+    assert header.endswith("draft_rounds,accepted_tokens,paging_s,merge_s,preemptions")
+    with pytest.raises(SystemExit) as bad:  # argparse rejects a non-positive interval (exit 2)
+        main(["simulate", str(path), "--timeseries-interval", "0"])
+    assert bad.value.code == 2
