@@ -162,14 +162,20 @@ def plan_candidate(spec: SearchSpec) -> dict[str, Any]:
         return out
     out["gpus"] = replicas * out["gpus_per_replica"]
     out["outcome"] = outcomes[replicas].to_dict()
-    goodput = {}
+    out["goodput_rps"] = goodput_curve(spec, replicas)
+    return out
+
+
+def goodput_curve(spec: SearchSpec, replicas: int) -> dict[str, float | None]:
+    """Goodput (req/s) at each attainment level of ``spec``, for ``replicas`` replicas of its candidate."""
+    curve: dict[str, float | None] = {}
     for level in spec.attainment_levels:
         def meets_rate(rate: float, level: float = level) -> bool:
-            attained = run_cached(_job(spec, replicas, rate), spec.cache_dir).data["attainment"]["all"]
+            outcome = run_cached(_job(spec, replicas, rate), spec.cache_dir)
+            attained = None if outcome.error else outcome.data["attainment"]["all"]
             return attained is not None and attained >= level
-        goodput[str(level)] = search_rate(meets_rate, spec.qps, spec.rel_tol)
-    out["goodput_rps"] = goodput
-    return out
+        curve[str(level)] = search_rate(meets_rate, spec.qps, spec.rel_tol)
+    return curve
 
 
 class _Refused(Exception):

@@ -1,0 +1,83 @@
+"""One sweep, three ways (in process, process pool, local Ray instance): identical results; the cache."""
+
+from __future__ import annotations
+
+import pytest
+
+from planning.cache import ResultCache
+from planning.executor import LocalPoolExecutor, make_executor
+from planning.sweep import make_job, run_job, run_sweep
+from simulator.profile import resolve_profile
+
+PROFILE = resolve_profile("seed-llama2-70b-a100")
+
+
+def scenario(rate: float, wait_ms: float = 0.0) -> dict:
+    return {"name": f"tiny-{rate}", "workload": {"requests": 40, "arrival": {"kind": "poisson", "rate_per_s": rate},
+                                                 "prompt_tokens": {"kind": "uniform", "low": 256, "high": 2048},
+                                                 "output_tokens": {"kind": "uniform", "low": 8, "high": 64}},
+            "batching": {"max_batch_size": 8, "max_wait_ms": wait_ms}, "sla": {"ttft_p99_ms": 3000.0}}
+
+
+def jobs() -> list:
+    return [make_job(scenario(rate), None, PROFILE, seed=3, replications=2) for rate in (0.5, 1.0, 2.0)]
+
+
+class CountingExecutor(LocalPoolExecutor):
+    """The in-process executor, counting the jobs it is handed (to see what the cache saved)."""
+
+    def __init__(self) -> None:
+        super().__init__(1)
+        self.jobs = 0
+
+    def map(self, fn, specs, progress=None):
+        self.jobs += len(specs)
+        return super().map(fn, specs, progress)
+
+
+def test_process_pool_equals_in_process_and_keeps_order():
+    inline = [o.data for o in run_sweep(jobs(), LocalPoolExecutor(1))]
+    pooled = [o.data for o in run_sweep(jobs(), LocalPoolExecutor(2))]
+    assert pooled == inline
+    assert [d["rate_per_s"] for d in inline] == [0.5, 1.0, 2.0]
+    # more load, longer queues: the sweep's results are what each job says, in order
+    assert inline[0]["p99_ms"]["ttft"]["mean"] < inline[2]["p99_ms"]["ttft"]["mean"]
+
+
+def test_ray_local_instance_equals_process_pool():
+    pytest.importorskip("ray", reason="ray is not installed for this Python")
+    from planning.executor import RayExecutor
+
+    pooled = [o.data for o in run_sweep(jobs(), LocalPoolExecutor(2))]
+    executor = RayExecutor(num_cpus=2)
+    try:
+        on_ray = [o.data for o in run_sweep(jobs(), executor)]
+    finally:
+        executor.shutdown()
+    assert on_ray == pooled
+
+
+def test_cache_serves_repeats_and_keys_on_the_seed(tmp_path):
+    cache = ResultCache(tmp_path)
+    first = CountingExecutor()
+    a = run_sweep(jobs(), first, cache)
+    assert first.jobs == 3
+    again = CountingExecutor()
+    b = run_sweep(jobs() + jobs()[:1], again, cache)
+    assert again.jobs == 0
+    assert [o.data for o in b] == [o.data for o in a] + [a[0].data]
+    other_seed = make_job(scenario(0.5), None, PROFILE, seed=4, replications=2)
+    assert other_seed.key() != jobs()[0].key()
+    assert not list(tmp_path.rglob("*.tmp"))  # atomic writes leave no temp files
+
+
+def test_refused_scenario_is_an_error_outcome_not_an_exception():
+    data = scenario(1.0)
+    data["strategy"] = {"compression": {"mode": "int8"}}  # the seed profile measured no compression mode
+    out = run_job(make_job(data, None, PROFILE))
+    assert "int8" in out["error"]
+
+
+def test_unknown_executor_kind():
+    with pytest.raises(ValueError, match="unknown executor"):
+        make_executor("dask")
