@@ -134,7 +134,7 @@ def reproduce(profile: Profile) -> list[Row]:
 
 
 def markdown(rows: list[Row]) -> str:
-    lines = ["| table | figure | seed | model | error | seed self-consistent | note |",
+    lines = ["| table | figure | seed | model | error | asserted within 10% | note |",
              "|---|---|---:|---:|---:|---|---|"]
     for r in rows:
         error = f"{100 * r.error:+.1f}%" if r.seed else "n/a"
