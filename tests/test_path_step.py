@@ -191,3 +191,29 @@ def test_sp_replica_occupies_p_gpus_end_to_end():
     data = _quickstart(requests=10, strategy={"sequence_parallel": {"degree": 2}})
     data["cluster"] = {"gpus": 2}
     assert simulate(scenario_from_dict(data), SEED, seed=0).replicas == 1
+
+
+def _max_concurrent(records) -> int:
+    events = sorted([(r.admitted_s, 1) for r in records if r.completed] + [(r.finish_s, -1) for r in records
+                                                                        if r.completed], key=lambda e: (e[0], e[1]))
+    running = peak = 0
+    for _, delta in events:
+        running += delta
+        peak = max(peak, running)
+    return peak
+
+
+def test_compression_admits_more_sequences_end_to_end():
+    """cpu-tiny holds 16,384 tokens of fp32 KV: 8 requests of 2,000 tokens; int8 (ratio 0.374) holds 21."""
+    data = _quickstart(requests=60, profile="cpu-tiny")
+    data["workload"]["arrival"] = {"kind": "poisson", "rate_per_s": 1000.0}  # all queued at once
+    data["workload"]["prompt_tokens"] = {"kind": "fixed", "value": 1900}
+    data["workload"]["output_tokens"] = {"kind": "fixed", "value": 100}
+    data["batching"] = {"max_batch_size": 64}
+    base = simulate(scenario_from_dict(copy.deepcopy(data)), TINY, seed=0).runs[0].records
+    data["strategy"] = {"compression": {"mode": "int8"}}
+    comp = simulate(scenario_from_dict(data), TINY, seed=0).runs[0].records
+    per_token = math.ceil(3072 * TINY.compression["int8"].kv_bytes_ratio.value)
+    assert _max_concurrent(base) == 16_384 // 2000 == 8
+    assert _max_concurrent(comp) == (TINY.kv_capacity_bytes // per_token) // 2000 == 21
+    assert all(r.completed for r in base + comp)
