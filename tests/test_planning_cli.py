@@ -1,0 +1,84 @@
+"""tripath matrix | plan | whatif | stack | breakeven: JSON output, origins, input errors -> exit 2."""
+
+from __future__ import annotations
+
+import json
+
+from tripath.cli import main
+
+SCENARIO = """
+name = "cli-small"
+profile = "seed-llama2-70b-a100"
+[workload]
+requests = 40
+[workload.arrival]
+kind = "poisson"
+rate_per_s = 0.5
+[workload.tasks]
+dialogue = 1.0
+[workload.prompt_tokens]
+kind = "fixed"
+value = 1024
+[workload.output_tokens]
+kind = "fixed"
+value = 32
+[batching]
+policy = "dynamic"
+max_batch_size = 8
+[sla]
+ttft_p99_ms = 3000.0
+tpot_p99_ms = 100.0
+"""
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def scenario_file(tmp_path):
+    path = tmp_path / "small.toml"
+    path.write_text(SCENARIO)
+    return str(path)
+
+
+def test_breakeven_json_says_its_origin(capsys):
+    code, out, _ = run(capsys, "breakeven", "--profile", "seed-llama2-70b-a100", "--k", "5", "--batch", "1", "--json")
+    assert code == 0
+    data = json.loads(out)
+    assert "not simulated" in data["numbers_from"]
+    assert data["tasks"]["math"]["pays"] is False
+
+
+def test_plan_json(capsys, tmp_path):
+    code, out, _ = run(capsys, "plan", scenario_file(tmp_path), "--qps", "1", "--candidates", "baseline",
+                       "speculative", "--gpu-price", "2.5", "--json", "--workers", "1", "--no-cache")
+    assert code == 0
+    data = json.loads(out)
+    assert data["numbers_from"].startswith("simulated on a 'seed' profile")
+    rows = {r["candidate"]["name"]: r for r in data["candidates"]}
+    for row in rows.values():
+        if row.get("gpus") is not None:
+            assert row["cost_usd_per_hour"] == row["gpus"] * 2.5
+
+
+def test_whatif_and_stack_text(capsys, tmp_path):
+    path = scenario_file(tmp_path)
+    code, out, _ = run(capsys, "whatif", path, "--vary", "batching.max_wait_ms=0,10", "--replications", "2",
+                       "--workers", "1", "--cache-dir", str(tmp_path / "c"))
+    assert code == 0 and "batching.max_wait_ms=10" in out and "simulated on a 'seed' profile" in out
+    code, out, _ = run(capsys, "stack", path, "--replications", "1", "--workers", "1", "--no-cache")
+    assert code == 0 and "negative coupling:" in out
+
+
+def test_input_errors_exit_2_with_one_line(capsys, tmp_path):
+    path = scenario_file(tmp_path)
+    code, out, err = run(capsys, "whatif", path, "--vary", "batching.max_wait_ms")
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+    code, _, err = run(capsys, "whatif", path, "--vary", "batching.nonsense=1", "--no-cache")
+    assert code == 2 and "nonsense" in err
+    code, _, err = run(capsys, "plan", path, "--qps", "1", "--candidates", "warp-drive", "--no-cache")
+    assert code == 2 and "warp-drive" in err
+    code, _, err = run(capsys, "matrix", "--profile", "no-such-profile", "--no-cache")
+    assert code == 2 and "no-such-profile" in err
