@@ -1,10 +1,13 @@
 """CUDA correctness checks and a short calibration, for a session with one GPU (H200 / H100 / A100).
 
-    python scripts/gpu_check.py --out-dir "$OUT"           # about 2-5 minutes on one H200; < 15 on an A100
+    python scripts/gpu_check.py --out-dir "$OUT"           # about 3-6 minutes on one H200; < 15 on an A100
+    python scripts/gpu_check.py --out-dir /tmp/x --dry-run # CPU: the same jobs on tiny models and grids
 
 Writes into --out-dir: gpu_check.json (every check: PASS/FAIL with its numbers) and, unless
---skip-calibration, the measured profile <hardware>-llama2-7b.json with its samples CSV, meta
-and fit plots (copy them into data/profiles/ and commit). Exit status 1 if any check fails.
+--skip-calibration, the measured profiles <hardware>-llama2-7b.json and <hardware>-tiny.json with
+their samples CSV, meta and fit plots (copy them into data/profiles/ and commit). Exit status 1 if
+any check fails. --dry-run runs no CUDA check: it builds and runs the two calibration jobs on the
+CPU with tiny models and grids, so the script's calibration path is tested without a GPU.
 
 1. engine = dense: the paged, continuously batched engine's greedy outputs on CUDA equal greedy
    generation that re-runs the whole sequence with no cache (fp32, tiny-gqa, random weights);
@@ -13,9 +16,13 @@ and fit plots (copy them into data/profiles/ and commit). Exit status 1 if any c
 3. pinned host <-> device copy bandwidth (measured, CUDA events), 64 MiB - 1 GiB; the best H2D
    figure replaces the published device_host link in the calibrated profile, labelled measured;
 4. calibration: LLaMA-2-7B shapes with random weights, 1 and 2 decoder layers timed in bf16 and
-   extrapolated to 32, the `full` preset (CUDA events, median of 7 after 2 warm-ups).
-Speculative = target-only, tiered = untiered and the SP merge are checked by those features' own
-tests; run them here with CUDA once they take a device option.
+   extrapolated to 32, the `full` preset (CUDA events, median of 7 after 2 warm-ups), with the
+   paging sweep per chunk size (64 / 256 / 1024 tokens per page; device<->host over PCIe, host<->SSD);
+5. calibration of the shipped tiny pair (checkpoints: acceptance needs real draft/target weights) on
+   the GPU, `quick` grid with the speculative sweep over tasks x K = 1..8 (v(K) on this GPU).
+Not here: the sequence-parallel sweep (it spawns gloo CPU ranks; one GPU has no P > 1 to time) and the
+compression sweep (its clock is a CPU one). Speculative = target-only, tiered = untiered and the SP merge
+are checked by those features' own tests; run them here with CUDA once they take a device option.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ import sys
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -34,6 +42,9 @@ from real_engine.config import PRESETS
 from real_engine.engine import Engine, EngineConfig
 from real_engine.model import LlamaModel
 from simulator.profile import Coefficient, load_profile, save_profile, write_atomic
+
+if TYPE_CHECKING:
+    from calibrate.job import CalibrationJob
 
 
 def dense_greedy(model: LlamaModel, prompt: list[int], n: int, device: torch.device) -> list[int]:
@@ -96,30 +107,67 @@ def pinned_bandwidth(device: torch.device) -> dict[str, object]:
             "best_h2d_gbps": best}
 
 
-def calibrate(out_dir: Path, preset: str, h2d_gbps: float) -> dict[str, object]:
+def calibration_jobs(out_dir: Path, preset: str, dry_run: bool, device_name: str | None = None
+                     ) -> list[CalibrationJob]:
+    """The script's calibrations: LLaMA-2-7B shapes with paging per chunk size, and the tiny pair with the
+    speculative sweep over tasks x K. A dry run: the same jobs on the CPU with tiny models and grids.
+    ``device_name``: the GPU's name (default: asked of CUDA), which names the profiles."""
     from calibrate.hardware import spec_for_device
-    from calibrate.job import CalibrationJob, run_calibration
+    from calibrate.job import CalibrationJob
     from calibrate.presets import PRESETS as SWEEP_PRESETS
+    from calibrate.presets import Preset
+    from calibrate.sweep_speculative import SpecSettings
     from calibrate.target import TargetSpec
+    from calibrate.timer import TimerConfig
+    from simulator.paths import MODELS_DIR
 
-    spec = spec_for_device(torch.cuda.get_device_name(0))
-    name = f"{spec.name if spec else 'cuda'}-llama2-7b"
-    out = out_dir / f"{name}.json"
-    job = CalibrationJob(TargetSpec(preset="llama2-7b", layers_timed=2, dtype="bfloat16"), SWEEP_PRESETS[preset],
-                         str(out), device="cuda", force=True,
-                         command=f"python scripts/gpu_check.py (tripath calibrate --device cuda --model-config "
-                         f"llama2-7b --layers-timed 2 --preset {preset} --dtype bfloat16)")
+    if dry_run:
+        grid = Preset("dry-run", (8, 32, 64), (0, 32), (1, 2, 4), (16, 64), TimerConfig(warmup=0, reps=2),
+                      spec_k=(1, 2), paging_chunks=(16, 64))
+        big, big_grid, device, dtype, spec = "tiny-mha", grid, "cpu", "float32", SpecSettings(2, 1, 8)
+        hw = "dry-run"
+    else:
+        big_grid, device, dtype, spec = SWEEP_PRESETS[preset], "cuda", "bfloat16", SpecSettings()
+        grid = replace(SWEEP_PRESETS["quick"], spec_k=tuple(range(1, 9)))
+        big = "llama2-7b"
+        found = spec_for_device(device_name or torch.cuda.get_device_name(0))
+        hw = found.name if found else "cuda"
+    flags = f"--device {device} --dtype {dtype}"
+    big_job = CalibrationJob(TargetSpec(preset=big, layers_timed=2, dtype=dtype), big_grid,
+                             str(out_dir / f"{hw}-{big}.json"), device=device, force=True,
+                             paging=True, plots=not dry_run, progress=not dry_run,
+                             command=f"python scripts/gpu_check.py (tripath calibrate {flags} --model-config {big} "
+                             f"--layers-timed 2 --preset {big_grid.name} --paging)")
+    target, draft = MODELS_DIR / "tiny-target", MODELS_DIR / "tiny-draft"
+    tiny_job = CalibrationJob(TargetSpec(checkpoint=str(target), dtype="float32"), grid,
+                              str(out_dir / f"{hw}-tiny.json"), device=device, force=True, draft=str(draft),
+                              spec=spec, plots=not dry_run, progress=not dry_run,
+                              command=f"python scripts/gpu_check.py (tripath calibrate --device {device} --dtype "
+                              f"float32 --model {target.name} --draft {draft.name} --preset {grid.name}, K = "
+                              f"{', '.join(map(str, grid.spec_k))})")
+    return [big_job, tiny_job]
+
+
+def calibrate(job: CalibrationJob, h2d_gbps: float | None) -> dict[str, object]:
+    """Run one calibration; a measured pinned-copy bandwidth replaces the published device_host link."""
+    from calibrate.job import run_calibration
+
+    out = Path(job.out)
     start = time.perf_counter()
     result = run_calibration(job)
     profile = load_profile(out)
-    links = dict(profile.hardware.links)
-    links["device_host"] = Coefficient(h2d_gbps, "GB/s", "measured", "pinned host-to-device copy, best of 64 MiB "
-                                       "- 1 GiB, CUDA events (scripts/gpu_check.py)")
-    profile = replace(profile, hardware=replace(profile.hardware, links=links))
-    save_profile(profile, out)
+    if h2d_gbps is not None:
+        links = dict(profile.hardware.links)
+        links["device_host"] = Coefficient(h2d_gbps, "GB/s", "measured", "pinned host-to-device copy, best of "
+                                           "64 MiB - 1 GiB, CUDA events (scripts/gpu_check.py)")
+        profile = replace(profile, hardware=replace(profile.hardware, links=links))
+        save_profile(profile, out)
     fits = {n: c.fit.to_dict() for n, c in profile.costs.items() if c.fit}
-    return {"name": f"calibration {name}", "pass": not result.refusals, "profile": str(out),
-            "seconds": round(time.perf_counter() - start, 1), "refusals": list(result.refusals), "fits": fits}
+    return {"name": f"calibration {out.stem}", "pass": not result.refusals, "profile": str(out),
+            "seconds": round(time.perf_counter() - start, 1), "refusals": list(result.refusals), "fits": fits,
+            "verify_by_k": {k: c.value for k, c in profile.speculative.verify_by_k.items()}
+            if profile.speculative else {},
+            "paging_chunks": sorted({c for link in profile.paging.values() for c in link.by_chunk_tokens})}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -127,7 +175,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out-dir", type=Path, required=True)
     parser.add_argument("--preset", choices=("quick", "full"), default="full")
     parser.add_argument("--skip-calibration", action="store_true")
+    parser.add_argument("--dry-run", action="store_true", help="CPU: only the calibration jobs, on tiny models")
     args = parser.parse_args(argv)
+    if args.dry_run:
+        args.out_dir.mkdir(parents=True, exist_ok=True)
+        checks = [calibrate(job, None) for job in calibration_jobs(args.out_dir, args.preset, dry_run=True)]
+        write_atomic(args.out_dir / "gpu_check.json", json.dumps({"dry_run": True, "checks": checks}, indent=2) + "\n")
+        return 0 if all(c["pass"] for c in checks) else 1
     if not torch.cuda.is_available():
         print("no CUDA device: nothing to check", file=sys.stderr)
         return 2
@@ -143,7 +197,9 @@ def main(argv: list[str] | None = None) -> int:
     bandwidth = pinned_bandwidth(device)
     checks.append(bandwidth)
     if not args.skip_calibration:
-        checks.append(calibrate(args.out_dir, args.preset, float(bandwidth["best_h2d_gbps"])))
+        big, tiny = calibration_jobs(args.out_dir, args.preset, dry_run=False)
+        checks.append(calibrate(big, float(bandwidth["best_h2d_gbps"])))
+        checks.append(calibrate(tiny, None))
     write_atomic(args.out_dir / "gpu_check.json", json.dumps(report, indent=2) + "\n")
     for check in checks:
         print(f"{'PASS' if check['pass'] else 'FAIL'}  {check['name']}")
