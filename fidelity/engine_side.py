@@ -83,8 +83,10 @@ def unsupported(data: dict[str, Any]) -> str | None:
     if "compression" in strategy:
         missing.append("the Engine has no compressed-KV option (KV modes exist only in kv_compression.py)")
     if "sequence_parallel" in strategy:
-        missing.append("sequence parallelism (real_engine/seqpar.py) serves one sequence over P processes; "
-                       "there is no timed multi-request serving loop for it")
+        if len(strategy) > 1:
+            missing.append("sequence parallelism is served alone (fidelity/seqpar_serving.py), not combined")
+        if int(data.get("batching", {}).get("max_batch_size", 256)) != 1:
+            missing.append("real_engine/seqpar.py holds one sequence at a time: set batching.max_batch_size = 1")
     spec = strategy.get("speculative")
     if spec is not None and spec.get("proposer", "draft") != "draft":
         missing.append(f"proposer {spec.get('proposer')!r} is not wired into the validation runner")
@@ -116,7 +118,7 @@ def build_engine(data: dict[str, Any], target: LlamaModel, draft: LlamaModel | N
 
 
 def measure(data: dict[str, Any], requests: list[RequestSpec], target: LlamaModel, draft: LlamaModel | None,
-            kv_tokens: int, seed: int, default_k: int, clock: str = "wall") -> Measured:
+            kv_tokens: int, seed: int, default_k: int, clock: str = "wall", target_path: str | None = None) -> Measured:
     """Serve ``requests`` on the engine this scenario describes (greedy, EOS ignored).
 
     clock "wall": real time, what users see on this (shared) machine; "cpu": CpuClock, the replay
@@ -124,12 +126,18 @@ def measure(data: dict[str, Any], requests: list[RequestSpec], target: LlamaMode
     """
     if clock not in CLOCKS:
         raise ValueError(f"clock: must be one of {CLOCKS}, got {clock!r}")
+    reason = unsupported(data)
+    if reason is not None:
+        raise NotAvailable(f"engine: {reason}")
+    prompts = PromptSource(np.random.default_rng(seed + 1), target.config.vocab_size)
+    sp = data.get("strategy", {}).get("sequence_parallel")
+    if sp is not None:
+        return _measure_seqpar(data, requests, prompts, target_path, int(sp.get("degree", 2)), clock)
     engine, counters = build_engine(data, target, draft, kv_tokens, seed, default_k)
     timing: dict[str, Any] = {}
     if clock == "cpu":
         cpu = CpuClock()
         timing = {"clock": cpu, "sleep": cpu.sleep}
-    prompts = PromptSource(np.random.default_rng(seed + 1), target.config.vocab_size)
     batching = data.get("batching", {})
     policy = batching.get("policy", "continuous")
     t0 = time.perf_counter()
@@ -149,3 +157,17 @@ def measure(data: dict[str, Any], requests: list[RequestSpec], target: LlamaMode
                                        if counters.num_drafts else None, "draft tokens")
         paths["acceptance"] = (counters.per_token_acceptance, "fraction")
     return Measured(result.records, paths, len(result.steps), result.prompt_source, wall)
+
+
+def _measure_seqpar(data: dict[str, Any], requests: list[RequestSpec], prompts: PromptSource,
+                    target_path: str | None, degree: int, clock: str) -> Measured:
+    """Sequence parallelism: ``degree`` spawned gloo ranks load the checkpoint and serve FCFS, batch 1."""
+    from fidelity.seqpar_serving import serve_seqpar
+
+    if target_path is None:
+        raise NotAvailable("engine: sequence parallelism needs the target checkpoint path (ranks load it)")
+    ids = [prompts.prompt(r.task, r.prompt_tokens) for r in requests]
+    t0 = time.perf_counter()
+    records, merge_s = serve_seqpar(target_path, degree, requests, ids, clock)
+    return Measured(records, {"merge_ms_per_request": (merge_s * 1000.0, "ms")}, sum(r.output_tokens for r in requests),
+                    prompts.source, time.perf_counter() - t0)

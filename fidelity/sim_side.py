@@ -63,7 +63,8 @@ def path_quantities(records: list[RequestRecord]) -> Paths:
     if done and hasattr(done[0], "draft_rounds") and hasattr(done[0], "accepted_tokens"):
         rounds = sum(int(r.draft_rounds) for r in done)
         accepted = sum(int(r.accepted_tokens) for r in done)
-        paths["accepted_per_round"] = (accepted / rounds if rounds else None, "draft tokens")
+        if rounds:  # speculation was on (the fields exist, zero, on every record)
+            paths["accepted_per_round"] = (accepted / rounds, "draft tokens")
     for field, name in (("paging_s", "paging_ms_per_request"), ("merge_s", "merge_ms_per_request")):
         mean = _mean_field(done, field)
         if mean is not None and mean > 0.0:

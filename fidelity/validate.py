@@ -81,7 +81,7 @@ def _side_summary(records: list, extra: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_case(path: str, data: dict[str, Any], profile: Any, models: tuple[Any, Any], seed: int,
-             noise: bool) -> tuple[Any, list | None]:
+             noise: bool, target_path: str | None = None) -> tuple[Any, list | None]:
     """One scenario: (ScenarioResult, noise rows or None)."""
     from fidelity.compare import compare
     from fidelity.engine_side import NotAvailable, measure
@@ -93,7 +93,7 @@ def run_case(path: str, data: dict[str, Any], profile: Any, models: tuple[Any, A
     reasons, real, sim = [], None, None
     k = profile.speculative.k if profile.speculative is not None else 4
     try:
-        real = measure(data, requests, models[0], models[1], kv_tokens, seed, k)
+        real = measure(data, requests, models[0], models[1], kv_tokens, seed, k, target_path=target_path)
         res.real_records = real.records
         res.real = _side_summary(real.records, {"wall_s": real.wall_s, "steps": real.steps,
                                                 "prompts": real.prompt_source})
@@ -112,14 +112,14 @@ def run_case(path: str, data: dict[str, Any], profile: Any, models: tuple[Any, A
         real_recs = real.records if real is not None else _nan_twin(sim.records)
         res.rows = compare(sim_recs, real_recs, sim.paths if sim else {}, real.paths if real else {})
     if real is not None:  # the same requests again in CPU time: how much of the error is contention
-        cpu = measure(data, requests, models[0], models[1], kv_tokens, seed, k, clock="cpu")
+        cpu = measure(data, requests, models[0], models[1], kv_tokens, seed, k, clock="cpu", target_path=target_path)
         res.cpu_records = cpu.records
         res.real_cpu = _side_summary(cpu.records, {"steps": cpu.steps})
         res.cpu_rows = compare(sim.records if sim is not None else _nan_twin(cpu.records), cpu.records,
                                sim.paths if sim else {}, cpu.paths)
     noise_rows = None
     if noise and real is not None:
-        again = measure(data, requests, models[0], models[1], kv_tokens, seed, k)
+        again = measure(data, requests, models[0], models[1], kv_tokens, seed, k, target_path=target_path)
         noise_rows = compare(again.records, real.records, again.paths, real.paths)
     return res, noise_rows
 
@@ -149,7 +149,8 @@ def run_validation(cfg: ValidateConfig) -> tuple[Path, list[Any], list[tuple[str
         _, draft = load_checkpoint(cfg.draft, device="cpu")
         results, noise = [], []
         for path, data in tqdm(cases, desc="validate", unit="scenario", file=sys.stderr, disable=not cfg.progress):
-            res, noise_rows = run_case(path, data, profile, (target, draft), cfg.seed, data["name"] in cfg.noise)
+            res, noise_rows = run_case(path, data, profile, (target, draft), cfg.seed, data["name"] in cfg.noise,
+                                       cfg.target)
             results.append(res)
             if noise_rows is not None:
                 noise.append((res.name, noise_rows))
