@@ -68,15 +68,24 @@ def format_show(profile: Profile) -> str:
         setup_text = f", setup {setup['value']:.4g} ms [{setup['source']}]" if setup else ""
         lines.append(f"paging.{link}: {bw['value']:g} GB/s [{bw['source']}]{setup_text}, "
                      f"{page['ms_per_2k_tokens']:.4g} ms per 2K tokens of KV")
+        if page.get("by_chunk_tokens"):
+            lines.append("  per chunk size: " + "; ".join(
+                f"{c} tokens/page {m['coefficients']['bandwidth_gbps']['value']:.3g} GB/s, setup "
+                f"{m['coefficients']['setup_ms']['value']:.3g} ms" for c, m in page["by_chunk_tokens"].items()))
     if d["speculative"] is not None:
         spec = d["speculative"]
         lines.append(f"speculative: draft {spec['draft_model']}, K={spec['k']}, c={spec['cost_ratio']['value']:g} "
                      f"[{spec['cost_ratio']['source']}], v(K)={spec['verify_cost_ratio']['value']:g} "
                      f"[{spec['verify_cost_ratio']['source']}] (target steps)")
+        if spec.get("verify_by_k"):
+            lines.append("  v(K) per K: " + ", ".join(f"{k}: {c['value']:.3g}" for k, c in spec["verify_by_k"].items())
+                         + f" [{next(iter(spec['verify_by_k'].values()))['source']}]")
     for task, acc in d["acceptance"].items():
         per = acc.get("per_position")
         per_text = f", per position {', '.join(f'{p:.3g}' for p in per)}" if per else ""
         lines.append(f"acceptance.{task}: {acc['mean']:g} at K={acc['k']} [{acc['source']}]{per_text}")
+        if acc.get("by_k"):
+            lines.append("  a per K: " + ", ".join(f"{k}: {e['mean']:.3g}" for k, e in acc["by_k"].items()))
     for degree, sp in d["sequence_parallel"].items():
         lines.append(f"sequence_parallel.{degree}: {len(sp['rows'])} rows, merge "
                      f"{'model' if sp['merge'] else 'none'} [{sp['source']}]" + "".join(

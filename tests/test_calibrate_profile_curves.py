@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from calibrate.inspect import format_show
 from simulator.cost_model import Coefficient, CostModel
 from simulator.errors import InputError
 from simulator.profile import PagingLink, Profile, Speculative, TaskAcceptance, load_profile, resolve_profile
@@ -89,6 +90,8 @@ def test_profile_with_curves_round_trips() -> None:
     assert again.acceptance_for("math", 1).mean == 0.9
     with pytest.raises(InputError, match="acceptance.poetry"):
         again.acceptance_for("poetry", 1)
+    text = format_show(again)  # `tripath profile show` prints the curves
+    assert "v(K) per K: 1: 1.1, 8: 2.5 [measured]" in text and "  a per K: 1: 0.9, 5: " in text
 
 
 def test_old_profiles_load_and_fall_back() -> None:
