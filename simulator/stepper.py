@@ -243,8 +243,7 @@ class Stepper:
                 continue
             if not self.reserve_output:
                 swap_s += self._swap_in()
-            decodes = [s for s in self.running if s.decoding]
-            result = self._step(prefills, decodes)
+            decodes, result = self._step(prefills)
             seconds = result.seconds
             if swap_s:
                 seconds = seconds + swap_s
@@ -255,12 +254,20 @@ class Stepper:
             self._iteration += 1
             self._complete(prefills, decodes, result, swap_s, end)
 
-    def _step(self, prefills: dict[SeqState, int], decodes: list[SeqState]) -> StepResult:
+    def _step(self, prefills: dict[SeqState, int]) -> tuple[list[SeqState], StepResult]:
+        """Ask the model for this iteration: the chunks, every prefilled sequence's decode, live tokens."""
         chunks = [PrefillChunk(s.request, s.task, n, s.prefilled, s.prefilled + n >= s.target)
                   for s, n in prefills.items()]
-        steps = [Decode(s.request, s.task, s.context, s.output - s.emitted) for s in decodes]
-        live = sum(s.context if s.decoding else s.prefilled for s in self.running)
-        return self.model.step(chunks, steps, live)
+        decodes, steps, live = [], [], 0
+        for s in self.running:  # one pass, no property calls: this is the loop's hot spot
+            if s.prefilled >= s.target:
+                context = s.prompt + s.emitted
+                decodes.append(s)
+                steps.append(Decode(s.request, s.task, context, s.output - s.emitted))
+                live += context
+            else:
+                live += s.prefilled
+        return decodes, self.model.step(chunks, steps, live)
 
     def _idle(self, until: float) -> Generator[simpy.Event, None, None]:
         """Wait for a routed request (or, for a wait window, until ``until``), not busy meanwhile."""
@@ -281,9 +288,8 @@ class Stepper:
         ledger = self.ledger
         for s, n in prefills.items():
             s.prefilled += n
-        emitted = result.emitted
-        for i, s in enumerate(decodes):
-            s.emitted += int(emitted[i])
+        for s, n in zip(decodes, result.emitted.tolist(), strict=True):
+            s.emitted += n
         if result.rounds is not None and result.accepted is not None:
             for i, s in enumerate(decodes):
                 ledger.draft_rounds[s.request] += int(result.rounds[i])
