@@ -8,6 +8,12 @@ their records are bit-identical, and prints wall time, simulated requests/s, eve
 Python memory (tracemalloc, a separate pass, since tracing slows the run) and the speed ratio.
 
     .venv/bin/python benchmarks/bench_simulator.py [--sizes 10000 100000] [--load 0.8] [--no-reference]
+        [--stepper]
+
+--stepper adds the general per-iteration loop (simulator/stepper.py: one event per iteration)
+on the same requests, continuous (records checked bit-identical to the fast path) and chunked,
+against SimPy's bare rate (a process yielding env.timeout(1)) measured in the same run; times
+are wall and this thread's CPU time (time.thread_time: less disturbed by other processes).
 """
 
 from __future__ import annotations
@@ -54,6 +60,48 @@ def peak_memory_mib(requests: list[RequestSpec], config: ClusterConfig, profile:
     return peak / 2**20
 
 
+def simpy_bare_rate(n: int = 1_000_000) -> tuple[float, float]:
+    """(events/s wall, events/s thread CPU) of a bare SimPy process yielding env.timeout(1) n times."""
+    import simpy
+
+    env = simpy.Environment()
+
+    def ticker() -> object:
+        for _ in range(n):
+            yield env.timeout(1)
+
+    env.process(ticker())
+    gc.collect()
+    wall, cpu = time.perf_counter(), time.thread_time()
+    env.run()
+    return n / (time.perf_counter() - wall), n / (time.thread_time() - cpu)
+
+
+def stepper_run(requests: list[RequestSpec], config: ClusterConfig, profile: object,
+                policy: str) -> tuple[float, float, RunResult]:
+    """(wall s, thread CPU s, result) of the per-iteration loop with this policy and the baseline physics."""
+    from simulator.batching import Chunked, Continuous
+    from simulator.step_model import BaselineStep
+    from simulator.stepper import StepperSetup
+
+    replica = config.replica
+
+    def policy_for(i: int) -> object:
+        if policy == "chunked":
+            return Chunked(replica.max_batch_size, replica.max_batched_tokens)
+        return Continuous(replica.max_batch_size, replica.max_batched_tokens)
+
+    setup = StepperSetup(lambda i: BaselineStep(IterationCost.from_profile(profile), replica.kv_bytes_per_token,
+                                                replica.kv_capacity_bytes), policy_for)
+    gc.collect()
+    gc.disable()
+    wall, cpu = time.perf_counter(), time.thread_time()
+    result = simulate_requests(requests, config, IterationCost.from_profile(profile), setup=setup)
+    wall, cpu = time.perf_counter() - wall, time.thread_time() - cpu
+    gc.enable()
+    return wall, cpu, result
+
+
 def bits(result: RunResult) -> list[tuple]:
     """Records as tuples with floats in hex: equal only if bit-identical (NaN included)."""
     return [tuple(v.hex() if isinstance(v, float) else v for v in dataclasses.astuple(r))
@@ -66,7 +114,12 @@ def main() -> None:
     parser.add_argument("--load", type=float, default=0.8, help="fraction of the saturation estimate")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-reference", action="store_true", help="time the fast path only")
+    parser.add_argument("--stepper", action="store_true",
+                        help="also time the per-iteration loop (continuous and chunked) against SimPy's bare rate")
     args = parser.parse_args()
+    bare_wall, bare_cpu = simpy_bare_rate() if args.stepper else (0.0, 0.0)
+    if args.stepper:
+        print(f"SimPy bare timeout rate (this run): {bare_wall:,.0f} events/s wall, {bare_cpu:,.0f} events/s CPU")
 
     profile = resolve_profile("seed-llama2-70b-a100")
     base = load_scenario("quickstart")  # Azure conversation lengths (empirical), 1 GPU, continuous batching
@@ -90,6 +143,14 @@ def main() -> None:
         print(f"  fast      {fast_s:8.3f} s  {n / fast_s:12,.0f} requests/s  "
               f"{fast.events / fast_s:12,.0f} events/s  ({fast.events:,} events)  "
               f"peak {peak_memory_mib(requests, config, profile, True):6.1f} MiB")
+        if args.stepper:
+            for policy in ("continuous", "chunked"):
+                wall, cpu, stepped = stepper_run(requests, config, profile, policy)
+                same = f"; records bit-identical to fast: {bits(stepped) == bits(fast)}" * (policy == "continuous")
+                print(f"  stepper {policy:<10} {wall:8.3f} s wall {cpu:8.3f} s CPU  "
+                      f"{stepped.events / cpu:12,.0f} events/s CPU  ({stepped.events:,} events)  "
+                      f"= {stepped.events / cpu / bare_cpu:.2f} x SimPy bare; fast / stepper {fast_s / wall:.2f}x wall"
+                      f"{same}")
         if args.no_reference:
             continue
         ref_s, ref = timed(requests, config, profile, False, repeats=1)
