@@ -9,6 +9,12 @@ read of the same total bytes, timed in the same run.  The hidden share is the pa
 time the main thread did not wait for (it ran on the prefetch thread while layers computed):
 1 - (main-thread time in the cache, tiered - untiered) / paging time.  It is measured from the
 cache's own clock rather than from whole-step times, which other jobs on a shared CPU blur.
+
+Every transfer and every plain reference is timed on two clocks: wall time, and the CPU time of the
+thread doing it (user + system, which covers memcpy and page-cache file I/O on a CPU).  On a CPU
+shared with other jobs the wall clock also counts time the thread waited for a core, so the CPU-time
+ratio is the steadier comparison of the same work; on CUDA, or when reads come from the disk itself
+(drop_page_cache), waits are real cost and only the wall clock counts.
 """
 
 from __future__ import annotations
@@ -38,6 +44,8 @@ class LinkPoint:
     ms_per_2k_tokens: float  # seconds per token of KV moved over this link x 2048 (all layers of a token)
     gb_per_s: float
     plain_gb_per_s: float  # the same bytes in one plain copy / file write / file read
+    cpu_gb_per_s: float = float("nan")  # bytes per second of the transferring thread's CPU time
+    plain_cpu_gb_per_s: float = float("nan")  # the plain transfer's, on the same clock
 
 
 @dataclass(frozen=True)
@@ -53,17 +61,24 @@ class StepPoint:
     residency: str  # pages per tier after prefill
 
 
-def _best_seconds(fn: object, repeats: int) -> float:
-    best = float("inf")
+def _best_seconds(fn: object, repeats: int) -> tuple[float, float]:
+    """The fastest of `repeats` runs on each clock: (wall seconds, this thread's CPU seconds)."""
+    wall = cpu = float("inf")
     for _ in range(repeats):
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.thread_time()
         fn()  # type: ignore[operator]
-        best = min(best, time.perf_counter() - start)
-    return best
+        wall = min(wall, time.perf_counter() - start)
+        cpu = min(cpu, time.thread_time() - start_cpu)
+    return wall, cpu
 
 
-def plain_copy_gbps(nbytes: int, device: torch.device, repeats: int = 3) -> dict[str, float]:
-    """One tensor copy of nbytes each way between the device pool's memory and (pinned) host memory."""
+def _rates(nbytes: int, seconds: tuple[float, float]) -> tuple[float, float]:
+    return tuple(nbytes / s / 1e9 if s > 0 else float("nan") for s in seconds)  # type: ignore[return-value]
+
+
+def plain_copy_gbps(nbytes: int, device: torch.device, repeats: int = 3) -> dict[str, tuple[float, float]]:
+    """One tensor copy of nbytes each way between the device pool's memory and (pinned) host memory:
+    (wall GB/s, CPU-time GB/s) per link."""
     pin = device.type == "cuda"
     host = torch.ones(nbytes // 4, dtype=torch.float32, pin_memory=pin)
     dev = torch.empty_like(host, device=device)
@@ -74,11 +89,12 @@ def plain_copy_gbps(nbytes: int, device: torch.device, repeats: int = 3) -> dict
 
     h2d = _best_seconds(lambda: (dev.copy_(host), sync()), repeats)
     d2h = _best_seconds(lambda: (host.copy_(dev), sync()), repeats)
-    return {"host->device": nbytes / h2d / 1e9, "device->host": nbytes / d2h / 1e9}
+    return {"host->device": _rates(nbytes, h2d), "device->host": _rates(nbytes, d2h)}
 
 
-def plain_file_gbps(nbytes: int, directory: str | None, repeats: int = 3) -> dict[str, float]:
-    """One file write (flushed, like an SSD page) and one read of nbytes in a temp file."""
+def plain_file_gbps(nbytes: int, directory: str | None, repeats: int = 3) -> dict[str, tuple[float, float]]:
+    """One file write (flushed, like an SSD page) and one read of nbytes in a temp file:
+    (wall GB/s, CPU-time GB/s) per link."""
     payload = os.urandom(1 << 20) * max(1, nbytes >> 20)
     fd, path = tempfile.mkstemp(prefix="tripath-plain-", dir=directory)
     os.close(fd)
@@ -96,13 +112,13 @@ def plain_file_gbps(nbytes: int, directory: str | None, repeats: int = 3) -> dic
         r = _best_seconds(read, repeats)
     finally:
         os.unlink(path)
-    return {"host->ssd": len(payload) / w / 1e9, "ssd->host": len(payload) / r / 1e9}
+    return {"host->ssd": _rates(len(payload), w), "ssd->host": _rates(len(payload), r)}
 
 
 def _decode_ms(model: LlamaModel, prompt: list[int], tiers: TierConfig, steps: int, sinks: int, window: int,
-               prefetch: bool) -> tuple[list[float], dict[str, tuple[int, int, float]], str, float]:
-    """Per-step wall ms of `steps` decodes after the prefill, the links' (pages, bytes, s) over them,
-    the residency after prefill, and the main thread's ms per step inside the cache."""
+               prefetch: bool) -> tuple[list[float], dict[str, tuple[int, int, float, float]], str, float]:
+    """Per-step wall ms of `steps` decodes after the prefill, the links' (pages, bytes, wall s, CPU s) over
+    them, the residency after prefill, and the main thread's ms per step inside the cache."""
     with TieredEngine(model, tiers, sinks, window, prefetch) as eng:
         eng.add_request(prompt, steps + 3)
         eng.step()  # prefill, not timed
@@ -112,13 +128,16 @@ def _decode_ms(model: LlamaModel, prompt: list[int], tiers: TierConfig, steps: i
         before = {k: (v.pages, v.bytes, v.seconds) for k, v in eng.cache.tiers.stats.links.items()}
         stall0 = eng.cache.stall_s
         times, per_step = [], {link: [] for link in LINKS}
+        cpu_per_step: dict[str, list[float]] = {link: [] for link in LINKS}
         for _ in range(steps):
             start = time.perf_counter()
             seconds = {link: eng.cache.tiers.stats.get(link).seconds for link in LINKS}
+            cpu = {link: eng.cache.tiers.stats.get(link).cpu_seconds for link in LINKS}
             eng.step()
             times.append((time.perf_counter() - start) * 1e3)
             for link in LINKS:
                 per_step[link].append(eng.cache.tiers.stats.get(link).seconds - seconds[link])
+                cpu_per_step[link].append(eng.cache.tiers.stats.get(link).cpu_seconds - cpu[link])
         after = eng.cache.tiers.stats.links
         stall_ms = (eng.cache.stall_s - stall0) * 1e3 / steps
         failed = [r.error for r in eng.results.values() if not r.ok]
@@ -130,7 +149,9 @@ def _decode_ms(model: LlamaModel, prompt: list[int], tiers: TierConfig, steps: i
             now = after.get(link)
             # seconds: the median step's time x steps, so one step stalled by another job does not dominate
             median = sorted(per_step[link])[steps // 2]
-            delta[link] = (0, 0, 0.0) if now is None else (now.pages - p0, now.bytes - b0, median * steps)
+            cpu_median = sorted(cpu_per_step[link])[steps // 2]
+            delta[link] = ((0, 0, 0.0, 0.0) if now is None
+                           else (now.pages - p0, now.bytes - b0, median * steps, cpu_median * steps))
     return times, delta, f"{res['device']}/{res['host']}/{res['ssd']}", stall_ms
 
 
@@ -154,16 +175,17 @@ def measure_paging(config: ModelConfig, context: int, chunk_tokens: int = 256, s
     on, links, res, stall_on = _decode_ms(model, ids, tight, steps, sinks, window, prefetch)
     kv_token_bytes = config.kv_bytes_per_token(4)
     page_bytes = kv_token_bytes // config.num_layers * chunk_tokens
-    moved = sum(b for _, b, _ in links.values())
+    moved = sum(link[1] for link in links.values())
     plain = {**plain_copy_gbps(max(moved // 4, page_bytes), device),
              **plain_file_gbps(max(moved // 4, page_bytes), ssd_dir)}
     points = []
-    for link, (pages, nbytes, seconds) in links.items():
+    for link, (pages, nbytes, seconds, cpu_seconds) in links.items():
         tokens = nbytes / kv_token_bytes
         per_2k = seconds * 1e3 / tokens * 2048 if tokens else float("nan")
-        gbps = nbytes / seconds / 1e9 if seconds > 0 else float("nan")
-        points.append(LinkPoint(context, link, pages, nbytes, seconds, per_2k, gbps, plain[link]))
-    paging_ms = sum(s for _, _, s in links.values()) * 1e3 / steps
+        gbps, cpu_gbps = _rates(nbytes, (seconds, cpu_seconds))
+        points.append(LinkPoint(context, link, pages, nbytes, seconds, per_2k, gbps, plain[link][0], cpu_gbps,
+                                plain[link][1]))
+    paging_ms = sum(link[2] for link in links.values()) * 1e3 / steps
     off_ms, on_ms = sorted(off)[len(off) // 2], sorted(on)[len(on) // 2]
     # the main thread's extra time in the cache is the paging it waited for; the rest ran behind compute
     hidden = 1.0 - (stall_on - stall_off) / paging_ms if paging_ms > 0 else float("nan")

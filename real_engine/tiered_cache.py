@@ -82,8 +82,13 @@ class TieredKVCache:
         return None
 
     # ---- moves between tiers ------------------------------------------------------------------
-    def _time(self, link: str, nbytes: int, start: float) -> None:
-        self.tiers.stats.add(link, nbytes, time.perf_counter() - start)
+    @staticmethod
+    def _clock() -> tuple[float, float]:
+        """(wall, this thread's CPU time): the start of a timed transfer."""
+        return time.perf_counter(), time.thread_time()
+
+    def _time(self, link: str, nbytes: int, start: tuple[float, float]) -> None:
+        self.tiers.stats.add(link, nbytes, time.perf_counter() - start[0], time.thread_time() - start[1])
 
     def _evict_host(self) -> None:
         key = self._victim(self.host_lru, device=False)
@@ -125,7 +130,7 @@ class TieredKVCache:
         else:
             if tiers.host_pool.num_free == 0:
                 self._evict_host()
-            start = time.perf_counter()  # after the host eviction, which is timed as host->ssd
+            start = self._clock()  # after the host eviction, which is timed as host->ssd
             slot = tiers.host_pool.allocate()
             tiers.host_pool.data[slot].copy_(tiers.device_pool.data[state.slot])
             self._time("device->host", tiers.page_bytes, start)
@@ -147,7 +152,7 @@ class TieredKVCache:
             page = self.tiers.host_pool.data[slot]
         else:  # ssd->host, timed inside read; into this thread's reused buffer (warm in the CPU cache)
             page = self.tiers.ssd.read(slot, out=self._staging_page())
-        start = time.perf_counter()
+        start = self._clock()
         if self._stream is not None:
             with torch.cuda.stream(self._stream):
                 self.tiers.device_pool.data[dst].copy_(page, non_blocking=True)
