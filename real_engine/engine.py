@@ -8,6 +8,7 @@ for calibration (prefill tokens, decode sequences, total context -> latency).
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,6 +16,8 @@ from typing import Any
 import torch
 
 from real_engine.attention import PagedAttention, SequenceChunk
+from real_engine.compressed_attention import CompressedAttention
+from real_engine.compressed_store import STORE_MODES, CompressedKVStore, StoreConfig
 from real_engine.fusion import fuse_projections
 from real_engine.kv_cache import KVCacheManager, KVTensors
 from real_engine.model import LlamaModel
@@ -38,12 +41,20 @@ class EngineConfig:
     fuse_projections: bool = True  # rewrite the model in place: one q/k/v and one gate/up matmul per layer
     # KV in device / host / SSD tiers (real_engine/tiered_store.py); None: one paged pool of num_blocks
     tiered: TierConfig | None = None
+    # KV kept compressed in the paged pool (real_engine/compressed_store.py: "int8", "int4", "mixed-int8",
+    # "mixed-int4"; "fp" = the same blockwise attention uncompressed); None: the plain full-precision pool
+    kv_compression: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("max_batch_size", "max_batched_tokens", "block_size", "num_blocks"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"EngineConfig.{name}: must be an integer >= 1, got {value!r}")
+        if self.kv_compression is not None and self.kv_compression not in STORE_MODES:
+            raise ValueError(f"EngineConfig.kv_compression: must be None or one of {STORE_MODES}, "
+                             f"got {self.kv_compression!r}")
+        if self.kv_compression is not None and self.tiered is not None:
+            raise ValueError("EngineConfig.kv_compression: cannot be combined with tiered (not implemented)")
 
     @property
     def kv_capacity_tokens(self) -> int:
@@ -97,7 +108,13 @@ class Engine:
         self.device, self.dtype = param.device, param.dtype
         self.tiered: TieredStore | None = None
         self.errors: dict[int, str] = {}  # request id -> why a tier fault ended it
-        if config.tiered is None:
+        self.kv_store: CompressedKVStore | None = None
+        if config.kv_compression is not None:
+            self.kv_manager = KVCacheManager(config.num_blocks, config.block_size)
+            # values grouped per token over channels: a head narrower than 32 channels is one group
+            store = StoreConfig(config.kv_compression, config.block_size, math.gcd(32, int(model.config.head_dim)))
+            self.kv_store = CompressedKVStore(model.config, config.num_blocks, store, self.dtype, self.device)
+        elif config.tiered is None:
             self.kv_manager = KVCacheManager(config.num_blocks, config.block_size)
             self.kv = KVTensors.allocate(model.config, config.num_blocks, config.block_size, self.dtype, self.device)
         else:
@@ -167,7 +184,10 @@ class Engine:
         plan = self.scheduler.schedule()
         if not plan.chunks:
             raise RuntimeError("step() with nothing schedulable; check has_unfinished first")
-        if self.tiered is None:
+        if self.kv_store is not None:
+            self.kv_store.drop_free(self.kv_manager.pool.refcount)  # staging of finished/preempted sequences
+            self.kv_store.copy_blocks(plan.copies)
+        elif self.tiered is None:
             self.kv.copy_blocks(plan.copies)
         else:
             paging_before = self.tiered.snapshot()
@@ -193,7 +213,9 @@ class Engine:
             if seq.num_computed + n == seq.num_tokens:
                 sampled_rows.append(len(token_ids) - 1)
                 sampling_seqs.append(seq)
-        if self.tiered is None:
+        if self.kv_store is not None:
+            attention = CompressedAttention(self.kv_store, chunks, self.model.config.kv_group_size)
+        elif self.tiered is None:
             attention = PagedAttention(self.kv, chunks, self.model.config.kv_group_size)
         else:
             attention = TieredBatchAttention(
