@@ -16,6 +16,9 @@ if str(ROOT) not in sys.path:  # app_pages lives beside this file; `streamlit ru
 
 PAGES = [
     st.Page("app_pages/explorer.py", title="Scenario explorer", icon=":material/tune:", default=True),
+    st.Page("app_pages/matrix.py", title="Decision matrix", icon=":material/grid_on:"),
+    st.Page("app_pages/capacity.py", title="Capacity planner", icon=":material/dns:"),
+    st.Page("app_pages/whatif.py", title="SLA what-if", icon=":material/ssid_chart:"),
     st.Page("app_pages/calibration.py", title="Calibration", icon=":material/speed:"),
     st.Page("app_pages/fidelity.py", title="Fidelity", icon=":material/fact_check:"),
 ]

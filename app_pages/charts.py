@@ -82,3 +82,46 @@ def lines(x: Sequence[float], ys: dict[str, Sequence[float]], xlabel: str, ylabe
     ax.set_title(title, fontsize=9)
     fig.tight_layout()
     return fig
+
+
+def matrix_heatmap(rows: list[str], columns: list[str], margins: list[list[float | None]],
+                   marks: list[list[str]], title: str) -> Figure:
+    """Cells x candidates coloured by SLA margin ((target - P99) / target, clipped to +-100%); grey = no number.
+
+    ``marks`` is drawn in each square: "★" recommended, "2" runner-up, "n/a" not applicable, "x" refused.
+    """
+    values = np.array([[np.nan if v is None else max(-1.0, min(1.0, v)) for v in row] for row in margins], float)
+    fig, ax = plt.subplots(figsize=(1.25 * len(columns) + 3, 0.6 * len(rows) + 2))
+    cmap = matplotlib.colormaps["RdYlGn"].copy()
+    cmap.set_bad("#dddddd")
+    image = ax.imshow(np.ma.masked_invalid(values), cmap=cmap, vmin=-1, vmax=1, aspect="auto")
+    for i, row in enumerate(marks):
+        for j, mark in enumerate(row):
+            ax.text(j, i, mark, ha="center", va="center", fontsize=9)
+    ax.set_xticks(range(len(columns)), columns, rotation=35, ha="right", fontsize=8)
+    ax.set_yticks(range(len(rows)), rows, fontsize=8)
+    fig.colorbar(image, ax=ax, label="SLA margin (min over terms)")
+    ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def windows(series: dict[str, list[dict]], term: str, step_at_s: float, title: str) -> Figure:
+    """P99 of ``term`` per window of arrival time, one line per policy, with its 95% band and the step."""
+    fig, ax = plt.subplots(figsize=(9, 3.6))
+    for label, s in series.items():
+        mids = [(w["start_s"] + w["end_s"]) / 2 for w in s]
+        est = [w[f"{term}_p99_ms"] for w in s]
+        mean = np.array([np.nan if e["mean"] is None else e["mean"] for e in est], float)
+        low = np.array([np.nan if e["ci_low"] is None else e["ci_low"] for e in est], float)
+        high = np.array([np.nan if e["ci_high"] is None else e["ci_high"] for e in est], float)
+        ax.plot(mids, mean, marker="o", ms=3, lw=1.2, label=label)
+        ax.fill_between(mids, low, high, alpha=0.2)
+    ax.axvline(step_at_s, color="k", ls=":", lw=1, label="load step")
+    ax.set_xlabel("arrival time (simulated s)")
+    ax.set_ylabel(f"{LABELS.get(term, term)} P99 (ms)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    return fig

@@ -15,6 +15,7 @@ from app_pages import charts, profiles, scenario_form, simulation, timeseries
 from app_pages.provenance import profile_badge, simulated_caption
 from simulator.errors import InputError
 from simulator.scenario import scenario_from_dict
+from simulator.timeseries import timeseries_csv
 
 RESULT = "explorer_result"  # session_state: {"key": inputs of the run, "outcome": simulation.Outcome}
 
@@ -33,6 +34,8 @@ def main() -> None:
     seed = int(cols[2].number_input("seed", 0, 2**31 - 1, 0, key="seed"))
     replications = int(cols[3].number_input("replications", 1, 100, 3, key="replications",
                                             help="confidence intervals need at least 2"))
+    interval = st.number_input("sample time series every (simulated s; 0 = off, faster)", 0.0, 1e6, 5.0,
+                               key="interval", help="queue, batch, KV per tier and paging (simulator/timeseries.py)")
     try:
         profile = profiles.load(profile_name)
     except InputError as err:
@@ -44,7 +47,7 @@ def main() -> None:
     except ValueError as err:
         st.error(str(err))
         st.stop()
-    key = (simulation.canonical(data), profile_name, seed, replications)
+    key = (simulation.canonical(data), profile_name, seed, replications, interval or None)
     if st.button("Run simulation", type="primary", key="run"):
         _run(data, key)
     stored = st.session_state.get(RESULT)
@@ -65,12 +68,12 @@ def _ms(value: float, signed: bool = False) -> str:
 
 
 def _run(data: dict, key: tuple) -> None:
-    scenario_json, profile_name, seed, replications = key
+    scenario_json, profile_name, seed, replications, interval = key
     try:
         scenario_from_dict(json.loads(scenario_json), None)  # the CLI's validation, before the status box
         with st.status(f"Simulating {replications} replication(s) ...", expanded=False) as status:
             outcome = simulation.run(scenario_json, profiles.profile_text(profile_name), profile_name, seed,
-                                     replications)
+                                     replications, interval)
             status.update(label=f"Simulated {outcome.report['counts']['arrived']:,} requests "
                                 f"({outcome.report['events']:,} events)", state="complete")
     except InputError as err:
@@ -121,19 +124,27 @@ def _show(outcome: simulation.Outcome) -> None:
 
 def _series(outcome: simulation.Outcome, short: str) -> None:
     run = outcome.result.runs[0]
-    series = timeseries.occupancy(run.records)
-    fig = charts.step_series(series, f"requests queued and running, replication 0 — exact from the records; {short}",
-                             "requests")
-    st.pyplot(fig)
-    st.download_button("queue and running (PNG)", charts.png_bytes(fig), "queue.png", "image/png", key="queue_png")
-    sampled = timeseries.simulator_series(run)
-    if sampled:
-        fig = charts.step_series(sampled, f"sampled by the simulator, replication 0 — {short}", "value")
+    figures = timeseries.sampled(run.timeseries)
+    if not figures:
+        series = timeseries.occupancy(run.records)
+        fig = charts.step_series(series, f"requests queued and running, replication 0 — exact from the records; "
+                                         f"{short}", "requests")
         st.pyplot(fig)
-        st.download_button("sampled series (PNG)", charts.png_bytes(fig), "series.png", "image/png", key="series_png")
-    else:
-        st.caption("Batch size, memory per tier and paging traffic: this simulator build does not sample them yet "
-                   "(issue 8's time series); queue and running counts above are exact from the records.")
+        st.download_button("queue and running (PNG)", charts.png_bytes(fig), "queue.png", "image/png",
+                           key="queue_png")
+        st.caption("Batch size, memory per tier and paging: set a sampling interval above to have the simulator "
+                   "sample them.")
+        return
+    interval = run.timeseries.interval_s
+    for i, (figure, lines) in enumerate(figures.items()):
+        label = timeseries.GROUPS[figure][2]
+        fig = charts.step_series(lines, f"{figure}, all replicas, replication 0, sampled every {interval:g} s "
+                                        f"by the simulator — {short}", label)
+        st.pyplot(fig)
+        st.download_button(f"{figure} (PNG)", charts.png_bytes(fig), f"series_{i}.png", "image/png",
+                           key=f"series_png_{i}")
+    st.download_button("time series (CSV)", timeseries_csv([r.timeseries for r in outcome.result.runs]),
+                       "timeseries.csv", "text/csv", key="timeseries_csv")
 
 
 main()

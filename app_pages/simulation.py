@@ -41,11 +41,16 @@ def canonical(scenario: dict[str, Any]) -> str:
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
-def run(scenario_json: str, profile_text: str, profile_name: str, seed: int, replications: int) -> Outcome:
-    """Simulate ``replications`` seeded replications, exactly as `tripath simulate --seed --replications`."""
+def run(scenario_json: str, profile_text: str, profile_name: str, seed: int, replications: int,
+        interval_s: float | None = None) -> Outcome:
+    """Simulate ``replications`` seeded replications, exactly as `tripath simulate --seed --replications`.
+
+    ``interval_s`` asks the simulator for its time series (queue, batch, KV per tier, paging) at that
+    sampling interval; the records are the same with or without it (simulator/timeseries.py).
+    """
     scenario = scenario_from_dict(json.loads(scenario_json), None)
     profile = parse_profile(profile_text, profile_name)
-    result = simulate(scenario, profile, seed=seed, replications=replications)
+    result = simulate(scenario, profile, seed=seed, replications=replications, timeseries_interval_s=interval_s)
     latencies = {m: tuple(metrics.latencies(run.records, m) for run in result.runs) for m in CDF_METRICS}
     return Outcome(summary(result), records_csv([run.records for run in result.runs]), latencies, result)
 

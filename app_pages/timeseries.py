@@ -1,10 +1,10 @@
-"""Time series for the explorer's plots: the simulator's own when it provides them, else from records.
+"""Time series for the explorer's plots: the simulator's samples (simulator/timeseries.py) summed over replicas.
 
-From the records alone (simulator/records.py) two step functions are exact, not estimated:
-queued(t) = #{arrival <= t < admitted} and running(t) = #{admitted <= t < finish}, counted over
-completed requests (a rejected request never queues). Memory per tier, paging traffic and the
-batch size per iteration exist only where the simulator samples them (issue 8's time series);
-``simulator_series`` picks those up from a run when present and returns nothing otherwise.
+The simulator samples each replica every ``interval_s`` simulated seconds (queue, running, batch,
+KV bytes per tier, cumulative paging bytes per link, preemptions). A cluster's picture is the sum
+over its replicas at each sample time. Without samples (interval off), queued and running counts
+still come exactly from the records: queued(t) = #{arrival <= t < admitted} and
+running(t) = #{admitted <= t < finish} over completed requests.
 """
 
 from __future__ import annotations
@@ -15,9 +15,36 @@ from typing import Any
 import numpy as np
 
 from simulator.records import RequestRecord
+from simulator.timeseries import COLUMNS, LINKS, TIERS
 
-# attribute names a RunResult may carry its sampled time series under (issue 8's outputs)
-SERIES_ATTRIBUTES = ("timeseries", "time_series", "series")
+GIB = 2**30
+GROUPS = {  # figure -> (columns, unit divisor, y label)
+    "requests": (("queue", "running", "batch"), 1.0, "requests / sequences"),
+    "KV memory per tier": (tuple(f"kv_{t}_bytes" for t in TIERS), GIB, "GiB resident"),
+    "paging traffic": (tuple(f"paging_{link}_bytes" for link in LINKS), GIB, "GiB moved (cumulative)"),
+}
+
+
+def sampled(series: Any) -> dict[str, dict[str, tuple[np.ndarray, np.ndarray]]]:
+    """{figure: {column: (t, value summed over replicas)}} from a TimeSeries; {} when there is none.
+
+    Columns that stay zero all run long (e.g. SSD bytes without a tiered cache) are left out.
+    """
+    if series is None or not series.rows:
+        return {}
+    rows = np.array(series.rows, dtype=float)
+    times, inverse = np.unique(rows[:, COLUMNS.index("t_s")], return_inverse=True)
+    out: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]] = {}
+    for figure, (columns, divisor, _) in GROUPS.items():
+        lines = {}
+        for column in columns:
+            total = np.zeros_like(times)
+            np.add.at(total, inverse, rows[:, COLUMNS.index(column)])
+            if figure == "requests" or total.any():
+                lines[column] = (times, total / divisor)
+        if lines:
+            out[figure] = lines
+    return out
 
 
 def occupancy(records: Sequence[RequestRecord]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
@@ -38,30 +65,3 @@ def _steps(spans: list[tuple[float, float]]) -> tuple[np.ndarray, np.ndarray]:
     # at equal times, departures (-1) before arrivals (+1): a zero-length stay never counts
     order = np.lexsort((deltas, times))
     return times[order], np.cumsum(deltas[order])
-
-
-def simulator_series(run: Any) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """A run's sampled series as {name: (t, value)}, when the simulator provides them; else {}."""
-    for attribute in SERIES_ATTRIBUTES:
-        raw = getattr(run, attribute, None)
-        if raw is not None:
-            return _as_series(raw)
-    return {}
-
-
-def _as_series(raw: Any) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """Accept {name: values} with a time column ("t_s" / "time_s" / "t"), or an object with to_dict()."""
-    if hasattr(raw, "to_dict"):
-        raw = raw.to_dict()
-    if not isinstance(raw, dict):
-        return {}
-    time_key = next((k for k in ("t_s", "time_s", "t", "times_s") if k in raw), None)
-    if time_key is None:
-        return {}
-    t = np.asarray(raw[time_key], dtype=float)
-    out = {}
-    for name, values in raw.items():
-        array = np.asarray(values)
-        if name != time_key and array.shape == t.shape and np.issubdtype(array.dtype, np.number):
-            out[name] = (t, array.astype(float))
-    return out
