@@ -218,7 +218,13 @@ def _cmd_stack(args: argparse.Namespace) -> int:
         steps = " -> ".join(f"+{s['add']} ({_gain(s, args.metric)})" for s in order["steps"])
         lines.append(f"  {steps}")
     flagged = result["negative_couplings"]
-    lines.append("negative coupling: " + ("none" if not flagged else ""))
+    lines.append("negative coupling: " + ("none above noise" if not flagged else ""))
+    if not flagged:  # the largest interaction anyway, with the noise it did not clear
+        rows = [c for c in result["couplings"] if c.get("coupling_ms") is not None and c["term"] == args.metric]
+        if rows:
+            worst = min(rows, key=lambda c: c["coupling_ms"])
+            lines.append(f"  (largest: {worst['path']} after {worst['after']}: {worst['coupling_ms']:+,.0f} ms "
+                         f"vs noise {worst['noise_ms']:,.0f} ms; more --replications narrow the noise)")
     lines += [f"  [{c['term']}] {c['verdict']}: alone {_ms(c['gain_alone_ms'])} ms, after {c['after']} "
               f"{_ms(c['gain_after_ms'])} ms" for c in flagged]
     return _emit(args, result, "\n".join(lines))
