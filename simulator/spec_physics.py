@@ -66,6 +66,8 @@ class SpeculativePhysics:
         self.c = 0.0 if self.prompt_lookup else float(profile.speculative.cost_ratio.value)
         self._verify = [1.0] + [profile.verify_cost_ratio(k) for k in range(1, self.k + 1)]
         self.probs = acceptance_table(profile, tasks, self.k, self.prompt_lookup, acceptance_drop)
+        self.survival = np.cumprod(self.probs, axis=1)  # C[t, j-1] = P(at least j drafts accepted)
+        self._positions = np.arange(self.k)
         self.rng = rng
         self.controller: AdaptiveK | None = None
         if spec.adaptive:
@@ -93,15 +95,20 @@ class SpeculativePhysics:
         return np.array([min(k, d.remaining - 1) for k, d in zip(ks, decodes, strict=True)], dtype=np.int64)
 
     def draw(self, decodes: Sequence[Decode], ks: np.ndarray) -> np.ndarray:
-        """Accepted draft tokens per sequence: leading successes among its K_i Bernoulli(p_j) trials."""
+        """Accepted draft tokens per sequence, by inverting the distribution of the run of acceptances.
+
+        P(accepted >= j) = p_1 ... p_j =: C_j, decreasing in j, so with one uniform u per sequence
+        accepted = #{j <= K_i : u < C_j} has exactly the law of "leading successes among K_i
+        Bernoulli(p_j) trials", with one draw per sequence per round instead of K.
+        """
         k_max = int(ks.max()) if len(ks) else 0
         if k_max == 0:
             return np.zeros(len(decodes), dtype=np.int64)
-        tasks = np.fromiter((d.task for d in decodes), dtype=np.int64, count=len(decodes))
-        # One uniform per (sequence, position) every round, so draws do not depend on earlier outcomes.
-        hits = self.rng.random((len(decodes), k_max)) < self.probs[tasks, :k_max]
-        hits &= np.arange(k_max) < ks[:, None]  # positions past K_i were never proposed
-        return np.cumprod(hits, axis=1).sum(axis=1).astype(np.int64)
+        tasks = [d.task for d in decodes]
+        u = self.rng.random(len(decodes))
+        runs = u[:, None] < self.survival[tasks, :k_max]
+        runs &= self._positions[:k_max] < ks[:, None]  # positions past K_i were never proposed
+        return runs.sum(axis=1, dtype=np.int64)
 
     def observe(self, decodes: Sequence[Decode], ks: np.ndarray, accepted: np.ndarray) -> None:
         """Tell the adaptive controller what each round did; forget sequences that just finished."""

@@ -143,3 +143,16 @@ def test_adaptive_picks_shorter_k_where_acceptance_is_lower():
     dialogue_ks = _adaptive_ks(SpeculativeSpec(adaptive=True), SEED, "dialogue", rounds=400)[200:]
     assert 0 not in math_ks
     assert np.mean(math_ks) < np.mean(dialogue_ks)
+
+
+def test_accepted_tokens_follow_the_per_position_law():
+    """P(accepted = j) = p_1..p_j (1 - p_{j+1}) for j < K and p_1..p_K for j = K, each within 4 SE."""
+    physics = SpeculativePhysics(SpeculativeSpec(), TINY, ["summarization"], np.random.default_rng(9))
+    p = TINY.acceptance["summarization"].per_position
+    n = 50_000
+    decodes = [Decode(i, 0, 100, 1000) for i in range(n)]
+    accepted = physics.draw(decodes, physics.choose(decodes))
+    for j in range(len(p) + 1):
+        law = math.prod(p[:j]) * (1 - p[j] if j < len(p) else 1.0)
+        share = float((accepted == j).mean())
+        assert abs(share - law) < 4 * math.sqrt(law * (1 - law) / n), (j, share, law)
