@@ -61,3 +61,8 @@ def test_speculation_ranks_tasks_as_the_seed_does(rows):
 def test_markdown_lists_every_row(module, rows):
     table = module.markdown(rows)
     assert table.count("\n") == len(rows) + 1
+
+
+def test_docs_show_the_table_the_script_prints(module, rows):
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "simulator_paths.md").read_text(encoding="utf-8")
+    assert module.markdown(rows) in docs  # rerun scripts/reproduce_seed.py and paste its table if this fails
