@@ -47,7 +47,9 @@ class SpeculativeSpec:
         if not isinstance(self.adaptive, bool):
             _fail("adaptive", f"must be true or false, got {self.adaptive!r}")
         _finite("fallback_acceptance", self.fallback_acceptance, 0.0, 1.0)
-        if self.fallback_acceptance is not None and not self.adaptive:
+        # 0 = never fall back, which is what a fixed K does (the agreed format's example writes it so);
+        # any other threshold with a fixed K would be silently ignored, so it is an error
+        if self.fallback_acceptance not in (None, 0.0) and not self.adaptive:
             _fail("fallback_acceptance", "only valid with adaptive = true (a fixed K never falls back)")
         if self.proposer not in PROPOSERS:
             _fail("proposer", f"must be one of {', '.join(PROPOSERS)}, got {self.proposer!r}")

@@ -73,6 +73,9 @@ def test_strategy_round_trips_and_defaults():
     assert strategy_from_dict(None) == strategy_from_dict({}) == StrategySpec()
     assert StrategySpec().baseline and not spec.baseline
     assert scenario_from_dict(_quickstart()).strategy == StrategySpec()
+    # the agreed format's example: a fixed K with fallback 0 (never) is valid
+    example = {"k": 5, "adaptive": False, "fallback_acceptance": 0.0, "proposer": "draft"}
+    assert strategy_from_dict({"speculative": example}).speculative.fallback_acceptance == 0.0
 
 
 @pytest.mark.parametrize(("strategy", "profile", "field"), [
