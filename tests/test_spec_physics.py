@@ -156,3 +156,17 @@ def test_accepted_tokens_follow_the_per_position_law():
         law = math.prod(p[:j]) * (1 - p[j] if j < len(p) else 1.0)
         share = float((accepted == j).mean())
         assert abs(share - law) < 4 * math.sqrt(law * (1 - law) / n), (j, share, law)
+
+
+def test_round_cost_reads_the_profiles_per_k_verify_cost():
+    from simulator.cost_model import Coefficient
+
+    measured = {2: Coefficient(1.2, "target steps", "measured"), 5: Coefficient(1.8, "target steps", "measured")}
+    profile = dataclasses.replace(SEED, speculative=dataclasses.replace(SEED.speculative, verify_by_k=measured))
+    physics = SpeculativePhysics(SpeculativeSpec(k=5), profile, ["code"], np.random.default_rng(0))
+    c = SEED.speculative.cost_ratio.value
+    assert physics.round_factor(5) == pytest.approx(5 * c + 1.8)
+    assert physics.round_factor(2) == pytest.approx(2 * c + 1.2)
+    assert physics.round_factor(3) == pytest.approx(3 * c + 1.4)  # linear between the measured Ks
+    assert physics.round_factor(1) == pytest.approx(c + 1.1)  # from v(0) = 1 up to the smallest measured K
+    assert physics.round_factor(0) == 1.0
