@@ -26,12 +26,16 @@ import math
 from collections import deque
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import simpy
 
 from simulator.clock import Clock
 from simulator.replica import Ledger
 from simulator.step_model import Decode, PrefillChunk, StepModel, StepResult
+
+if TYPE_CHECKING:
+    from simulator.batching import BatchPolicy
 
 PREEMPTION_MODES = ("none", "recompute", "swap")
 
@@ -55,7 +59,7 @@ class StepperSetup:
     """How a cluster builds its Steppers: per-replica physics and policy (each may keep state)."""
 
     model_for: Callable[[int], StepModel]
-    policy_for: Callable[[int], object]  # simulator/batching.py: a BatchPolicy
+    policy_for: Callable[[int], BatchPolicy]
     config: StepperConfig = StepperConfig()
     task_names: tuple[str, ...] = ()  # PrefillChunk/Decode.task indexes these; others numbered after
     timeseries_interval_s: float | None = None
@@ -119,12 +123,12 @@ class SeqState:
 class Stepper:
     """One replica; the router calls ``enqueue`` and reads ``outstanding`` (as for replica.Replica)."""
 
-    def __init__(self, env: Clock, index: int, model: StepModel, policy: object, ledger: PathLedger,
+    def __init__(self, env: Clock, index: int, model: StepModel, policy: BatchPolicy, ledger: PathLedger,
                  config: StepperConfig | None = None) -> None:
         self.env = env
         self.index = index
         self.model = model
-        self.policy = policy  # simulator/batching.py: a BatchPolicy
+        self.policy = policy
         self.ledger = ledger
         self.config = config or StepperConfig()
         self.reserve_output = self.config.preemption == "none"
@@ -237,9 +241,9 @@ class Stepper:
                 yield from self._idle(math.inf)
             start = env.now
             swap_s = self._preempt() if not self.reserve_output else 0.0
-            prefills = policy.schedule(self, start)  # type: ignore[attr-defined]
+            prefills = policy.schedule(self, start)
             if not self.running:
-                yield from self._idle(policy.next_look(self, start))  # type: ignore[attr-defined]
+                yield from self._idle(policy.next_look(self, start))
                 continue
             if not self.reserve_output:
                 swap_s += self._swap_in()
@@ -319,7 +323,7 @@ class Stepper:
             self.running.remove(s)
             self.used -= s.reserved
             self.retired += 1
-            self.policy.observe(self, s.request, end)  # type: ignore[attr-defined]
+            self.policy.observe(self, s.request, end)
 
     # ---- preemption ------------------------------------------------------------------------------
 
