@@ -131,7 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_validate(sub)
     # matrix, plan, whatif, stack, breakeven: planning analyses (issue 9; planning/ loads when they run)
-    from tripath.planning_cli import add_subcommands as add_planning
+    from tripath.planning_parser import add_subcommands as add_planning
 
     add_planning(sub)
     return parser
