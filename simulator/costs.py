@@ -155,6 +155,25 @@ class IterationCost:
             self.count_decodes(batch, total_context, 1)
         return ms / 1000.0
 
+    def chunked_s(self, chunks: Sequence[tuple[int, int]], batch: int, total_context: int) -> float:
+        """Seconds of an iteration that prefills chunks (new_tokens, context_before) while ``batch`` decode.
+
+        Each chunk adds prefill_ms(T, ctx) - prefill_ms(0, 0) to the shared pass: mixed_s with the
+        context a chunk continues (chunked prefill, Sarathi-Serve). Each chunk is checked against the
+        prefill model's measured domain in both inputs.
+        """
+        fixed = self._prefill_fixed_ms
+        ms = float(self._decode_ms(batch, total_context)) if batch > 0 else fixed
+        (tok_lo, tok_hi), (ctx_lo, ctx_hi) = self._pre_tok, self._pre_ctx
+        for tokens, context in chunks:
+            ms += float(self._prefill_ms(tokens, context)) - fixed
+            if not (tok_lo <= tokens <= tok_hi and ctx_lo <= context <= ctx_hi):
+                self.prefill_outside += 1
+        self.prefill_queries += len(chunks)
+        if batch > 0:
+            self.count_decodes(batch, total_context, 1)
+        return ms / 1000.0
+
     def extrapolations(self) -> Extrapolations:
         return Extrapolations(
             self.prefill_queries, self.prefill_outside, self.decode_queries, self.decode_outside
