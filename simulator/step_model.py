@@ -111,15 +111,7 @@ class BaselineStep:
 
     def _chunked_s(self, prefills: Sequence[PrefillChunk], batch: int, context: int) -> float:
         """A mixed iteration where some chunks continue a prompt: each adds prefill(T, ctx) - prefill(0, 0)."""
-        cost = self.cost
-        fixed = cost._prefill_fixed_ms
-        ms = float(cost._decode_ms(batch, context)) if batch > 0 else fixed
-        for chunk in prefills:
-            ms += float(cost._prefill_ms(chunk.new_tokens, chunk.context_before)) - fixed
-        cost.prefill_queries += len(prefills)
-        if batch > 0:
-            cost.count_decodes(batch, context, 1)
-        return ms / 1000.0
+        return self.cost.chunked_s([(c.new_tokens, c.context_before) for c in prefills], batch, context)
 
     def tier_bytes(self) -> dict[str, int]:
         return {"device": self._live * self.kv_bytes_per_token}
