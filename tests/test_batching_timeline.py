@@ -133,3 +133,21 @@ def test_swap_without_a_paging_cost_is_bad_input() -> None:
         simulate(scenario_from_dict(data), bare)
     assert info.value.field == "batching.preemption"
     assert not math.isnan(simulate(scenario_from_dict(data), profile).runs[0].records[0].finish_s)
+
+
+def test_chunk_costs_and_their_extrapolations() -> None:
+    """chunked_s: the shared pass plus each chunk's prefill(T, ctx) - prefill(0, 0); both inputs checked."""
+
+    def prefill(tokens, context):
+        return 10.0 + 0.5 * tokens + 0.25 * context
+
+    def decode(batch, total_context):
+        return 4.0 + 1.0 * batch
+
+    cost = IterationCost(prefill, decode, prefill_domain=((1, 100), (0, 50)))
+    # no decodes: 10 + (5 + 0) + (5 + 15) + (100 + 0) = 135 ms
+    assert cost.chunked_s([(10, 0), (10, 60), (200, 0)], 0, 0) == T(0.135)
+    assert (cost.prefill_queries, cost.prefill_outside) == (3, 2)  # context 60 > 50; 200 tokens > 100
+    # with 2 decodes the shared pass is the decode step: 6 + (5 + 10) = 21 ms
+    assert cost.chunked_s([(10, 40)], 2, 100) == T(0.021)
+    assert (cost.prefill_queries, cost.prefill_outside, cost.decode_queries) == (4, 2, 1)
