@@ -44,7 +44,7 @@ def main() -> None:
     profile_badge(profile)
     sla_cols = st.columns(4)
     sla: dict[str, float | None] = {}
-    for col, term in zip(sla_cols, TERMS, strict=True):
+    for col, term in zip(sla_cols[:3], TERMS, strict=True):
         given = data.get("sla", {}).get(f"{term}_p99_ms")
         value = col.number_input(f"{term} P99 SLA ms (0 = none)", 0.0, 1e7, float(given or 0.0),
                                  key=f"capacity_sla_{term}")

@@ -92,8 +92,7 @@ def matrix_heatmap(rows: list[str], columns: list[str], margins: list[list[float
     """
     values = np.array([[np.nan if v is None else max(-1.0, min(1.0, v)) for v in row] for row in margins], float)
     fig, ax = plt.subplots(figsize=(1.25 * len(columns) + 3, 0.6 * len(rows) + 2))
-    cmap = matplotlib.colormaps["RdYlGn"].copy()
-    cmap.set_bad("#dddddd")
+    cmap = matplotlib.colormaps["RdYlGn"].with_extremes(bad="#dddddd")
     image = ax.imshow(np.ma.masked_invalid(values), cmap=cmap, vmin=-1, vmax=1, aspect="auto")
     for i, row in enumerate(marks):
         for j, mark in enumerate(row):
