@@ -331,3 +331,23 @@ def test_whatif_load_step_fixed_and_adaptive() -> None:
         assert mine["TTFT P99 ms"].tolist() == pytest.approx([w["ttft_p99_ms"]["mean"] for w in windows],
                                                               nan_ok=True)
     assert any(d.label == "transient (PNG)" for d in at.download_button)
+
+
+def test_explorer_strategy_tables_reach_the_simulator() -> None:
+    """Ticking a path writes its [strategy.*] table (the agreed format) and the result is runner.simulate's."""
+    at = _explore(_app(), rate=0.1, requests=60)
+    baseline_tpot = _p99(at, "tpot")
+    assert at.checkbox(key="quickstart.compression").disabled  # the seed profile has no compression modes
+    at.checkbox(key="quickstart.spec").check().run()
+    at.button(key="run").click().run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    profile = resolve_profile("seed-llama2-70b-a100")
+    with open(ROOT / "data/scenarios/quickstart.toml", "rb") as handle:
+        data = tomllib.load(handle)
+    data.pop("profile")
+    data["workload"]["requests"] = 60
+    data["workload"]["arrival"] = {"kind": "poisson", "rate_per_s": 0.1}
+    data["strategy"] = {"speculative": {"k": profile.speculative.k, "adaptive": False, "proposer": "draft"}}
+    expected = summary(simulate(scenario_from_dict(data), profile, seed=0, replications=2))
+    assert _p99(at, "tpot") == pytest.approx(expected["latency_ms"]["tpot"]["p99"]["mean"], rel=1e-12)
+    assert _p99(at, "tpot") != baseline_tpot
