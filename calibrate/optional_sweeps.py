@@ -47,9 +47,11 @@ class OptionalSections:
                 + (["speculative"] if self.speculative is None else []) + ([] if self.paging else ["paging"]))
 
 
-def spec_settings(job: CalibrationJob) -> SpecSettings:
-    """The job's speculative settings with the preset's K grid unless the job names its own."""
-    return job.spec if job.spec.ks else replace(job.spec, ks=job.preset.spec_k)
+def spec_settings(job: CalibrationJob, thread_clocked: bool) -> SpecSettings:
+    """The job's speculative settings with the preset's K grid unless the job names its own, timed by the
+    job's clock (the thread's CPU time when the job's steps are)."""
+    settings = job.spec if job.spec.ks else replace(job.spec, ks=job.preset.spec_k)
+    return replace(settings, clock="thread") if thread_clocked else settings
 
 
 def measure_optional(job: CalibrationJob, log: SampleLog, device: torch.device, config: ModelConfig,
@@ -57,7 +59,7 @@ def measure_optional(job: CalibrationJob, log: SampleLog, device: torch.device, 
     """Every optional sweep the job switches on, resuming from ``log``; returns the units measured."""
     measured = 0
     if job.draft is not None:
-        measured += _measure_speculative(job, log, device)
+        measured += _measure_speculative(job, log, device, thread_clocked)
     if job.paging:
         measured += measure_paging(config, DTYPES[job.target.dtype], device, job.preset.timer, log,
                                    ssd_dir=str(Path(job.out).parent), chunk_tokens=CHUNK_TOKENS,
@@ -114,14 +116,14 @@ def _eval_prompts(job: CalibrationJob) -> dict[str, list[list[int]]]:
     return prompts
 
 
-def _measure_speculative(job: CalibrationJob, log: SampleLog, device: torch.device) -> int:
+def _measure_speculative(job: CalibrationJob, log: SampleLog, device: torch.device, thread_clocked: bool) -> int:
     """The speculative sweep (tasks x K) on the target checkpoint and the draft; pairs on disk are skipped."""
     from real_engine.checkpoint import load_checkpoint
 
     dtype = DTYPES[job.target.dtype]
     target = load_checkpoint(str(job.target.checkpoint), device=device, dtype=dtype)[1]
     draft = load_checkpoint(str(job.draft), device=device, dtype=dtype)[1]
-    settings = spec_settings(job)
+    settings = spec_settings(job, thread_clocked)
     prompts = _eval_prompts(job)
     with tqdm(total=len(prompts) * len(settings.grid), desc="speculative (task x K)", unit="run",
               disable=not job.progress) as bar:

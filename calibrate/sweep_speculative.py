@@ -5,7 +5,9 @@ batch 1, once by the target alone (the unit of cost: one plain target decode ste
 SpeculativeEngine with a draft-model proposer at fixed K, interleaved prompt by prompt so that
 contention on a shared machine hits both alike. Measured: spec_metrics' per-token acceptance a
 (accepted / (accepted + rejections)), per-position acceptance, the draft pass time (c = draft pass /
-target step) and the verify pass over K+1 tokens (v(K) = verify pass / target step).
+target step) and the verify pass over K+1 tokens (v(K) = verify pass / target step). Clock: wall time,
+or with ``SpecSettings.clock = "thread"`` (a CPU job timed by thread CPU time) each pass's wall time
+scaled by its step's CPU / wall seconds, so that other processes on a shared machine do not inflate it.
 
 Rows in the calibration's samples CSV (columns sweep, layers, x1, x2, median_ms, min_ms, max_ms,
 reps); ``x1`` is the task's index in ``real_engine.corpus.TASKS``:
@@ -22,16 +24,17 @@ A (task, K) pair is measured whole or, if every one of its rows is on disk, skip
 from __future__ import annotations
 
 import statistics
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from calibrate.samples import Sample, SampleLog
 from real_engine.corpus import TASKS
-from real_engine.engine import Engine, EngineConfig
+from real_engine.engine import Engine, EngineConfig, StepRecord
 from real_engine.model import LlamaModel
 from real_engine.proposers import DraftModelProposer
 from real_engine.spec_controller import FixedK
-from real_engine.speculative import SpeculativeEngine
+from real_engine.speculative import SpecStepRecord, SpeculativeEngine
 from simulator.profile import Coefficient, Speculative, TaskAcceptance
 
 TIMED_SWEEPS = ("spec_target", "spec_draft", "spec_verify")
@@ -56,6 +59,7 @@ class SpecSettings:
     prompts: int = 3
     new_tokens: int = 48
     ks: tuple[int, ...] = ()
+    clock: str = "wall"  # "wall", or "thread": CPU time of the (single) torch thread, see _decode
 
     def __post_init__(self) -> None:
         for name in ("k", "prompts"):
@@ -64,6 +68,8 @@ class SpecSettings:
         if self.new_tokens < 2:
             raise ValueError(f"SpecSettings.new_tokens: must be >= 2, got {self.new_tokens}")
         object.__setattr__(self, "ks", tuple(self.ks))
+        if self.clock not in ("wall", "thread"):
+            raise ValueError(f"SpecSettings.clock: must be wall or thread, got {self.clock!r}")
         if any(isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in self.ks):
             raise ValueError(f"SpecSettings.ks: must be integers >= 1, got {self.ks!r}")
 
@@ -82,14 +88,27 @@ def _count_sample(k: int, layers: int, task: int, position: int, count: int, out
     return Sample(accept_sweep(k), layers, task, position, float(count), float(count), float(count), out_of)
 
 
-def _decode_walls(engine: Engine | SpeculativeEngine, prompt: list[int], new: int) -> list[float]:
-    """Generate at batch 1; the wall seconds of each step after the prefill step."""
+Step = tuple[StepRecord, float, list[tuple[int, int, float]]]
+
+
+def _decode(engine: Engine | SpeculativeEngine, prompt: list[int], new: int, thread_clock: bool) -> list[Step]:
+    """Generate at batch 1; each step after the prefill step with its scale to the clock and its draft passes.
+
+    The scale is 1 for wall time; for the thread clock it is the torch thread's CPU seconds of the step over
+    its wall seconds, so a pass's wall time x scale is its CPU time if other processes slowed the whole step
+    evenly (the engine times its passes with perf_counter; the step is the finest unit timed here by CPU).
+    Draft passes: the proposer's (batch, tokens, wall seconds) entries made during the step."""
     rid = engine.add_request(prompt, new)
-    walls = []
+    passes = getattr(getattr(engine, "proposer", None), "pass_seconds", [])
+    steps = []
     while engine.has_unfinished:
-        walls.append(engine.step().wall_s)
+        before, cpu = len(passes), time.thread_time()
+        record = engine.step()
+        cpu = time.thread_time() - cpu
+        scale = min(1.0, cpu / record.wall_s) if thread_clock and record.wall_s > 0 else 1.0
+        steps.append((record, scale, passes[before:]))
     engine.release(rid)
-    return walls[1:]
+    return steps[1:]
 
 
 def _task_rows(target: LlamaModel, draft: LlamaModel, prompts: list[list[int]], task: int, k: int,
@@ -97,20 +116,30 @@ def _task_rows(target: LlamaModel, draft: LlamaModel, prompts: list[list[int]], 
     plain = Engine(target, ENGINE)
     spec = SpeculativeEngine(target, DraftModelProposer(draft, ENGINE.num_blocks, ENGINE.block_size), ENGINE,
                              FixedK(k))
-    _decode_walls(plain, [1] * 8, 4)  # warm-up: RoPE tables, allocator
-    _decode_walls(spec, [1] * 8, 4)
+    thread = settings.clock == "thread"
+    _decode(plain, [1] * 8, 4, thread)  # warm-up: RoPE tables, allocator
+    _decode(spec, [1] * 8, 4, thread)
     spec.counters = type(spec.counters)()  # acceptance of the eval prompts only
-    spec.timings = type(spec.timings)()
     target_s: list[float] = []
+    draft_s: list[float] = []
+    verify_s: list[float] = []
     for prompt in prompts:  # interleaved, so contention of a shared machine hits both alike
-        target_s += _decode_walls(plain, prompt, settings.new_tokens)
-        _decode_walls(spec, prompt, settings.new_tokens)
+        target_s += [rec.wall_s * scale for rec, scale, _ in _decode(plain, prompt, settings.new_tokens, thread)]
+        for rec, scale, passes in _decode(spec, prompt, settings.new_tokens, thread):
+            assert isinstance(rec, SpecStepRecord)
+            if rec.decode_seqs != 1 or rec.prefill_seqs:
+                continue
+            # decode-like draft passes: one sequence, one token or the 2-token catch-up after a full accept
+            # (not the draft's prefill of the prompt), as real_engine's own c measurement counts them
+            draft_s += [sec * scale for b, n, sec in passes if b == 1 and n <= 2]
+            if rec.ks[0] == k:  # the verify pass over K+1 tokens (the last rounds may be capped below K)
+                verify_s.append(rec.verify_s * scale)
     c = spec.counters
-    if not spec.timings.draft_pass_s or not spec.timings.verify_s.get(k):
+    if not draft_s or not verify_s:
         raise RuntimeError(f"task {TASKS[task]}: no batch-1 draft or verify pass at K={k} was timed")
     rows = [_stat_sample("spec_target", layers, task, k, target_s),
-            _stat_sample("spec_draft", layers, task, k, spec.timings.draft_pass_s),
-            _stat_sample("spec_verify", layers, task, k, spec.timings.verify_s[k]),
+            _stat_sample("spec_draft", layers, task, k, draft_s),
+            _stat_sample("spec_verify", layers, task, k, verify_s),
             _count_sample(k, layers, task, 0, c.num_rejections, c.num_drafts)]
     proposed = c.proposed_per_position + [0] * (k - len(c.proposed_per_position))
     accepted = c.accepted_per_position + [0] * (k - len(c.accepted_per_position))
@@ -216,6 +245,7 @@ def speculative_sections(samples: list[Sample], draft_name: str, k: int
                     f"median over {tasks} tasks of (median verify pass over K+1 tokens / median plain target "
                     "step), batch 1"),
         note="Measured by the calibration's speculative sweep (calibrate/sweep_speculative.py): SpeculativeEngine "
-             f"with a draft-model proposer at fixed K in {{{', '.join(map(str, ks))}}}, wall-clock pass times.",
+             f"with a draft-model proposer at fixed K in {{{', '.join(map(str, ks))}}}; pass times by the job's clock "
+             "(a thread-clocked job scales each pass's wall time by its step's CPU / wall time).",
         verify_by_k=verify_by_k)
     return spec, acceptance

@@ -116,3 +116,17 @@ def test_unrelated_draft_has_partial_acceptance(tmp_path):
     rows = {s.x2: s for s in samples if s.sweep == accept_sweep(SETTINGS.k)}
     accepted = sum(int(rows[i].median_ms) for i in range(1, SETTINGS.k + 1))
     assert acc.mean == pytest.approx(accepted / (accepted + int(rows[0].median_ms)))
+
+
+def test_thread_clock_rows_and_bad_clock(tmp_path):
+    """The thread-clocked sweep writes the same rows (times scaled by each step's CPU / wall share)."""
+    target = LlamaModel(PRESETS["tiny-gqa"], torch.Generator().manual_seed(1)).eval()
+    settings = SpecSettings(k=2, prompts=1, new_tokens=10, clock="thread")
+    with SampleLog.open(tmp_path / "t.samples.csv", {"t": 3}) as log:
+        assert measure_speculative(target, target, {"code": [[1, 5, 9, 13]]}, settings, log) == 1
+        samples = list(log.samples)
+    timed = {s.sweep: s for s in samples if s.sweep in ("spec_target", "spec_draft", "spec_verify")}
+    assert set(timed) == {"spec_target", "spec_draft", "spec_verify"}
+    assert all(0 < s.min_ms <= s.median_ms <= s.max_ms for s in timed.values())
+    with pytest.raises(ValueError, match="clock"):
+        SpecSettings(clock="cpu")
