@@ -300,7 +300,7 @@ class Stepper:
                 ledger.accepted[s.request] += int(result.accepted[i])
         for link, nbytes in result.paging_bytes.items():
             self.paging_bytes[link] = self.paging_bytes.get(link, 0) + nbytes
-        paging = result.paging_s
+        paging = result.paging_s + swap_s  # swaps stall the whole iteration, like the tiers' paging
         members = [*prefills, *decodes]
         if paging or result.merge_s:
             for s in members:
@@ -355,6 +355,7 @@ class Stepper:
         if self.config.preemption == "swap" and seq.decoding:
             seq.swapped = True
             seconds = self._transfer(seq)
+            self.ledger.paging_s[seq.request] += seconds  # its own way out (it is not in the iteration)
         else:  # recompute: re-prefill prompt + generated tokens when re-admitted
             seq.swapped = False
             seq.target = seq.context
@@ -364,12 +365,11 @@ class Stepper:
         return seconds
 
     def _transfer(self, seq: SeqState) -> float:
-        """Move ``seq``'s KV one way over device_host; charged to it and to the iteration."""
+        """Seconds to move ``seq``'s KV one way over device_host (the iteration stalls for them)."""
         nbytes = seq.context * self.model.kv_bytes_per_token
         assert self.config.swap_s is not None
         seconds = float(self.config.swap_s(nbytes))
         self.paging_bytes["device_host"] = self.paging_bytes.get("device_host", 0) + nbytes
-        self.ledger.paging_s[seq.request] += seconds
         return seconds
 
     def _swap_in(self) -> float:

@@ -62,9 +62,10 @@ def test_invariants(policy: str, mode: str) -> None:
         if mode == "none":
             assert all(r.preemptions == 0 and r.paging_s == 0.0 for r in result.records)
         if mode == "swap":
-            # swapped ones paid transfers; one evicted mid-prefill (chunked) is recomputed instead
-            assert all(r.preemptions > 0 for r in result.records if r.paging_s > 0)
+            # evictions of decoding sequences move KV: someone stalls (mid-prefill ones are recomputed)
             assert any(r.paging_s > 0 for r in result.records) or policy == "static"
+        if mode == "recompute":
+            assert all(r.paging_s == 0.0 for r in result.records)
     if mode != "none" and policy != "static":
         assert preempted > 0  # the KV budget does bind: eviction is exercised
     again = serve(policy, mode, 3, 1)
