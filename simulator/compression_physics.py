@@ -13,13 +13,18 @@ A mode of the profile's ``compression`` section changes three things:
 - acceptance: a speculative target reading compressed KV accepts fewer draft tokens; every
   per-position acceptance drops by acceptance_drop (SEEDS.md 003's negative coupling).
 
-quality_loss is carried for reports; it does not change latency.
+quality_loss is carried for reports; it does not change latency. Compression is a transform of
+the cost model (``decode_fn`` wraps the profile's decode formula), so a compressed iteration is
+priced by the same IterationCost arithmetic as the baseline (simulator/path_step.py: path_cost).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
+
+from simulator.errors import InputError
 
 STEP_RATIO_UNITS = ("ratio",)  # the sweep's unit: a whole-step time ratio
 
@@ -35,6 +40,9 @@ class CompressionPhysics:
         self.quality_loss = float(m.quality_loss.value)
         overhead = float(m.decode_overhead_ratio.value)
         if m.decode_overhead_ratio.unit.strip().lower() in STEP_RATIO_UNITS:
+            if overhead <= 0:  # a step-time ratio of 0 would make decoding free
+                raise InputError(None, f"compression.{mode}.decode_overhead_ratio",
+                                 f"a step-time ratio (unit 'ratio') must be > 0, got {overhead}")
             self.step_factor, self.attention_factor = overhead, 1.0
         else:
             self.step_factor, self.attention_factor = 1.0, 1.0 + overhead
@@ -43,6 +51,14 @@ class CompressionPhysics:
         """Device bytes of one token's KV in this mode (rounded up: a token never takes less)."""
         return max(1, math.ceil(full_bytes_per_token * self.kv_bytes_ratio))
 
-    def decode_ms(self, fixed_ms: float, attention_ms: float) -> tuple[float, float]:
-        """(fixed part, attention part) of a decode iteration with the dequantization overhead."""
-        return fixed_ms * self.step_factor, attention_ms * self.step_factor * self.attention_factor
+    def decode_fn(self, decode: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+        """decode_ms(B, S) reading compressed KV (S may be a numpy array: the fast path's)."""
+        step, attention = self.step_factor, self.attention_factor
+        if attention == 1.0:
+            def compressed(batch: Any, total_context: Any) -> Any:
+                return step * decode(batch, total_context)
+        else:
+            def compressed(batch: Any, total_context: Any) -> Any:
+                fixed = decode(batch, 0)
+                return fixed + attention * (decode(batch, total_context) - fixed)
+        return compressed

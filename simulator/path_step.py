@@ -1,20 +1,24 @@
-"""PathStep: the StepModel of a replica with optimization paths on, composed over the baseline costs.
+"""The StepModel of a replica with optimization paths on, composed over the baseline costs.
 
-One iteration's milliseconds, from the profile's prefill and decode models (simulator/costs.py):
+Compression and sequence parallelism are deterministic: they transform the cost model
+(``path_cost``: compression's decode overhead, then SP's split and merge), and an iteration on the
+transformed model is priced by the same IterationCost arithmetic as the baseline. Speculation
+(random tokens per round) and the tiered cache (paging that depends on tier state) act per
+iteration on top, in ``PathStep``. One iteration's milliseconds, from the profile's models:
 
-    decode part   fixed = decode_ms(B, 0),  attention = decode_ms(B, S) - fixed
-                  compression: x its decode overhead;  SP: attention / P, + merge_ms(longest context)
+    decode part   d' = decode'(B, S)         compression: x its overhead; SP: attention / P + merge_ms(S)
                   speculation: x (K_max c + v(K_max)) for the batch's round (1 without speculation)
-    prefill part  sum over chunks of prefill_ms(T, ctx) - prefill_ms(0, 0)   (its token-dependent work)
-                  SP: / speedup(ctx + T), + merge_ms(ctx + T);  a draft model: x (1 + c) (it prefills too)
-    base          the decode part if B > 0, else prefill_ms(0, 0) (the iteration's fixed cost)
+    prefill part  sum over chunks of prefill'(T, ctx) - prefill(0, 0)
+                  SP: work / speedup(ctx + T) + merge_ms(ctx + T);  a draft model: x (1 + c) (it prefills too)
+    base          the decode part if B > 0, else prefill(0, 0) (the iteration's fixed cost)
     compute       base + prefill part
     seconds       compute + paging stall (tiered: max(0, paging - overlap x compute))
 
 simulator/spec_physics.py, tier_physics.py, sp_physics.py and compression_physics.py hold each
 path's formulas and say where their numbers come from; docs/simulator_paths.md puts them together.
-With every strategy off, ``build_step_model`` returns step_model.BaselineStep, whose records are
-the baseline's bit for bit.
+``build_step_model`` returns step_model.BaselineStep with every strategy off (records equal the
+baseline's bit for bit), ``TransformedStep`` (BaselineStep on the transformed model) with only
+compression and/or SP on, and ``PathStep`` otherwise.
 """
 
 from __future__ import annotations
@@ -34,27 +38,77 @@ from simulator.strategy import StrategySpec, check_against_profile
 from simulator.tier_physics import TierPhysics
 
 
-class PathStep:
-    """Speculative, tiered, sequence-parallel and compressed iterations of one replica (StepModel)."""
+def path_cost(cost: IterationCost, compression: CompressionPhysics | None, sp: SpPhysics | None) -> IterationCost:
+    """The baseline cost model with the deterministic paths applied: compression, then SP."""
+    prefill, decode = cost._prefill_ms, cost._decode_ms
+    if compression is not None:
+        decode = compression.decode_fn(decode)
+    if sp is not None:
+        decode = sp.decode_fn(decode)
+        prefill = sp.prefill_fn(prefill, cost._prefill_fixed_ms)
+    out = IterationCost(prefill, decode, (cost._pre_tok, cost._pre_ctx), (cost._dec_batch, cost._dec_ctx))
+    if sp is not None:
+        sp.queries = sp.outside = 0  # IterationCost's own sanity check priced a 1-token chunk: not a query
+    return out
 
-    def __init__(self, cost: IterationCost, profile: Any, strategy: StrategySpec, tasks: Sequence[str],
-                 kv_capacity_bytes: int, rng: np.random.Generator, source: str | None = None) -> None:
-        check_against_profile(strategy, profile, tuple(tasks), source)
-        self.cost = cost
-        self.strategy = strategy
+
+class _Transforms:
+    """What compression and SP change for a replica: its cost model, bytes per token, capacity, GPUs."""
+
+    def __init__(self, cost: IterationCost, profile: Any, strategy: StrategySpec, kv_capacity_bytes: int) -> None:
         self.compression = None if strategy.compression is None else CompressionPhysics(
             profile, strategy.compression.mode)
         full = int(profile.model.kv_bytes_per_token)
         self.kv_bytes_per_token = full if self.compression is None else self.compression.bytes_per_token(full)
-        degree = 1 if strategy.sequence_parallel is None else strategy.sequence_parallel.degree
-        self.sp = None if degree == 1 else SpPhysics(profile, degree)
+        self.degree = 1 if strategy.sequence_parallel is None else strategy.sequence_parallel.degree
+        self.sp = None if self.degree == 1 else SpPhysics(profile, self.degree)
         # every SP rank holds 1/P of each sequence's KV in its own budget: P budgets per replica
-        self.device_kv_tokens = degree * (kv_capacity_bytes // self.kv_bytes_per_token)
-        self.gpus = int(profile.key.tp) * degree
+        self.kv_capacity_bytes = self.degree * kv_capacity_bytes
+        self.gpus = int(profile.key.tp) * self.degree
+        self.cost = path_cost(cost, self.compression, self.sp)
+
+    def merge_ms(self, prefills: Sequence[PrefillChunk], decodes: Sequence[Decode]) -> tuple[float, float]:
+        """(decode merge, prefill merges) in ms of one iteration: the SP merge inside its cost."""
+        if self.sp is None:
+            return 0.0, 0.0
+        decode = self.sp.merge_ms(sum(d.context for d in decodes)) if decodes else 0.0
+        return decode, sum(self.sp.merge_ms(p.context_before + p.new_tokens) for p in prefills)
+
+
+class TransformedStep(BaselineStep):
+    """Compression and/or SP alone: the baseline's iteration, operation for operation, on the transformed
+    cost model (so a fast path given the same model gives the same records), plus the merge time."""
+
+    def __init__(self, transforms: _Transforms) -> None:
+        super().__init__(transforms.cost, transforms.kv_bytes_per_token, transforms.kv_capacity_bytes,
+                         transforms.gpus)
+        self.transforms = transforms
+
+    def step(self, prefills: Sequence[PrefillChunk], decodes: Sequence[Decode], live_tokens: int) -> StepResult:
+        result = super().step(prefills, decodes, live_tokens)
+        result.merge_s = sum(self.transforms.merge_ms(prefills, decodes)) / 1000.0
+        return result
+
+    def sp_extrapolations(self) -> tuple[int, int]:
+        """(SP prefill queries, of which outside the profile's measured rows or merge domain)."""
+        sp = self.transforms.sp
+        return (0, 0) if sp is None else (sp.queries, sp.outside)
+
+
+class PathStep:
+    """Speculative and tiered iterations (with compression and SP if on) of one replica (StepModel)."""
+
+    def __init__(self, cost: IterationCost, profile: Any, strategy: StrategySpec, tasks: Sequence[str],
+                 kv_capacity_bytes: int, rng: np.random.Generator, source: str | None = None) -> None:
+        check_against_profile(strategy, profile, tuple(tasks), source)
+        self.strategy = strategy
+        self.transforms = t = _Transforms(cost, profile, strategy, kv_capacity_bytes)
+        self.cost, self.kv_bytes_per_token, self.gpus, self.sp = t.cost, t.kv_bytes_per_token, t.gpus, t.sp
+        self.device_kv_tokens = t.kv_capacity_bytes // t.kv_bytes_per_token
         self.tiers = None if strategy.tiered is None else TierPhysics(
-            strategy.tiered, profile, self.kv_bytes_per_token, self.device_kv_tokens, ranks=degree)
+            strategy.tiered, profile, self.kv_bytes_per_token, self.device_kv_tokens, ranks=t.degree)
         self.kv_capacity_tokens = self.device_kv_tokens if self.tiers is None else self.tiers.capacity_tokens
-        drop = 0.0 if self.compression is None else self.compression.acceptance_drop
+        drop = 0.0 if t.compression is None else t.compression.acceptance_drop
         self.spec = None if strategy.speculative is None else SpeculativePhysics(
             strategy.speculative, profile, tasks, rng, drop)
         # a draft model prefills every prompt too, at c times the target's work; prompt lookup does not
@@ -64,14 +118,16 @@ class PathStep:
     def step(self, prefills: Sequence[PrefillChunk], decodes: Sequence[Decode], live_tokens: int) -> StepResult:
         batch = len(decodes)
         ks = self.spec.choose(decodes) if self.spec is not None and batch else np.zeros(batch, dtype=np.int64)
-        merge_ms = 0.0
+        decode_merge, prefill_merge = self.transforms.merge_ms(prefills, decodes)
         if batch:
-            base_ms, merge_ms = self._decode_ms(decodes, int(ks.max()))
+            # every pass of the round (K_max draft steps at c, the verify at v) is a full (SP) step
+            factor = 1.0 if self.spec is None else self.spec.round_factor(int(ks.max()))
+            base_ms = factor * self._decode_ms(decodes)
+            decode_merge *= factor
         else:
             base_ms = self.cost._prefill_fixed_ms
-        prefill_ms, prefill_merge = self._prefill_ms(prefills)
-        merge_ms += prefill_merge
-        compute_s = (base_ms + prefill_ms + merge_ms) / 1000.0
+        draft = 1.0 + self._draft_prefill
+        compute_s = (base_ms + draft * self._prefill_ms(prefills)) / 1000.0
 
         accepted = self.spec.draw(decodes, ks) if self.spec is not None else None
         emitted = np.ones(batch, dtype=np.int64) if accepted is None else accepted + 1
@@ -86,38 +142,27 @@ class PathStep:
             stall_s = self.tiers.stall_s(paging_s, compute_s)
         self._live = live_tokens + written
         rounds = None if self.spec is None else (ks > 0).astype(np.int64)
-        return StepResult(compute_s + stall_s, emitted, accepted, rounds, stall_s, moved, merge_ms / 1000.0)
+        merge_s = (decode_merge + draft * prefill_merge) / 1000.0
+        return StepResult(compute_s + stall_s, emitted, accepted, rounds, stall_s, moved, merge_s)
 
-    def _decode_ms(self, decodes: Sequence[Decode], k_max: int) -> tuple[float, float]:
-        """(decode part without merge, merge) in ms for the iteration's B sequences."""
+    def _decode_ms(self, decodes: Sequence[Decode]) -> float:
+        """One decode step of the iteration's B sequences on the (transformed) cost model."""
         cost, batch = self.cost, len(decodes)
         context = sum(d.context for d in decodes)
-        fixed = float(cost._decode_ms(batch, 0))
-        attention = float(cost._decode_ms(batch, context)) - fixed
         cost.count_decodes(batch, context, 1)
-        if self.compression is not None:
-            fixed, attention = self.compression.decode_ms(fixed, attention)
-        merge = 0.0
-        if self.sp is not None:
-            attention, merge = self.sp.decode_ms(attention, max(d.context for d in decodes))
-        factor = 1.0 if self.spec is None else self.spec.round_factor(k_max)
-        return factor * (fixed + attention), merge
+        return float(cost._decode_ms(batch, context))
 
-    def _prefill_ms(self, prefills: Sequence[PrefillChunk]) -> tuple[float, float]:
-        """(token-dependent prefill work, merge) in ms, counting queries outside the measured domain."""
+    def _prefill_ms(self, prefills: Sequence[PrefillChunk]) -> float:
+        """Token-dependent prefill work (SP merge included), counting queries outside the measured domain."""
         cost = self.cost
-        work = merge = 0.0
+        work = 0.0
         (tok_lo, tok_hi), (ctx_lo, ctx_hi) = cost._pre_tok, cost._pre_ctx
         for chunk in prefills:
-            ms = float(cost._prefill_ms(chunk.new_tokens, chunk.context_before)) - cost._prefill_fixed_ms
+            work += float(cost._prefill_ms(chunk.new_tokens, chunk.context_before)) - cost._prefill_fixed_ms
             if not (tok_lo <= chunk.new_tokens <= tok_hi and ctx_lo <= chunk.context_before <= ctx_hi):
                 cost.prefill_outside += 1
-            if self.sp is not None:
-                ms, chunk_merge = self.sp.prefill_ms(ms, chunk.context_before + chunk.new_tokens)
-                merge += chunk_merge
-            work += ms * (1.0 + self._draft_prefill)
         cost.prefill_queries += len(prefills)
-        return work, merge
+        return work
 
     def tier_bytes(self) -> dict[str, int]:
         if self.tiers is not None:
@@ -128,7 +173,7 @@ class PathStep:
         return self.cost.extrapolations()
 
     def sp_extrapolations(self) -> tuple[int, int]:
-        """(SP speedup/merge queries, of which outside the profile's measured rows or merge domain)."""
+        """(SP prefill queries, of which outside the profile's measured rows or merge domain)."""
         return (0, 0) if self.sp is None else (self.sp.queries, self.sp.outside)
 
 
@@ -146,7 +191,26 @@ def build_step_model(scenario: Any, profile: Any, cost: IterationCost, rng: np.r
     if strategy.baseline:
         return BaselineStep(cost, int(profile.model.kv_bytes_per_token), capacity, int(profile.key.tp))
     tasks = [task for task, _ in scenario.workload.tasks]
+    if strategy.speculative is None and strategy.tiered is None:
+        check_against_profile(strategy, profile, tuple(tasks), scenario.source_path)
+        return TransformedStep(_Transforms(cost, profile, strategy, capacity))
     return PathStep(cost, profile, strategy, tasks, capacity, rng, scenario.source_path)
+
+
+def fast_path_model(scenario: Any, profile: Any) -> tuple[IterationCost, int, int] | None:
+    """(cost model, KV bytes per token, KV capacity bytes) with which the fast replica serves the scenario's
+    paths exactly, where they allow it (compression and/or SP only: deterministic, one token per decode);
+    None where they do not (speculation and tiering act per iteration) or for the baseline (use the
+    profile as is). The fast replica's records then carry no merge_s (the loop's TransformedStep does)."""
+    from simulator.runner import kv_capacity
+
+    strategy: StrategySpec = getattr(scenario, "strategy", StrategySpec())
+    if strategy.baseline or strategy.speculative is not None or strategy.tiered is not None:
+        return None
+    tasks = tuple(task for task, _ in scenario.workload.tasks)
+    check_against_profile(strategy, profile, tasks, scenario.source_path)
+    t = _Transforms(IterationCost.from_profile(profile), profile, strategy, kv_capacity(scenario, profile)[0])
+    return t.cost, t.kv_bytes_per_token, t.kv_capacity_bytes
 
 
 def replica_gpus(scenario: Any, profile: Any) -> int:

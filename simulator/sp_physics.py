@@ -2,17 +2,22 @@
 
 A replica with SP occupies tp x P GPUs (so a cluster of G GPUs holds G // (tp x P) replicas), and
 each of its P ranks holds 1/P of every sequence's KV, so its KV capacity is P times one rank's.
+SP is a transform of the cost model (like gpt-fast's tp.py applied after the model is written):
+``prefill_fn`` and ``decode_fn`` wrap the profile's formulas, so an SP iteration is priced by the
+same IterationCost arithmetic as the baseline (simulator/path_step.py: path_cost).
 
 - Prefill: a chunk's token-dependent work (prefill_ms(T, ctx) - prefill_ms(0, 0)) is divided by
   the profile's measured speedup at the chunk's context (ctx + T), linearly interpolated between
-  the profile's rows and held at the end rows outside them (each such query is counted as an
+  the profile's rows and held at the end rows outside them (each such chunk is counted as an
   extrapolation), plus merge_ms(ctx + T).
 - Decode: the attention part, decode_ms(B, S) - decode_ms(B, 0) (reading the S cached tokens),
   is split evenly over the P ranks that each hold S / P of them; the per-sequence and fixed parts
   (linear layers for one new token per sequence) cannot be split and run on every rank. The ranks'
-  partial attentions are merged once per iteration: merge_ms at the longest decoding context (the
-  merge runs for the whole batch in one collective; the profile's merge overhead is stated per
-  context length, and the longest sequence bounds the batch's).
+  partial attentions (outputs and log-sum-exps) are merged once per iteration in one collective
+  for the batch: merge_ms(S), the profile's merge overhead at the batch's total context (for one
+  sequence, its length, as the profile states it; a function of B and S only, so the baseline's
+  exact fast path can price it). Decode merge queries are not counted as extrapolations: the
+  fast path evaluates decode costs a few iterations ahead of use.
 - merge_ms(C) is the profile's fitted merge model (sp_merge_v1: m0 + m_ctx C) where it has one,
   else its rows' merge_ms interpolated like the speedup.
 
@@ -22,6 +27,7 @@ With the tiered cache, each rank pages its own shard over its own host link in p
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -58,12 +64,33 @@ class SpPhysics:
             return float(self._merge_model.evaluate(context_tokens=context))
         return float(np.interp(context, self._ctx, self._merge_rows))
 
-    def prefill_ms(self, work_ms: float, context: float) -> tuple[float, float]:
-        """(split prefill work, merge) in ms for one chunk whose prompt reaches ``context`` tokens."""
-        self._count(context)
-        return work_ms / self.speedup(context), self.merge_ms(context)
+    def prefill_fn(self, prefill: Callable[[Any, Any], Any], fixed_ms: float) -> Callable[[Any, Any], Any]:
+        """prefill_ms(T, ctx) with SP: fixed + work / speedup(ctx + T) + merge_ms(ctx + T); T = 0 stays fixed."""
 
-    def decode_ms(self, attention_ms: float, longest_context: float) -> tuple[float, float]:
-        """(attention per rank, merge) in ms for one decode iteration."""
-        self._count(longest_context)
-        return attention_ms / self.degree, self.merge_ms(longest_context)
+        def sp_prefill(new_tokens: Any, context_tokens: Any) -> Any:
+            if new_tokens == 0:
+                return prefill(new_tokens, context_tokens)
+            reach = context_tokens + new_tokens
+            self._count(reach)
+            work = prefill(new_tokens, context_tokens) - fixed_ms
+            return fixed_ms + work / self.speedup(reach) + self.merge_ms(reach)
+
+        return sp_prefill
+
+    def decode_fn(self, decode: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+        """decode_ms(B, S) with SP: decode_ms(B, 0) + (decode_ms(B, S) - decode_ms(B, 0)) / P + merge_ms(S).
+
+        S may be a numpy array (the fast path evaluates many iterations at once)."""
+        degree = self.degree
+
+        def sp_decode(batch: Any, total_context: Any) -> Any:
+            fixed = decode(batch, 0)
+            return fixed + (decode(batch, total_context) - fixed) / degree + self.merge_array(total_context)
+
+        return sp_decode
+
+    def merge_array(self, context: Any) -> Any:
+        """merge_ms elementwise over a scalar or an array of contexts."""
+        if self._merge_model is not None:
+            return self._merge_model.evaluate(context_tokens=context)
+        return np.interp(context, self._ctx, self._merge_rows)

@@ -11,6 +11,7 @@ import pytest
 from simulator.compression_physics import CompressionPhysics
 from simulator.cost_model import Coefficient
 from simulator.costs import IterationCost
+from simulator.errors import InputError
 from simulator.path_step import PathStep
 from simulator.profile import resolve_profile
 from simulator.step_model import Decode
@@ -29,7 +30,8 @@ def _with_mode(profile, name, **values):
     """``profile`` with a compression mode whose coefficients are ``values`` (unit given as unit_<field>)."""
     fields = {}
     for field in ("kv_bytes_ratio", "decode_overhead_ratio", "quality_loss", "acceptance_drop"):
-        fields[field] = Coefficient(values.get(field, 0.0 if field != "kv_bytes_ratio" else 1.0),
+        neutral = 1.0 if field in ("kv_bytes_ratio", "decode_overhead_ratio") else 0.0  # unit "ratio": x 1
+        fields[field] = Coefficient(values.get(field, neutral),
                                     values.get(f"unit_{field}", "ratio"), "derived", "test mode")
     mode = dataclasses.replace(next(iter(TINY.compression.values())), **fields)
     return dataclasses.replace(profile, compression={**profile.compression, name: mode})
@@ -95,3 +97,9 @@ def test_unknown_mode_names_the_field_and_the_profile():
 
 def test_quality_loss_is_carried():
     assert CompressionPhysics(TINY, "int8").quality_loss == TINY.compression["int8"].quality_loss.value
+
+
+def test_zero_step_ratio_is_an_input_error():
+    profile = _with_mode(SEED, "free", decode_overhead_ratio=0.0)
+    with pytest.raises(InputError, match=r"compression\.free\.decode_overhead_ratio: .* must be > 0"):
+        CompressionPhysics(profile, "free")

@@ -12,7 +12,7 @@ import pytest
 
 from simulator.costs import IterationCost
 from simulator.errors import InputError
-from simulator.path_step import PathStep, build_step_model, replica_gpus
+from simulator.path_step import PathStep, build_step_model, fast_path_model, replica_gpus
 from simulator.paths import SCENARIOS_DIR
 from simulator.profile import resolve_profile
 from simulator.runner import simulate
@@ -107,6 +107,14 @@ def test_tiering_to_host_only_needs_no_ssd_link():
 
 
 # --- composition ------------------------------------------------------------------------------------
+def test_fast_path_model_only_for_deterministic_paths():
+    assert fast_path_model(load_scenario("quickstart"), SEED) is None
+    for strategy in ({"speculative": {}}, {"tiered": {}}, {"compression": {"mode": "int8"}, "tiered": {}}):
+        assert fast_path_model(scenario_from_dict(_quickstart(strategy=strategy)), TINY) is None
+    with pytest.raises(InputError, match="strategy.compression.mode"):
+        fast_path_model(scenario_from_dict(_quickstart(strategy={"compression": {"mode": "int8"}})), SEED)
+
+
 def test_build_step_model_baseline_and_paths():
     cost = IterationCost.from_profile(SEED)
     base = build_step_model(load_scenario("quickstart"), SEED, cost, np.random.default_rng(0))
@@ -220,3 +228,37 @@ def test_compression_admits_more_sequences_end_to_end():
     assert _max_concurrent(base) == 16_384 // 2000 == 8
     assert _max_concurrent(comp) == (TINY.kv_capacity_bytes // per_token) // 2000 == 21
     assert all(r.completed for r in base + comp)
+
+
+@pytest.mark.parametrize(("name", "strategy"), [
+    ("cpu-tiny", {"compression": {"mode": "int8"}}),
+    ("seed-llama2-70b-a100", {"sequence_parallel": {"degree": 2}}),
+    ("cpu-tiny", {"compression": {"mode": "mixed-int4"}, "sequence_parallel": {"degree": 2}}),
+])
+def test_deterministic_paths_keep_the_exact_fast_path(name, strategy):
+    """Compression and SP alone are a transformed cost model: the fast replica given path_cost's model,
+    bytes per token and capacity serves the same records, bit for bit, as the loop with TransformedStep."""
+    from simulator.cluster import ClusterConfig, simulate_requests
+    from simulator.replica import ReplicaConfig
+    from simulator.stepper_setup import stepper_setup
+    from simulator.workload import generate_requests
+
+    profile = resolve_profile(name)
+    data = _quickstart(requests=150, profile=name, strategy=strategy)
+    data["workload"]["arrival"] = {"kind": "poisson", "rate_per_s": 2.0}
+    scenario = scenario_from_dict(data)
+    seq = np.random.SeedSequence(0)
+    requests = generate_requests(scenario.workload, np.random.default_rng(seq), 2.0)
+    model = build_step_model(scenario, profile, IterationCost.from_profile(profile), np.random.default_rng(0))
+    capacity = model.kv_capacity_tokens * model.kv_bytes_per_token
+    batching = scenario.batching
+    config = ClusterConfig(1, ReplicaConfig(batching.max_batch_size, batching.max_batched_tokens, capacity,
+                                            model.kv_bytes_per_token))
+    fast_cost, per_token, fast_capacity = fast_path_model(scenario, profile)
+    assert (per_token, fast_capacity) == (model.kv_bytes_per_token, model.transforms.kv_capacity_bytes)
+    fast = simulate_requests(requests, config, fast_cost)
+    setup = stepper_setup(scenario, profile, 1, profile.kv_capacity_bytes, seq)
+    loop = simulate_requests(requests, config, IterationCost.from_profile(profile), setup=setup)
+    strip = [dataclasses.replace(r, merge_s=0.0) for r in loop.records]  # the loop also records merge time
+    assert fast.records == tuple(strip)
+    assert any(r.completed for r in fast.records)

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import tomllib
+
 import numpy as np
 import pytest
 
 from simulator.costs import IterationCost
-from simulator.path_step import PathStep
+from simulator.path_step import PathStep, TransformedStep, build_step_model, path_cost
+from simulator.paths import SCENARIOS_DIR
 from simulator.profile import resolve_profile
+from simulator.scenario import scenario_from_dict
 from simulator.sp_physics import SpPhysics
 from simulator.step_model import Decode, PrefillChunk
 from simulator.strategy import SequenceParallelSpec, StrategySpec
@@ -15,6 +19,11 @@ from simulator.strategy import SequenceParallelSpec, StrategySpec
 SEED = resolve_profile("seed-llama2-70b-a100")  # P = 2: speedup 1.8 at 4K-32K, merge m0 + m_ctx C
 TINY = resolve_profile("cpu-tiny")  # P = 2 measured at 512, 1024, 2048 tokens
 M0, M_CTX = 3.04348, 0.000371518  # seed sequence_parallel.2.merge (sp_merge_v1)
+
+
+def _quickstart_dict() -> dict:
+    with open(SCENARIOS_DIR / "quickstart.toml", "rb") as fh:
+        return tomllib.load(fh)
 
 
 def _step(profile, degree=2):
@@ -33,12 +42,13 @@ def test_speedup_equals_the_profiles_rows_and_interpolates_between():
     assert sp.speedup(100) == rows[0].speedup and sp.speedup(10_000) == rows[-1].speedup
 
 
-def test_queries_outside_the_rows_are_counted():
+def test_prefill_queries_outside_the_rows_are_counted():
     sp = SpPhysics(TINY, 2)
-    sp.prefill_ms(10.0, 1024)
-    sp.prefill_ms(10.0, 8192)
-    sp.decode_ms(1.0, 100)
-    assert (sp.queries, sp.outside) == (3, 2)
+    prefill = sp.prefill_fn(lambda tokens, context: 1.0 + tokens, 1.0)
+    prefill(0, 0)  # the fixed part: no SP query
+    prefill(500, 524)  # reaches 1,024: inside the rows 512-2,048
+    prefill(8000, 192)  # reaches 8,192: outside
+    assert (sp.queries, sp.outside) == (2, 1)
 
 
 def test_prefill_time_is_work_over_speedup_plus_merge():
@@ -60,9 +70,23 @@ def test_decode_splits_attention_over_ranks_and_merges_once():
     result = step.step([], [Decode(0, 0, 12_000, 5), Decode(1, 0, 20_000, 5)], 32_000)
     fixed = 2.15916 + 0.884316 * 2  # decode_v1 at B = 2 without context: linear layers on every rank
     attention = 0.00964886 * 32_000
-    merge = M0 + M_CTX * 20_000  # at the longest decoding context
+    merge = M0 + M_CTX * 32_000  # one collective for the batch, at its total context
     assert result.seconds == pytest.approx((fixed + attention / 2 + merge) / 1000, rel=1e-9)
     assert result.merge_s == pytest.approx(merge / 1000, rel=1e-9)
+
+
+def test_sp_alone_is_a_transformed_cost_model():
+    """build_step_model gives the baseline's iteration on the SP cost model; a decode at array contexts
+    (the fast path's evaluation) equals the scalar one."""
+    cost = path_cost(IterationCost.from_profile(SEED), None, SpPhysics(SEED, 2))
+    contexts = np.array([4096.0, 9000.0, 30_000.0])
+    assert cost.decode_s(1, contexts).tolist() == [cost.decode_s(1, np.array([c]))[0] for c in contexts]
+    scenario = scenario_from_dict({**_quickstart_dict(), "strategy": {"sequence_parallel": {"degree": 2}}})
+    model = build_step_model(scenario, SEED, IterationCost.from_profile(SEED), np.random.default_rng(0))
+    assert isinstance(model, TransformedStep) and model.gpus == 2
+    result = model.step([], [Decode(0, 0, 16_000, 5)], 16_000)
+    assert result.seconds == cost.decode_s(1, np.array([16_000]))[0]
+    assert result.merge_s == pytest.approx((M0 + M_CTX * 16_000) / 1000, rel=1e-12)
 
 
 def test_replica_occupies_tp_times_p_gpus_and_p_times_the_kv():
