@@ -24,6 +24,18 @@ def generate_requests(
     workload: WorkloadSpec, rng: np.random.Generator, rate_per_s: float | None
 ) -> list[RequestSpec]:
     """Requests sorted by arrival. rate_per_s is the resolved rate for poisson/gamma; ignored for traces."""
+    arrivals, prompts, outputs, names, picks = generate_arrays(workload, rng, rate_per_s)
+    return [
+        RequestSpec(i, float(arrivals[i]), int(prompts[i]), int(outputs[i]), names[picks[i]])
+        for i in range(arrivals.shape[0])
+    ]
+
+
+def generate_arrays(
+    workload: WorkloadSpec, rng: np.random.Generator, rate_per_s: float | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str], np.ndarray]:
+    """The same draws as generate_requests as arrays (arrival_s, prompt, output, task names, task index):
+    a million requests as arrays take ~32 MB instead of a list of objects (simulator/streaming.py)."""
     arrival_rng, prompt_rng, output_rng, task_rng = rng.spawn(4)
     arrival = workload.arrival
     rows: np.ndarray | None = None  # trace row of each request (trace replay only)
@@ -43,10 +55,7 @@ def generate_requests(
     picks = np.zeros(n, dtype=np.int64)
     if len(names) > 1:  # a single task draws nothing, so adding a task mix changes only task_rng's stream
         picks = task_rng.choice(len(names), size=n, p=weights / weights.sum())
-    return [
-        RequestSpec(i, float(arrivals[i]), int(prompts[i]), int(outputs[i]), names[picks[i]])
-        for i in range(n)
-    ]
+    return arrivals, prompts, outputs, names, picks
 
 
 def mean_lengths(workload: WorkloadSpec) -> tuple[float, float]:
