@@ -42,7 +42,7 @@ def latency_cdfs(latencies_s: dict[str, Sequence[np.ndarray]], targets_ms: dict[
         ax.set_xlabel(f"{LABELS.get(metric, metric)} (ms)")
         ax.set_ylabel("fraction of requests")
         ax.grid(alpha=0.3)
-        if len(per_run) <= 5 or target is not None:
+        if ax.get_legend_handles_labels()[0]:  # nothing completed: no lines, no legend
             ax.legend(fontsize=7)
     fig.suptitle(f"latency CDFs — {provenance}", fontsize=9)
     fig.tight_layout()
@@ -57,7 +57,8 @@ def step_series(series: dict[str, tuple[np.ndarray, np.ndarray]], title: str, yl
     ax.set_xlabel("simulated time (s)")
     ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8)
     ax.set_title(title, fontsize=9)
     fig.tight_layout()
     return fig
