@@ -8,12 +8,16 @@ their records are bit-identical, and prints wall time, simulated requests/s, eve
 Python memory (tracemalloc, a separate pass, since tracing slows the run) and the speed ratio.
 
     .venv/bin/python benchmarks/bench_simulator.py [--sizes 10000 100000] [--load 0.8] [--no-reference]
-        [--stepper]
+        [--stepper] [--stream 1000000]
 
 --stepper adds the general per-iteration loop (simulator/stepper.py: one event per iteration)
 on the same requests, continuous (records checked bit-identical to the fast path) and chunked,
 against SimPy's bare rate (a process yielding env.timeout(1)) measured in the same run; times
 are wall and this thread's CPU time (time.thread_time: less disturbed by other processes).
+
+--stream N runs N baseline requests through simulator/streaming.py (workload as arrays, records
+written to a CSV as requests finish, ledger of requests in flight) and reports time, events/s
+and the growth of the process's peak RSS during the run (getrusage), which stays flat in N.
 """
 
 from __future__ import annotations
@@ -102,6 +106,39 @@ def stepper_run(requests: list[RequestSpec], config: ClusterConfig, profile: obj
     return wall, cpu, result
 
 
+def streamed(n: int, load: float, seed: int) -> None:
+    """N baseline requests streamed to a temp CSV: time, events/s, peak RSS growth, requests held at once."""
+    import resource
+    import tempfile
+    from pathlib import Path
+
+    from simulator.streaming import RequestArrays, stream_requests
+    from simulator.workload import generate_arrays
+
+    profile = resolve_profile("seed-llama2-70b-a100")
+    base = load_scenario("quickstart")
+    arrival = dataclasses.replace(base.workload.arrival, rate_per_s=None, load_fraction=load)
+    scenario = dataclasses.replace(base, workload=dataclasses.replace(base.workload, arrival=arrival, requests=n))
+    config, _ = cluster_config(scenario, profile)
+    rate, _, _ = arrival_rate(scenario, profile, config)
+    arrays = RequestArrays(*generate_arrays(scenario.workload, np.random.default_rng(seed), rate))
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "records.csv"
+        gc.collect()
+        rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+        wall, cpu = time.perf_counter(), time.thread_time()
+        result = stream_requests(arrays, config, IterationCost.from_profile(profile), path)
+        wall, cpu = time.perf_counter() - wall, time.thread_time() - cpu
+        growth = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss_before) / 1024
+        size = path.stat().st_size / 2**20
+    print(f"\nstreamed baseline, {n:,} requests (Azure conversation lengths, {load} x saturation, seed profile):")
+    print(f"  {wall:8.1f} s wall {cpu:8.1f} s CPU  {n / cpu:10,.0f} requests/s CPU  {result.events / cpu:10,.0f} "
+          f"events/s CPU  ({result.events:,} events, {result.iterations:,} iterations)")
+    arrays_mib = arrays.arrival_s.nbytes * 4 / 2**20
+    print(f"  records.csv {size:,.0f} MiB; peak RSS grew {growth:,.1f} MiB during the run; at most "
+          f"{result.peak_in_flight:,} requests held at once; workload arrays {arrays_mib:.0f} MiB")
+
+
 def bits(result: RunResult) -> list[tuple]:
     """Records as tuples with floats in hex: equal only if bit-identical (NaN included)."""
     return [tuple(v.hex() if isinstance(v, float) else v for v in dataclasses.astuple(r))
@@ -116,7 +153,11 @@ def main() -> None:
     parser.add_argument("--no-reference", action="store_true", help="time the fast path only")
     parser.add_argument("--stepper", action="store_true",
                         help="also time the per-iteration loop (continuous and chunked) against SimPy's bare rate")
+    parser.add_argument("--stream", type=int, default=0, metavar="N",
+                        help="also stream N baseline requests' records to disk (flat memory); e.g. 1000000")
     args = parser.parse_args()
+    if args.stream:
+        streamed(args.stream, args.load, args.seed)
     bare_wall, bare_cpu = simpy_bare_rate() if args.stepper else (0.0, 0.0)
     if args.stepper:
         print(f"SimPy bare timeout rate (this run): {bare_wall:,.0f} events/s wall, {bare_cpu:,.0f} events/s CPU")
