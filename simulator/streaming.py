@@ -33,6 +33,8 @@ from simulator.costs import IterationCost
 from simulator.records import COMPLETED, Extrapolations, ReplicaStats, RequestRecord, rejected_record
 from simulator.replica import Replica
 
+_CHUNK = 4096  # arrivals converted to Python numbers at a time
+
 
 @dataclass(frozen=True)
 class RequestArrays:
@@ -138,13 +140,17 @@ class StreamingCluster:
         return len(self.replicas) == 1 or self._choice().index == index
 
     def _arrivals(self) -> Generator[simpy.Event, None, None]:
-        r, last = self.requests, len(self.requests) - 1
-        arrivals = r.arrival_s.tolist()  # Python floats: the same values Cluster reads from RequestSpecs
-        for index, arrival in enumerate(arrivals):
-            yield self.env.at(arrival, URGENT)
-            self.next_arrival_s = arrivals[index + 1] if index < last else float("inf")
-            self._flush()
-            self._route(index, int(r.prompt[index]), int(r.output[index]))
+        r, n = self.requests, len(self.requests)
+        for start in range(0, n, _CHUNK):
+            # Python floats (the values Cluster reads from RequestSpecs), a chunk at a time: flat memory
+            times = r.arrival_s[start:start + _CHUNK + 1].tolist()  # one more: the next arrival
+            prompts = r.prompt[start:start + _CHUNK].tolist()
+            outputs = r.output[start:start + _CHUNK].tolist()
+            for offset, (prompt, output) in enumerate(zip(prompts, outputs, strict=True)):
+                yield self.env.at(times[offset], URGENT)
+                self.next_arrival_s = times[offset + 1] if offset + 1 < len(times) else float("inf")
+                self._flush()
+                self._route(start + offset, prompt, output)
 
     def _route(self, index: int, prompt: int, output: int) -> None:
         replica = self.config.replica
