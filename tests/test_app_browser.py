@@ -17,6 +17,7 @@ import socket
 import subprocess
 import sys
 import time
+import tomllib
 import urllib.request
 from pathlib import Path
 
@@ -36,6 +37,11 @@ def _chromium() -> str:
         pytest.skip("TRIPATH_SKIP_BROWSER=1: real-browser test skipped on request")
     pytest.fail("no Chromium found at /usr/bin/chromium: install Debian's package (`apt-get install -y chromium`, "
                 ".ci/run does this) or set TRIPATH_SKIP_BROWSER=1 to skip this test explicitly")
+
+
+def _quickstart_requests() -> int:
+    with open(ROOT / "data/scenarios/quickstart.toml", "rb") as handle:
+        return int(tomllib.load(handle)["workload"]["requests"])
 
 
 def _free_port() -> int:
@@ -97,14 +103,14 @@ def test_quickstart_in_a_real_browser(app_url: str, tmp_path: Path) -> None:
             page.goto(app_url)
             expect(page.get_by_role("heading", name="Scenario explorer")).to_be_visible()
             page.get_by_role("button", name="Run simulation").click()
-            # the results: percentile table, metrics (quickstart: 300 requests x 3 replications), a plot
+            # the results: percentile table, metrics (quickstart's requests x the default 3 replications), a plot
             expect(page.get_by_role("heading", name="Results")).to_be_visible()
             expect(page.locator("[data-testid='stDataFrame']").first).to_be_visible()
             image = page.locator("[data-testid='stImage'] img, [data-testid='stImageContainer'] img").first
             expect(image).to_be_visible()
             assert image.evaluate("img => img.naturalWidth") > 100  # a decoded figure, not a broken image
             arrived = page.locator("[data-testid='stMetric']").filter(has_text="arrived")
-            expect(arrived.locator("[data-testid='stMetricValue']")).to_have_text("900")
+            expect(arrived.locator("[data-testid='stMetricValue']")).to_have_text(f"{_quickstart_requests() * 3:,}")
             expect(page.locator("[data-testid='stException']")).to_have_count(0)
             # the results at the top of the viewport: the metrics, the table and the CDFs in one picture
             page.get_by_role("heading", name="Results").evaluate("h => h.scrollIntoView({block: 'start'})")

@@ -351,3 +351,13 @@ def test_explorer_strategy_tables_reach_the_simulator() -> None:
     expected = summary(simulate(scenario_from_dict(data), profile, seed=0, replications=2))
     assert _p99(at, "tpot") == pytest.approx(expected["latency_ms"]["tpot"]["p99"]["mean"], rel=1e-12)
     assert _p99(at, "tpot") != baseline_tpot
+
+
+def test_tripath_app_subcommand_is_registered() -> None:
+    from tripath.cli import build_parser
+
+    args = build_parser().parse_args(["app", "--port", "8600"])
+    assert args.port == 8600 and args.address == "localhost"
+    assert (ROOT / "app.py").is_file()  # what `tripath app` serves (tests/test_app_browser.py runs it for real)
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["app", "--port", "0"])
