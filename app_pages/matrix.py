@@ -16,6 +16,7 @@ import streamlit as st
 from app_pages import charts, planning_runs, profiles
 from app_pages.provenance import profile_badge
 from planning.matrix import SEED_MATRIX, decision_matrix
+from planning.sweep import MAX_REJECTED
 from simulator.errors import InputError
 
 RESULT = "matrix_result"
@@ -57,11 +58,17 @@ def _marks(cell: dict[str, Any], candidate: str, row: dict[str, Any]) -> str:
         return "n/a"
     if row.get("meets_sla") is None:
         return "x"
-    return "★" if candidate == cell["recommended"] else "2" if candidate == cell["runner_up"] else ""
+    if candidate == cell["recommended"]:
+        return "★"
+    if candidate == cell["runner_up"]:
+        return "2"
+    share = row.get("rejected_share") or 0.0
+    return f"rej {share:.0%}" if share > MAX_REJECTED else ""  # grey squares: nothing completed to measure
 
 
 def _show(result: dict[str, Any]) -> None:
-    st.caption(f"{result['numbers_from']}. Colour: SLA margin; ★ recommended, 2 runner-up, n/a not applicable.")
+    st.caption(f"{result['numbers_from']}. Colour: SLA margin; ★ recommended, 2 runner-up, n/a not applicable, "
+               "rej N% = that share of requests rejected (over the 1% a candidate may reject).")
     cells = result["cells"]
     names = [row["candidate"] for row in cells[0]["candidates"]]
     margins = [[next(r for r in c["candidates"] if r["candidate"] == n).get("sla_margin") for n in names]
