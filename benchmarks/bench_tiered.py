@@ -16,6 +16,10 @@ A second table isolates what the SSD tier adds to reading the same page files: S
 preadv of header + payload into a reused staging page, XXH3 check, bookkeeping) against a plain
 open + readinto + close of each of the same files into the same buffer, no checksum, interleaved.
 
+A third table runs the continuous-batching Engine on four sequences of different lengths decoding
+together, once on the paged pool and once with tiering on (and with / without fetch-ahead): median
+decode-step ms and, per step, the MiB moved per link and the main thread's paging stall.
+
     .venv/bin/python benchmarks/bench_tiered.py [--contexts 2048 8192] [--steps 4] [--repeats 3] [--json]
 """
 
@@ -30,7 +34,9 @@ import time
 
 import torch
 
-from real_engine.config import PRESETS
+from real_engine.config import PRESETS, ModelConfig
+from real_engine.engine import Engine, EngineConfig
+from real_engine.model import LlamaModel
 from real_engine.paging_meter import LINKS, measure_paging
 from real_engine.tiers import SSDTier, TierConfig, TransferStats
 
@@ -72,6 +78,48 @@ def page_read_overhead(page_shape: tuple[int, ...], pages: int, repeats: int,
         ssd.close()
 
 
+def batched_engine(shape: ModelConfig, lengths: list[int], chunk: int, steps: int,
+                   repeats: int = 3) -> list[dict[str, object]]:
+    """Median decode-step ms of the Engine over `lengths` decoding together: paged pool vs tiered.
+
+    The configurations run in turns, `repeats` rounds, so load from other jobs falls on all of them alike."""
+    model = LlamaModel(shape, torch.Generator().manual_seed(0)).eval()
+    gen = torch.Generator().manual_seed(1)
+    prompts = [torch.randint(0, shape.vocab_size, (n,), generator=gen).tolist() for n in lengths]
+    layers = shape.num_layers
+    chunks = [-(-(n + steps + 2) // chunk) for n in lengths]
+    pinned = 3  # per layer and sequence: 1 sink chunk + the 256-token window over <= 2 chunks
+    device = sum(min(c, pinned) for c in chunks) * layers + max(c - min(c, pinned) for c in chunks) + 1
+    spill = sum(chunks) * layers - device
+    configs: dict[str, TierConfig | None] = {"paged pool": None}
+    for prefetch in (False, True):
+        configs[f"tiered, prefetch {'on' if prefetch else 'off'}"] = TierConfig(
+            chunk, device, max(spill // 2, 1), spill + layers, prefetch=prefetch)
+    decodes: dict[str, list] = {name: [] for name in configs}
+    for _ in range(repeats):
+        for name, tiers in configs.items():
+            cfg = EngineConfig(max_batch_size=len(lengths), max_batched_tokens=max(lengths), block_size=16,
+                               num_blocks=sum(chunks) * chunk // 16 + 8, tiered=tiers)
+            with Engine(model, cfg) as engine:
+                for p in prompts:
+                    engine.add_request(p, steps + 2)
+                while engine.has_unfinished:
+                    r = engine.step()
+                    if r.decode_seqs == len(lengths) and not r.prefill_seqs:
+                        decodes[name].append(r)
+    rows = []
+    for name, recs in decodes.items():
+        def med(field: str, recs: list = recs) -> float:
+            return statistics.median(getattr(r, field) for r in recs)
+
+        rows.append({"engine": name, "decode_steps": len(recs), "step_ms": med("wall_s") * 1e3,
+                     "d2h_mib": med("paging_bytes_device_host") / 2**20,
+                     "h2d_mib": med("paging_bytes_host_device") / 2**20,
+                     "h2s_mib": med("paging_bytes_host_ssd") / 2**20, "s2h_mib": med("paging_bytes_ssd_host") / 2**20,
+                     "stall_ms": med("paging_stall_s") * 1e3, "device_pages": device})
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--contexts", type=int, nargs="+", default=[2048, 8192])
@@ -96,8 +144,10 @@ def main(argv: list[str] | None = None) -> int:
                              "step_ms_untiered": step.step_ms_untiered, "step_ms_tiered": step.step_ms_tiered})
     page_shape = (2, args.chunk, shape.num_kv_heads, int(shape.head_dim))
     overhead = page_read_overhead(page_shape, 96, 7, args.ssd_dir)
+    lengths = [2048, 1536, 1024, 512]
+    batched = batched_engine(shape, lengths, args.chunk, args.steps + 2)
     if args.json:
-        print(json.dumps({"links": rows, "page_read": overhead}, indent=1))
+        print(json.dumps({"links": rows, "page_read": overhead, "batched_engine": batched}, indent=1))
         return 0
     kib = shape.kv_bytes_per_token(4) * 2048 / 2**20
     print(f"bench-small fp32: {kib:.0f} MiB of KV per 2K tokens; page = {args.chunk} tokens of one layer (measured; "
@@ -121,6 +171,13 @@ def main(argv: list[str] | None = None) -> int:
           f"wall / {o['tier_cpu_gb_per_s']:.2f} CPU; plain open+preadv+close {o['plain_wall_gb_per_s']:.2f} / "
           f"{o['plain_cpu_gb_per_s']:.2f}: {o['tier_wall_gb_per_s'] / o['plain_wall_gb_per_s']:.0%} (wall), "
           f"{o['tier_cpu_gb_per_s'] / o['plain_cpu_gb_per_s']:.0%} (CPU time) of the plain per-file read")
+    print(f"continuous batching, {len(lengths)} sequences of {lengths} tokens decoding together, device pool "
+          f"{batched[0]['device_pages']} pages (median per decode step over 3 interleaved rounds, wall clock):")
+    print(f"{'engine':>22} {'steps':>5} {'step ms':>8} {'d->h MiB':>9} {'h->d MiB':>9} {'h->ssd MiB':>10} "
+          f"{'ssd->h MiB':>10} {'stall ms':>9}")
+    for b in batched:
+        print(f"{b['engine']:>22} {b['decode_steps']:>5} {b['step_ms']:>8.2f} {b['d2h_mib']:>9.2f} "
+              f"{b['h2d_mib']:>9.2f} {b['h2s_mib']:>10.2f} {b['s2h_mib']:>10.2f} {b['stall_ms']:>9.2f}")
     return 0
 
 

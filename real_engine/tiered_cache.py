@@ -92,6 +92,8 @@ class TieredKVCache:
 
     def _evict_host(self) -> None:
         key = self._victim(self.host_lru, device=False)
+        if key is None and self._land_from_host():
+            return  # a prefetch landed and gave its host slot back
         if key is None:
             raise TierFault("host tier: every page is in use")
         state = self.pages[key]
@@ -99,6 +101,23 @@ class TieredKVCache:
         self.tiers.host_pool.release(state.slot)
         del self.host_lru[key]
         self.pages[key] = PageState("ssd", page_id)
+
+    def _land_from_host(self) -> bool:
+        """Finish a prefetch whose source is a host slot (every host page is one); True if a slot came free."""
+        for key, state in list(self.pages.items()):
+            if state.pending is not None and state.source is not None and state.source[0] == "host":
+                free_before = self.tiers.host_pool.num_free
+                try:
+                    self._land(key, state)
+                except TierFault:
+                    pass  # the page stays on the host; the fault resurfaces when its owner reads it
+                return self.tiers.host_pool.num_free > free_before
+        return False
+
+    def free_slots(self) -> int:
+        """Page slots free in all tiers together: a move down the tiers needs one."""
+        ssd = self.tiers.ssd
+        return self.tiers.device_pool.num_free + self.tiers.host_pool.num_free + ssd.capacity - len(ssd.live)
 
     def _land_a_prefetch(self) -> PageKey | None:
         """Finish the oldest evictable prefetch (fetched ahead for a later step) so its page can move."""
@@ -224,6 +243,8 @@ class TieredKVCache:
                 state = self.pages[key]
                 if state.tier == "device":
                     continue
+                if self.free_slots() < 2:
+                    return  # a pending copy holds two slots; keep one free for on-demand moves
                 try:
                     slot = self._device_slot()
                 except TierFault:

@@ -3,8 +3,9 @@ accounting the Scheduler admits and preempts against.
 
 The Scheduler only asks a KVCacheManager ``can_reserve`` / ``reserve`` / ``free``.  Here its blocks are
 the tiered cache's chunks (block_size = chunk_tokens), and there are as many as one layer's share of
-all three tiers (device + host + SSD pages, divided by the layers), so a reservation that succeeds can
-never run the tiers out of pages: the SSD tier's quota is never what fails.  One more limit applies on
+all three tiers (device + host + SSD pages less one spare, divided by the layers), so a reservation that
+succeeds can never run the tiers out of pages: the SSD tier's quota is never what fails (fetch-ahead
+stops before it would take the spare page: TieredKVCache.free_slots).  One more limit applies on
 the device: every live sequence keeps its sinks and recent window there, and one sequence's whole layer
 context must be paged in at once for full attention.  ``can_reserve`` refuses (and the Scheduler then
 preempts by recompute, or queues) when the device could not hold that, so a device pool that is too
@@ -77,8 +78,11 @@ class TieredStore:
         self.cache = TieredKVCache(model_config, tier_config, dtype, device, tier_config.sink_tokens,
                                    tier_config.window_tokens, tier_config.prefetch)
         total_pages = tier_config.device_pages + tier_config.host_pages + tier_config.ssd_pages
-        self.capacity_chunks = total_pages // self.num_layers  # per layer: a chunk needs a page in every layer
+        # per layer (a chunk needs a page in every layer), less one page: paging a page in when every tier
+        # is full needs one free slot for the chain of evictions (device -> host -> SSD) it starts
+        self.capacity_chunks = (total_pages - 1) // self.num_layers
         self.accounting = TieredAccounting(self, max(self.capacity_chunks, 1), tier_config.chunk_tokens)
+        self._mark = self.snapshot()
         # the SSD directory goes even if close() is never called (interpreter exit, garbage collection)
         self._finalizer = weakref.finalize(self, _remove_dir, self.cache.tiers.ssd)
 
@@ -118,6 +122,12 @@ class TieredStore:
             links = [stats.get(link) for link in LINKS]
             return PagingSnapshot(tuple(s.bytes for s in links), tuple(s.seconds for s in links),
                                   self.cache.stall_s)
+
+    def since_last(self) -> PagingSnapshot:
+        """What moved since the previous call: a fetch-ahead that lands between two steps counts in the next."""
+        now = self.snapshot()
+        moved, self._mark = now.minus(self._mark), now
+        return moved
 
     def close(self) -> None:
         """Stop the prefetch thread and remove the SSD tier's directory and page files."""

@@ -168,7 +168,8 @@ def test_unwritable_directory_fails_only_requests_that_spill(model, tmp_path):
 def test_requests_the_tiers_can_never_hold_are_rejected_up_front(model):
     tiers = TierConfig(chunk_tokens=16, device_pages=12, host_pages=4, ssd_pages=10, sink_tokens=4, window_tokens=32)
     with Engine(model, EngineConfig(num_blocks=1, tiered=tiers, **BATCH)) as engine:
-        assert "the tiers hold 26" in engine.check_request(300, 10)  # 20 chunks x 2 layers > 26 pages
+        # 26 pages less the spare hold 12 chunks per layer: 300 + 10 tokens need 20
+        assert "the tiers hold 24" in engine.check_request(300, 10)
         assert "device pool holds 12" in engine.check_request(150, 10)  # 8 pinned + 6 unpinned > 12
         assert engine.check_request(40, 10) is None
 
@@ -181,3 +182,23 @@ def test_device_pool_limit_makes_requests_wait_instead_of_failing(model, tmp_pat
     with engine:
         assert out == plain_out and not engine.errors
         assert max(s.batch_size for s in steps) < len(LENGTHS)
+
+
+def test_tiers_too_small_for_everyone_preempt_by_recompute_and_still_give_the_same_tokens(model, tmp_path):
+    # prompts of exactly 10 and 6 chunks fill the tiers' 16 chunks per layer ((24 + 4 + 5 - 1 spare) // 2);
+    # the first decode needs an 11th chunk, so the later request is preempted and recomputed afterwards
+    gen = torch.Generator().manual_seed(7)
+    prompts = [torch.randint(0, 256, (n,), generator=gen).tolist() for n in (160, 96)]
+    tiers = TierConfig(chunk_tokens=16, device_pages=24, host_pages=4, ssd_pages=5, ssd_dir=str(tmp_path),
+                       sink_tokens=4, window_tokens=32)
+    plain = Engine(model, EngineConfig(num_blocks=256, **BATCH))
+    alone = [plain.generate([p], NEW)[0] for p in prompts]
+    with Engine(model, EngineConfig(num_blocks=1, tiered=tiers, **BATCH)) as engine:
+        ids = [engine.add_request(p, NEW) for p in prompts]
+        steps = []
+        while engine.has_unfinished:
+            steps.append(engine.step())
+        assert steps[0].batch_size == 2 and sum(s.num_preempted for s in steps) == 1
+        assert engine.tiered.cache.tiers.stats.get("ssd->host").pages > 0
+        assert [engine.output(i) for i in ids] == alone and not engine.errors
+        assert engine.tiered.cache.residency() == {"device": 0, "host": 0, "ssd": 0}
