@@ -166,6 +166,7 @@ class Engine:
         if prompt_ids and not all(0 <= t < vocab for t in prompt_ids):
             raise ValueError(f"request {request_id}: prompt token ids must be in [0, {vocab})")
         seq = Sequence(request_id, list(prompt_ids), max_new_tokens, sampling or SamplingParams())
+        self.errors.pop(request_id, None)  # a reused id starts clean
         self.sequences[request_id] = seq
         self.scheduler.add(seq)
         return request_id
@@ -189,8 +190,6 @@ class Engine:
             self.kv_store.copy_blocks(plan.copies)
         elif self.tiered is None:
             self.kv.copy_blocks(plan.copies)
-        else:
-            paging_before = self.tiered.snapshot()
         token_ids: list[int] = []
         chunks: list[SequenceChunk] = []
         sampled_rows: list[int] = []  # packed index of the last token of chunks that reach the end
@@ -247,7 +246,7 @@ class Engine:
         self._steps += 1
         paging: dict[str, Any] = {}
         if self.tiered is not None:
-            moved = self.tiered.snapshot().minus(paging_before)
+            moved = self.tiered.since_last()  # from the end of the previous step: fetch-ahead runs between steps
             for link, nbytes, seconds in zip(("device_host", "host_device", "host_ssd", "ssd_host"), moved.bytes,
                                              moved.seconds, strict=True):
                 paging[f"paging_bytes_{link}"], paging[f"paging_s_{link}"] = nbytes, seconds
@@ -274,9 +273,8 @@ class Engine:
         return list(self.sequences[request_id].output_ids)
 
     def release(self, request_id: int) -> None:
-        """Forget a finished request (its blocks are already free)."""
+        """Forget a finished request (its blocks are already free); a tier fault's reason stays in errors."""
         self.sequences.pop(request_id, None)
-        self.errors.pop(request_id, None)
 
     def close(self) -> None:
         """Release what outlives a step: with tiering, the prefetch thread and the SSD tier's files."""
