@@ -16,7 +16,7 @@ from app_pages.provenance import profile_badge
 from calibrate.inspect import compare, describe
 from simulator.errors import InputError
 from simulator.paths import PROFILES_DIR
-from simulator.profile import Profile
+from simulator.profile import Profile, load_samples
 
 SELECTED = "calibration_profile"
 SEEN = "calibration_seen_uploads"  # upload file ids already handled, so a rerun does not re-process one
@@ -101,7 +101,13 @@ def _fit_figures(name: str, costs: list[str]) -> None:
             shown = True
     if not shown:
         st.caption("No samples-vs-fit figures for this profile (an upload carries no samples; a seed profile's "
-                   "samples are table rows, shown in its README).")
+                   "samples are the seed tables' rows, listed below).")
+    samples = PROFILES_DIR / f"{name}.samples.csv"
+    if name in profiles.available_profiles() and samples.is_file():
+        rows = load_samples(samples)
+        with st.expander(f"raw samples: {samples.name} ({len(rows):,} rows, the data the fits were made from)"):
+            st.dataframe(pd.DataFrame(rows[:2000]), hide_index=True, key="samples")
+            st.download_button("raw samples (CSV)", samples.read_bytes(), samples.name, "text/csv", key="samples_csv")
 
 
 def _compare(profile: Profile, choices: list[str], name: str) -> None:

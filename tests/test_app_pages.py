@@ -141,6 +141,9 @@ def test_calibration_other_profile_other_coefficients() -> None:
     assert seed_d0["value"] == resolve_profile("seed-llama2-70b-a100").costs["decode"].coefficients["d0"].value
     assert seed_d0["value"] != d0["value"]
     assert any("seed" in m.value and "not measured" in m.value for m in at.markdown)  # the kind, in words
+    # the raw samples the seed fits used: the seed tables' rows, every one of them
+    raw = (ROOT / "data/profiles/seed-llama2-70b-a100.samples.csv").read_text().splitlines()
+    assert len(_frame(at, "used_by")) == len(raw) - 1
     # compare: B / A is the ratio of the two profiles' own coefficients
     at.selectbox(key="compare_with").set_value("cpu-tiny").run()
     table = _frame(at, "B / A")
