@@ -1,7 +1,8 @@
 """The app in a real browser: `tripath app` serves app.py headless, Playwright drives Debian's Chromium.
 
 Loads the app, runs the quickstart scenario on the explorer page, waits for the results table and a
-plot, checks the counts shown, opens the calibration page, and saves a screenshot (to a tmp path;
+plot, checks the counts shown, opens the calibration page, uploads a malformed profile through the
+file input (refused, nothing changed), and saves a screenshot (to a tmp path;
 TRIPATH_APP_SCREENSHOT=PATH also writes one there, e.g. docs/img/app.png). Playwright's own
 browser downloads are never used: the system Chromium is passed as executable_path.
 
@@ -123,6 +124,11 @@ def test_quickstart_in_a_real_browser(app_url: str, tmp_path: Path) -> None:
             page.get_by_role("link", name="Calibration").click()
             expect(page.get_by_role("heading", name="Calibration")).to_be_visible()
             expect(page.locator("[data-testid='stDataFrame']").first).to_be_visible()
+            # a malformed upload through the browser's file input: refused, with the parser's message
+            bad = tmp_path / "broken.json"
+            bad.write_text('{"schema_version": 1, "key": ')
+            page.locator("[data-testid='stFileUploader'] input[type='file']").set_input_files(str(bad))
+            expect(page.locator("[data-testid='stAlert']").filter(has_text="nothing changed")).to_be_visible()
             expect(page.locator("[data-testid='stException']")).to_have_count(0)
         finally:
             browser.close()
