@@ -152,3 +152,35 @@ def test_chunk_costs_and_their_extrapolations() -> None:
     # with 2 decodes the shared pass is the decode step: 6 + (5 + 10) = 21 ms
     assert cost.chunked_s([(10, 40)], 2, 100) == T(0.021)
     assert (cost.prefill_queries, cost.prefill_outside, cost.decode_queries) == (4, 2, 1)
+
+
+class TwoTokens(BaselineStep):
+    """A made-up path for the loop's bookkeeping: each decode emits up to 2 tokens in one round
+    (1 accepted draft token + the bonus), and each decode iteration stalls 1 ms on paging and
+    spends 0.5 ms merging (both inside its seconds)."""
+
+    def step(self, prefills, decodes, live_tokens):
+        import numpy as np
+
+        from simulator.step_model import StepResult
+
+        base = super().step(prefills, decodes, live_tokens)
+        if not decodes:
+            return base
+        emitted = np.array([min(2, d.remaining) for d in decodes], dtype=np.int64)
+        return StepResult(base.seconds + 0.0015, emitted, accepted=emitted - 1, rounds=np.ones_like(emitted),
+                          paging_s=0.001, paging_bytes={"device_host": 100}, merge_s=0.0005)
+
+
+def test_multi_token_decodes_and_per_path_sums() -> None:
+    cluster = ClusterConfig(1, ReplicaConfig(64, 1 << 20, 1 << 20, 1))
+    setup = StepperSetup(lambda i: TwoTokens(cost(), 1, 1 << 20), lambda i: Continuous(64, 1 << 20), StepperConfig(),
+                         (), 0.005)
+    result = simulate_requests([RequestSpec(0, 0.0, 100, 6)], cluster, cost(), setup=setup)
+    (r,) = result.records
+    # prefill 10 + 10 = 20 ms -> token 1 at 0.020; decodes of 6 + 1.5 ms emit 2, 2, then the last 1:
+    # tokens 3 at 0.0275, 5 at 0.035, 6 at 0.0425
+    assert times(r) == (T(0.0), T(0.020), T(0.0425))
+    assert (r.draft_rounds, r.accepted_tokens) == (3, 2)
+    assert (r.paging_s, r.merge_s) == (T(0.003), T(0.0015))
+    assert result.timeseries.column("paging_device_host_bytes")[-1] == 300
