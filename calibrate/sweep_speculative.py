@@ -5,9 +5,10 @@ batch 1, once by the target alone (the unit of cost: one plain target decode ste
 SpeculativeEngine with a draft-model proposer at fixed K, interleaved prompt by prompt so that
 contention on a shared machine hits both alike. Measured: spec_metrics' per-token acceptance a
 (accepted / (accepted + rejections)), per-position acceptance, the draft pass time (c = draft pass /
-target step) and the verify pass over K+1 tokens (v(K) = verify pass / target step). Clock: wall time,
-or with ``SpecSettings.clock = "thread"`` (a CPU job timed by thread CPU time) each pass's wall time
-scaled by its step's CPU / wall seconds, so that other processes on a shared machine do not inflate it.
+target step) and the verify pass over K+1 tokens (v(K) = verify pass / target step). Clock: the
+engine's wall-clock pass times, or with ``SpecSettings.clock = "thread"`` (a CPU job timed by thread
+CPU time, which other processes on a shared machine do not inflate) whole steps by CPU time, the
+draft pass from the draft's own plain decode steps (see ``_task_rows``).
 
 Rows in the calibration's samples CSV (columns sweep, layers, x1, x2, median_ms, min_ms, max_ms,
 reps); ``x1`` is the task's index in ``real_engine.corpus.TASKS``:
@@ -59,7 +60,7 @@ class SpecSettings:
     prompts: int = 3
     new_tokens: int = 48
     ks: tuple[int, ...] = ()
-    clock: str = "wall"  # "wall", or "thread": CPU time of the (single) torch thread, see _decode
+    clock: str = "wall"  # "wall", or "thread": CPU time of the (single) torch thread, see _task_rows
 
     def __post_init__(self) -> None:
         for name in ("k", "prompts"):
@@ -91,52 +92,59 @@ def _count_sample(k: int, layers: int, task: int, position: int, count: int, out
 Step = tuple[StepRecord, float, list[tuple[int, int, float]]]
 
 
-def _decode(engine: Engine | SpeculativeEngine, prompt: list[int], new: int, thread_clock: bool) -> list[Step]:
-    """Generate at batch 1; each step after the prefill step with its scale to the clock and its draft passes.
-
-    The scale is 1 for wall time; for the thread clock it is the torch thread's CPU seconds of the step over
-    its wall seconds, so a pass's wall time x scale is its CPU time if other processes slowed the whole step
-    evenly (the engine times its passes with perf_counter; the step is the finest unit timed here by CPU).
-    Draft passes: the proposer's (batch, tokens, wall seconds) entries made during the step."""
+def _decode(engine: Engine | SpeculativeEngine, prompt: list[int], new: int) -> list[Step]:
+    """Generate at batch 1; each step after the prefill step with the torch thread's CPU seconds of the whole
+    step and the proposer's (batch, tokens, wall seconds) pass entries made during it."""
     rid = engine.add_request(prompt, new)
     passes = getattr(getattr(engine, "proposer", None), "pass_seconds", [])
     steps = []
     while engine.has_unfinished:
         before, cpu = len(passes), time.thread_time()
         record = engine.step()
-        cpu = time.thread_time() - cpu
-        scale = min(1.0, cpu / record.wall_s) if thread_clock and record.wall_s > 0 else 1.0
-        steps.append((record, scale, passes[before:]))
+        steps.append((record, time.thread_time() - cpu, passes[before:]))
     engine.release(rid)
     return steps[1:]
 
 
+def _decode_like(passes: list[tuple[int, int, float]]) -> list[float]:
+    """Draft passes of one sequence, one token or the 2-token catch-up after a full accept (not the draft's
+    prefill of the prompt), as real_engine's own c measurement counts them: their wall seconds."""
+    return [sec for b, n, sec in passes if b == 1 and n <= 2]
+
+
 def _task_rows(target: LlamaModel, draft: LlamaModel, prompts: list[list[int]], task: int, k: int,
                settings: SpecSettings, layers: int) -> list[Sample]:
-    plain = Engine(target, ENGINE)
+    """One (task, K) run. Wall clock: the engine's own pass times (perf_counter after a device sync). Thread
+    clock: only whole steps are timed, by the thread's CPU time: the target's and the draft's plain decode
+    steps give the unit T and the draft pass D (c = D / T), and a full-K round's CPU time R less its draft
+    passes gives the verify pass, R - passes x median(D) (so a round costs passes x c + v target steps)."""
+    plain, plain_draft = Engine(target, ENGINE), Engine(draft, ENGINE)
     spec = SpeculativeEngine(target, DraftModelProposer(draft, ENGINE.num_blocks, ENGINE.block_size), ENGINE,
                              FixedK(k))
     thread = settings.clock == "thread"
-    _decode(plain, [1] * 8, 4, thread)  # warm-up: RoPE tables, allocator
-    _decode(spec, [1] * 8, 4, thread)
+    for engine in (plain, plain_draft, spec):
+        _decode(engine, [1] * 8, 4)  # warm-up: RoPE tables, allocator
     spec.counters = type(spec.counters)()  # acceptance of the eval prompts only
     target_s: list[float] = []
     draft_s: list[float] = []
-    verify_s: list[float] = []
-    for prompt in prompts:  # interleaved, so contention of a shared machine hits both alike
-        target_s += [rec.wall_s * scale for rec, scale, _ in _decode(plain, prompt, settings.new_tokens, thread)]
-        for rec, scale, passes in _decode(spec, prompt, settings.new_tokens, thread):
+    rounds: list[tuple[float, float, int]] = []  # full-K rounds: (CPU seconds, verify wall seconds, draft passes)
+    for prompt in prompts:  # interleaved, so contention of a shared machine hits all alike
+        target_s += [cpu if thread else rec.wall_s for rec, cpu, _ in _decode(plain, prompt, settings.new_tokens)]
+        if thread:
+            draft_s += [cpu for _, cpu, _ in _decode(plain_draft, prompt, settings.new_tokens)]
+        for rec, cpu, passes in _decode(spec, prompt, settings.new_tokens):
             assert isinstance(rec, SpecStepRecord)
             if rec.decode_seqs != 1 or rec.prefill_seqs:
                 continue
-            # decode-like draft passes: one sequence, one token or the 2-token catch-up after a full accept
-            # (not the draft's prefill of the prompt), as real_engine's own c measurement counts them
-            draft_s += [sec * scale for b, n, sec in passes if b == 1 and n <= 2]
-            if rec.ks[0] == k:  # the verify pass over K+1 tokens (the last rounds may be capped below K)
-                verify_s.append(rec.verify_s * scale)
+            if not thread:
+                draft_s += _decode_like(passes)
+            if rec.ks[0] == k and len(_decode_like(passes)) == len(passes):  # capped last rounds left out
+                rounds.append((cpu, rec.verify_s, len(passes)))
+    if not draft_s or not rounds:
+        raise RuntimeError(f"task {TASKS[task]}: no batch-1 draft pass or full K={k} round was timed")
+    unit_draft = statistics.median(draft_s)
+    verify_s = [max(0.0, cpu - n * unit_draft) if thread else wall for cpu, wall, n in rounds]
     c = spec.counters
-    if not draft_s or not verify_s:
-        raise RuntimeError(f"task {TASKS[task]}: no batch-1 draft or verify pass at K={k} was timed")
     rows = [_stat_sample("spec_target", layers, task, k, target_s),
             _stat_sample("spec_draft", layers, task, k, draft_s),
             _stat_sample("spec_verify", layers, task, k, verify_s),
@@ -246,6 +254,7 @@ def speculative_sections(samples: list[Sample], draft_name: str, k: int
                     "step), batch 1"),
         note="Measured by the calibration's speculative sweep (calibrate/sweep_speculative.py): SpeculativeEngine "
              f"with a draft-model proposer at fixed K in {{{', '.join(map(str, ks))}}}; pass times by the job's clock "
-             "(a thread-clocked job scales each pass's wall time by its step's CPU / wall time).",
+             "(thread clock: CPU time of whole steps; draft pass = the draft's plain decode step, verify = a full-K "
+             "round less its draft passes).",
         verify_by_k=verify_by_k)
     return spec, acceptance
