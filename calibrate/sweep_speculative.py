@@ -138,7 +138,8 @@ def _task_rows(target: LlamaModel, draft: LlamaModel, prompts: list[list[int]], 
                 continue
             if not thread:
                 draft_s += _decode_like(passes)
-            if rec.ks[0] == k and len(_decode_like(passes)) == len(passes):  # capped last rounds left out
+            # full-K rounds (the last ones may be capped); by CPU time only those without the draft's prompt prefill
+            if rec.ks[0] == k and (not thread or len(_decode_like(passes)) == len(passes)):
                 rounds.append((cpu, rec.verify_s, len(passes)))
     if not draft_s or not rounds:
         raise RuntimeError(f"task {TASKS[task]}: no batch-1 draft pass or full K={k} round was timed")
