@@ -25,6 +25,7 @@ from simulator.cluster import ClusterConfig, simulate_requests
 from simulator.costs import IterationCost
 from simulator.errors import InputError
 from simulator.metrics import estimate
+from simulator.path_step import replica_gpus
 from simulator.records import RunResult
 from simulator.replica import ReplicaConfig
 from simulator.scenario import Scenario
@@ -72,10 +73,13 @@ def kv_capacity(scenario: Scenario, profile: Any) -> tuple[int, str]:
 
 
 def cluster_config(scenario: Scenario, profile: Any) -> tuple[ClusterConfig, str]:
-    replicas = scenario.cluster.gpus // profile.key.tp
+    # a replica is tp GPUs, times the sequence-parallel degree when SP is on (each rank a tp group)
+    per_replica = replica_gpus(scenario, profile)
+    replicas = scenario.cluster.gpus // per_replica
     if replicas < 1:
         raise InputError(scenario.source_path, "cluster.gpus",
-                         f"{scenario.cluster.gpus} GPUs cannot hold one replica at tp = {profile.key.tp}")
+                         f"{scenario.cluster.gpus} GPUs cannot hold one replica of {per_replica} GPUs "
+                         f"(tp = {profile.key.tp} x sequence-parallel degree {per_replica // profile.key.tp})")
     capacity, source = kv_capacity(scenario, profile)
     batching = scenario.batching
     replica = ReplicaConfig(batching.max_batch_size, batching.max_batched_tokens, capacity,

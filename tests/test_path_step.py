@@ -196,12 +196,24 @@ def test_tiered_admits_what_the_device_alone_rejects():
     assert all(r.completed for r in tiered) and all(r.paging_s > 0 for r in tiered)
 
 
-@pytest.mark.xfail(strict=True, reason="runner.cluster_config sizes replicas as gpus // tp; with SP it must be "
-                                       "gpus // (tp x P) (simulator.path_step.replica_gpus) - reported to the lead")
 def test_sp_replica_occupies_p_gpus_end_to_end():
+    """A replica with SP degree P occupies tp x P GPUs: replicas = gpus // (tp x P)."""
     data = _quickstart(requests=10, strategy={"sequence_parallel": {"degree": 2}})
     data["cluster"] = {"gpus": 2}
-    assert simulate(scenario_from_dict(data), SEED, seed=0).replicas == 1
+    assert SEED.key.tp * 2 == 2
+    assert simulate(scenario_from_dict(copy.deepcopy(data)), SEED, seed=0).replicas == 1
+    data["cluster"] = {"gpus": 5}
+    assert simulate(scenario_from_dict(copy.deepcopy(data)), SEED, seed=0).replicas == 2
+    data["strategy"] = {}
+    assert simulate(scenario_from_dict(copy.deepcopy(data)), SEED, seed=0).replicas == 5
+
+
+def test_too_few_gpus_for_one_sp_replica_names_cluster_gpus():
+    data = _quickstart(requests=10, strategy={"sequence_parallel": {"degree": 4}})
+    data["cluster"] = {"gpus": 3}
+    with pytest.raises(InputError) as info:
+        simulate(scenario_from_dict(data), SEED, seed=0)
+    assert info.value.field == "cluster.gpus" and "4 GPUs" in str(info.value)
 
 
 def _max_concurrent(records) -> int:
