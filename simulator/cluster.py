@@ -1,8 +1,7 @@
 """A cluster of identical replicas behind a router, fed by the workload's arrivals.
 
 - Replicas: cluster.gpus // (tp x sequence-parallel degree) copies of the model (simulator/replica.py),
-  each with its own
-  FCFS queue, continuous batching and KV budget.
+  each with its own FCFS queue, continuous batching and KV budget.
 - Arrivals: one SimPy process walks the sorted RequestSpecs and fires each at exactly its
   arrival_s, with URGENT priority, so every arrival of an instant is routed before any replica
   handles an iteration boundary at that instant.
