@@ -69,7 +69,7 @@ class TieredBatchAttention:
         if rid in self.failed:
             return False
         try:
-            self.cache.gather_into(rid, layer, out)
+            self.cache.gather_into(rid, layer, out, prefetch_next=False)
         except TierFault as fault:
             self._fail(rid, fault)
             return False
@@ -81,6 +81,15 @@ class TieredBatchAttention:
 
     def __call__(self, layer: int, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
         """q [1, N, Hq, D], k/v [1, N, Hkv, D] -> [1, N, Hq, D]; stores k/v in the tiers first."""
+        out = self._attend(layer, q, k, v)
+        # fetch the next layer ahead only now: while this layer's sequences were being paged in, a
+        # fetch-ahead would have evicted pages they still needed (LRU sees a cyclic scan)
+        for rid in self.seq_ids:
+            if rid not in self.failed:
+                self.cache.prefetch(rid, (layer + 1) % self.cache.num_layers)
+        return out
+
+    def _attend(self, layer: int, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
         live = [self._store(i, layer, k, v) for i in range(len(self.seq_ids))]
         n = q.shape[1]
         if self.num_decode == n:

@@ -130,8 +130,10 @@ class TieredKVCache:
                 return key
         return None
 
-    def _evict_device(self) -> None:
+    def _evict_device(self, for_prefetch: bool = False) -> None:
         key = self._victim(self.device_lru, device=True)
+        if key is None and for_prefetch:  # never undo one fetch-ahead to make room for another
+            raise DeviceFull("device pool: no page to evict for a fetch-ahead")
         if key is None:
             free_before = self.tiers.device_pool.num_free
             key = self._land_a_prefetch()
@@ -159,9 +161,9 @@ class TieredKVCache:
         del self.device_lru[key]
         self.pages[key] = new
 
-    def _device_slot(self) -> int:
+    def _device_slot(self, for_prefetch: bool = False) -> int:
         if self.tiers.device_pool.num_free == 0:
-            self._evict_device()
+            self._evict_device(for_prefetch)
         return self.tiers.device_pool.allocate()
 
     def _copy_in(self, dst: int, source: tuple[str, int]) -> None:
@@ -246,7 +248,7 @@ class TieredKVCache:
                 if self.free_slots() < 2:
                     return  # a pending copy holds two slots; keep one free for on-demand moves
                 try:
-                    slot = self._device_slot()
+                    slot = self._device_slot(for_prefetch=True)
                 except TierFault:
                     return  # no room to fetch ahead: the page is fetched on demand instead
                 state = self.pages[key]  # the eviction may have moved it from host to SSD
@@ -298,9 +300,10 @@ class TieredKVCache:
         self.gather_into(seq, layer, both)
         return both[0], both[1]
 
-    def gather_into(self, seq: int, layer: int, out: Tensor) -> None:
+    def gather_into(self, seq: int, layer: int, out: Tensor, prefetch_next: bool = True) -> None:
         """Page the layer's chunks in and copy its K and V into out [2, L, Hkv, D] (a view the caller lays
-        out, e.g. one row of a padded decode batch); then fetch the next layer ahead."""
+        out, e.g. one row of a padded decode batch); then fetch the next layer ahead, unless the caller
+        does that itself (a batch fetches ahead once every sequence's layer is in: prefetch())."""
         start = time.perf_counter()
         length = self.lengths[seq][layer]
         keys = [(seq, layer, c) for c in range(self._num_chunks(seq, layer))]
@@ -314,7 +317,15 @@ class TieredKVCache:
         finally:
             self._busy.difference_update(keys)
         self.stall_s += time.perf_counter() - start
-        self._prefetch(seq, (layer + 1) % self.num_layers)
+        if prefetch_next:
+            self._prefetch(seq, (layer + 1) % self.num_layers)
+
+    def prefetch(self, seq: int, layer: int) -> None:
+        """Start fetching seq's pages of this layer ahead, as far as the device pool has room without
+        undoing other fetch-aheads (no-op without the background thread)."""
+        start = time.perf_counter()
+        self._prefetch(seq, layer)
+        self.stall_s += time.perf_counter() - start
 
     def free(self, seq: int) -> None:
         """Drop every page of seq from every tier (after it finishes or fails)."""
