@@ -27,6 +27,7 @@ from simulator.costs import IterationCost
 from simulator.records import COMPLETED, Extrapolations, ReplicaStats, RequestRecord, RunResult, rejected_record
 from simulator.replica import Ledger, Replica, ReplicaConfig
 from simulator.request import RequestSpec
+from simulator.sp_physics import SpPhysics
 from simulator.stepper import PathLedger, Stepper, StepperSetup
 from simulator.timeseries import Sampler
 
@@ -47,7 +48,7 @@ class Cluster:
     """Replicas, router and arrivals on one clock; ``run()`` simulates until every request is done."""
 
     def __init__(self, requests: Sequence[RequestSpec], config: ClusterConfig, cost: IterationCost,
-                 fast: bool = True, setup: StepperSetup | None = None) -> None:
+                 fast: bool = True, setup: StepperSetup | None = None, sp: SpPhysics | None = None) -> None:
         for before, after in zip(requests, requests[1:], strict=False):
             if after.arrival_s < before.arrival_s:
                 raise ValueError(f"requests must be sorted by arrival_s (request {after.request_id})")
@@ -59,12 +60,15 @@ class Cluster:
         self.reject_reason: dict[int, str] = {}
         self.next_arrival_s = requests[0].arrival_s if requests else float("inf")
         self.setup = setup
+        self.sp = sp  # the fast replicas' SP physics (its cost is inside ``cost``): merge time and counts
         self.sampler: Sampler | None = None
         self.replicas: list[Replica] | list[Stepper]
         if setup is None:
-            self.ledger = Ledger(prompts, outputs, config.replica.kv_bytes_per_token)
+            self.ledger = Ledger(prompts, outputs, config.replica.kv_bytes_per_token, merge=sp is not None)
+            merge = None if sp is None else sp.merge_array
             self.replicas = [
-                Replica(self.env, i, config.replica, cost, self.ledger, self._next_arrival, self._expects, fast)
+                Replica(self.env, i, config.replica, cost, self.ledger, self._next_arrival, self._expects, fast,
+                        merge)
                 for i in range(config.replicas)
             ]
         else:
@@ -129,7 +133,10 @@ class Cluster:
         # Events the simulation processed: one per arrival, per replica wake-up and per run.
         events = len(self.requests) + sum(r.wakeups + r.runs for r in self.replicas)
         if self.setup is None:
-            return RunResult(self._records(), self._stats(), self.cost.extrapolations(), events=events)
+            extrapolations = self.cost.extrapolations()
+            if self.sp is not None:
+                extrapolations = extrapolations.with_sp(self.sp.queries, self.sp.outside)
+            return RunResult(self._records(), self._stats(), extrapolations, events=events)
         extrapolations = self._model_extrapolations()
         timeseries = None if self.sampler is None else self.sampler.result()
         return RunResult(self._records(), self._stats(), extrapolations, events=events, timeseries=timeseries)
@@ -140,12 +147,14 @@ class Cluster:
         for replica in self.replicas:
             model = replica.model  # type: ignore[union-attr]
             seen.setdefault(id(getattr(model, "cost", model)), model.extrapolations())
-        fields = ("prefill_queries", "prefill_outside", "decode_queries", "decode_outside")
+        fields = ("prefill_queries", "prefill_outside", "decode_queries", "decode_outside", "sp_prefill_queries",
+                  "sp_prefill_outside")
         return Extrapolations(*(sum(getattr(e, f) for e in seen.values()) for f in fields))
 
     def _records(self) -> tuple[RequestRecord, ...]:
         ledger = self.ledger
         paths = isinstance(ledger, PathLedger)
+        merges = None if paths else ledger.merge_s
         records = []
         for index, r in enumerate(self.requests):
             if index in self.reject_reason:
@@ -163,6 +172,7 @@ class Cluster:
             records.append(RequestRecord(
                 r.request_id, r.task, r.arrival_s, r.prompt_tokens, r.output_tokens, ledger.replica[index],
                 ledger.admitted[index], ledger.first_token[index], ledger.finish[index], COMPLETED,
+                merge_s=0.0 if merges is None else merges[index],
             ))
         return tuple(records)
 
@@ -174,6 +184,9 @@ class Cluster:
 
 
 def simulate_requests(requests: Sequence[RequestSpec], config: ClusterConfig, cost: IterationCost,
-                      fast: bool = True, setup: StepperSetup | None = None) -> RunResult:
-    """Serve ``requests`` (sorted by arrival) on the cluster; one replication, deterministic."""
-    return Cluster(requests, config, cost, fast, setup).run()
+                      fast: bool = True, setup: StepperSetup | None = None, sp: SpPhysics | None = None) -> RunResult:
+    """Serve ``requests`` (sorted by arrival) on the cluster; one replication, deterministic.
+
+    ``sp``: with fast replicas on an SP-transformed ``cost`` (simulator/path_step.py: fast_transforms), the
+    SP physics inside it, so records carry merge time and the run counts SP extrapolations."""
+    return Cluster(requests, config, cost, fast, setup, sp).run()

@@ -94,6 +94,9 @@ class TransformedStep(BaselineStep):
         sp = self.transforms.sp
         return (0, 0) if sp is None else (sp.queries, sp.outside)
 
+    def extrapolations(self) -> Extrapolations:
+        return self.cost.extrapolations().with_sp(*self.sp_extrapolations())
+
 
 class PathStep:
     """Speculative and tiered iterations (with compression and SP if on) of one replica (StepModel)."""
@@ -170,7 +173,7 @@ class PathStep:
         return {"device": self._live * self.kv_bytes_per_token}
 
     def extrapolations(self) -> Extrapolations:
-        return self.cost.extrapolations()
+        return self.cost.extrapolations().with_sp(*self.sp_extrapolations())
 
     def sp_extrapolations(self) -> tuple[int, int]:
         """(SP prefill queries, of which outside the profile's measured rows or merge domain)."""
@@ -202,15 +205,27 @@ def fast_path_model(scenario: Any, profile: Any) -> tuple[IterationCost, int, in
     paths exactly, where they allow it (compression and/or SP only: deterministic, one token per decode);
     None where they do not (speculation and tiering act per iteration) or for the baseline (use the
     profile as is). The fast replica's records then carry no merge_s (the loop's TransformedStep does)."""
+    t = fast_transforms(scenario, profile)
+    return None if t is None else (t.cost, t.kv_bytes_per_token, t.kv_capacity_bytes)
+
+
+def transform_only(scenario: Any) -> bool:
+    """Whether the scenario's paths are compression and/or SP only (deterministic: a transformed cost model)."""
+    strategy: StrategySpec = getattr(scenario, "strategy", StrategySpec())
+    return not strategy.baseline and strategy.speculative is None and strategy.tiered is None
+
+
+def fast_transforms(scenario: Any, profile: Any) -> _Transforms | None:
+    """What fast_path_model returns, with the SP physics (merge model, extrapolation counters) the fast
+    replica uses to record merge time; a fresh instance per call (its own counters). None as there."""
     from simulator.runner import kv_capacity
 
-    strategy: StrategySpec = getattr(scenario, "strategy", StrategySpec())
-    if strategy.baseline or strategy.speculative is not None or strategy.tiered is not None:
+    if not transform_only(scenario):
         return None
+    strategy: StrategySpec = scenario.strategy
     tasks = tuple(task for task, _ in scenario.workload.tasks)
     check_against_profile(strategy, profile, tasks, scenario.source_path)
-    t = _Transforms(IterationCost.from_profile(profile), profile, strategy, kv_capacity(scenario, profile)[0])
-    return t.cost, t.kv_bytes_per_token, t.kv_capacity_bytes
+    return _Transforms(IterationCost.from_profile(profile), profile, strategy, kv_capacity(scenario, profile)[0])
 
 
 def replica_gpus(scenario: Any, profile: Any) -> int:

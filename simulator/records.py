@@ -70,6 +70,10 @@ class Extrapolations:
     prefill_outside: int = 0
     decode_queries: int = 0
     decode_outside: int = 0
+    # sequence parallelism: prefill chunks priced on the profile's SP rows, and those outside them or
+    # the merge model's domain (simulator/sp_physics.py); the same chunks are also counted above
+    sp_prefill_queries: int = 0
+    sp_prefill_outside: int = 0
 
     def to_dict(self) -> dict[str, int]:
         return {
@@ -77,7 +81,14 @@ class Extrapolations:
             "prefill_outside_domain": self.prefill_outside,
             "decode_queries": self.decode_queries,
             "decode_outside_domain": self.decode_outside,
+            "sp_prefill_queries": self.sp_prefill_queries,
+            "sp_prefill_outside_domain": self.sp_prefill_outside,
         }
+
+    def with_sp(self, queries: int, outside: int) -> Extrapolations:
+        """These counts plus sequence parallelism's (added to any already held)."""
+        return Extrapolations(self.prefill_queries, self.prefill_outside, self.decode_queries, self.decode_outside,
+                              self.sp_prefill_queries + queries, self.sp_prefill_outside + outside)
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,7 @@ from collections import deque
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from heapq import heappop, heappush
+from typing import Any
 
 import numpy as np
 import simpy
@@ -73,7 +74,8 @@ class ReplicaConfig:
 class Ledger:
     """Per-request lengths and the times the replicas fill in, indexed by position in the workload."""
 
-    def __init__(self, prompts: Sequence[int], outputs: Sequence[int], kv_bytes_per_token: int) -> None:
+    def __init__(self, prompts: Sequence[int], outputs: Sequence[int], kv_bytes_per_token: int,
+                 merge: bool = False) -> None:
         n = len(prompts)
         self.prompt = list(prompts)
         self.output = list(outputs)
@@ -82,6 +84,7 @@ class Ledger:
         self.admitted = [float("nan")] * n
         self.first_token = [float("nan")] * n
         self.finish = [float("nan")] * n
+        self.merge_s = [0.0] * n if merge else None  # SP merge seconds over each request's iterations
 
 
 class Replica:
@@ -89,8 +92,11 @@ class Replica:
 
     def __init__(self, env: Clock, index: int, config: ReplicaConfig, cost: IterationCost, ledger: Ledger,
                  next_arrival: Callable[[], float], expects_next_arrival: Callable[[int], bool],
-                 fast: bool = True) -> None:
+                 fast: bool = True, merge_ms: Callable[[Any], Any] | None = None) -> None:
         self.env = env
+        # sequence parallelism's merge model (ms at a total context, elementwise over arrays): its time is
+        # already inside the cost model's prices; this only books it to the requests, like the loop does
+        self._merge_ms = merge_ms
         self.index = index
         self.config = config
         self.cost = cost
@@ -242,6 +248,8 @@ class Replica:
     def _complete(self, admitted: list[int], iterations: int, first_end: float, end: float) -> None:
         """Apply a finished run: first tokens, context growth, then retire whoever finished at ``end``."""
         ledger, running = self.ledger, self._running
+        if self._merge_ms is not None:
+            self._book_merge(admitted, iterations)
         start_iteration = self._iteration
         grown = len(running) * iterations
         for request in admitted:
@@ -259,3 +267,30 @@ class Replica:
         if running and running[0][0] < now_iteration:
             # A planning bug, not bad input: a run must stop at its first finish.
             raise AssertionError(f"replica {self.index}: a run overshot a finish")
+
+    def _book_merge(self, admitted: list[int], iterations: int) -> None:
+        """Add the SP merge time of these iterations to every request in them (before _complete moves on).
+
+        The same merge terms the transformed cost model priced: merge(S) per decode iteration at its total
+        context S, merge(prompt) per admitted prompt. The loop adds them to a request iteration by
+        iteration; here a run's sum is added once, so the two agree to float rounding, not bit for bit.
+        """
+        ledger, merge = self.ledger, self._merge_ms
+        assert merge is not None and ledger.merge_s is not None
+        before = [request for _, request in self._running]
+        context = self._context
+        total_ms = 0.0
+        decodes = iterations
+        if admitted:
+            decodes -= 1
+            if before:
+                total_ms += float(merge(context))
+            prompts = [ledger.prompt[r] for r in admitted]
+            total_ms += sum(float(merge(p)) for p in prompts)
+            context += len(before) + sum(prompts) + len(admitted)  # as Run.add_mixed's growth
+        batch = len(before) + len(admitted)
+        if decodes > 0:
+            total_ms += float(np.sum(merge(np.arange(context, context + batch * decodes, batch))))
+        seconds = total_ms / 1000.0
+        for request in (*before, *admitted):
+            ledger.merge_s[request] += seconds

@@ -14,6 +14,7 @@ the model's weights.
 
 from __future__ import annotations
 
+import dataclasses
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -25,11 +26,11 @@ from simulator.cluster import ClusterConfig, simulate_requests
 from simulator.costs import IterationCost
 from simulator.errors import InputError
 from simulator.metrics import estimate
-from simulator.path_step import replica_gpus
+from simulator.path_step import fast_transforms, replica_gpus
 from simulator.records import RunResult
 from simulator.replica import ReplicaConfig
 from simulator.scenario import Scenario
-from simulator.stepper_setup import stepper_setup
+from simulator.stepper_setup import loop_reason, stepper_setup
 from simulator.summary import summary, write_outputs
 from simulator.workload import generate_requests, mean_lengths
 
@@ -56,6 +57,7 @@ class SimulationResult:
     runs: tuple[RunResult, ...]
     loop: str = "replica"  # "replica": the exact fast path; "stepper": one event per iteration (docs/batching.md)
     timeseries_interval_s: float | None = None  # each run's timeseries holds samples at this interval
+    loop_reason: str = ""  # why that loop ran (simulator/stepper_setup.py: loop_reason)
 
 
 def kv_capacity(scenario: Scenario, profile: Any) -> tuple[int, str]:
@@ -112,7 +114,18 @@ def replicate(scenario: Scenario, profile: Any, config: ClusterConfig, rate: flo
     requests = generate_requests(scenario.workload, np.random.default_rng(seed_sequence), rate)
     setup = stepper_setup(scenario, profile, config.replicas, config.replica.kv_capacity_bytes, seed_sequence,
                           timeseries_interval_s)
+    transforms = fast_transforms(scenario, profile) if setup is None else None
+    if transforms is not None:  # compression / SP only: the fast replicas on the transformed cost model
+        fast_config = transformed_config(config, transforms)
+        return simulate_requests(requests, fast_config, transforms.cost, fast=fast, sp=transforms.sp)
     return simulate_requests(requests, config, IterationCost.from_profile(profile), fast=fast, setup=setup)
+
+
+def transformed_config(config: ClusterConfig, transforms: Any) -> ClusterConfig:
+    """The fast replicas' limits with compression's bytes per token and SP's P ranks of KV budget."""
+    replica = dataclasses.replace(config.replica, kv_capacity_bytes=transforms.kv_capacity_bytes,
+                                  kv_bytes_per_token=transforms.kv_bytes_per_token)
+    return ClusterConfig(config.replicas, replica)
 
 
 def simulate(scenario: Scenario, profile: Any, seed: int = 0, replications: int = 1,
@@ -143,6 +156,7 @@ def simulate(scenario: Scenario, profile: Any, seed: int = 0, replications: int 
                        for child in children]
             runs = [future.result() for future in futures]
     capacity = config.replica.kv_capacity_bytes
+    _, reason = loop_reason(scenario, timeseries_interval_s)
     return SimulationResult(scenario, profile.key_str(), profile.source, seed, fast, config.replicas,
                             capacity, capacity_source, rate, rate_source, sat, tuple(runs),
-                            "replica" if setup is None else "stepper", timeseries_interval_s)
+                            "replica" if setup is None else "stepper", timeseries_interval_s, reason)

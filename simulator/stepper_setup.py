@@ -1,10 +1,11 @@
 """Which replica a scenario runs on, and the per-replica physics and policy of the general loop.
 
 The fast Replica (simulator/replica.py) serves the baseline: continuous batching, no
-preemption, no strategy table, no time series. Anything else needs the per-iteration loop
-(simulator/stepper.py): another batching policy (waits, chunks, adaptive control), preemption,
-an optimization path (per-iteration randomness of speculation, tier state), or time-series
-samples. Each replica then gets its own StepModel — simulator/path_step.py's
+preemption, no time series, and no strategy table or only compression and/or sequence
+parallelism (deterministic: a transformed cost model, simulator/path_step.py). Anything else needs
+the per-iteration loop (simulator/stepper.py): another batching policy (waits, chunks, adaptive
+control), preemption, speculation or tiering (per-iteration randomness, tier state), or
+time-series samples. Each replica then gets its own StepModel — simulator/path_step.py's
 ``build_step_model`` — with its own cost counters and random stream, and its own policy
 (the adaptive controller keeps per-replica state).
 
@@ -29,10 +30,25 @@ from simulator.stepper import StepperConfig, StepperSetup
 PATH_STREAM = 0x5EED  # spawn-key element of the path models' streams: disjoint from the workload's children
 
 
-def needs_stepper(scenario: Scenario, timeseries_interval_s: float | None = None) -> bool:
+def loop_reason(scenario: Scenario, timeseries_interval_s: float | None = None) -> tuple[bool, str]:
+    """(whether the per-iteration loop must run, why that loop) for the summary."""
     strategy = getattr(scenario, "strategy", None)
-    return (scenario.batching.needs_stepper or timeseries_interval_s is not None
-            or (strategy is not None and not strategy.baseline))
+    batching = scenario.batching
+    if batching.needs_stepper:
+        return True, (f"batching policy '{batching.policy}' / preemption '{batching.preemption}' needs the "
+                      "per-iteration loop")
+    if timeseries_interval_s is not None:
+        return True, "time-series samples need the per-iteration loop"
+    if strategy is not None and not strategy.baseline:
+        if strategy.speculative is not None or strategy.tiered is not None:
+            return True, "speculation (random tokens per round) and tiering (tier state) act per iteration"
+        return False, ("compression / sequence parallelism only: a transformed cost model on the exact fast "
+                       "path (simulator/path_step.py: fast_transforms)")
+    return False, "baseline continuous batching: the exact fast path"
+
+
+def needs_stepper(scenario: Scenario, timeseries_interval_s: float | None = None) -> bool:
+    return loop_reason(scenario, timeseries_interval_s)[0]
 
 
 def path_streams(seed_sequence: np.random.SeedSequence, replicas: int) -> list[np.random.Generator]:
@@ -59,9 +75,10 @@ def swap_cost(scenario: Scenario, profile: Any) -> StepperConfig:
 
 def stepper_setup(scenario: Scenario, profile: Any, replicas: int, kv_capacity_bytes: int,
                   seed_sequence: np.random.SeedSequence, timeseries_interval_s: float | None = None,
-                  ) -> StepperSetup | None:
-    """The setup of the general loop for this replication, or None where the fast Replica serves it."""
-    if not needs_stepper(scenario, timeseries_interval_s):
+                  force: bool = False) -> StepperSetup | None:
+    """The setup of the general loop for this replication, or None where the fast Replica serves it
+    (``force``: the loop even there, e.g. to check the fast path against it)."""
+    if not force and not needs_stepper(scenario, timeseries_interval_s):
         return None
     config = swap_cost(scenario, profile)
     build_policy(scenario.batching, scenario.sla, scenario.source_path)  # bad input fails before the run

@@ -77,6 +77,7 @@ def summary(result: SimulationResult) -> dict[str, Any]:
         "events": sum(run.events for run in runs),
         "iterations": sum(run.iterations for run in runs),
         "loop": getattr(result, "loop", "replica"),
+        "loop_reason": getattr(result, "loop_reason", ""),
         "per_request_paths": _paths(records),
         "timeseries": _timeseries(result),
     }

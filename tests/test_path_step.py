@@ -269,7 +269,7 @@ def test_deterministic_paths_keep_the_exact_fast_path(name, strategy):
     fast_cost, per_token, fast_capacity = fast_path_model(scenario, profile)
     assert (per_token, fast_capacity) == (model.kv_bytes_per_token, model.transforms.kv_capacity_bytes)
     fast = simulate_requests(requests, config, fast_cost)
-    setup = stepper_setup(scenario, profile, 1, profile.kv_capacity_bytes, seq)
+    setup = stepper_setup(scenario, profile, 1, profile.kv_capacity_bytes, seq, force=True)
     loop = simulate_requests(requests, config, IterationCost.from_profile(profile), setup=setup)
     strip = [dataclasses.replace(r, merge_s=0.0) for r in loop.records]  # the loop also records merge time
     assert fast.records == tuple(strip)
