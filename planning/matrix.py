@@ -12,6 +12,15 @@ same at equal GPUs and equal load), then the largest SLA margin (min over terms 
 reports the best single path (baseline or one path), which is what ``seed_agrees`` checks; when
 no single path meets the SLA, the closest feasible one (largest, i.e. least negative, margin with
 at most 1% rejected) stands in, and the output says so.
+
+Feasibility vs choice (docs/planning.md): the cell's *chosen* candidate is the recommended one,
+or, when none meets the SLA, the closest feasible candidate of any kind. Its paths are split by
+planning/attribution.py into the primary path (the paths that earn the gain) and the paths
+needed for memory. The seed's rows 1, 2 and 4 are claims about a gain (which path makes a fitting
+request faster); rows 3 and 5 are claims about memory ("90% GPU memory saved", "the only feasible
+option"). Each seed row is compared with the part of the answer that addresses its claim: gain
+rows with the primary path, memory rows with the paths needed for memory; both are shown, and
+where the seed contradicts itself on the point, the "why" notes say so.
 """
 
 from __future__ import annotations
@@ -20,6 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from planning.attribution import Attribution, attribute
 from planning.cache import ResultCache
 from planning.candidates import BASELINE, Candidate, candidates
 from planning.executor import Executor
@@ -36,6 +46,37 @@ SEED_MATRIX: tuple[tuple[str, str], ...] = (
     ("fixed-length-multi-gpu", "sequence_parallel"),
     ("very-long-single-gpu", "tiered"),
 )
+
+
+# What each seed row claims: "gain" (a path makes requests that fit faster) or "memory" (a path
+# makes requests fit). Rows 3 and 5 give memory as their reason (Section 4's "why" column).
+SEED_CLAIM: dict[str, str] = {"dialogue-medium": "gain", "math-medium": "gain", "summarization-very-long": "memory",
+                              "fixed-length-multi-gpu": "gain", "very-long-single-gpu": "memory"}
+
+# Where the seed contradicts itself or leaves something out, keyed by (row, role, path) of the
+# answer: the note is shown only when the answer has that path in that role.
+SEED_NOTES: dict[tuple[str, str, str], str] = {
+    ("dialogue-medium", "memory", "tiered"):
+        "the seed says tiering is not needed here (Section 4: 8K fits on an A100 80GB), but its own Table 3.2 "
+        "pages at 16K (~20 page-outs, 35 ms); the seed profile's 8K-token budget is derived from that table, "
+        "so the upper part of the 8-16K band needs tiering to be admitted at all",
+    ("math-medium", "memory", "tiered"):
+        "the seed's 'tiering not needed' contradicts its Table 3.2 (16K pages ~20 times): on the 8K-token "
+        "budget derived from that table tiering is needed for memory",
+    ("math-medium", "gain", "speculative"):
+        "with tiering each iteration pays the paging setup once (21 ms, Table 3.2 fit); a speculative round "
+        "spreads it over E(a) tokens, so speculation gains even at 55% acceptance, which the seed's row, "
+        "assuming no paging, does not consider",
+    ("summarization-very-long", "gain", "speculative"):
+        "the seed's row names only tiering, but its Table 3.1 gives summarization -20% per-token latency from "
+        "speculation and its Combinations line says speculative + tiered combine well",
+    ("very-long-single-gpu", "gain", "speculative"):
+        "the seed's row names only tiering ('the only feasible option', true of feasibility), but speculation "
+        "also pays for its task mix on top of it (Table 3.1)",
+    ("fixed-length-multi-gpu", "memory", "tiered"):
+        "the seed calls SP + tiered 'not recommended' (paging across GPUs), yet SP's doubled budget (2 x 8K "
+        "tokens) cannot hold the 8-32K band: without paging most requests are rejected",
+}
 
 
 def rank_key(name: str, outcome: Outcome) -> tuple[int, float, str]:
@@ -107,16 +148,56 @@ class Cell:
         return min(feasible, key=lambda r: rank_key(r.candidate.name, r.outcome)).candidate.name if feasible else None
 
     @property
+    def chosen(self) -> CandidateResult | None:
+        """The recommended candidate, else the closest feasible one of any kind (<= 1% rejected)."""
+        ranked = self.ranked()
+        if ranked:
+            return ranked[0]
+        feasible = [r for r in self.results if r.outcome is not None
+                    and r.outcome.data["rejected_share"] <= MAX_REJECTED
+                    and r.outcome.data.get("sla_margin") is not None]
+        return min(feasible, key=lambda r: rank_key(r.candidate.name, r.outcome)) if feasible else None
+
+    @property
+    def attribution(self) -> Attribution | None:
+        chosen = self.chosen
+        return None if chosen is None else attribute(chosen, self.results)
+
+    @property
+    def seed_claim(self) -> str:
+        return SEED_CLAIM.get(self.scenario, "gain")
+
+    @property
     def compared_path(self) -> str | None:
-        """What the seed's row is compared with: the best single path meeting the SLA, else the closest."""
-        return self.best_single_path or self.closest_single_path
+        """The part of the answer the seed's row is compared with: the primary path for a gain claim,
+        the paths needed for memory for a memory claim ("baseline" when there are none)."""
+        attribution = self.attribution
+        if attribution is None:
+            return None
+        if self.seed_claim == "memory":
+            return "+".join(attribution.memory_paths) or "baseline"
+        return attribution.primary_path
 
     @property
     def seed_agrees(self) -> bool | None:
         return None if self.seed_recommends is None else self.compared_path == self.seed_recommends
 
+    def why(self) -> list[str]:
+        """The notes of the output's "why" column: SLA state, each path's role, seed contradictions."""
+        chosen, attribution = self.chosen, self.attribution
+        if chosen is None or attribution is None:
+            return ["no candidate admits at least 99% of the requests"]
+        notes = [] if chosen.outcome is not None and chosen.outcome.meets_sla else [
+            f"no candidate meets the SLA; {chosen.candidate.name} is the closest feasible one "
+            f"(margin {chosen.outcome.data.get('sla_margin'):+.0%})"]
+        notes += [f"{r.path}: {r.role} ({r.detail})" for r in attribution.roles]
+        kinds = {"memory": set(attribution.memory_paths), "gain": set(attribution.paths_with("earns a gain"))}
+        notes += [text for (row, role, path), text in SEED_NOTES.items()
+                  if row == self.scenario and path in kinds[role]]
+        return notes
+
     def why_not_seed(self) -> str | None:
-        """When the best single path is not the seed's: what happened to the seed's choice."""
+        """When the compared part of the answer is not the seed's: what happened to the seed's choice."""
         if self.seed_agrees in (None, True):
             return None
         mine = next((r for r in self.results if r.candidate.name == self.seed_recommends), None)
@@ -130,17 +211,22 @@ class Cell:
             return f"{self.seed_recommends}: the simulator refused it: {o['error']}"
         p99 = {t: (v or {}).get("mean") for t, v in o["p99_ms"].items()}
         state = "meets the SLA" if mine.outcome.meets_sla else "misses the SLA"
-        return (f"{self.seed_recommends} {state} (P99 ms {_fmt(p99)}, targets {_fmt(self.sla_ms)}, "
-                f"rejected {o['rejected_share']:.0%}, margin {o.get('sla_margin')}); "
-                f"here: {self.best_single_path or 'no single path meets the SLA'}"
-                + ("" if self.best_single_path else f", closest: {self.closest_single_path}"))
+        margin = o.get("sla_margin")
+        part = "primary path" if self.seed_claim == "gain" else "paths needed for memory"
+        return (f"{self.seed_recommends} {state} (P99 ms {_fmt(p99) or '-'}, targets {_fmt(self.sla_ms)}, "
+                f"rejected {o['rejected_share']:.0%}, margin {'-' if margin is None else f'{margin:+.0%}'}); "
+                f"here the {part} of {self.chosen.candidate.name if self.chosen else '-'} is {self.compared_path}")
 
     def to_dict(self) -> dict[str, Any]:
         return {"scenario": self.scenario, "sla_ms": self.sla_ms, "gpus": self.gpus, "rate_per_s": self.rate_per_s,
                 "recommended": self.recommended, "runner_up": self.runner_up,
                 "best_single_path": self.best_single_path, "closest_single_path": self.closest_single_path,
-                "seed_recommends": self.seed_recommends, "seed_compared_with": self.compared_path,
-                "seed_agrees": self.seed_agrees, "why_not_seed": self.why_not_seed(),
+                "chosen": None if self.chosen is None else self.chosen.candidate.name,
+                "chosen_meets_sla": bool(self.chosen is not None and self.chosen.outcome.meets_sla),
+                "attribution": None if self.attribution is None else self.attribution.to_dict(),
+                "seed_recommends": self.seed_recommends, "seed_claim": self.seed_claim,
+                "seed_compared_with": self.compared_path,
+                "seed_agrees": self.seed_agrees, "why_not_seed": self.why_not_seed(), "why": self.why(),
                 "candidates": [r.to_dict() for r in self.results]}
 
 

@@ -1,18 +1,19 @@
 """The seed profile against the seed's decision matrix (SEEDS.md Section 4), row by row.
 
-Rows 3 and 5 reproduce (tiered). Rows 1, 2 and 4 do not, and the tests below pin down why
-instead of tuning anything; the reproduction checks of those rows are strict xfails, so a
-change in physics that makes them agree fails here and asks for this file to be updated:
+The cells' SLAs, load and batch size are derived (planning/seed_sla.py) from the seed's tables
+and the profile, not chosen; the shipped scenario files must carry the derived values. Each
+seed row is compared with the part of the answer that addresses its claim (planning/matrix.py):
+rows 1, 2, 4 (gain claims) with the primary path, rows 3, 5 (memory claims) with the paths
+needed for memory. Rows 1, 3, 4, 5 agree. Row 2 does not, and stays a strict xfail whose reason
+is the physics: on the seed's 8K-token budget (derived from its Table 3.2, which pages at 16K)
+tiering is needed for memory at 8-16K, contrary to the seed's "tiering not needed", and with
+paging paid once per iteration a speculative round amortises it, so speculation gains a little
+even at 55% acceptance.
 
-- Every 8-16K and longer request exceeds the seed profile's 8,192-token KV budget
-  (memory.kv_capacity_bytes, "derived" from Table 3.2), so the baseline and speculation alone
-  reject 100% of rows 1, 2, 4, 5: only a tiered candidate (or SP's doubled budget) can serve them.
-- The seed profile's prefill is a derived compute roofline (c_tok 0.884 ms/token: 2 x 69B FLOPs
-  at 50% of 312 TFLOP/s); an 8,192-token prompt alone takes 7.8 s, above rows 1-2's 5 s TTFT
-  target, so no one-GPU candidate can meet those cells (the seed's tables give no prefill time;
-  the cells' SLAs were placed around its decode P99s).
-- Row 4's sequence parallelism runs on one 2-GPU replica with twice the KV budget (16K tokens):
-  most 8-32K requests still do not fit and are rejected.
+No cell meets its SLA on the seed profile (the comparison uses the closest feasible candidate,
+and the test says so): Table 3.2's P99 at 16K (120 ms, with paging) is below Table 3.3's 160 ms
+without paging, which the profile's decode follows, and the P99 TTFT includes waiting behind
+requests with long (Azure-trace) outputs.
 """
 
 from __future__ import annotations
@@ -20,10 +21,15 @@ from __future__ import annotations
 import pytest
 
 from planning.matrix import SEED_MATRIX, decision_matrix
+from planning.scenario_dict import build, load_scenario_dict
+from planning.seed_sla import LOAD_FRACTION, MAX_BATCH_SIZE, cell_sla
 from simulator.profile import resolve_profile
+from simulator.workload import mean_lengths
 
 SEED = resolve_profile("seed-llama2-70b-a100")
 BUDGET_TOKENS = SEED.kv_capacity_bytes // SEED.model.kv_bytes_per_token
+UPPER = {"dialogue-medium": 16384, "math-medium": 16384, "summarization-very-long": 32768,
+         "fixed-length-multi-gpu": 32768, "very-long-single-gpu": 65536}
 
 
 @pytest.fixture(scope="module")
@@ -36,6 +42,25 @@ def outcome(cell, name):
     return next(r for r in cell.results if r.candidate.name == name).outcome.data
 
 
+def test_prefill_of_the_band_by_hand():
+    # prefill_v1: c0 + c_tok T + c_attn T (C + (T + 1) / 2), the profile README's derived coefficients
+    hand = 2.15916 + 0.884316 * 16384 + 1.68041e-5 * 16384 * (16385 / 2)
+    assert cell_sla(SEED, 16384, 12288.0, 211.0).prefill_upper_ms == pytest.approx(hand, rel=1e-5)
+    with pytest.raises(ValueError, match="no seed P99"):
+        cell_sla(SEED, 12000, 12288.0, 211.0)
+
+
+@pytest.mark.parametrize("row", list(UPPER))
+def test_scenario_files_carry_the_derived_sla(row):
+    data, source = load_scenario_dict(row)
+    prompt, output = mean_lengths(build(data, source).workload)
+    derived = cell_sla(SEED, UPPER[row], prompt, output)
+    assert data["sla"] == {"ttft_p99_ms": derived.ttft_ms, "tpot_p99_ms": derived.tpot_ms}
+    assert data["workload"]["arrival"]["load_fraction"] == LOAD_FRACTION
+    assert data["batching"]["max_batch_size"] == MAX_BATCH_SIZE
+    assert data["workload"]["prompt_tokens"]["high"] == UPPER[row]
+
+
 def test_every_cell_is_a_seed_row_with_every_candidate_reported(cells):
     assert list(cells) == [name for name, _ in SEED_MATRIX]
     for cell in cells.values():
@@ -44,37 +69,53 @@ def test_every_cell_is_a_seed_row_with_every_candidate_reported(cells):
             assert (r.outcome is None) != (r.not_applicable is None)
         comp = next(r for r in cell.results if r.candidate.name == "compression")
         assert "not in the profile" in comp.not_applicable  # the seed measured no compression mode
+        assert cell.recommended is None and cell.chosen is not None  # compared via the closest candidate
+        assert cell.why()[0].startswith("no candidate meets the SLA")
 
 
-@pytest.mark.parametrize("row", ["summarization-very-long", "very-long-single-gpu"])
-def test_tiered_rows_reproduce(cells, row):
-    cell = cells[row]
-    assert cell.compared_path == "tiered" and cell.seed_agrees
-    feasible = [r.candidate.name for r in cell.results if r.outcome is not None and len(r.candidate.paths) <= 1
-                and r.outcome.data["rejected_share"] == 0.0]
-    assert feasible == ["tiered"]  # "the only feasible option" (row 5), the seed's words
-
-
-@pytest.mark.parametrize("row", ["dialogue-medium", "math-medium", "fixed-length-multi-gpu",
-                                 "very-long-single-gpu", "summarization-very-long"])
+@pytest.mark.parametrize("row", list(UPPER))
 def test_long_requests_exceed_the_seed_kv_budget(cells, row):
     assert BUDGET_TOKENS == 8192
     assert outcome(cells[row], "baseline")["rejected_share"] == 1.0
     assert outcome(cells[row], "speculative")["rejected_share"] == 1.0
+    assert "tiered" in cells[row].attribution.memory_paths  # so every answer needs tiering to fit
 
 
-@pytest.mark.parametrize("row", ["dialogue-medium", "math-medium"])
-def test_one_gpu_prefill_alone_exceeds_the_cells_ttft_target(cells, row):
+@pytest.mark.parametrize("row, chosen, primary", [
+    ("dialogue-medium", "speculative+tiered", "speculative"),
+    ("summarization-very-long", "speculative+tiered", "speculative"),
+    ("fixed-length-multi-gpu", "sequence_parallel+tiered", "sequence_parallel"),
+    ("very-long-single-gpu", "speculative+tiered", "speculative"),
+])
+def test_rows_that_reproduce(cells, row, chosen, primary):
     cell = cells[row]
-    assert SEED.prefill_ms(8192, 0) > cell.sla_ms["ttft"]
-    assert cell.recommended is None
+    assert cell.chosen.candidate.name == chosen
+    assert cell.attribution.primary_path == primary and cell.attribution.memory_paths == ("tiered",)
+    assert cell.seed_agrees and cell.why_not_seed() is None
+
+
+def test_the_gain_is_the_margin_difference_to_the_candidate_without_it(cells):
+    cell = cells["dialogue-medium"]
+    spec = next(r for r in cell.attribution.roles if r.path == "speculative")
+    assert spec.without == "tiered"
+    gain = outcome(cell, "speculative+tiered")["sla_margin"] - outcome(cell, "tiered")["sla_margin"]
+    assert gain > 0 and f"{gain * 100:+.1f} points" in spec.detail
 
 
 def test_sp_alone_cannot_hold_most_8_32k_requests(cells):
-    assert outcome(cells["fixed-length-multi-gpu"], "sequence_parallel")["rejected_share"] > 0.5
+    cell = cells["fixed-length-multi-gpu"]
+    assert outcome(cell, "sequence_parallel")["rejected_share"] > 0.5
+    assert any("not recommended" in note for note in cell.why())  # the seed's SP + tiered caveat, answered
 
 
-@pytest.mark.xfail(strict=True, reason="rows 1, 2, 4 differ on the seed profile: see the module docstring")
-@pytest.mark.parametrize("row", ["dialogue-medium", "math-medium", "fixed-length-multi-gpu"])
-def test_rows_that_do_not_reproduce(cells, row):
-    assert cells[row].seed_agrees
+@pytest.mark.parametrize("row", ["dialogue-medium", "math-medium"])
+def test_the_seeds_tiering_contradiction_is_named(cells, row):
+    assert any("Table 3.2" in note and "tiering" in note for note in cells[row].why())
+
+
+@pytest.mark.xfail(strict=True, reason="math 8-16K: tiering is needed for memory on the seed's 8K-token budget "
+                   "(its Table 3.2 pages at 16K, its Section 4 says tiering is not needed); with paging paid "
+                   "once per iteration a speculative round amortises it, so speculation gains even at 55% "
+                   "acceptance and the primary path is speculative, not the seed's baseline")
+def test_math_row_reproduces(cells):
+    assert cells["math-medium"].seed_agrees

@@ -73,9 +73,15 @@ def _cmd_matrix(args: argparse.Namespace) -> int:
         lines.append(f"{cell['scenario']} ({cell['gpus']} GPU, {cell['rate_per_s']:.4g} req/s, SLA P99 ms "
                      f"ttft/tpot/e2e {' / '.join(_ms(v) for v in cell['sla_ms'].values())})")
         lines.append(f"  recommended: {cell['recommended'] or 'none meets the SLA'}; runner-up: "
-                     f"{cell['runner_up'] or '-'}; best single path: {cell['best_single_path'] or '-'} "
-                     f"(closest: {cell['closest_single_path'] or '-'}); "
-                     f"seed: {cell['seed_recommends']} ({'agrees' if cell['seed_agrees'] else 'differs'})")
+                     f"{cell['runner_up'] or '-'}; best single path: {cell['best_single_path'] or '-'}")
+        attribution = cell["attribution"] or {}
+        chosen = cell["chosen"] or "-"
+        lines.append(f"  {'recommended' if cell['chosen_meets_sla'] else 'closest (misses the SLA)'}: {chosen}; "
+                     f"primary path: {attribution.get('primary_path', '-')}; needed for memory: "
+                     f"{', '.join(attribution.get('needed_for_memory', [])) or '-'}")
+        lines.append(f"  seed: {cell['seed_recommends']} (a {cell['seed_claim']} claim, compared with "
+                     f"{cell['seed_compared_with'] or '-'}: {'agrees' if cell['seed_agrees'] else 'differs'})")
+        lines.extend(f"  why: {note}" for note in cell["why"])
         if cell["why_not_seed"]:
             lines.append(f"  why not the seed's: {cell['why_not_seed']}")
         for row in cell["candidates"]:
