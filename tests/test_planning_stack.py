@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import copy
+import itertools
 
 import pytest
 
-from planning.stack import stack
+from planning.stack import INTERACTIONS, order_classes, stack
 from simulator.profile import Profile, resolve_profile
 
 SEED = resolve_profile("seed-llama2-70b-a100")
@@ -67,3 +68,29 @@ def test_marginal_steps_add_up_along_every_order():
     full = result.subsets["speculative+tiered+compression"]["p99_ms"]["tpot"]
     for order in result.orders:  # telescoping: the steps of any order sum to baseline - everything
         assert sum(s["tpot_gain_ms"] for s in order["steps"]) == pytest.approx(base - full)
+
+
+def test_only_orders_of_interacting_pairs_are_shown_with_four_paths():
+    data = scenario()
+    data["cluster"] = {"gpus": 2}  # room for a 2-GPU sequence-parallel replica
+    result = stack(data, None, profile_with_mode(drop=0.30, overhead=0.0), replications=1)
+    assert set(result.paths) == {"speculative", "tiered", "sequence_parallel", "compression"}
+    reduction = result.order_reduction
+    pairs = {frozenset(r["pair"]) for r in reduction["interacting"]}
+    assert set(INTERACTIONS) <= pairs  # every declared interaction keeps its orders
+    assert reduction["orders_total"] == 24 and reduction["orders_shown"] == len(result.orders)
+    if pairs == set(INTERACTIONS):  # a triangle (spec, tiered, comp) plus SP on tiered: 6 x 2 acyclic orientations
+        assert len(result.orders) == 12
+    # every one of the 24 orders has exactly one shown order agreeing with it on every interacting pair
+    shown = [tuple(o["order"]) for o in result.orders]
+    for order in itertools.permutations(result.paths):
+        same = [s for s in shown if all((order.index(a) < order.index(b)) == (s.index(a) < s.index(b))
+                                        for a, b in (sorted(p) for p in pairs))]
+        assert len(same) == 1
+
+
+def test_order_classes_by_hand():
+    # no interactions: one order; one interacting pair among three paths: its two relative orders
+    assert order_classes(("speculative", "tiered", "compression"), set()) == [("speculative", "tiered", "compression")]
+    two = order_classes(("speculative", "tiered", "compression"), {frozenset({"speculative", "compression"})})
+    assert len(two) == 2 and {o.index("speculative") < o.index("compression") for o in two} == {True, False}

@@ -191,6 +191,13 @@ def _cmd_stack(args: argparse.Namespace) -> int:
     for label, s in result["subsets"].items():
         lines.append(f"  {label:<40} {s.get('error') or _p99s(s)}"
                      + ("" if "error" in s else f"  rejected {s['rejected_share']:.0%}"))
+    reduction = result["order_reduction"] or {}
+    if reduction:
+        lines.append(f"orders: {reduction['orders_shown']} of {reduction['orders_total']} shown, one per order "
+                     f"of the interacting pairs:")
+        lines += [f"  {' x '.join(r['pair'])}: {r['why']}" for r in reduction["interacting"]]
+        if reduction["orders_shown"] < reduction["orders_total"]:
+            lines.append(f"  others omitted: {reduction['omitted_because']}")
     lines.append(f"marginal {args.metric} P99 gain per step (ms, + = faster):")
     for order in result["orders"]:
         steps = " -> ".join(f"+{s['add']} ({_gain(s, args.metric)})" for s in order["steps"])
