@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from kv_compression_report import render_compression  # noqa: E402 - beside this script
+
 from real_engine.config import ModelConfig
 
 SEED_MS_PER_2K = 3.0  # SEEDS.md, Table 3.2 claim: about +3 ms per extra 2K tokens paged (A100, LLaMA-2-70B)
@@ -15,7 +17,7 @@ def _t(rows: list[dict], cols: list[str], fmt: dict[str, str]) -> str:
 
 
 def render(step_rows: list[dict], link_rows: list[dict], fit: dict, q_rows: list[dict], a_rows: list[dict],
-           n_rows: list[dict], bpt: dict, meta: dict, shape: ModelConfig) -> str:
+           n_rows: list[dict], bpt: dict, meta: dict, shape: ModelConfig, store_rows: list[dict]) -> str:
     f3 = {"step_ms_untiered": ".2f", "step_ms_tiered": ".2f", "paging_ms_per_step": ".2f", "hidden_share": ".2f",
           "stall_ms_untiered": ".2f", "stall_ms_tiered": ".2f",
           "kv_mib": ".1f", "seconds": ".4f", "ms_per_2k_tokens": ".3f", "gb_per_s": ".2f", "plain_gb_per_s": ".2f",
@@ -31,7 +33,6 @@ def render(step_rows: list[dict], link_rows: list[dict], fit: dict, q_rows: list
         rows = [r for r in link_rows if r["link"] == link]
         link_gbps[link] = sum(r["bytes"] for r in rows) / max(1e-12, sum(r["seconds"] for r in rows)) / 1e9
     per_2k_70b = {link: 2048 * 0.3125 * 2**20 / (g * 1e9) * 1e3 for link, g in link_gbps.items()}
-    fp_needle = next(r["accuracy"] for r in n_rows if r["mode"] == "fp")
     head = [
         "# Tiered KV cache and KV compression: measurements",
         "",
@@ -43,12 +44,13 @@ def render(step_rows: list[dict], link_rows: list[dict], fit: dict, q_rows: list
     ]
     out = [
         *head,
-        *_findings(step_rows, fit, q_rows, a_rows),
+        *_findings(step_rows, fit),
         "Code: `real_engine/tiers.py` (device pool, host tier, SSD tier of checksummed page files),",
         "`real_engine/tiered_cache.py` (LRU paging, pinned sinks + recent window, per-layer prefetch),",
         "`real_engine/tiered_attention.py` (attention over the tiered cache, bit-identical to the plain one),",
         "`real_engine/tiered_engine.py` (serving loop; a tier fault fails only its request),",
         "`real_engine/kv_quant.py`, `kv_compression.py`, `kv_window.py` (compression modes),",
+        "`real_engine/compressed_store.py`, `compressed_attention.py` (compressed KV resident at run time),",
         "`real_engine/paging_meter.py`, `real_engine/kv_quality.py` (the measurements).",
         "",
         "## Paging cost per decode step",
@@ -92,51 +94,7 @@ def render(step_rows: list[dict], link_rows: list[dict], fit: dict, q_rows: list
         "**Projected** for LLaMA-2-70B (0.3125 MiB of KV per token) at this machine's measured per-link bandwidth: "
         + ", ".join(f"{link} {ms:.0f} ms per 2K tokens" for link, ms in per_2k_70b.items()) + ".",
         "",
-        "## Compression modes: bytes per token",
-        "",
-        "Asymptotic stored bytes per token (codes + per-group scale and zero point, fp16 metadata, groups of 32): "
-        + "; ".join(f"{name}: " + ", ".join(f"{m} {v:,.0f} B" for m, v in d.items()) for name, d in bpt.items())
-        + " (computed from the formula in `kv_quant.bytes_per_token`). The tables below report what the caches "
-        "actually stored (fp32 model and metadata, including the full-precision sinks, recent window and "
-        "unfilled groups), averaged over the samples' contexts.",
-        "",
-        "## Quality per mode (tiny target, held-out eval prompts, teacher-forced on the references)",
-        "",
-        _t(q_rows, ["task", "mode", "samples", "mean_context", "bytes_per_token", "kl_nats", "top1_agree", "ppl_fp",
-                    "ppl", "ppl_change_pct"], f3),
-        "",
-        "Modes: `int8`/`int4` KIVI-style (keys per channel, values per token, groups of 32, every complete group "
-        "quantized); `mixed-*` keeps 4 sink tokens, the last 64 tokens and the top 5% tokens by accumulated "
-        "attention (H2O heavy hitters) in full precision; `window` is StreamingLLM with 4 sinks + 256 recent tokens. "
-        "Math prompts are about 26 bytes, shorter than one group, so nothing is compressed there. "
-        "How the quantized modes run: the cache keeps the packed codes, scales and zero points (whose bytes are "
-        "counted above) and, beside them, their dequantized values, which attention reads; the numbers are exactly "
-        "those of dequantize-on-read, but memory is not actually saved at run time and no dequantization overhead "
-        "is measured (there is no fused low-bit attention kernel here).",
-        "",
-        "## Speculative acceptance under target-KV compression (greedy, K = 5)",
-        "",
-        _t(a_rows, ["task", "mode", "prompts", "proposed", "accepted", "rejections", "acceptance",
-                    "accepted_per_proposed", "tokens_per_round"], f3),
-        "",
-        "`acceptance` = accepted / (accepted + rejections), the per-position a of the simulator's expected-tokens "
-        "formula (the definition `benchmarks/bench_speculative.py` uses); `accepted_per_proposed` is vLLM's draft "
-        "acceptance rate. Generation stops at EOS (at most 64 tokens). "
-        "Greedy speculative decoding emits the target's greedy output, and a draft token is accepted exactly when it "
-        "equals the target's argmax after the same prefix; so the compressed target decodes its own greedy "
-        "continuation token by token and the full-precision draft is scored along it (`kv_quality.greedy_acceptance`)."
-        " This is the acceptance the speculative engine would see with this target cache; the speculative engine "
-        "itself (`real_engine/speculative.py`) runs on the paged cache and was not rewired to a compressed cache.",
-        "",
-        "## Needle: a fact early in a long report",
-        "",
-        _t(n_rows, ["mode", "trials", "distance_bytes", "accuracy"], f3),
-        "",
-        (f"Full-precision accuracy is {fp_needle:.2f}: **the tiny target cannot do this retrieval at full precision** "
-         "(it continues a report with plausible but invented figures), so the per-mode needle rows carry no "
-         "information about compression. The long-range signal we do have is the summarization rows above: their "
-         "references copy sentences from up to ~700 bytes earlier."
-         if fp_needle < 0.5 else "The tiny target retrieves the fact at full precision; compare the modes."),
+        render_compression(q_rows, a_rows, n_rows, bpt, store_rows, meta),
         "",
         "## Reproduce",
         "",
@@ -144,6 +102,7 @@ def render(step_rows: list[dict], link_rows: list[dict], fit: dict, q_rows: list
         "python scripts/measure_kv.py            # this document and the CSVs",
         "python benchmarks/bench_tiered.py       # per-link paging vs plain copy / file I/O",
         "pytest -q tests/test_tiered_cache.py tests/test_tiered_faults.py tests/test_kv_quant.py",
+        "python scripts/measure_kv.py --compression-only   # re-measure the compression block only",
         "```",
         "",
     ]
@@ -154,19 +113,10 @@ def _row(rows: list[dict], **match: object) -> dict:
     return next(r for r in rows if all(r[k] == v for k, v in match.items()))
 
 
-def _findings(step_rows: list[dict], fit: dict, q_rows: list[dict], a_rows: list[dict]) -> list[str]:
-    """The issue's claims, each answered from this run's numbers."""
+def _findings(step_rows: list[dict], fit: dict) -> list[str]:
+    """The issue's claims about tiering, each answered from this run's numbers (compression: its own block)."""
     longest = max(r["context"] for r in step_rows)
     sync = _row(step_rows, context=longest, prefetch=False)
-    s_i4, s_mx, s_win = (_row(q_rows, task="summarization", mode=m) for m in ("int4", "mixed-int4", "window"))
-    kl_cut = 1 - s_mx["kl_nats"] / s_i4["kl_nats"] if s_i4["kl_nats"] > 0 else float("nan")
-    worse = [name for name, r in (("int4", s_i4), ("window", s_win)) if r["ppl_change_pct"] <= 0]
-    deltas = []
-    for task in sorted({r["task"] for r in a_rows}):
-        fp = _row(a_rows, task=task, mode="fp")["acceptance"]
-        changes = [f"{m} {(_row(a_rows, task=task, mode=m)['acceptance'] - fp):+.3f}"
-                   for m in ("int4", "mixed-int4", "window")]
-        deltas.append(f"{task} " + ", ".join(changes))
     return [
         "## Findings (this run)",
         "",
@@ -175,19 +125,6 @@ def _findings(step_rows: list[dict], fit: dict, q_rows: list[dict], a_rows: list
         f"- **Tiering makes long contexts fit at a latency price**: at {longest} tokens with most pages off the "
         f"device, a decode step took {sync['step_ms_tiered']:.1f} ms against {sync['step_ms_untiered']:.1f} ms "
         "with everything on the device (synchronous paging).",
-        f"- **INT4 and the window lose information**: on summarization (references copy sentences from far back), "
-        f"KL per token {s_i4['kl_nats']:.4f} nats (int4) and {s_win['kl_nats']:.4f} (window), top-1 agreement "
-        f"{s_i4['top1_agree']:.3f} and {s_win['top1_agree']:.3f}; reference perplexity "
-        f"{s_i4['ppl_change_pct']:+.2f}% (int4), {s_win['ppl_change_pct']:+.2f}% (window)"
-        + (f" ({' and '.join(worse)} did not raise perplexity on these references: the outputs moved, but not "
-           "toward worse predictions of the reference text)" if worse else "")
-        + ". INT8 is indistinguishable from full precision.",
-        f"- **Mixed precision recovers part of it**: mixed-int4 cuts int4's KL by {kl_cut:.0%} "
-        f"({s_mx['kl_nats']:.4f} vs {s_i4['kl_nats']:.4f} nats; top-1 {s_mx['top1_agree']:.3f} vs "
-        f"{s_i4['top1_agree']:.3f}; perplexity {s_mx['ppl_change_pct']:+.2f}% vs {s_i4['ppl_change_pct']:+.2f}%) "
-        f"at {s_mx['bytes_per_token']:.0f} vs {s_i4['bytes_per_token']:.0f} stored bytes per token.",
-        "- **Compression and speculative acceptance** (change in a vs full precision): " + "; ".join(deltas) + ". "
-        "At these context lengths (under 1K tokens) and with a few prompts per task, the changes are of either "
-        "sign and small: this run does not show the negative coupling the seed document describes.",
+        "- Compression: see the findings at the head of the compression sections below.",
         "",
     ]

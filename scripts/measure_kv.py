@@ -3,8 +3,10 @@
     .venv/bin/python scripts/measure_kv.py                 # default run, a few minutes on 1 CPU thread
     .venv/bin/python scripts/measure_kv.py --quick         # smaller everything (a smoke run)
 
+    .venv/bin/python scripts/measure_kv.py --compression-only   # re-measure and rewrite the compression block
+
 Writes CSVs under data/measurements/ (kv_paging_steps.csv, kv_paging_links.csv, kv_quality.csv,
-kv_acceptance.csv, kv_needle.csv) and docs/tiered_kv.md.  Every number is measured in this run on
+kv_acceptance.csv, kv_needle.csv, kv_store.csv) and docs/tiered_kv.md.  Every number is measured in this run on
 this machine, except the rows marked projected (this machine's measured bandwidth applied to
 LLaMA-2-70B's KV size) and the seed figure (SEEDS.md).
 """
@@ -28,28 +30,27 @@ import torch
 
 from real_engine.checkpoint import load_checkpoint
 from real_engine.config import PRESETS, ModelConfig
-from real_engine.corpus import TASKS, load_eval_prompts
+from real_engine.corpus import TASKS, CorpusConfig, build_corpus, load_eval_prompts
+from real_engine.engine import Engine, EngineConfig
 from real_engine.kv_compression import MODES, KVCompression
-from real_engine.kv_quality import (
-    compare,
-    greedy_acceptance,
-    greedy_with_cache,
-    needle_prompts,
-    perplexity,
-    teacher_forced_logits,
-)
+from real_engine.kv_quality import compare, greedy_acceptance, perplexity, teacher_forced_logits
 from real_engine.kv_quant import bytes_per_token
+from real_engine.kv_store_meter import measure_store
+from real_engine.needle import NeedleConfig, filler_pool, needle_cases
 from real_engine.paging_meter import measure_paging
 from real_engine.tokenizer import ByteTokenizer
 from simulator.paths import MODELS_DIR
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from kv_compression_report import render_compression, splice  # noqa: E402 - beside this script
 from kv_report import render  # noqa: E402 - the report template lives beside this script
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "data" / "measurements"
 TOK = ByteTokenizer()
-NAMES = ("kv_paging_steps", "kv_paging_links", "kv_quality", "kv_acceptance", "kv_needle")
+NAMES = ("kv_paging_steps", "kv_paging_links", "kv_quality", "kv_acceptance", "kv_needle", "kv_store")
+COMPRESSION = NAMES[2:]
+LONG_TOKENS = 1000  # the tiny target was trained on 1024-token windows
 
 
 def mode_config(mode: str) -> KVCompression:
@@ -132,76 +133,138 @@ def bytes_table(target_cfg: ModelConfig) -> dict:
     return bpt
 
 
-def render_from_csv(docs: Path) -> None:
+def render_from_csv(docs: Path, out: Path = OUT) -> None:
     """Rewrite the document from the CSVs and run metadata of the last measurement (no re-measuring)."""
-    rows = {name: read_csv(OUT / f"{name}.csv") for name in NAMES}
-    meta = json.loads((OUT / "kv_meta.json").read_text(encoding="utf-8"))
+    rows = {name: read_csv(out / f"{name}.csv") for name in NAMES}
+    meta = json.loads((out / "kv_meta.json").read_text(encoding="utf-8"))
     fit = fit_paging(rows["kv_paging_steps"], rows["kv_paging_links"])
     target_cfg = ModelConfig.from_hf_dict(json.loads((MODELS_DIR / "tiny-target" / "config.json").read_text()))
     write_atomic(docs, render(rows["kv_paging_steps"], rows["kv_paging_links"], fit, rows["kv_quality"],
                               rows["kv_acceptance"], rows["kv_needle"], bytes_table(target_cfg), meta,
-                              PRESETS["bench-small"]))
+                              PRESETS["bench-small"], rows["kv_store"]))
 
 
-def quality(target: torch.nn.Module, samples: list, per_task: int) -> tuple[list[dict], list[dict]]:
+def long_prompt(samples: list, index: int, budget: int) -> list[int]:
+    """Sample ``index``'s prompt preceded by the whole texts of other held-out samples of its task, as many
+    as fit in ``budget`` tokens (with BOS): a long context whose early part is real text of the same kind."""
+    s = samples[index]
+    prompt = TOK.encode(s.prompt)
+    before: list[int] = []
+    for other in samples:
+        if other.task != s.task or other is s:
+            continue
+        text = TOK.encode(other.text + "\n")
+        if 1 + len(before) + len(text) + len(prompt) > budget:
+            break
+        before += text
+    return [TOK.bos_id] + before + prompt
+
+
+def quality(target: torch.nn.Module, samples: list, per_task: int) -> list[dict]:
     rows = []
     for task in TASKS:
-        chosen = [s for s in samples if s.task == task][:per_task]
+        chosen = [i for i, s in enumerate(samples) if s.task == task][:per_task]
+        cases = []
+        for i in chosen:
+            ref = TOK.encode(samples[i].reference)
+            prompt = long_prompt(samples, i, LONG_TOKENS - len(ref))
+            cases.append((prompt, ref, teacher_forced_logits(target, prompt, ref, mode_config("fp"))[0]))
         for mode in MODES:
             acc = {"tokens": 0, "kl": 0.0, "agree": 0, "nll": 0.0, "bytes": 0.0, "fp_nll": 0.0}
-            for s in chosen:
-                prompt, ref = TOK.encode(s.prompt, add_bos=True), TOK.encode(s.reference)
-                fp, _ = teacher_forced_logits(target, prompt, ref, mode_config("fp"))
+            for prompt, ref, fp in cases:
                 logits, nbytes = teacher_forced_logits(target, prompt, ref, mode_config(mode))
-                q = compare(fp, logits, ref, nbytes)
-                fp_q = compare(fp, fp, ref, 0.0)
+                q, fp_q = compare(fp, logits, ref, nbytes), compare(fp, fp, ref, 0.0)
                 acc["tokens"] += q.tokens
                 acc["kl"] += q.kl_sum
                 acc["agree"] += q.top1_agree
                 acc["nll"] += q.nll_sum
                 acc["fp_nll"] += fp_q.nll_sum
                 acc["bytes"] += nbytes * (len(prompt) + len(ref))
-            ctx = sum(len(TOK.encode(s.prompt, add_bos=True)) + len(TOK.encode(s.reference)) for s in chosen)
+            ctx = sum(len(p) + len(r) for p, r, _ in cases)
             n = acc["tokens"]
-            rows.append({"task": task, "mode": mode, "samples": len(chosen), "tokens": n,
-                         "mean_context": ctx / len(chosen), "kl_nats": acc["kl"] / n, "top1_agree": acc["agree"] / n,
+            rows.append({"task": task, "mode": mode, "samples": len(cases), "tokens": n,
+                         "mean_context": ctx / len(cases), "kl_nats": acc["kl"] / n, "top1_agree": acc["agree"] / n,
                          "ppl_fp": perplexity(acc["fp_nll"], n), "ppl": perplexity(acc["nll"], n),
                          "ppl_change_pct": 100 * (perplexity(acc["nll"], n) / perplexity(acc["fp_nll"], n) - 1),
                          "bytes_per_token": acc["bytes"] / ctx})
             print(f"quality {task} {mode}: {rows[-1]}", file=sys.stderr)
-    return rows, []
+    return rows
 
 
 def acceptance(target: torch.nn.Module, draft: torch.nn.Module, samples: list, per_task: int, new_tokens: int,
                k: int) -> list[dict]:
     rows = []
     for task in TASKS:
-        chosen = [s for s in samples if s.task == task][:per_task]
+        chosen = [i for i, s in enumerate(samples) if s.task == task][:per_task]
+        prompts = [long_prompt(samples, i, LONG_TOKENS - new_tokens) for i in chosen]
         for mode in MODES:
             acc = prop = rej = rounds = 0
-            for s in chosen:
-                a, p, j, r = greedy_acceptance(target, draft, TOK.encode(s.prompt, add_bos=True), new_tokens,
-                                               mode_config(mode), k, stop_id=TOK.eos_id)
+            for prompt in prompts:
+                a, p, j, r = greedy_acceptance(target, draft, prompt, new_tokens, mode_config(mode), k,
+                                               stop_id=TOK.eos_id)
                 acc, prop, rej, rounds = acc + a, prop + p, rej + j, rounds + r
-            rows.append({"task": task, "mode": mode, "k": k, "prompts": len(chosen), "proposed": prop, "accepted": acc,
-                         "rejections": rej, "acceptance": acc / (acc + rej) if acc + rej else float("nan"),
+            rows.append({"task": task, "mode": mode, "k": k, "prompts": len(prompts), "proposed": prop,
+                         "accepted": acc, "rejections": rej,
+                         "acceptance": acc / (acc + rej) if acc + rej else float("nan"),
                          "accepted_per_proposed": acc / prop if prop else float("nan"),
                          "tokens_per_round": (acc + rounds) / rounds if rounds else float("nan")})
             print(f"acceptance {task} {mode}: {rows[-1]}", file=sys.stderr)
     return rows
 
 
-def needle(target: torch.nn.Module, samples: list, trials: int, distance: int) -> list[dict]:
-    reports = [s.prompt for s in samples if s.task == "summarization"]
-    pairs = needle_prompts(reports, trials, distance, seed=0)
+def needle(model: torch.nn.Module, trials: int, contexts: list[int]) -> list[dict]:
+    """Per context and mode: the tiny-needle model's held-out retrieval, through the dequantize-on-read
+    caches (teacher-forced on the answer) and, for the quantized modes, the serving Engine's store (greedy)."""
+    pool = filler_pool(build_corpus(CorpusConfig(seed=0, train_bytes_per_task=1_000)), heldout=True)
     rows = []
-    for mode in MODES:
-        hits = 0
-        for prompt, answer in pairs:
-            ids = TOK.encode(prompt, add_bos=True)
-            hits += TOK.decode(greedy_with_cache(target, ids, len(answer), mode_config(mode))) == answer
-        rows.append({"mode": mode, "trials": trials, "distance_bytes": distance, "accuracy": hits / trials})
+    for ctx in contexts:
+        cases = needle_cases(pool, NeedleConfig(), trials, ctx, seed=0)
+        fp = [teacher_forced_logits(model, c.prompt, c.answer, mode_config("fp"))[0] for c in cases]
+        for mode in MODES:
+            hits = first = agree = 0
+            kl = 0.0
+            for case, fp_logits in zip(cases, fp, strict=True):
+                logits, _ = teacher_forced_logits(model, case.prompt, case.answer, mode_config(mode))
+                guess = logits.argmax(-1).tolist()
+                hits += guess == case.answer
+                first += guess[0] == case.answer[0]
+                q = compare(fp_logits, logits, case.answer, 0.0)
+                kl, agree = kl + q.kl_sum, agree + q.top1_agree
+            n = len(cases) * len(cases[0].answer)
+            rows.append({"path": "cache", "mode": mode, "context": ctx, "trials": len(cases),
+                         "accuracy": hits / len(cases), "first_digit": first / len(cases), "kl_nats": kl / n,
+                         "top1_agree": agree / n})
+            print(f"needle {rows[-1]}", file=sys.stderr)
+        for mode in ("int8", "int4", "mixed-int8", "mixed-int4"):
+            engine = Engine(model, EngineConfig(max_batch_size=16, num_blocks=1024, kv_compression=mode,
+                                                fuse_projections=False))
+            outs = engine.generate([c.prompt for c in cases], len(cases[0].answer))
+            hits = sum(o == c.answer for o, c in zip(outs, cases, strict=True))
+            first = sum(o[0] == c.answer[0] for o, c in zip(outs, cases, strict=True))
+            rows.append({"path": "engine", "mode": mode, "context": ctx, "trials": len(cases),
+                         "accuracy": hits / len(cases), "first_digit": first / len(cases), "kl_nats": float("nan"),
+                         "top1_agree": float("nan")})
+            print(f"needle {rows[-1]}", file=sys.stderr)
     return rows
+
+
+def store(target: torch.nn.Module, samples: list, contexts: list[int], rounds: int) -> list[dict]:
+    prompt = TOK.encode(" ".join(s.text for s in samples if s.task == "summarization"), add_bos=True)
+    return [dataclasses.asdict(p) for p in measure_store(target, prompt, contexts, steps=17, rounds=rounds)]
+
+
+def measure_compression(quick: bool) -> tuple[dict[str, list[dict]], ModelConfig]:
+    _, target = load_checkpoint(MODELS_DIR / "tiny-target")
+    _, draft = load_checkpoint(MODELS_DIR / "tiny-draft")
+    _, needle_model = load_checkpoint(MODELS_DIR / "tiny-needle")
+    for m in (target, draft, needle_model):
+        m.eval()
+    samples = load_eval_prompts(MODELS_DIR / "eval_prompts.jsonl")
+    rows = {"kv_store": store(target, samples, [256, 512] if quick else [256, 512, 1024, 2000], 1 if quick else 3),
+            "kv_needle": needle(needle_model, 4 if quick else 50, [512, 1000] if quick else [512, 768, 1000]),
+            "kv_quality": quality(target, samples, 2 if quick else 6),
+            "kv_acceptance": acceptance(target, draft, samples, 1 if quick else 5, 24 if quick else 64, k=5)}
+    return rows, target.config
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -210,33 +273,45 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=1, help="torch threads (1: stable timings on a shared CPU)")
     ap.add_argument("--docs", default=str(ROOT / "docs" / "tiered_kv.md"))
     ap.add_argument("--render-only", action="store_true", help="rewrite the document from the last run's CSVs")
+    ap.add_argument("--out", type=Path, default=OUT, help="where the CSVs and kv_meta.json go")
+    ap.add_argument("--compression-only", action="store_true",
+                    help="re-measure only the compression CSVs and rewrite only the document's compression block")
     args = ap.parse_args(argv)
     if args.render_only:
-        render_from_csv(Path(args.docs))
+        render_from_csv(Path(args.docs), args.out)
         return 0
     torch.set_num_threads(args.threads)
     start = time.time()
+    command = " ".join(["python scripts/measure_kv.py", *(argv if argv is not None else sys.argv[1:])])
+    meta = {"command": command, "torch": torch.__version__, "machine": platform.processor() or platform.machine(),
+            "threads": args.threads, "cpus": os.cpu_count()}
+    if args.compression_only:
+        rows, target_cfg = measure_compression(args.quick)
+        for name in COMPRESSION:
+            write_csv(args.out / f"{name}.csv", rows[name])
+        old = json.loads((args.out / "kv_meta.json").read_text(encoding="utf-8"))
+        old.update(compression_command=f"{command} ({time.time() - start:.0f} s, load average "
+                                       f"{os.getloadavg()[0]:.1f}, {args.threads} torch thread)")
+        write_atomic(args.out / "kv_meta.json", json.dumps(old, indent=1) + "\n")
+        block = render_compression(rows["kv_quality"], rows["kv_acceptance"], rows["kv_needle"],
+                                   bytes_table(target_cfg), rows["kv_store"], old)
+        doc = Path(args.docs)
+        write_atomic(doc, splice(doc.read_text(encoding="utf-8"), block))
+        print(f"rewrote the compression block of {doc} in {time.time() - start:.0f} s", file=sys.stderr)
+        return 0
     contexts = [1024, 2048] if args.quick else [1024, 2048, 4096, 8192]
     steps = 2 if args.quick else 6
     step_rows, link_rows, fit = paging(contexts, steps)
-    _, target = load_checkpoint(MODELS_DIR / "tiny-target")
-    _, draft = load_checkpoint(MODELS_DIR / "tiny-draft")
-    target.eval()
-    draft.eval()
-    samples = load_eval_prompts(MODELS_DIR / "eval_prompts.jsonl")
-    q_rows, _ = quality(target, samples, 2 if args.quick else 6)
-    a_rows = acceptance(target, draft, samples, 1 if args.quick else 5, 24 if args.quick else 64, k=5)
-    n_rows = needle(target, samples, 4 if args.quick else 12, 600)
-    for name, rows in zip(NAMES, (step_rows, link_rows, q_rows, a_rows, n_rows), strict=True):
-        write_csv(OUT / f"{name}.csv", rows)
-    meta = {"command": " ".join(["python scripts/measure_kv.py", *(argv if argv is not None else sys.argv[1:])]),
-            "torch": torch.__version__, "machine": platform.processor() or platform.machine(),
-            "threads": args.threads, "seconds": time.time() - start, "cpus": os.cpu_count(),
-            "load": os.getloadavg()[0]}
-    write_atomic(OUT / "kv_meta.json", json.dumps(meta, indent=1) + "\n")
-    write_atomic(Path(args.docs), render(step_rows, link_rows, fit, q_rows, a_rows, n_rows,
-                                         bytes_table(target.config), meta, PRESETS["bench-small"]))
-    print(f"wrote {args.docs} and {OUT}/kv_*.csv in {time.time() - start:.0f} s", file=sys.stderr)
+    rows, target_cfg = measure_compression(args.quick)
+    rows.update(kv_paging_steps=step_rows, kv_paging_links=link_rows)
+    for name in NAMES:
+        write_csv(args.out / f"{name}.csv", rows[name])
+    meta.update(seconds=time.time() - start, load=os.getloadavg()[0])
+    write_atomic(args.out / "kv_meta.json", json.dumps(meta, indent=1) + "\n")
+    write_atomic(Path(args.docs), render(step_rows, link_rows, fit, rows["kv_quality"], rows["kv_acceptance"],
+                                         rows["kv_needle"], bytes_table(target_cfg), meta, PRESETS["bench-small"],
+                                         rows["kv_store"]))
+    print(f"wrote {args.docs} and {args.out}/kv_*.csv in {time.time() - start:.0f} s", file=sys.stderr)
     return 0
 
 
