@@ -65,6 +65,7 @@ class Measured:
     steps: int
     prompt_source: str
     wall_s: float  # wall time of the whole replay
+    core_share: float | None = None  # thread CPU s / wall s of its steps (wall clock only; idle core: ~1)
 
 
 def engine_config(data: dict[str, Any], kv_tokens: int) -> EngineConfig:
@@ -140,7 +141,7 @@ def measure(data: dict[str, Any], requests: list[RequestSpec], target: LlamaMode
         timing = {"clock": cpu, "sleep": cpu.sleep}
     batching = data.get("batching", {})
     policy = batching.get("policy", "continuous")
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.thread_time()
     if policy in ("static", "dynamic"):
         result = serve_batched(engine, requests, prompts, int(batching.get("max_batch_size", 256)),
                                float(batching.get("max_wait_ms", 0.0)) / 1000.0, policy == "dynamic", **timing)
@@ -149,14 +150,17 @@ def measure(data: dict[str, Any], requests: list[RequestSpec], target: LlamaMode
     else:
         raise NotAvailable(f"engine: batching policy {policy!r} has no engine-side loop (adaptive tunes the "
                            "window from the SLA; not replayed)")
-    wall = time.perf_counter() - t0
+    wall, cpu_s = time.perf_counter() - t0, time.thread_time() - cpu0
     paths: Paths = {}
     if counters is not None:
         # serve()'s warm-up asks 2 tokens: K is capped at 0 for it, so it adds no draft round here
         paths["accepted_per_round"] = (counters.num_accepted_tokens / counters.num_drafts
                                        if counters.num_drafts else None, "draft tokens")
         paths["acceptance"] = (counters.per_token_acceptance, "fraction")
-    return Measured(result.records, paths, len(result.steps), result.prompt_source, wall)
+    busy = sum(step.wall_s for step in result.steps)
+    # the share of a core the engine's thread got while stepping: 1.0 on an idle core (contention gauge)
+    share = cpu_s / busy if clock == "wall" and busy > 0 else None
+    return Measured(result.records, paths, len(result.steps), result.prompt_source, wall, share)
 
 
 def _measure_seqpar(data: dict[str, Any], requests: list[RequestSpec], prompts: PromptSource,

@@ -83,6 +83,11 @@ def markdown(meta: dict[str, Any], results: Sequence[ScenarioResult],
              "Signed relative error = (sim − real) / real. First bar: |error| ≤ 10 % at P50, ≤ 15 % at P90/P99.", "",
              "## Simulated vs measured in wall-clock time (what users see on this shared machine)", ""]
     lines += _summary(results, lambda res: res.rows)
+    shares = [f"{res.name} {res.real['core_share']:.2f}" for res in results
+              if res.real and res.real.get("core_share") is not None]
+    if shares:
+        lines += ["", "Share of a core the engine's thread got while stepping (thread CPU s / step wall s; "
+                  "1.00 on an idle core): " + ", ".join(shares) + "."]
     lines += ["", "## Simulated vs the engine replayed in CPU time (an idle core: the machine's contention removed)",
               "", "The same requests served again with the engine's clock = its thread's CPU time while it works, "
               "plus the idle gaps (fidelity.engine_side.CpuClock), the clock the profile was measured with.", ""]

@@ -96,11 +96,15 @@ def run_case(path: str, data: dict[str, Any], profile: Any, models: tuple[Any, A
         real = measure(data, requests, models[0], models[1], kv_tokens, seed, k, target_path=target_path)
         res.real_records = real.records
         res.real = _side_summary(real.records, {"wall_s": real.wall_s, "steps": real.steps,
-                                                "prompts": real.prompt_source})
+                                                "prompts": real.prompt_source, "core_share": real.core_share})
     except NotAvailable as exc:
         reasons.append(str(exc))
     try:
         sim = simulate_case(data, path, profile, seed)
+        spec = data.get("strategy", {}).get("speculative")
+        if spec is not None:  # what the simulator was told: the profile's a per task, over the task mix
+            sim.paths["acceptance"] = (profile_acceptance(profile, data, int(spec.get("k", k))),
+                                       "fraction (profile input)")
         res.sim_records = sim.records
         res.sim = _side_summary(sim.records, {"profile_source": sim.profile_source})
     except NotAvailable as exc:
@@ -122,6 +126,13 @@ def run_case(path: str, data: dict[str, Any], profile: Any, models: tuple[Any, A
         again = measure(data, requests, models[0], models[1], kv_tokens, seed, k, target_path=target_path)
         noise_rows = compare(again.records, real.records, again.paths, real.paths)
     return res, noise_rows
+
+
+def profile_acceptance(profile: Any, data: dict[str, Any], k: int) -> float:
+    """The calibrated per-token acceptance a at K, averaged over the scenario's task mix."""
+    tasks = data["workload"].get("tasks", {"default": 1.0})
+    total = sum(tasks.values())
+    return sum(w / total * profile.acceptance_for(t, k).mean for t, w in tasks.items())
 
 
 def _nan_twin(records: list) -> list:
