@@ -182,6 +182,19 @@ class Cell:
     def seed_agrees(self) -> bool | None:
         return None if self.seed_recommends is None else self.compared_path == self.seed_recommends
 
+    @property
+    def seed_match(self) -> str | None:
+        """"agrees"; "same path, other reason" (the seed's path is in the answer, for the other claim:
+        e.g. SP needed for memory where the seed claims its speed-up; not counted as agreement); "differs"."""
+        if self.seed_agrees is None:
+            return None
+        if self.seed_agrees:
+            return "agrees"
+        attribution = self.attribution
+        other = () if attribution is None else (attribution.memory_paths if self.seed_claim == "gain"
+                                                else attribution.paths_with("earns a gain"))
+        return "same path, other reason" if self.seed_recommends in other else "differs"
+
     def why(self) -> list[str]:
         """The notes of the output's "why" column: SLA state, each path's role, seed contradictions."""
         chosen, attribution = self.chosen, self.attribution
@@ -226,7 +239,8 @@ class Cell:
                 "attribution": None if self.attribution is None else self.attribution.to_dict(),
                 "seed_recommends": self.seed_recommends, "seed_claim": self.seed_claim,
                 "seed_compared_with": self.compared_path,
-                "seed_agrees": self.seed_agrees, "why_not_seed": self.why_not_seed(), "why": self.why(),
+                "seed_agrees": self.seed_agrees, "seed_match": self.seed_match,
+                "why_not_seed": self.why_not_seed(), "why": self.why(),
                 "candidates": [r.to_dict() for r in self.results]}
 
 

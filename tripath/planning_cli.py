@@ -76,11 +76,11 @@ def _cmd_matrix(args: argparse.Namespace) -> int:
                      f"{cell['runner_up'] or '-'}; best single path: {cell['best_single_path'] or '-'}")
         attribution = cell["attribution"] or {}
         chosen = cell["chosen"] or "-"
-        lines.append(f"  {'recommended' if cell['chosen_meets_sla'] else 'closest (misses the SLA)'}: {chosen}; "
+        lines.append(f"  {'of the recommended' if cell['chosen_meets_sla'] else 'closest (misses the SLA)'} {chosen}: "
                      f"primary path: {attribution.get('primary_path', '-')}; needed for memory: "
                      f"{', '.join(attribution.get('needed_for_memory', [])) or '-'}")
         lines.append(f"  seed: {cell['seed_recommends']} (a {cell['seed_claim']} claim, compared with "
-                     f"{cell['seed_compared_with'] or '-'}: {'agrees' if cell['seed_agrees'] else 'differs'})")
+                     f"{cell['seed_compared_with'] or '-'}: {cell['seed_match'] or '-'})")
         lines.extend(f"  why: {note}" for note in cell["why"])
         if cell["why_not_seed"]:
             lines.append(f"  why not the seed's: {cell['why_not_seed']}")
