@@ -1,8 +1,9 @@
 """Greedy serving over a TieredKVCache: requests interleave step by step, a tier fault fails only its request.
 
 This is the tiered path's own small serving loop (batch 1 per forward pass, requests taken round
-robin), not the continuous-batching Engine: full attention over a context larger than device
-memory pages each layer in before it runs, which the batched paged kernels of engine.py do not do.
+robin), kept for the paging measurements (real_engine/paging_meter.py) and as a reference; to serve
+many sequences with continuous batching on tiered KV use Engine(model, EngineConfig(tiered=...))
+(real_engine/tiered_store.py, real_engine/tiered_batch_attention.py).
 A TierFault (disk full, missing or corrupt page, unwritable directory, device pool exhausted)
 while running request r ends r with the fault's message and frees r's pages; every other request
 keeps its pages and continues, and later requests are served normally.
