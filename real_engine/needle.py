@@ -2,17 +2,19 @@
 
 A document is a few facts, filler text, then every fact asked for again, in another order:
 
-    <BOS>key qzvkt = 4821.
-    key mbrlo = 0937.
+    <BOS>[K1]482
+    [K2]093
     <filler: dialogue, report and Python text of the tiny-model corpus, 0..~900 bytes>
-    key mbrlo = 0937.
-    key qzvkt = 4821.<EOS>
+    [K2]093
+    [K1]482<EOS>
 
-The answer is the value's digits after a repeated "key NAME = ": retrieval by exact key match,
-the copy-from-context operation (induction) that needle-in-a-haystack tests probe.  Keys are five
-random lowercase letters, so a key is (almost) never seen twice in training and cannot be memorised;
-held-out keys are a hash split (``is_heldout_key``) disjoint from training keys, and held-out
-filler comes from the corpus's held-out samples (disjoint entity names, held-out stdlib files).
+A key is ONE byte from 0x80..0xFF, distinct within a document and never in the (ASCII-only) filler;
+the value is three digits.  The answer is the digits after the repeated key: retrieval by exact key
+match, the copy-from-context operation (induction) that needle-in-a-haystack tests probe.  Keys are
+drawn afresh per document, so nothing can be memorised; held-out cases use fresh values and the
+corpus's held-out filler (disjoint entity names, held-out stdlib files).  A first attempt with
+five-letter keys ("key qzvkt = 4821.") stayed at chance (answer loss ln 10) for 400 steps on this
+CPU: matching on a multi-byte key is a harder circuit than matching one distinctive byte.
 """
 
 from __future__ import annotations
@@ -22,7 +24,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from real_engine.corpus import Corpus
-from real_engine.corpus_tasks import is_heldout_key
 from real_engine.tokenizer import ByteTokenizer
 
 FILLER_TASKS = ("dialogue", "summarization", "code")  # math's "Q:/A:" numbers would look like answers
@@ -34,28 +35,29 @@ class NeedleConfig:
     """Shape of the documents; the same fields make training and evaluation documents."""
 
     max_facts: int = 4
-    key_letters: int = 5
-    value_digits: int = 4
+    value_digits: int = 3
     max_filler_bytes: int = 900
 
     def __post_init__(self) -> None:
-        for name in ("max_facts", "key_letters", "value_digits"):
+        if not 1 <= self.max_facts <= 128:
+            raise ValueError(f"NeedleConfig.max_facts: must be in [1, 128], got {self.max_facts}")
+        for name in ("value_digits",):
             if getattr(self, name) < 1:
                 raise ValueError(f"NeedleConfig.{name}: must be >= 1, got {getattr(self, name)}")
         if self.max_filler_bytes < 0:
             raise ValueError(f"NeedleConfig.max_filler_bytes: must be >= 0, got {self.max_filler_bytes}")
 
 
-def fact_line(key: str, value: str) -> str:
-    return f"key {key} = {value}.\n"
+def fact_ids(key: int, value: str) -> list[int]:
+    return [key, *TOK.encode(value + "\n")]
 
 
-def draw_key(rng: np.random.Generator, letters: int, heldout: bool) -> str:
-    """A random lowercase key on the wanted side of the held-out hash split."""
-    while True:
-        key = "".join(chr(ord("a") + int(c)) for c in rng.integers(0, 26, letters))
-        if is_heldout_key(key) == heldout:
-            return key
+def draw_facts(rng: np.random.Generator, cfg: NeedleConfig) -> tuple[list[int], list[str]]:
+    """1..max_facts distinct key bytes and their random values."""
+    facts = int(rng.integers(1, cfg.max_facts + 1))
+    keys = [0x80 + int(k) for k in rng.choice(128, size=facts, replace=False)]
+    values = ["".join(str(int(d)) for d in rng.integers(0, 10, cfg.value_digits)) for _ in range(facts)]
+    return keys, values
 
 
 def filler_pool(corpus: Corpus, heldout: bool) -> list[str]:
@@ -85,19 +87,16 @@ class Document:
     answer: list[bool]  # True at the value digits of the queries (the tokens retrieval must produce)
 
 
-def make_document(rng: np.random.Generator, pool: list[str], cfg: NeedleConfig, heldout: bool,
+def make_document(rng: np.random.Generator, pool: list[str], cfg: NeedleConfig,
                   filler_bytes: int | None = None) -> Document:
-    facts = int(rng.integers(1, cfg.max_facts + 1))
-    keys = [draw_key(rng, cfg.key_letters, heldout) for _ in range(facts)]
-    values = ["".join(str(int(d)) for d in rng.integers(0, 10, cfg.value_digits)) for _ in range(facts)]
+    keys, values = draw_facts(rng, cfg)
     nbytes = int(rng.integers(0, cfg.max_filler_bytes + 1)) if filler_bytes is None else filler_bytes
-    ids = TOK.encode("".join(fact_line(k, v) for k, v in zip(keys, values, strict=True)), add_bos=True)
+    ids = [TOK.bos_id] + [t for k, v in zip(keys, values, strict=True) for t in fact_ids(k, v)]
     ids += TOK.encode(filler(rng, pool, nbytes) + "\n")
     answer = [False] * len(ids)
-    for i in rng.permutation(facts):
-        head = TOK.encode(f"key {keys[i]} = ")
-        ids += head + TOK.encode(values[i]) + TOK.encode(".\n")
-        answer += [False] * len(head) + [True] * cfg.value_digits + [False, False]
+    for i in rng.permutation(len(keys)):
+        ids += fact_ids(keys[i], values[i])
+        answer += [False] + [True] * cfg.value_digits + [False]
     return Document(ids + [TOK.eos_id], answer + [False])
 
 
@@ -110,7 +109,7 @@ def packed_batch(rng: np.random.Generator, pool: list[str], cfg: NeedleConfig, b
         row_ids: list[int] = []
         row_mask: list[bool] = []
         while len(row_ids) < seq_len + 1:
-            doc = make_document(rng, pool, cfg, heldout=False)
+            doc = make_document(rng, pool, cfg)
             row_ids += doc.ids
             row_mask += doc.answer
         ids[row] = row_ids[: seq_len + 1]
@@ -120,7 +119,7 @@ def packed_batch(rng: np.random.Generator, pool: list[str], cfg: NeedleConfig, b
 
 @dataclass(frozen=True)
 class NeedleCase:
-    prompt: list[int]  # BOS, facts, filler, then "key NAME = " of the asked fact
+    prompt: list[int]  # BOS, facts, filler, newline, then the asked fact's key byte
     answer: list[int]  # the value's digits
     fact_end: int  # tokens up to the end of the last fact line (the needle lies in [1, fact_end))
 
@@ -131,11 +130,9 @@ def needle_cases(pool: list[str], cfg: NeedleConfig, count: int, context_tokens:
     rng = np.random.default_rng([seed, context_tokens, 17])
     cases = []
     for _ in range(count):
-        facts = int(rng.integers(1, cfg.max_facts + 1))
-        keys = [draw_key(rng, cfg.key_letters, heldout=True) for _ in range(facts)]
-        values = ["".join(str(int(d)) for d in rng.integers(0, 10, cfg.value_digits)) for _ in range(facts)]
-        head = TOK.encode("".join(fact_line(k, v) for k, v in zip(keys, values, strict=True)), add_bos=True)
-        query = TOK.encode(f"\nkey {keys[0]} = ")
+        keys, values = draw_facts(rng, cfg)
+        head = [TOK.bos_id] + [t for k, v in zip(keys, values, strict=True) for t in fact_ids(k, v)]
+        query = TOK.encode("\n") + [keys[0]]
         body = TOK.encode(filler(rng, pool, max(0, context_tokens - len(head) - len(query))))
         cases.append(NeedleCase(head + body + query, TOK.encode(values[0]), len(head)))
     return cases
