@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from simulator.path_provenance import one_line
+
 _METRIC_NAMES = {
     "ttft": "TTFT (time to first token)",
     "tpot": "TPOT (time per output token)",
@@ -54,6 +56,10 @@ def format_summary(report: dict[str, Any]) -> str:
         f"arrivals {rate['value']:.4g} req/s ({rate['source']})",
         f"requests {counts['arrived']} arrived, {counts['completed']} completed, {counts['rejected']} rejected",
     ]
+    if report.get("strategies") is not None:
+        lines.append(f"paths    {one_line(report['strategies'])}")
+    if report.get("loop_reason"):
+        lines.append(f"loop     {report.get('loop')}: {report['loop_reason']}")
     for reason, n in sorted(report.get("reject_reasons", {}).items()):
         lines.append(f"         rejected {n}: {reason}")
     lines.append("")
@@ -94,4 +100,7 @@ def format_summary(report: dict[str, Any]) -> str:
     if ext.get("fraction_outside_domain"):
         lines.append(f"note: {ext['fraction_outside_domain']:.1%} of cost-model queries fell outside the "
                      "profile's measured domain (extrapolated)")
+    if ext.get("sp_fraction_outside_domain"):
+        lines.append(f"note: {ext['sp_fraction_outside_domain']:.1%} of sequence-parallel prefill chunks fell "
+                     "outside the profile's SP rows or merge fit (extrapolated: end rows held)")
     return "\n".join(lines)

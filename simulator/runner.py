@@ -26,6 +26,7 @@ from simulator.cluster import ClusterConfig, simulate_requests
 from simulator.costs import IterationCost
 from simulator.errors import InputError
 from simulator.metrics import estimate
+from simulator.path_provenance import strategies
 from simulator.path_step import fast_transforms, replica_gpus
 from simulator.records import RunResult
 from simulator.replica import ReplicaConfig
@@ -58,6 +59,7 @@ class SimulationResult:
     loop: str = "replica"  # "replica": the exact fast path; "stepper": one event per iteration (docs/batching.md)
     timeseries_interval_s: float | None = None  # each run's timeseries holds samples at this interval
     loop_reason: str = ""  # why that loop ran (simulator/stepper_setup.py: loop_reason)
+    strategies: dict[str, Any] | None = None  # paths on, parameters, profile sources (simulator/path_provenance.py)
 
 
 def kv_capacity(scenario: Scenario, profile: Any) -> tuple[int, str]:
@@ -159,4 +161,5 @@ def simulate(scenario: Scenario, profile: Any, seed: int = 0, replications: int 
     _, reason = loop_reason(scenario, timeseries_interval_s)
     return SimulationResult(scenario, profile.key_str(), profile.source, seed, fast, config.replicas,
                             capacity, capacity_source, rate, rate_source, sat, tuple(runs),
-                            "replica" if setup is None else "stepper", timeseries_interval_s, reason)
+                            "replica" if setup is None else "stepper", timeseries_interval_s, reason,
+                            strategies(scenario, profile))

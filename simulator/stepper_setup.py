@@ -40,8 +40,10 @@ def loop_reason(scenario: Scenario, timeseries_interval_s: float | None = None) 
     if timeseries_interval_s is not None:
         return True, "time-series samples need the per-iteration loop"
     if strategy is not None and not strategy.baseline:
-        if strategy.speculative is not None or strategy.tiered is not None:
-            return True, "speculation (random tokens per round) and tiering (tier state) act per iteration"
+        per_iteration = [what for what, on in (("speculation (random tokens per round)", strategy.speculative),
+                                               ("tiering (paging depends on tier state)", strategy.tiered)) if on]
+        if per_iteration:
+            return True, " and ".join(per_iteration) + " act per iteration: the per-iteration loop"
         return False, ("compression / sequence parallelism only: a transformed cost model on the exact fast "
                        "path (simulator/path_step.py: fast_transforms)")
     return False, "baseline continuous batching: the exact fast path"

@@ -78,6 +78,7 @@ def summary(result: SimulationResult) -> dict[str, Any]:
         "iterations": sum(run.iterations for run in runs),
         "loop": getattr(result, "loop", "replica"),
         "loop_reason": getattr(result, "loop_reason", ""),
+        "strategies": getattr(result, "strategies", None),
         "per_request_paths": _paths(records),
         "timeseries": _timeseries(result),
     }
@@ -115,7 +116,12 @@ def _extrapolations(result: SimulationResult) -> dict[str, Any]:
     outside = totals["prefill_outside_domain"] + totals["decode_outside_domain"]
     totals_any: dict[str, Any] = dict(totals)
     totals_any["fraction_outside_domain"] = outside / queries if queries else 0.0
-    totals_any["note"] = "cost-model queries outside the profile's measured domain (extrapolated)"
+    sp_queries = totals.get("sp_prefill_queries", 0)
+    totals_any["sp_fraction_outside_domain"] = (totals.get("sp_prefill_outside_domain", 0) / sp_queries
+                                                if sp_queries else 0.0)
+    totals_any["note"] = ("cost-model queries outside the profile's measured domain (extrapolated); sp_*: prefill "
+                          "chunks priced on the sequence-parallel rows outside their contexts or the merge fit's "
+                          "domain (the same chunks are in prefill_queries too)")
     return totals_any
 
 
