@@ -18,13 +18,13 @@ requests with long (Azure-trace) outputs.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from planning.matrix import SEED_MATRIX, decision_matrix
-from planning.scenario_dict import build, load_scenario_dict
-from planning.seed_sla import LOAD_FRACTION, MAX_BATCH_SIZE, cell_sla
+from planning.scenario_dict import load_scenario_dict
+from planning.seed_sla import LOAD_FRACTION, MAX_BATCH_SIZE, cell_sla, residual_quantile, service_samples
 from simulator.profile import resolve_profile
-from simulator.workload import mean_lengths
 
 SEED = resolve_profile("seed-llama2-70b-a100")
 BUDGET_TOKENS = SEED.kv_capacity_bytes // SEED.model.kv_bytes_per_token
@@ -45,16 +45,34 @@ def outcome(cell, name):
 def test_prefill_of_the_band_by_hand():
     # prefill_v1: c0 + c_tok T + c_attn T (C + (T + 1) / 2), the profile README's derived coefficients
     hand = 2.15916 + 0.884316 * 16384 + 1.68041e-5 * 16384 * (16385 / 2)
-    assert cell_sla(SEED, 16384, 12288.0, 211.0).prefill_upper_ms == pytest.approx(hand, rel=1e-5)
+    assert cell_sla(SEED, 16384, np.full(10, 1000.0)).prefill_upper_ms == pytest.approx(hand, rel=1e-5)
     with pytest.raises(ValueError, match="no seed P99"):
-        cell_sla(SEED, 12000, 12288.0, 211.0)
+        cell_sla(SEED, 12000, np.full(10, 1000.0))
+
+
+def test_residual_quantile_against_theory():
+    # equal services s: P(R > t) = (s - t) / s, so P(R > t) = 0.1 at t = 0.9 s
+    assert residual_quantile(np.full(100, 10.0), 0.1) == pytest.approx(9.0)
+    # exponential services (mean m) are memoryless: R is exponential too, t = m ln 10
+    draws = np.random.default_rng(0).exponential(5.0, 200_000)
+    assert residual_quantile(draws, 0.1) == pytest.approx(5.0 * np.log(10.0), rel=0.01)
+    # at load 0.1 the P99 wait is the residual's 90th percentile: the cell's allowance
+    assert cell_sla(SEED, 16384, np.full(100, 10_000.0)).wait_p99_ms == pytest.approx(9_000.0)
+
+
+def test_service_time_by_hand():
+    data = {"name": "one", "workload": {"requests": 1, "arrival": {"kind": "poisson", "rate_per_s": 1.0},
+                                        "prompt_tokens": {"kind": "fixed", "value": 8192},
+                                        "output_tokens": {"kind": "fixed", "value": 101}}}
+    # decode_v1 at batch 1 summed over contexts 8193..8292 = 100 steps at the mean context 8242.5
+    hand = SEED.prefill_ms(8192, 0) + sum(SEED.decode_ms(1, 8192 + k) for k in range(1, 101))
+    assert service_samples(SEED, data, None, n=3) == pytest.approx(np.full(3, hand))
 
 
 @pytest.mark.parametrize("row", list(UPPER))
 def test_scenario_files_carry_the_derived_sla(row):
     data, source = load_scenario_dict(row)
-    prompt, output = mean_lengths(build(data, source).workload)
-    derived = cell_sla(SEED, UPPER[row], prompt, output)
+    derived = cell_sla(SEED, UPPER[row], service_samples(SEED, data, source))
     assert data["sla"] == {"ttft_p99_ms": derived.ttft_ms, "tpot_p99_ms": derived.tpot_ms}
     assert data["workload"]["arrival"]["load_fraction"] == LOAD_FRACTION
     assert data["batching"]["max_batch_size"] == MAX_BATCH_SIZE
