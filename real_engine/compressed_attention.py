@@ -86,6 +86,12 @@ class CompressedAttention:
                 self.writes.append((block, off, start + p - c.num_cached, n))
                 p += n
         self.positions = torch.tensor(pos, dtype=torch.int64, device=store.device).unsqueeze(0)  # [1, N]
+        # decodes (one new token each) are attended together, one chunk of blocks of every sequence at a time
+        self.decodes = [i for i, c in enumerate(chunks) if c.num_new == 1] if len(chunks) > 1 else []
+        self.decode_rows = torch.tensor([self.spans[i][0] for i in self.decodes], dtype=torch.int64,
+                                        device=store.device)
+        self.decode_totals = torch.tensor([chunks[i].num_cached + 1 for i in self.decodes], dtype=torch.int64,
+                                          device=store.device)
 
     def __call__(self, layer: int, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
         """q [1, N, Hq, D], k/v [1, N, Hkv, D] -> [1, N, Hq, D]; stores k/v in the sequences' staged blocks."""
@@ -93,7 +99,17 @@ class CompressedAttention:
             self.store.write(layer, block, off, k[0, at : at + n], v[0, at : at + n])
         out = torch.empty_like(q[0])  # [N, Hq, D]
         bs, chunk = self.store.config.block_size, self.store.config.chunk_tokens
-        for c, (start, end) in zip(self.chunks, self.spans, strict=True):
+        batched = set(self.decodes)
+        if self.decodes:
+            res, lse = self._decode(layer, q[0, self.decode_rows])  # [Bd, Hq, D], [Bd, Hkv, G]
+            out[self.decode_rows] = res.to(q.dtype)
+            if self.store.config.mixed:
+                for row, i in enumerate(self.decodes):
+                    start, end = self.spans[i]
+                    self._accumulate(layer, q[0, start:end], self.positions[0, start:end], lse[row], self.chunks[i])
+        for i, (c, (start, end)) in enumerate(zip(self.chunks, self.spans, strict=True)):
+            if i in batched:
+                continue
             total = c.num_cached + c.num_new
             q_pos = self.positions[0, start:end]
 
@@ -108,6 +124,37 @@ class CompressedAttention:
         if layer == self.store.layers - 1:
             self._seal()
         return out.unsqueeze(0)
+
+    def _decode(self, layer: int, q: Tensor) -> tuple[Tensor, Tensor]:
+        """q [Bd, Hq, D], one query per decode sequence -> (out [Bd, Hq, D], lse [Bd, Hkv, G]): the online
+        softmax of chunked_attention, batched over the sequences (shorter ones are masked past their end)."""
+        bd, hq, d = q.shape
+        hkv, g = hq // self.group, self.group
+        bs, per_chunk = self.store.config.block_size, self.store.config.chunk_tokens // self.store.config.block_size
+        work = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
+        qg = q.to(work).view(bd, hkv, g, d) / math.sqrt(d)  # GQA: kv head j serves query heads j*G .. j*G+G-1
+        tables = [self.chunks[i].block_table[: -(-(self.chunks[i].num_cached + 1) // bs)] for i in self.decodes]
+        m = torch.full((bd, hkv, g), -math.inf, dtype=work, device=q.device)
+        l = torch.zeros_like(m)  # noqa: E741 - the normaliser's name in the flash-attention papers
+        acc = torch.zeros(bd, hkv, g, d, dtype=work, device=q.device)
+        for c0 in range(0, max(len(t) for t in tables), per_chunk):
+            width = min(per_chunk, max(len(t) for t in tables) - c0)
+            # a sequence with fewer blocks pads with its first block: read, then masked out
+            flat = [b for t in tables for b in (t[c0 : c0 + width] + [t[0]] * width)[:width]]
+            k, v = self.store.read(layer, flat)  # [Bd * width * bs, Hkv, D]
+            k, v = k.view(bd, width * bs, hkv, d), v.view(bd, width * bs, hkv, d)
+            s = torch.einsum("bhgd,bkhd->bhgk", qg, k)  # [Bd, Hkv, G, C]
+            key_pos = torch.arange(c0 * bs, (c0 + width) * bs, device=q.device)
+            visible = key_pos[None, :] < self.decode_totals[:, None]  # [Bd, C]
+            s = s.masked_fill(~visible[:, None, None, :], -math.inf)
+            m_new = torch.maximum(m, s.amax(-1))
+            shift = torch.where(torch.isinf(m_new), 0.0, m_new)
+            p = torch.exp(s - shift[..., None])
+            alpha = torch.exp(m - shift)
+            l = l * alpha + p.sum(-1)  # noqa: E741
+            acc = acc * alpha[..., None] + torch.einsum("bhgk,bkhd->bhgd", p, v)
+            m = m_new
+        return (acc / l[..., None]).reshape(bd, hq, d), m + torch.log(l)
 
     def _accumulate(self, layer: int, q: Tensor, q_pos: Tensor, lse: Tensor, c: SequenceChunk) -> None:
         """Attention each staged token received from these queries, summed over heads (H2O's score)."""

@@ -153,3 +153,27 @@ def test_blocks_are_reused_after_free_and_copied_on_write():
     assert torch.equal(store.staged[6], store.staged[5])
     out = run(store, q[:, :10], k[:, :10], v[:, :10], [6], prefill=10)
     assert torch.allclose(out, dense_attention(q[:, :10], k[:, :10], v[:, :10]), atol=1e-5)
+
+
+@pytest.mark.parametrize("mode", ["fp", "mixed-int4"])
+def test_batched_decodes_equal_one_sequence_at_a_time(mode):
+    """Decodes of sequences of different lengths share one step (padded, masked chunks): each output is
+    what the sequence gets alone."""
+    lengths, tables = [70, 150, 33], [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9, 10, 11, 12, 13, 14], [15, 16, 17]]
+    data = [qkv(n + 1, 10 + i) for i, n in enumerate(lengths)]
+    together, alone = make(mode, 18), make(mode, 18)
+    singles = []
+    for (q, k, v), n, table in zip(data, lengths, tables, strict=True):
+        run(together, q[:, :n], k[:, :n], v[:, :n], table, prefill=n)
+        singles.append(run(alone, q, k, v, table, prefill=n)[:, -1])
+    att = CompressedAttention(together, [SequenceChunk(n, 1, t) for n, t in zip(lengths, tables, strict=True)],
+                              HQ // HKV)
+    q = torch.cat([d[0][:, -1:] for d in data], dim=1)  # [1, 3, Hq, D]: the packed step
+    k = torch.cat([d[1][:, -1:] for d in data], dim=1)
+    v = torch.cat([d[2][:, -1:] for d in data], dim=1)
+    for layer in range(CFG.num_layers):
+        out = att(layer, q, k, v)
+    assert torch.allclose(out[0], torch.cat(singles), atol=1e-5, rtol=0)
+    if mode == "fp":
+        for i, (qi, ki, vi) in enumerate(data):
+            assert torch.allclose(out[0, i], dense_attention(qi, ki, vi)[0, -1], atol=1e-5, rtol=0)
