@@ -34,6 +34,8 @@ from planning.cache import ResultCache
 from planning.candidates import BASELINE, Candidate, candidates
 from planning.executor import Executor
 from planning.scenario_dict import build, load_scenario_dict, with_rate
+from planning.seed_notes import SEED_CLAIM, SEED_NOTES
+from planning.seed_sla import tpot_target_note
 from planning.sweep import MAX_REJECTED, Outcome, make_job, run_sweep
 from simulator.profile import Profile
 from simulator.runner import arrival_rate, cluster_config
@@ -46,37 +48,6 @@ SEED_MATRIX: tuple[tuple[str, str], ...] = (
     ("fixed-length-multi-gpu", "sequence_parallel"),
     ("very-long-single-gpu", "tiered"),
 )
-
-
-# What each seed row claims: "gain" (a path makes requests that fit faster) or "memory" (a path
-# makes requests fit). Rows 3 and 5 give memory as their reason (Section 4's "why" column).
-SEED_CLAIM: dict[str, str] = {"dialogue-medium": "gain", "math-medium": "gain", "summarization-very-long": "memory",
-                              "fixed-length-multi-gpu": "gain", "very-long-single-gpu": "memory"}
-
-# Where the seed contradicts itself or leaves something out, keyed by (row, role, path) of the
-# answer: the note is shown only when the answer has that path in that role.
-SEED_NOTES: dict[tuple[str, str, str], str] = {
-    ("dialogue-medium", "memory", "tiered"):
-        "the seed says tiering is not needed here (Section 4: 8K fits on an A100 80GB), but its own Table 3.2 "
-        "pages at 16K (~20 page-outs, 35 ms); the seed profile's 8K-token budget is derived from that table, "
-        "so the upper part of the 8-16K band needs tiering to be admitted at all",
-    ("math-medium", "memory", "tiered"):
-        "the seed's 'tiering not needed' contradicts its Table 3.2 (16K pages ~20 times): on the 8K-token "
-        "budget derived from that table tiering is needed for memory",
-    ("math-medium", "gain", "speculative"):
-        "with tiering each iteration pays the paging setup once (21 ms, Table 3.2 fit); a speculative round "
-        "spreads it over E(a) tokens, so speculation gains even at 55% acceptance, which the seed's row, "
-        "assuming no paging, does not consider",
-    ("summarization-very-long", "gain", "speculative"):
-        "the seed's row names only tiering, but its Table 3.1 gives summarization -20% per-token latency from "
-        "speculation and its Combinations line says speculative + tiered combine well",
-    ("very-long-single-gpu", "gain", "speculative"):
-        "the seed's row names only tiering ('the only feasible option', true of feasibility), but speculation "
-        "also pays for its task mix on top of it (Table 3.1)",
-    ("fixed-length-multi-gpu", "memory", "tiered"):
-        "the seed calls SP + tiered 'not recommended' (paging across GPUs), yet SP's doubled budget (2 x 8K "
-        "tokens) cannot hold the 8-32K band: without paging most requests are rejected",
-}
 
 
 def rank_key(name: str, outcome: Outcome) -> tuple[int, float, str]:
@@ -204,6 +175,10 @@ class Cell:
             f"no candidate meets the SLA; {chosen.candidate.name} is the closest feasible one "
             f"(margin {chosen.outcome.data.get('sla_margin'):+.0%})"]
         notes += [f"{r.path}: {r.role} ({r.detail})" for r in attribution.roles]
+        tpot = (chosen.outcome.data["p99_ms"].get("tpot") or {}).get("mean")
+        target = self.sla_ms.get("tpot")
+        if tpot is not None and target is not None and tpot > target and tpot_target_note(self.scenario):
+            notes.append(str(tpot_target_note(self.scenario)))  # the seed's own tables disagree on this target
         kinds = {"memory": set(attribution.memory_paths), "gain": set(attribution.paths_with("earns a gain"))}
         notes += [text for (row, role, path), text in SEED_NOTES.items()
                   if row == self.scenario and path in kinds[role]]

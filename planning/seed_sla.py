@@ -40,6 +40,11 @@ from simulator.workload import generate_arrays
 
 # SEEDS.md Table 3.2, "P99 latency" column (ms) by context length (tokens).
 SEED_P99_MS: dict[int, float] = {4096: 45.0, 8192: 80.0, 16384: 120.0, 32768: 200.0, 65536: 350.0}
+# SEEDS.md Table 3.3, "1 GPU" column (ms per token, no paging): what the profile's decode is fitted to.
+SEED_1GPU_MS: dict[int, float] = {4096: 45.0, 8192: 80.0, 16384: 160.0, 32768: 320.0}
+# Each seed-matrix cell's upper prompt length (its scenario file's prompt_tokens.high).
+CELL_UPPER: dict[str, int] = {"dialogue-medium": 16384, "math-medium": 16384, "summarization-very-long": 32768,
+                              "fixed-length-multi-gpu": 32768, "very-long-single-gpu": 65536}
 LOAD_FRACTION = 0.1  # rho with rho^2 = 1% (see the module docstring)
 MAX_BATCH_SIZE = 1
 P99_TAIL = 0.01
@@ -105,3 +110,19 @@ def cell_sla(profile: Profile, upper_tokens: int, service_ms: np.ndarray) -> Cel
         raise ValueError(f"no seed P99 at {upper_tokens} tokens (Table 3.2 has {sorted(SEED_P99_MS)})")
     wait = residual_quantile(service_ms, P99_TAIL / LOAD_FRACTION)
     return CellSla(upper_tokens, SEED_P99_MS[upper_tokens], profile.prefill_ms(upper_tokens, 0), wait)
+
+
+def tpot_target_note(scenario: str) -> str | None:
+    """Why a TPOT target from Table 3.2 is hard to meet on a profile fitted to Table 3.3 (None off the matrix)."""
+    upper = CELL_UPPER.get(scenario)
+    if upper is None:
+        return None
+    p99 = SEED_P99_MS[upper]
+    plain = SEED_1GPU_MS.get(upper)
+    if plain is None:
+        return (f"the TPOT target ({p99:.0f} ms) is Table 3.2's P99 at {upper} tokens, with paging; Table 3.3 stops "
+                f"at 32K (320 ms without paging) and the profile's decode, fitted to it, is linear in context, so a "
+                f"{upper}-token request decodes at about twice that before paging")
+    return (f"the TPOT target ({p99:.0f} ms) is Table 3.2's P99 at {upper} tokens, with paging, yet Table 3.3 gives "
+            f"{plain:.0f} ms at {upper} on one GPU without paging, and the profile's decode is fitted to Table 3.3: "
+            f"a path must cut per-token time at {upper} by {1 - p99 / plain:.0%} (before paging) to meet it")

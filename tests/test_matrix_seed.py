@@ -23,13 +23,12 @@ import pytest
 
 from planning.matrix import SEED_MATRIX, decision_matrix
 from planning.scenario_dict import load_scenario_dict
-from planning.seed_sla import LOAD_FRACTION, MAX_BATCH_SIZE, cell_sla, residual_quantile, service_samples
+from planning.seed_sla import CELL_UPPER, LOAD_FRACTION, MAX_BATCH_SIZE, cell_sla, residual_quantile, service_samples
 from simulator.profile import resolve_profile
 
 SEED = resolve_profile("seed-llama2-70b-a100")
 BUDGET_TOKENS = SEED.kv_capacity_bytes // SEED.model.kv_bytes_per_token
-UPPER = {"dialogue-medium": 16384, "math-medium": 16384, "summarization-very-long": 32768,
-         "fixed-length-multi-gpu": 32768, "very-long-single-gpu": 65536}
+UPPER = CELL_UPPER
 
 
 @pytest.fixture(scope="module")
@@ -137,3 +136,12 @@ def test_the_seeds_tiering_contradiction_is_named(cells, row):
                    "acceptance and the primary path is speculative, not the seed's baseline")
 def test_math_row_reproduces(cells):
     assert cells["math-medium"].seed_agrees
+
+
+@pytest.mark.parametrize("row", ["dialogue-medium", "math-medium", "summarization-very-long",
+                                 "fixed-length-multi-gpu"])
+def test_the_tables_disagreement_on_tpot_is_named_where_tpot_is_missed(cells, row):
+    cell = cells[row]
+    tpot = cell.chosen.outcome.data["p99_ms"]["tpot"]["mean"]
+    notes = [n for n in cell.why() if "Table 3.3 gives" in n]
+    assert (tpot > cell.sla_ms["tpot"]) == bool(notes)
