@@ -31,7 +31,12 @@ def splice(document: str, block: str) -> str:
         head, rest = document.split(BEGIN, 1)
         return head + block + rest.split(END, 1)[1]
     head, rest = document.split("## Compression modes", 1)
-    return head + block + "\n\n## Reproduce" + rest.split("## Reproduce", 1)[1]
+    # that document's findings list also held compression bullets: they now live in the block
+    old_bullets = ("- **INT4 and the window", "- **Mixed precision recovers", "- **Compression and speculative")
+    lines = [line for line in head.split("\n") if not line.startswith(old_bullets)]
+    at = next(i for i, line in enumerate(lines) if line.startswith("- **Tiering makes"))
+    lines.insert(at + 1, "- Compression: see the findings at the head of the compression sections below.")
+    return "\n".join(lines) + block + "\n\n## Reproduce" + rest.split("## Reproduce", 1)[1]
 
 
 def _store_rows(store_rows: list[dict]) -> list[dict]:
