@@ -52,9 +52,9 @@ def fact_ids(key: int, value: str) -> list[int]:
     return [key, *TOK.encode(value + "\n")]
 
 
-def draw_facts(rng: np.random.Generator, cfg: NeedleConfig) -> tuple[list[int], list[str]]:
-    """1..max_facts distinct key bytes and their random values."""
-    facts = int(rng.integers(1, cfg.max_facts + 1))
+def draw_facts(rng: np.random.Generator, cfg: NeedleConfig, least: int = 1) -> tuple[list[int], list[str]]:
+    """least..max_facts distinct key bytes and their random values."""
+    facts = int(rng.integers(min(least, cfg.max_facts), cfg.max_facts + 1))
     keys = [0x80 + int(k) for k in rng.choice(128, size=facts, replace=False)]
     values = ["".join(str(int(d)) for d in rng.integers(0, 10, cfg.value_digits)) for _ in range(facts)]
     return keys, values
@@ -121,18 +121,21 @@ def packed_batch(rng: np.random.Generator, pool: list[str], cfg: NeedleConfig, b
 class NeedleCase:
     prompt: list[int]  # BOS, facts, filler, newline, then the asked fact's key byte
     answer: list[int]  # the value's digits
-    fact_end: int  # tokens up to the end of the last fact line (the needle lies in [1, fact_end))
+    fact_start: int  # position of the asked fact's key byte
+    fact_end: int  # tokens up to the end of the last fact line
 
 
 def needle_cases(pool: list[str], cfg: NeedleConfig, count: int, context_tokens: int, seed: int) -> list[NeedleCase]:
-    """Held-out retrieval prompts of about context_tokens tokens, asking for the FIRST fact (the one
-    farthest back); the facts are 1..max_facts lines at the start, the rest is filler."""
+    """Held-out retrieval prompts of context_tokens tokens: 2..max_facts fact lines at the start, filler,
+    then the LAST fact's key.  The last line starts at position >= 5, past the 4 attention-sink tokens
+    the sink modes keep, so what those modes keep of the start does not contain the asked value."""
     rng = np.random.default_rng([seed, context_tokens, 17])
     cases = []
     for _ in range(count):
-        keys, values = draw_facts(rng, cfg)
+        keys, values = draw_facts(rng, cfg, least=2)
         head = [TOK.bos_id] + [t for k, v in zip(keys, values, strict=True) for t in fact_ids(k, v)]
-        query = TOK.encode("\n") + [keys[0]]
+        query = TOK.encode("\n") + [keys[-1]]
         body = TOK.encode(filler(rng, pool, max(0, context_tokens - len(head) - len(query))))
-        cases.append(NeedleCase(head + body + query, TOK.encode(values[0]), len(head)))
+        start = len(head) - len(fact_ids(keys[-1], values[-1]))
+        cases.append(NeedleCase(head + body + query, TOK.encode(values[-1]), start, len(head)))
     return cases

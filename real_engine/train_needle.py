@@ -127,12 +127,16 @@ def train(cfg: TrainConfig, needle: NeedleConfig, pool: list[str], heldout_pool:
                        tokens_per_s=round(tokens / seconds, 1), complete=done == cfg.steps)
             save_checkpoint(model, NEEDLE_CONFIG, out_dir)
             _write_json(out_dir / "train_log.json", log)
-    final = {ctx: needle_accuracy(model, needle_cases(heldout_pool, needle, eval_cases, ctx, seed=0))
-             for ctx in EVAL_CONTEXTS}
-    log["heldout_needle_accuracy"] = {"cases_per_context": eval_cases, "seed": 0, "by_context": final}
+    log["heldout_needle_accuracy"] = heldout_accuracy(model, heldout_pool, needle, eval_cases)
     _write_json(out_dir / "train_log.json", log)
-    tqdm.write(f"[tiny-needle] held-out needle accuracy ({eval_cases} per context): {final}")
+    tqdm.write(f"[tiny-needle] held-out needle accuracy: {log['heldout_needle_accuracy']}")
     return log
+
+
+def heldout_accuracy(model: LlamaModel, pool: list[str], needle: NeedleConfig, cases: int) -> dict:
+    """Greedy exact-match accuracy per context on needle_cases (seed 0), full precision."""
+    by_context = {ctx: needle_accuracy(model, needle_cases(pool, needle, cases, ctx, seed=0)) for ctx in EVAL_CONTEXTS}
+    return {"cases_per_context": cases, "seed": 0, "by_context": by_context}
 
 
 CARD_BEGIN, CARD_END = "<!-- tiny-needle:begin -->", "<!-- tiny-needle:end -->"
@@ -172,7 +176,8 @@ def card_section(log: dict, weights_bytes: int) -> str:
         *_continued(log.get("continued_from")),
         f"Held-out needle accuracy (all {log['needle']['value_digits']} digits right, greedy, full precision; "
         f"{acc.get('cases_per_context', 0)} cases per context, seed {acc.get('seed', 0)}; held-out filler and fresh "
-        "values; the asked fact is the FIRST line, so it is context - ~20 tokens back; chance 0.001):",
+        "values; 2-4 fact lines, the asked one is the last, past the 4 sink tokens, ~context - 17 tokens back; "
+        "chance 0.001):",
         "",
         "| context tokens | accuracy |",
         "|---|---|",
@@ -227,8 +232,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=1, help="torch threads (1: the CPU is shared)")
     ap.add_argument("--init-from", type=Path, default=None, help="continue from this checkpoint's weights")
     ap.add_argument("--card-only", action="store_true", help="rewrite the MODEL_CARD.md section from train_log.json")
+    ap.add_argument("--eval-only", action="store_true",
+                    help="held-out needle accuracy of the saved model into train_log.json; rewrite the card")
     args = ap.parse_args(argv)
     card = args.out_dir.parent / "MODEL_CARD.md"
+    if args.eval_only:
+        torch.set_num_threads(args.threads)
+        heldout = filler_pool(build_corpus(CorpusConfig(seed=args.seed, train_bytes_per_task=1_000)), True)
+        model = load_checkpoint(args.out_dir)[1].eval()
+        log = json.loads((args.out_dir / "train_log.json").read_text(encoding="utf-8"))
+        log["heldout_needle_accuracy"] = heldout_accuracy(model, heldout, NeedleConfig(), args.eval_cases)
+        _write_json(args.out_dir / "train_log.json", log)
+        write_card(args.out_dir, card)
+        return 0
     if args.card_only:
         write_card(args.out_dir, card)
         return 0
