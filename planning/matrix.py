@@ -8,10 +8,9 @@ that raises the estimate would be tested at a higher load than the baseline).
 Ranking, among the candidates that meet the SLA (planning/sweep.py: every P99 term at or under
 target, at most 1% rejected): fewest GPUs (the cost; GPU-hours per 1,000 requests are the
 same at equal GPUs and equal load), then the largest SLA margin (min over terms of
-(target - P99) / target). The seed's matrix compares single paths only, so each cell also
-reports the best single path (baseline or one path), which is what ``seed_agrees`` checks; when
-no single path meets the SLA, the closest feasible one (largest, i.e. least negative, margin with
-at most 1% rejected) stands in, and the output says so.
+(target - P99) / target). Each cell also reports the best single path (baseline or one path)
+and, when none meets the SLA, the closest feasible single path, for readers who compare single
+paths; the seed comparison itself uses the split below.
 
 Feasibility vs choice (docs/planning.md): the cell's *chosen* candidate is the recommended one,
 or, when none meets the SLA, the closest feasible candidate of any kind. Its paths are split by
