@@ -18,13 +18,14 @@ requests served:
     saturation rate per replica = B* / that time;  cluster rate = replicas * per-replica rate.
 
 It is an estimate (lengths at their means, context at its mean, prefills spread evenly): the
-simulator is the ground truth, this only maps load_fraction onto a request rate.
+simulator is the ground truth, this only maps load_fraction onto a request rate. With optimization
+paths on, simulator/path_capacity.py makes the same estimate on the paths' physics.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -35,6 +36,8 @@ class Saturation:
     batch: int
     requests_per_s_per_replica: float
     replicas: int
+    # with paths (simulator/path_capacity.py): bytes per token, admissible tokens, K, tokens per round, ...
+    detail: dict[str, Any] | None = field(default=None, compare=False)
 
     @property
     def requests_per_s(self) -> float:

@@ -26,6 +26,7 @@ from simulator.cluster import ClusterConfig, simulate_requests
 from simulator.costs import IterationCost
 from simulator.errors import InputError
 from simulator.metrics import estimate
+from simulator.path_capacity import path_saturation
 from simulator.path_provenance import strategies
 from simulator.path_step import fast_transforms, replica_gpus
 from simulator.records import RunResult
@@ -103,10 +104,17 @@ def arrival_rate(
     if arrival.load_fraction is None:
         raise InputError(scenario.source_path, "workload.arrival", "give rate_per_s or load_fraction")
     prompt, output = mean_lengths(scenario.workload)
-    sat = saturation(profile, prompt, output, config.replicas, config.replica.max_batch_size,
-                     config.replica.kv_capacity_bytes)
+    strategy = getattr(scenario, "strategy", None)
+    if strategy is None or strategy.baseline:
+        sat = saturation(profile, prompt, output, config.replicas, config.replica.max_batch_size,
+                         config.replica.kv_capacity_bytes)
+        where = "simulator/capacity.py"
+    else:  # the paths change bytes per token, capacity, tokens per step and the step's cost
+        sat = path_saturation(scenario, profile, prompt, output, config.replicas, config.replica.max_batch_size,
+                              config.replica.kv_capacity_bytes)
+        where = "simulator/path_capacity.py, with the scenario's paths"
     rate = arrival.load_fraction * sat.requests_per_s
-    return rate, f"load_fraction {arrival.load_fraction} x saturation estimate (simulator/capacity.py)", sat
+    return rate, f"load_fraction {arrival.load_fraction} x saturation estimate ({where})", sat
 
 
 def replicate(scenario: Scenario, profile: Any, config: ClusterConfig, rate: float | None,

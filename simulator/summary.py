@@ -64,7 +64,10 @@ def summary(result: SimulationResult) -> dict[str, Any]:
         "arrival_rate_per_s": {"value": result.rate_per_s, "source": result.rate_source},
         "saturation_estimate": None if result.saturation is None else {
             "batch": result.saturation.batch, "requests_per_s": result.saturation.requests_per_s,
-            "source": "estimate (simulator/capacity.py) from the profile's costs and mean lengths"},
+            "source": "estimate (simulator/capacity.py) from the profile's costs and mean lengths" if
+            result.saturation.detail is None else
+            "estimate (simulator/path_capacity.py) from the profile's costs and path sections and mean lengths",
+            **({} if result.saturation.detail is None else {"paths": result.saturation.detail})},
         "kv_capacity_bytes": {"value": result.kv_capacity_bytes, "source": result.kv_capacity_source},
         "latency_ms": latency,
         "counts": {key: sum(c[key] for c in counts) for key in ("arrived", "completed", "rejected")},

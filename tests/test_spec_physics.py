@@ -47,10 +47,14 @@ def test_mean_tokens_per_round_per_position():
 
 
 def test_positions_beyond_measured_k_use_the_mean():
-    table = acceptance_table(TINY, ["code"], 6, prompt_lookup=False, drop=0.0)
-    entry = TINY.acceptance["code"]
-    assert table[0, :4].tolist() == list(entry.per_position)
-    assert table[0, 4:].tolist() == [entry.mean, entry.mean]
+    code = TINY.acceptance["code"]
+    k = max([code.k, *code.by_k]) + 2  # beyond every K the profile measured
+    table = acceptance_table(TINY, ["code"], k, prompt_lookup=False, drop=0.0)
+    entry = TINY.acceptance_for("code", k)  # the nearest K the profile measured
+    measured = len(entry.per_position)
+    assert measured < k  # else this test checks nothing
+    assert table[0, :measured].tolist() == list(entry.per_position)
+    assert table[0, measured:].tolist() == [entry.mean] * (k - measured)
 
 
 def test_acceptance_drop_lowers_every_position_and_clips_at_zero():
