@@ -8,12 +8,19 @@ their records are bit-identical, and prints wall time, simulated requests/s, eve
 Python memory (tracemalloc, a separate pass, since tracing slows the run) and the speed ratio.
 
     .venv/bin/python benchmarks/bench_simulator.py [--sizes 10000 100000] [--load 0.8] [--no-reference]
-        [--stepper] [--stream 1000000]
+        [--stepper] [--stream 1000000] [--paths 100000]
 
 --stepper adds the general per-iteration loop (simulator/stepper.py: one event per iteration)
 on the same requests, continuous (records checked bit-identical to the fast path) and chunked,
 against SimPy's bare rate (a process yielding env.timeout(1)) measured in the same run; times
 are wall and this thread's CPU time (time.thread_time: less disturbed by other processes).
+
+--paths N runs N requests with speculative decoding (K 4), the tiered KV cache (device, host,
+SSD) and int8 KV compression on, on the calibrated CPU profile (cpu-tiny: the shipped profile
+that measured all three paths), Azure conversation lengths, Poisson arrivals at --load x the
+path-aware saturation estimate (simulator/path_capacity.py), through the per-iteration loop.
+It reports wall and thread CPU time, events/s and the ratio to SimPy's bare rate measured in the
+same run, and checks that a second run with the same seed gives the same records bit for bit.
 
 --stream N runs N baseline requests through simulator/streaming.py (workload as arrays, records
 written to a CSV as requests finish, ledger of requests in flight) and reports time, events/s
@@ -139,6 +146,57 @@ def streamed(n: int, load: float, seed: int) -> None:
           f"{result.peak_in_flight:,} requests held at once; workload arrays {arrays_mib:.0f} MiB")
 
 
+PATHS = {"speculative": {"k": 4}, "tiered": {"chunk_tokens": 256}, "compression": {"mode": "int8"}}
+
+
+def paths_run(n: int, load: float, seed: int, bare_cpu: float) -> None:
+    """N requests with speculative + tiered + compression through the per-iteration loop, timed."""
+    import tomllib
+
+    from simulator.paths import SCENARIOS_DIR
+    from simulator.scenario import scenario_from_dict
+    from simulator.stepper_setup import stepper_setup
+
+    with open(SCENARIOS_DIR / "quickstart.toml", "rb") as fh:
+        data = tomllib.load(fh)
+    data.update(profile="cpu-tiny", strategy=PATHS)
+    data["workload"].update(requests=n, arrival={"kind": "poisson", "load_fraction": load})
+    scenario = scenario_from_dict(data)
+    profile = resolve_profile("cpu-tiny")
+    config, _ = cluster_config(scenario, profile)
+    rate, _, sat = arrival_rate(scenario, profile, config)
+    assert rate is not None and sat is not None
+    requests = generate_requests(scenario.workload, np.random.default_rng(seed), rate)
+    results, times = [], []
+    for _ in range(2):  # the second run checks determinism (same seed, same records)
+        setup = stepper_setup(scenario, profile, config.replicas, config.replica.kv_capacity_bytes,
+                              np.random.SeedSequence(seed))
+        gc.collect()
+        gc.disable()
+        wall, cpu = time.perf_counter(), time.thread_time()
+        results.append(simulate_requests(requests, config, IterationCost.from_profile(profile), setup=setup))
+        times.append((time.perf_counter() - wall, time.thread_time() - cpu))
+        gc.enable()
+    result = results[0]
+    wall, cpu = min(t[0] for t in times), min(t[1] for t in times)
+    done = [r for r in result.records if r.completed]
+    rounds = sum(r.draft_rounds for r in done)
+    accepted = sum(r.accepted_tokens for r in done)
+    tokens = sum(r.output_tokens for r in done)
+    print(f"\npaths: {n:,} requests with {PATHS} on {profile.key_str()} (source {profile.source}), "
+          f"Poisson at {load} x path-aware saturation ({sat.requests_per_s:.3f}/s, batch {sat.batch})")
+    print(f"  {wall:8.2f} s wall {cpu:8.2f} s CPU (best of 2)  {n / cpu:10,.0f} requests/s CPU  "
+          f"{result.events / cpu:10,.0f} events/s CPU  ({result.events:,} events, {result.iterations:,} iterations, "
+          f"{1e6 * cpu / max(result.iterations, 1):.1f} us CPU per iteration, "
+          f"{tokens / max(result.iterations, 1):.1f} output tokens per iteration)")
+    if bare_cpu:
+        print(f"  = {result.events / cpu / bare_cpu:.3f} x SimPy's bare event rate (CPU, this run)")
+    stall = float(np.mean([r.paging_s for r in done]))
+    print(f"  {len(done):,} completed, {len(result.records) - len(done):,} rejected; accepted draft tokens per "
+          f"round {accepted / max(rounds, 1):.3f}; paging stall per request {stall:.4g} s; "
+          f"second run bit-identical: {bits(results[1]) == bits(result)}")
+
+
 def bits(result: RunResult) -> list[tuple]:
     """Records as tuples with floats in hex: equal only if bit-identical (NaN included)."""
     return [tuple(v.hex() if isinstance(v, float) else v for v in dataclasses.astuple(r))
@@ -147,7 +205,7 @@ def bits(result: RunResult) -> list[tuple]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
+    parser.add_argument("--sizes", type=int, nargs="*", default=[10_000, 100_000], help="baseline sizes (none: skip)")
     parser.add_argument("--load", type=float, default=0.8, help="fraction of the saturation estimate")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-reference", action="store_true", help="time the fast path only")
@@ -155,12 +213,16 @@ def main() -> None:
                         help="also time the per-iteration loop (continuous and chunked) against SimPy's bare rate")
     parser.add_argument("--stream", type=int, default=0, metavar="N",
                         help="also stream N baseline requests' records to disk (flat memory); e.g. 1000000")
+    parser.add_argument("--paths", type=int, default=0, metavar="N",
+                        help="also run N requests with speculative + tiered + compression on; e.g. 100000")
     args = parser.parse_args()
     if args.stream:
         streamed(args.stream, args.load, args.seed)
-    bare_wall, bare_cpu = simpy_bare_rate() if args.stepper else (0.0, 0.0)
-    if args.stepper:
+    bare_wall, bare_cpu = simpy_bare_rate() if args.stepper or args.paths else (0.0, 0.0)
+    if args.stepper or args.paths:
         print(f"SimPy bare timeout rate (this run): {bare_wall:,.0f} events/s wall, {bare_cpu:,.0f} events/s CPU")
+    if args.paths:
+        paths_run(args.paths, args.load, args.seed, bare_cpu)
 
     profile = resolve_profile("seed-llama2-70b-a100")
     base = load_scenario("quickstart")  # Azure conversation lengths (empirical), 1 GPU, continuous batching
