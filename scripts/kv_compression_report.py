@@ -145,8 +145,9 @@ def render_compression(q_rows: list[dict], a_rows: list[dict], n_rows: list[dict
         "against full precision. `path` cache: the dequantize-on-read caches of `kv_compression.py` (KIVI groups of "
         "32, H2O heavy hitters chosen over the whole context); `engine`: greedy generation through the serving "
         "Engine's compressed store (16-token groups, fp16 metadata, heavy hitters per block). In the store's "
-        "mixed modes the block holding the sinks (tokens 0-15) is never sealed, and the facts end by token 17: "
-        "there the needle is (almost entirely) kept in full precision by construction, not found by H2O.",
+        "mixed modes the block holding the sinks (tokens 0-15) is never sealed: when the asked fact lies there "
+        "(2 or 3 fact lines; with 4 it starts at token 16) it is kept in full precision by construction, not "
+        "found by H2O.",
         "",
         "## Quality per mode (tiny target, held-out eval prompts padded to long contexts, teacher-forced)",
         "",
