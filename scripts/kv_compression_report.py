@@ -170,7 +170,8 @@ def render_compression(q_rows: list[dict], a_rows: list[dict], n_rows: list[dict
         "900 tokens, then at most 64 new tokens. The compressed target decodes its own greedy continuation and the "
         "full-precision draft is scored along it (`kv_quality.greedy_acceptance`).",
         "",
-        f"Compression block measured by `{meta.get('compression_command', meta['command'])}`.",
+        "Measured by: " + "; ".join(f"{part}: {run}" for part, run in
+                                    meta.get("compression_runs", {"all": f"`{meta['command']}`"}).items()) + ".",
         END,
     ]
     return "\n".join(out)

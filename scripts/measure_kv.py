@@ -253,17 +253,21 @@ def store(target: torch.nn.Module, samples: list, contexts: list[int], rounds: i
     return [dataclasses.asdict(p) for p in measure_store(target, prompt, contexts, steps=17, rounds=rounds)]
 
 
-def measure_compression(quick: bool) -> tuple[dict[str, list[dict]], ModelConfig]:
+def measure_compression(quick: bool, parts: set[str], out: Path) -> tuple[dict[str, list[dict]], ModelConfig]:
+    """The compression CSVs' rows; a part not in ``parts`` is read back from the last run's CSV in ``out``."""
     _, target = load_checkpoint(MODELS_DIR / "tiny-target")
     _, draft = load_checkpoint(MODELS_DIR / "tiny-draft")
     _, needle_model = load_checkpoint(MODELS_DIR / "tiny-needle")
     for m in (target, draft, needle_model):
         m.eval()
     samples = load_eval_prompts(MODELS_DIR / "eval_prompts.jsonl")
-    rows = {"kv_store": store(target, samples, [256, 512] if quick else [256, 512, 1024, 2000], 1 if quick else 3),
-            "kv_needle": needle(needle_model, 4 if quick else 50, [512, 1000] if quick else [512, 768, 1000]),
-            "kv_quality": quality(target, samples, 2 if quick else 6),
-            "kv_acceptance": acceptance(target, draft, samples, 1 if quick else 5, 24 if quick else 64, k=5)}
+    jobs = {"kv_store": lambda: store(target, samples, [256, 512] if quick else [256, 512, 1024, 2000],
+                                      1 if quick else 3),
+            "kv_needle": lambda: needle(needle_model, 4 if quick else 50, [512, 1000] if quick else [512, 768, 1000]),
+            "kv_quality": lambda: quality(target, samples, 2 if quick else 6),
+            "kv_acceptance": lambda: acceptance(target, draft, samples, 1 if quick else 5, 24 if quick else 64, k=5)}
+    rows = {name: job() if name.removeprefix("kv_") in parts else read_csv(out / f"{name}.csv")
+            for name, job in jobs.items()}
     return rows, target.config
 
 
@@ -274,6 +278,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--docs", default=str(ROOT / "docs" / "tiered_kv.md"))
     ap.add_argument("--render-only", action="store_true", help="rewrite the document from the last run's CSVs")
     ap.add_argument("--out", type=Path, default=OUT, help="where the CSVs and kv_meta.json go")
+    ap.add_argument("--parts", default="store,needle,quality,acceptance",
+                    help="with --compression-only: what to re-measure (the rest is read from the last CSVs)")
     ap.add_argument("--compression-only", action="store_true",
                     help="re-measure only the compression CSVs and rewrite only the document's compression block")
     args = ap.parse_args(argv)
@@ -286,12 +292,15 @@ def main(argv: list[str] | None = None) -> int:
     meta = {"command": command, "torch": torch.__version__, "machine": platform.processor() or platform.machine(),
             "threads": args.threads, "cpus": os.cpu_count()}
     if args.compression_only:
-        rows, target_cfg = measure_compression(args.quick)
+        rows, target_cfg = measure_compression(args.quick, set(args.parts.split(",")), args.out)
         for name in COMPRESSION:
             write_csv(args.out / f"{name}.csv", rows[name])
         old = json.loads((args.out / "kv_meta.json").read_text(encoding="utf-8"))
-        old.update(compression_command=f"{command} ({time.time() - start:.0f} s, load average "
-                                       f"{os.getloadavg()[0]:.1f}, {args.threads} torch thread)")
+        when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+        runs = old.setdefault("compression_runs", {})
+        for part in args.parts.split(","):
+            runs[part] = (f"`{command}` ({when}, {time.time() - start:.0f} s, load average "
+                          f"{os.getloadavg()[0]:.1f}, {args.threads} torch thread, CPU shared)")
         write_atomic(args.out / "kv_meta.json", json.dumps(old, indent=1) + "\n")
         block = render_compression(rows["kv_quality"], rows["kv_acceptance"], rows["kv_needle"],
                                    bytes_table(target_cfg), rows["kv_store"], old)
@@ -302,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
     contexts = [1024, 2048] if args.quick else [1024, 2048, 4096, 8192]
     steps = 2 if args.quick else 6
     step_rows, link_rows, fit = paging(contexts, steps)
-    rows, target_cfg = measure_compression(args.quick)
+    rows, target_cfg = measure_compression(args.quick, {"store", "needle", "quality", "acceptance"}, args.out)
     rows.update(kv_paging_steps=step_rows, kv_paging_links=link_rows)
     for name in NAMES:
         write_csv(args.out / f"{name}.csv", rows[name])
