@@ -137,8 +137,11 @@ def _label(subset: tuple[str, ...]) -> str:
 
 def stack(data: dict[str, Any], source: str | None, profile: Profile, seed: int = 0, replications: int = 2,
           compression_mode: str | None = None, executor: Executor | None = None,
-          cache: ResultCache | None = None) -> Stack:
-    """Every subset of the applicable paths, every order's marginal steps, and pairwise couplings."""
+          cache: ResultCache | None = None, metric: str | None = None) -> Stack:
+    """Every subset of the applicable paths, the orders that matter, and pairwise couplings.
+
+    ``metric``: the P99 term the orders are shown for; an undeclared pair is kept as interacting
+    when it measurably interacts on that term (on any term when None). Couplings cover every term."""
     tables, skipped = path_tables(profile, data, compression_mode)
     paths = tuple(tables)
     subsets = [tuple(s) for r in range(len(paths) + 1) for s in itertools.combinations(paths, r)]
@@ -158,7 +161,7 @@ def stack(data: dict[str, Any], source: str | None, profile: Profile, seed: int 
         pair = frozenset({x, y})
         if pair in interacting:
             continue
-        for term in TERMS:  # an undeclared pair that measurably interacts keeps its orders
+        for term in (TERMS if metric is None else (metric,)):  # a measured interaction keeps its orders
             vals = [_value(outcomes[_label(s)], term) for s in ((), (x,), (y,), (x, y))]
             if any(math.isinf(v) or v <= 0 for v, _ in vals):
                 continue

@@ -94,3 +94,11 @@ def test_order_classes_by_hand():
     assert order_classes(("speculative", "tiered", "compression"), set()) == [("speculative", "tiered", "compression")]
     two = order_classes(("speculative", "tiered", "compression"), {frozenset({"speculative", "compression"})})
     assert len(two) == 2 and {o.index("speculative") < o.index("compression") for o in two} == {True, False}
+
+
+def test_measured_interactions_are_judged_on_the_shown_metric():
+    data = scenario()
+    data["cluster"] = {"gpus": 2}
+    result = stack(data, None, profile_with_mode(drop=0.30, overhead=0.0), replications=1, metric="tpot")
+    assert all(m["term"] == "tpot" for m in result.order_reduction["measured"])
+    assert len(result.couplings) == 4 * 3 * 3  # couplings still cover every ordered pair and every term

@@ -183,7 +183,7 @@ def _cmd_stack(args: argparse.Namespace) -> int:
     data, source, profile = _scenario(args)
     executor, cache = _runtime(args)
     result = stack(data, source, profile, args.seed, args.replications, args.compression_mode, executor,
-                   cache).to_dict()
+                   cache, metric=args.metric).to_dict()
     lines = [f"Stacking on {result['scenario']}: {result['numbers_from']}",
              f"paths: {', '.join(result['paths']) or 'none'}"]
     lines += [f"  {p}: not applicable: {why}" for p, why in result["not_applicable"].items()]
