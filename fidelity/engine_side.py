@@ -10,6 +10,7 @@ with what is missing: the report says "not run: <reason>", never a made-up numbe
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +29,7 @@ from real_engine.speculative import SpeculativeEngine
 from simulator.records import RequestRecord
 from simulator.request import RequestSpec
 
+SSD_PAGES_CAP = 16  # SSD tier of at most 16x the device pool's pages (it is preallocated; the workloads need less)
 BLOCK_SIZE = 16  # tripath serve's default block size (the profile's KV budget is 1024 such blocks)
 Paths = dict[str, tuple[float | None, str]]
 
@@ -68,21 +70,44 @@ class Measured:
     core_share: float | None = None  # thread CPU s / wall s of its steps (wall clock only; idle core: ~1)
 
 
-def engine_config(data: dict[str, Any], kv_tokens: int) -> EngineConfig:
+def engine_config(data: dict[str, Any], kv_tokens: int, layers: int,
+                  tier_tokens: tuple[int, int] = (0, 0)) -> EngineConfig:
+    """The engine the scenario describes; ``kv_tokens`` is the device KV the simulator's budget holds.
+
+    Tiered: the engine's tiers are counted in pages of chunk_tokens tokens of ONE layer, so each tier
+    gets (its tokens // chunk_tokens) x layers pages; ``tier_tokens`` = (host, SSD) tokens as the
+    simulator sizes them from the scenario (SSD capped: the engine preallocates its tiers).
+    """
     batching = data.get("batching", {})
+    strategy = data.get("strategy", {})
+    extra: dict[str, Any] = {}
+    if "compression" in strategy:
+        extra["kv_compression"] = str(strategy["compression"]["mode"])
+    if "tiered" in strategy:
+        from real_engine.tiers import TierConfig
+
+        chunk = int(strategy["tiered"].get("chunk_tokens", 256))
+        device = max(1, kv_tokens // chunk) * layers
+        host, ssd = (max(0, t // chunk) * layers for t in tier_tokens)
+        extra["tiered"] = TierConfig(chunk, device, host, min(ssd, SSD_PAGES_CAP * device))
     return EngineConfig(int(batching.get("max_batch_size", 256)), int(batching.get("max_batched_tokens", 8192)),
-                        BLOCK_SIZE, max(1, kv_tokens // BLOCK_SIZE))
+                        BLOCK_SIZE, max(1, kv_tokens // BLOCK_SIZE), **extra)
 
 
 def unsupported(data: dict[str, Any]) -> str | None:
     """What the engine side lacks for this scenario, or None when it can be served."""
     strategy = data.get("strategy", {})
     missing = []
-    if "tiered" in strategy:
-        missing.append("the tiered KV cache runs in its own batch-1 loop (real_engine/tiered_engine.py), "
-                       "not inside the continuous-batching Engine that serve() replays")
-    if "compression" in strategy:
-        missing.append("the Engine has no compressed-KV option (KV modes exist only in kv_compression.py)")
+    fields_ = {f.name for f in dataclasses.fields(EngineConfig)}
+    if "tiered" in strategy and "tiered" not in fields_:
+        missing.append("the Engine has no tiered KV option (EngineConfig.tiered)")
+    if "compression" in strategy and "kv_compression" not in fields_:
+        missing.append("the Engine has no compressed-KV option (EngineConfig.kv_compression)")
+    if "speculative" in strategy and ({"tiered", "compression"} & set(strategy)):
+        missing.append("the SpeculativeEngine keeps its own full-precision paged KV: EngineConfig.tiered and "
+                       "kv_compression are the plain Engine's only")
+    if {"tiered", "compression"} <= set(strategy):
+        missing.append("EngineConfig cannot combine tiered with kv_compression")
     if "sequence_parallel" in strategy:
         if len(strategy) > 1:
             missing.append("sequence parallelism is served alone (fidelity/seqpar_serving.py), not combined")
@@ -101,12 +126,13 @@ def unsupported(data: dict[str, Any]) -> str | None:
     return "; ".join(missing) or None
 
 
-def build_engine(data: dict[str, Any], target: LlamaModel, draft: LlamaModel | None,
-                 kv_tokens: int, seed: int, default_k: int) -> tuple[Engine | SpeculativeEngine, SpecCounters | None]:
+def build_engine(data: dict[str, Any], target: LlamaModel, draft: LlamaModel | None, kv_tokens: int, seed: int,
+                 default_k: int, tier_tokens: tuple[int, int] = (0, 0)) -> tuple[Engine | SpeculativeEngine,
+                                                                                 SpecCounters | None]:
     reason = unsupported(data)
     if reason is not None:
         raise NotAvailable(f"engine: {reason}")
-    cfg = engine_config(data, kv_tokens)
+    cfg = engine_config(data, kv_tokens, target.config.num_layers, tier_tokens)
     gen = torch.Generator().manual_seed(seed)
     spec = data.get("strategy", {}).get("speculative")
     if spec is None:
@@ -119,7 +145,8 @@ def build_engine(data: dict[str, Any], target: LlamaModel, draft: LlamaModel | N
 
 
 def measure(data: dict[str, Any], requests: list[RequestSpec], target: LlamaModel, draft: LlamaModel | None,
-            kv_tokens: int, seed: int, default_k: int, clock: str = "wall", target_path: str | None = None) -> Measured:
+            kv_tokens: int, seed: int, default_k: int, clock: str = "wall", target_path: str | None = None,
+            tier_tokens: tuple[int, int] = (0, 0)) -> Measured:
     """Serve ``requests`` on the engine this scenario describes (greedy, EOS ignored).
 
     clock "wall": real time, what users see on this (shared) machine; "cpu": CpuClock, the replay
@@ -134,7 +161,7 @@ def measure(data: dict[str, Any], requests: list[RequestSpec], target: LlamaMode
     sp = data.get("strategy", {}).get("sequence_parallel")
     if sp is not None:
         return _measure_seqpar(data, requests, prompts, target_path, int(sp.get("degree", 2)), clock)
-    engine, counters = build_engine(data, target, draft, kv_tokens, seed, default_k)
+    engine, counters = build_engine(data, target, draft, kv_tokens, seed, default_k, tier_tokens)
     timing: dict[str, Any] = {}
     if clock == "cpu":
         cpu = CpuClock()
@@ -157,6 +184,11 @@ def measure(data: dict[str, Any], requests: list[RequestSpec], target: LlamaMode
         paths["accepted_per_round"] = (counters.num_accepted_tokens / counters.num_drafts
                                        if counters.num_drafts else None, "draft tokens")
         paths["acceptance"] = (counters.per_token_acceptance, "fraction")
+    if "tiered" in data.get("strategy", {}):
+        # as the simulator books it: every request in a step is stalled by that step's paging
+        done = sum(r.completed for r in result.records)
+        stalled = sum(getattr(st, "paging_stall_s", 0.0) * st.batch_size for st in result.steps)
+        paths["paging_ms_per_request"] = (stalled / done * 1000.0 if done else None, "ms")
     busy = sum(step.wall_s for step in result.steps)
     # the share of a core the engine's thread got while stepping: 1.0 on an idle core (contention gauge)
     share = cpu_s / busy if clock == "wall" and busy > 0 else None

@@ -22,6 +22,7 @@ from simulator.runner import arrival_rate, cluster_config, simulate
 from simulator.scenario import Scenario, scenario_from_dict
 from simulator.workload import generate_requests
 
+GIB = 2**30
 # the part of a scenario that fixes the request list and the memory: no strategy, no batching policy
 WORKLOAD_KEYS = ("name", "description", "workload", "cluster")
 BATCHING_SIZES = ("max_batch_size", "max_batched_tokens")
@@ -49,6 +50,19 @@ def requests_for(data: dict[str, Any], source: str | None, profile: Any, seed: i
     rng = np.random.default_rng(np.random.SeedSequence(seed).spawn(1)[0])
     requests = generate_requests(scenario.workload, rng, rate)
     return requests, config.replica.kv_capacity_bytes // int(profile.model.kv_bytes_per_token)
+
+
+def tier_tokens(data: dict[str, Any], profile: Any) -> tuple[int, int]:
+    """(host, SSD) KV tokens of the scenario's [strategy.tiered] (the profile's memory where not given)."""
+    tiered = data.get("strategy", {}).get("tiered")
+    if tiered is None:
+        return 0, 0
+    per_token = int(profile.model.kv_bytes_per_token)
+    host = tiered.get("host_capacity_gib")
+    ssd = tiered.get("ssd_capacity_gib")
+    host_bytes = int(host * GIB) if host is not None else int(profile.hardware.host_memory_bytes)
+    ssd_bytes = int(ssd * GIB) if ssd is not None else int(profile.hardware.ssd_bytes)
+    return host_bytes // per_token, ssd_bytes // per_token
 
 
 def _mean_field(records: list[RequestRecord], name: str) -> float | None:

@@ -20,6 +20,7 @@ import sys
 import time
 import tomllib
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -86,14 +87,16 @@ def run_case(path: str, data: dict[str, Any], profile: Any, models: tuple[Any, A
     from fidelity.compare import compare
     from fidelity.engine_side import NotAvailable, measure
     from fidelity.report import ScenarioResult
-    from fidelity.sim_side import requests_for, simulate_case
+    from fidelity.sim_side import requests_for, simulate_case, tier_tokens
 
     requests, kv_tokens = requests_for(data, path, profile, seed)
+    k_default = profile.speculative.k if profile.speculative is not None else 4
+    serve_on = partial(measure, data, requests, models[0], models[1], kv_tokens, seed, k_default,
+                       target_path=target_path, tier_tokens=tier_tokens(data, profile))
     res = ScenarioResult(data["name"], data.get("description", ""), path, len(requests))
     reasons, real, sim = [], None, None
-    k = profile.speculative.k if profile.speculative is not None else 4
     try:
-        real = measure(data, requests, models[0], models[1], kv_tokens, seed, k, target_path=target_path)
+        real = serve_on()
         res.real_records = real.records
         res.real = _side_summary(real.records, {"wall_s": real.wall_s, "steps": real.steps,
                                                 "prompts": real.prompt_source, "core_share": real.core_share})
@@ -103,7 +106,7 @@ def run_case(path: str, data: dict[str, Any], profile: Any, models: tuple[Any, A
         sim = simulate_case(data, path, profile, seed)
         spec = data.get("strategy", {}).get("speculative")
         if spec is not None:  # what the simulator was told: the profile's a per task, over the task mix
-            sim.paths["acceptance"] = (profile_acceptance(profile, data, int(spec.get("k", k))),
+            sim.paths["acceptance"] = (profile_acceptance(profile, data, int(spec.get("k", k_default))),
                                        "fraction (profile input)")
         res.sim_records = sim.records
         res.sim = _side_summary(sim.records, {"profile_source": sim.profile_source})
@@ -116,14 +119,14 @@ def run_case(path: str, data: dict[str, Any], profile: Any, models: tuple[Any, A
         real_recs = real.records if real is not None else _nan_twin(sim.records)
         res.rows = compare(sim_recs, real_recs, sim.paths if sim else {}, real.paths if real else {})
     if real is not None:  # the same requests again in CPU time: how much of the error is contention
-        cpu = measure(data, requests, models[0], models[1], kv_tokens, seed, k, clock="cpu", target_path=target_path)
+        cpu = serve_on(clock="cpu")
         res.cpu_records = cpu.records
         res.real_cpu = _side_summary(cpu.records, {"steps": cpu.steps})
         res.cpu_rows = compare(sim.records if sim is not None else _nan_twin(cpu.records), cpu.records,
                                sim.paths if sim else {}, cpu.paths)
     noise_rows = None
     if noise and real is not None:
-        again = measure(data, requests, models[0], models[1], kv_tokens, seed, k, target_path=target_path)
+        again = serve_on()
         noise_rows = compare(again.records, real.records, again.paths, real.paths)
     return res, noise_rows
 

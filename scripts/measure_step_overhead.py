@@ -9,7 +9,11 @@ prints both against the profile's prediction. probe / profile shows how much thi
 (other jobs sharing caches and cores) inflates even CPU time right now; step / probe is the cost
 of the engine's scheduler, input packing and sampler, which the profile does not contain.
 
-    .venv/bin/python scripts/measure_step_overhead.py [--profile cpu-tiny] [--repeats 15]
+    .venv/bin/python scripts/measure_step_overhead.py [--profile cpu-tiny] [--repeats 15] [--kv-compression int8]
+
+With --kv-compression MODE the Engine keeps its KV in that mode (EngineConfig.kv_compression) and
+the profile's prediction is multiplied by the mode's decode_overhead_ratio, as the simulator does;
+the probe stays full precision (it is the calibration's forward).
 """
 
 from __future__ import annotations
@@ -70,16 +74,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--profile", default="cpu-tiny")
     parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--kv-compression", help="Engine KV mode (EngineConfig.kv_compression), e.g. int8")
     args = parser.parse_args()
     torch.set_num_threads(1)
     profile = resolve_profile(args.profile)
     _, model = load_checkpoint(MODELS_DIR / "tiny-target", device="cpu")
-    engine = Engine(model, EngineConfig(64, 16384, 16, 2048), torch.Generator().manual_seed(0))
+    config = EngineConfig(64, 16384, 16, 2048, kv_compression=args.kv_compression)
+    engine = Engine(model, config, torch.Generator().manual_seed(0))
+    overhead = 1.0
+    if args.kv_compression:
+        overhead = profile.compression[args.kv_compression].decode_overhead_ratio.value
     engine.generate([[0] * 8], 4)  # warm-up
     _, probe_model = load_checkpoint(MODELS_DIR / "tiny-target", device="cpu")
     probe = StepProbe(probe_model, max_tokens=16 * 1024, max_sequences=64)
-    print(f"CPU ms (median of {args.repeats}, 1 thread): Engine.step, the calibration probe's forward, and "
-          f"profile {args.profile} ({profile.source})")
+    print(f"CPU ms (median of {args.repeats}, 1 thread): Engine.step (KV {args.kv_compression or 'full precision'}), "
+          f"the calibration probe's forward, and profile {args.profile} ({profile.source}) x {overhead:.3f}")
     print("kind     batch  tokens/seq  step_ms  probe_ms  profile_ms  probe/profile  step/probe")
     rows = [("decode", b, c) for b, c in ((1, 256), (4, 256), (8, 256), (16, 256), (8, 64), (8, 768))]
     rows += [("prefill", 1, t) for t in (64, 256, 768)]
@@ -88,7 +97,7 @@ def main() -> None:
             step = decode_step_ms(engine, batch, tokens, args.repeats)
             # the engine's decode sequences hold tokens + 1 (prompt and the first token) when attending
             fwd = probe_ms(probe, batch, 1, batch * (tokens + 1), args.repeats)
-            predicted = profile.decode_ms(batch, batch * (tokens + 1))
+            predicted = profile.decode_ms(batch, batch * (tokens + 1)) * overhead
         else:
             step = prefill_step_ms(engine, tokens, args.repeats)
             fwd = probe_ms(probe, 1, tokens, 0, args.repeats)
