@@ -82,3 +82,18 @@ def test_input_errors_exit_2_with_one_line(capsys, tmp_path):
     assert code == 2 and "warp-drive" in err
     code, _, err = run(capsys, "matrix", "--profile", "no-such-profile", "--no-cache")
     assert code == 2 and "no-such-profile" in err
+
+
+def test_matrix_json_and_text_show_primary_path_and_memory(capsys, tmp_path):
+    cache = str(tmp_path / "c")  # the text run below is served from the cache the JSON run filled
+    code, out, _ = run(capsys, "matrix", "--profile", "seed-llama2-70b-a100", "--requests", "20", "--json",
+                       "--workers", "1", "--cache-dir", cache)
+    assert code == 0
+    cells = {c["scenario"]: c for c in json.loads(out)["cells"]}
+    dialogue = cells["dialogue-medium"]
+    assert dialogue["attribution"]["needed_for_memory"] == ["tiered"]  # 8-16K on an 8K-token budget
+    assert dialogue["seed_claim"] == "gain" and cells["very-long-single-gpu"]["seed_claim"] == "memory"
+    assert all(c["seed_match"] in ("agrees", "same path, other reason", "differs") for c in cells.values())
+    code, out, _ = run(capsys, "matrix", "--profile", "seed-llama2-70b-a100", "--requests", "20",
+                       "--workers", "1", "--cache-dir", cache)
+    assert code == 0 and "needed for memory: tiered" in out and "a gain claim" in out and "why: " in out
