@@ -12,7 +12,10 @@ tables less X; the baseline when X was alone), simulated in the same sweep on th
   not fit the KV budget), so X is there for feasibility, whatever it does to latency;
 - *earns a gain*: without X every request still fits and C's SLA margin (min over terms of
   (target - P99) / target) is larger with X than without; the gain is that difference;
-- *no gain*: without X every request fits and the margin is no worse (X is dead weight here).
+- *no gain*: without X every request fits and the margin is no worse (X is dead weight here);
+- *gain within noise*: the margin is higher with X, but by no more than the two runs' 95%
+  intervals allow (each run's margin noise: the largest CI half-width over the SLA terms, as a
+  fraction of the target; 0 with one replication, which has no interval).
 
 The primary path is the paths that earn a gain (``baseline`` when none does).
 """
@@ -26,7 +29,8 @@ from typing import Any
 from planning.sweep import MAX_REJECTED
 
 MEMORY, GAIN, NO_GAIN, UNKNOWN = "needed for memory", "earns a gain", "no gain", "not compared"
-ROLES = (MEMORY, GAIN, NO_GAIN, UNKNOWN)
+WITHIN_NOISE = "gain within noise"
+ROLES = (MEMORY, GAIN, NO_GAIN, WITHIN_NOISE, UNKNOWN)
 
 
 @dataclass(frozen=True)
@@ -67,8 +71,19 @@ class Attribution:
                 "needed_for_memory": list(self.memory_paths), "paths": [r.to_dict() for r in self.roles]}
 
 
-def attribute(chosen: Any, results: Sequence[Any]) -> Attribution:
-    """Judge each path of ``chosen`` (a matrix CandidateResult) against ``results`` of the same cell."""
+def margin_noise(outcome: dict[str, Any], sla_ms: dict[str, float | None] | None) -> float:
+    """The largest 95% half-width of a P99 term as a fraction of its target (0 without intervals)."""
+    noise = 0.0
+    for term, target in (sla_ms or {}).items():
+        p = (outcome.get("p99_ms") or {}).get(term) or {}
+        if target and p.get("ci_high") is not None and p.get("mean") is not None:
+            noise = max(noise, (p["ci_high"] - p["mean"]) / target)
+    return noise
+
+
+def attribute(chosen: Any, results: Sequence[Any], sla_ms: dict[str, float | None] | None = None) -> Attribution:
+    """Judge each path of ``chosen`` (a matrix CandidateResult) against ``results`` of the same cell;
+    ``sla_ms`` (term -> target) lets a gain inside the runs' intervals be told apart."""
     strategy = chosen.candidate.strategy
     data = chosen.outcome.data
     roles = []
@@ -90,9 +105,11 @@ def attribute(chosen: Any, results: Sequence[Any]) -> Attribution:
             roles.append(PathRole(path, UNKNOWN, name, "no SLA margin to compare"))
             continue
         gain = mine - theirs
-        role = GAIN if gain > 0.0 else NO_GAIN
+        noise = margin_noise(data, sla_ms) + margin_noise(o, sla_ms)
+        role = NO_GAIN if gain <= 0.0 else (GAIN if gain > noise else WITHIN_NOISE)
         roles.append(PathRole(path, role, name, f"SLA margin {theirs:+.0%} without it, {mine:+.0%} with it "
-                                                f"({gain * 100:+.1f} points)"))
+                                                f"({gain * 100:+.1f} points"
+                                                + (f", noise {noise * 100:.1f})" if noise else ")")))
     return Attribution(chosen.candidate.name, tuple(roles))
 
 

@@ -131,7 +131,7 @@ class Cell:
     @property
     def attribution(self) -> Attribution | None:
         chosen = self.chosen
-        return None if chosen is None else attribute(chosen, self.results)
+        return None if chosen is None else attribute(chosen, self.results, self.sla_ms)
 
     @property
     def seed_claim(self) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from planning.attribution import GAIN, MEMORY, NO_GAIN, UNKNOWN, PathRole, attribute
+from planning.attribution import GAIN, MEMORY, NO_GAIN, UNKNOWN, WITHIN_NOISE, PathRole, attribute
 from planning.candidates import BASELINE, Candidate
 from planning.matrix import CandidateResult, Cell
 from planning.sweep import Outcome
@@ -75,3 +75,20 @@ def test_closest_candidate_when_none_meets():
     # speculative alone has the best margin but rejects 2% (> 1%): not feasible, not chosen
     assert c.recommended is None and c.chosen.candidate.name == "speculative+tiered"
     assert c.why()[0].startswith("no candidate meets the SLA")
+
+
+def test_a_gain_inside_the_intervals_is_not_a_primary_path():
+    def with_ci(r: CandidateResult, half_ms: float) -> CandidateResult:
+        for term in ("ttft", "tpot"):
+            r.outcome.data["p99_ms"][term]["ci_high"] = 100.0 + half_ms
+        return r
+
+    sla = {"ttft": 1000.0, "tpot": 100.0, "e2e": None}
+    # margins -0.10 vs -0.13: +3 points; half-widths 2 ms on the 100 ms TPOT target = 2 points per run
+    rows = [with_ci(result("tiered", TIER, -0.13, 0.0), 2.0),
+            with_ci(result("speculative+tiered", {**SPEC, **TIER}, -0.10, 0.0), 2.0),
+            result("speculative", SPEC, None, 1.0)]
+    a = attribute(rows[1], rows, sla)
+    assert a.roles[0].role == WITHIN_NOISE and a.primary_path == "baseline"
+    assert "noise 4.0" in a.roles[0].detail
+    assert attribute(rows[1], rows).roles[0].role == GAIN  # without targets there is no noise to compare
