@@ -68,6 +68,7 @@ class Measured:
     prompt_source: str
     wall_s: float  # wall time of the whole replay
     core_share: float | None = None  # thread CPU s / wall s of its steps (wall clock only; idle core: ~1)
+    mean_batch: float | None = None  # sequences per engine step, averaged over steps
 
 
 def engine_config(data: dict[str, Any], kv_tokens: int, layers: int,
@@ -192,7 +193,8 @@ def measure(data: dict[str, Any], requests: list[RequestSpec], target: LlamaMode
     busy = sum(step.wall_s for step in result.steps)
     # the share of a core the engine's thread got while stepping: 1.0 on an idle core (contention gauge)
     share = cpu_s / busy if clock == "wall" and busy > 0 else None
-    return Measured(result.records, paths, len(result.steps), result.prompt_source, wall, share)
+    batch = sum(step.batch_size for step in result.steps) / len(result.steps) if result.steps else None
+    return Measured(result.records, paths, len(result.steps), result.prompt_source, wall, share, batch)
 
 
 def _measure_seqpar(data: dict[str, Any], requests: list[RequestSpec], prompts: PromptSource,

@@ -99,7 +99,8 @@ def run_case(path: str, data: dict[str, Any], profile: Any, models: tuple[Any, A
         real = serve_on()
         res.real_records = real.records
         res.real = _side_summary(real.records, {"wall_s": real.wall_s, "steps": real.steps,
-                                                "prompts": real.prompt_source, "core_share": real.core_share})
+                                                "prompts": real.prompt_source, "core_share": real.core_share,
+                                                "mean_batch": real.mean_batch})
     except NotAvailable as exc:
         reasons.append(str(exc))
     try:
@@ -121,7 +122,7 @@ def run_case(path: str, data: dict[str, Any], profile: Any, models: tuple[Any, A
     if real is not None:  # the same requests again in CPU time: how much of the error is contention
         cpu = serve_on(clock="cpu")
         res.cpu_records = cpu.records
-        res.real_cpu = _side_summary(cpu.records, {"steps": cpu.steps})
+        res.real_cpu = _side_summary(cpu.records, {"steps": cpu.steps, "mean_batch": cpu.mean_batch})
         res.cpu_rows = compare(sim.records if sim is not None else _nan_twin(cpu.records), cpu.records,
                                sim.paths if sim else {}, cpu.paths)
     noise_rows = None
