@@ -83,9 +83,11 @@ def load_target(spec: TargetSpec, device: torch.device) -> LoadedTarget:
         generator = torch.Generator().manual_seed(spec.seed)
         with torch.device("meta"):
             model = LlamaModel(replace(config, num_layers=count), initialize=False)
-        model = model.to_empty(device=device)
+        # materialized in the timing dtype, so a 70B layer never exists in fp32 (reset_parameters draws each
+        # weight in fp32 and copies it in: the same values as initializing in fp32 and casting after)
+        model = model.to(dtype).to_empty(device=device)
         model.reset_parameters(generator)
-        models[count] = model.to(dtype).eval()
+        models[count] = model.eval()
     return LoadedTarget(spec, config, models)
 
 
