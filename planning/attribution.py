@@ -13,20 +13,23 @@ tables less X; the baseline when X was alone), simulated in the same sweep on th
 - *earns a gain*: without X every request still fits and C's SLA margin (min over terms of
   (target - P99) / target) is larger with X than without; the gain is that difference;
 - *no gain*: without X every request fits and the margin is no worse (X is dead weight here);
-- *gain within noise*: the margin is higher with X, but by no more than the two runs' 95%
-  intervals allow (each run's margin noise: the largest CI half-width over the SLA terms, as a
-  fraction of the target; 0 with one replication, which has no interval).
+- *gain within noise*: the margin is higher with X, but the 95% Student-t interval of the
+  paired per-replication margin differences (both runs use the same seeds, so replication r of
+  each saw the same arrivals and lengths) reaches 0. One replication has no interval, and any
+  positive difference counts as a gain.
 
 The primary path is the paths that earn a gain (``baseline`` when none does).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from planning.sweep import MAX_REJECTED
+from simulator.metrics import estimate
 
 MEMORY, GAIN, NO_GAIN, UNKNOWN = "needed for memory", "earns a gain", "no gain", "not compared"
 WITHIN_NOISE = "gain within noise"
@@ -71,14 +74,22 @@ class Attribution:
                 "needed_for_memory": list(self.memory_paths), "paths": [r.to_dict() for r in self.roles]}
 
 
-def margin_noise(outcome: dict[str, Any], sla_ms: dict[str, float | None] | None) -> float:
-    """The largest 95% half-width of a P99 term as a fraction of its target (0 without intervals)."""
-    noise = 0.0
-    for term, target in (sla_ms or {}).items():
-        p = (outcome.get("p99_ms") or {}).get(term) or {}
-        if target and p.get("ci_high") is not None and p.get("mean") is not None:
-            noise = max(noise, (p["ci_high"] - p["mean"]) / target)
-    return noise
+def paired_gain(mine: dict[str, Any], theirs: dict[str, Any], sla_ms: dict[str, float | None] | None
+                ) -> dict[str, float | None] | None:
+    """Mean and 95% interval of the per-replication margin difference (None without >= 2 pairs)."""
+    targets = {t: v for t, v in (sla_ms or {}).items() if v}
+    a, b = mine.get("p99_ms_by_replication"), theirs.get("p99_ms_by_replication")
+    if not targets or not a or not b:
+        return None
+
+    def margins(by_rep: dict[str, list[float]]) -> list[float]:
+        n = min(len(by_rep[t]) for t in targets)
+        return [min((targets[t] - by_rep[t][r]) / targets[t] for t in targets) for r in range(n)]
+
+    diffs = [x - y for x, y in zip(margins(a), margins(b), strict=False) if math.isfinite(x - y)]
+    if len(diffs) < 2:
+        return None
+    return estimate(diffs)
 
 
 def attribute(chosen: Any, results: Sequence[Any], sla_ms: dict[str, float | None] | None = None) -> Attribution:
@@ -105,11 +116,13 @@ def attribute(chosen: Any, results: Sequence[Any], sla_ms: dict[str, float | Non
             roles.append(PathRole(path, UNKNOWN, name, "no SLA margin to compare"))
             continue
         gain = mine - theirs
-        noise = margin_noise(data, sla_ms) + margin_noise(o, sla_ms)
-        role = NO_GAIN if gain <= 0.0 else (GAIN if gain > noise else WITHIN_NOISE)
+        paired = paired_gain(data, o, sla_ms)
+        low = None if paired is None else paired["ci_low"]
+        role = NO_GAIN if gain <= 0.0 else (WITHIN_NOISE if low is not None and low <= 0.0 else GAIN)
+        interval = "" if paired is None or low is None else \
+            f", paired 95% interval [{low * 100:+.1f}, {paired['ci_high'] * 100:+.1f}]"
         roles.append(PathRole(path, role, name, f"SLA margin {theirs:+.0%} without it, {mine:+.0%} with it "
-                                                f"({gain * 100:+.1f} points"
-                                                + (f", noise {noise * 100:.1f})" if noise else ")")))
+                                                f"({gain * 100:+.1f} points{interval})"))
     return Attribution(chosen.candidate.name, tuple(roles))
 
 

@@ -145,6 +145,9 @@ def run_job(job: Job) -> dict[str, Any]:
         "rate_per_s": _finite(result.rate_per_s) if result.rate_per_s is not None else None,
         "p50_ms": {term: latency[term]["p50"] for term in TERMS},
         "p99_ms": p99,
+        # per replication (same seeds across candidates), so a difference can be judged pairwise
+        "p99_ms_by_replication": {term: [metrics.latency_percentiles(recs)[term]["p99"] * 1000.0 for recs in records]
+                                  for term in TERMS},
         "sla_targets_ms": {term: targets[term] for term in TERMS},
         "attainment": {term: (a or {}).get("mean") for term, a in report["sla"]["attainment"].items()},
         "counts": counts,
