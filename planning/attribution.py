@@ -84,7 +84,11 @@ def paired_gain(mine: dict[str, Any], theirs: dict[str, Any], sla_ms: dict[str, 
 
     def margins(by_rep: dict[str, list[float]]) -> list[float]:
         n = min(len(by_rep[t]) for t in targets)
-        return [min((targets[t] - by_rep[t][r]) / targets[t] for t in targets) for r in range(n)]
+        values = [[by_rep[t][r] for t in targets] for r in range(n)]
+        # a replication where a term has no P99 (nothing completed) gives no margin: NaN, left out below
+        return [math.nan if None in row
+                else min((targets[t] - v) / targets[t] for t, v in zip(targets, row, strict=True))
+                for row in values]
 
     diffs = [x - y for x, y in zip(margins(a), margins(b), strict=False) if math.isfinite(x - y)]
     if len(diffs) < 2:
