@@ -77,3 +77,29 @@ def test_chunk_sizes_add_rows_and_per_chunk_fits(swept):
     with SampleLog.open(path, {"t": 1}) as log:
         assert measure_paging(CONFIG, torch.float32, torch.device("cpu"), TimerConfig(warmup=1, reps=3), log,
                               **kw) == 0
+
+
+def test_per_chunk_fits_recover_a_per_page_setup_by_hand():
+    """Synthetic transfers: N pages cost N x (s + page_bytes / B) with s = 0.01 ms and B = 20 GB/s. Within a chunk
+    size the fit sees a line through 0 whose slope is 1 / B_eff, B_eff = page_bytes / (s + page_bytes / B) (hand
+    formula); small pages get the lower effective bandwidth, and the main fit is the 256-token chunk's."""
+    from calibrate.samples import Sample
+
+    s_ms, bw = 0.01, 20.0
+    samples = []
+    for chunk, sweep in ((64, "paging_c64"), (256, "paging"), (1024, "paging_c1024")):
+        page = chunk * 512  # bytes of one page of a model with 512 KV bytes per token and layer
+        for link in range(len(LINKS)):
+            for pages in (1, 2, 4, 8, 16):
+                ms = pages * (s_ms + page / (bw * 1e6))
+                samples.append(Sample(sweep, 0, link, pages * page, ms, ms, ms, 3))
+    links = paging_sections(samples, 512 * 6, "min", "synthetic")
+    for name, link in links.items():
+        for chunk, model in link.by_chunk_tokens.items():
+            page = chunk * 512
+            expected = page / (s_ms + page / (bw * 1e6)) / 1e6  # GB/s
+            assert model.values()["bandwidth_gbps"] == pytest.approx(expected, rel=1e-3), (name, chunk)
+            assert model.values()["setup_ms"] == pytest.approx(0.0, abs=1e-4)  # vs 0.01 ms per page
+        effective = [link.by_chunk_tokens[c].values()["bandwidth_gbps"] for c in (64, 256, 1024)]
+        assert effective == sorted(effective) and effective[-1] < bw
+        assert link.cost.values() == link.by_chunk_tokens[256].values()
