@@ -123,6 +123,12 @@ class IterationCost:
         """
         return self._decode_ms(batch, total_context) / 1000.0
 
+    def decode_one_s(self, batch: int, total_context: int) -> float:
+        """decode_s for one iteration, without building an array: the formulas are plain arithmetic
+        (+, *, /, np.interp), which give the same float on a scalar as on each element of an array, so
+        this equals ``decode_s(batch, np.array([total_context]))[0]`` bit for bit (tests/test_fast_path.py)."""
+        return float(self._decode_ms(batch, total_context) / 1000.0)
+
     def count_decodes(self, batch: int, first_context: int, iterations: int) -> None:
         """Record ``iterations`` decode queries that were used, at S = first_context + batch * j.
 

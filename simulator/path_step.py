@@ -33,7 +33,7 @@ from simulator.costs import IterationCost
 from simulator.records import Extrapolations
 from simulator.sp_physics import SpPhysics
 from simulator.spec_physics import SpeculativePhysics
-from simulator.step_model import BaselineStep, Decode, PrefillChunk, StepModel, StepResult
+from simulator.step_model import BaselineStep, Decode, DecodeBatch, PrefillChunk, StepModel, StepResult, as_batch, ones
 from simulator.strategy import StrategySpec, check_against_profile
 from simulator.tier_physics import TierPhysics
 
@@ -67,11 +67,11 @@ class _Transforms:
         self.gpus = int(profile.key.tp) * self.degree
         self.cost = path_cost(cost, self.compression, self.sp)
 
-    def merge_ms(self, prefills: Sequence[PrefillChunk], decodes: Sequence[Decode]) -> tuple[float, float]:
+    def merge_ms(self, prefills: Sequence[PrefillChunk], decodes: DecodeBatch) -> tuple[float, float]:
         """(decode merge, prefill merges) in ms of one iteration: the SP merge inside its cost."""
         if self.sp is None:
             return 0.0, 0.0
-        decode = self.sp.merge_ms(sum(d.context for d in decodes)) if decodes else 0.0
+        decode = self.sp.merge_ms(decodes.total_context) if len(decodes) else 0.0
         return decode, sum(self.sp.merge_ms(p.context_before + p.new_tokens) for p in prefills)
 
 
@@ -84,7 +84,9 @@ class TransformedStep(BaselineStep):
                          transforms.gpus)
         self.transforms = transforms
 
-    def step(self, prefills: Sequence[PrefillChunk], decodes: Sequence[Decode], live_tokens: int) -> StepResult:
+    def step(self, prefills: Sequence[PrefillChunk], decodes: DecodeBatch | Sequence[Decode],
+             live_tokens: int) -> StepResult:
+        decodes = as_batch(decodes)
         result = super().step(prefills, decodes, live_tokens)
         result.merge_s = sum(self.transforms.merge_ms(prefills, decodes)) / 1000.0
         return result
@@ -118,7 +120,9 @@ class PathStep:
         self._draft_prefill = 0.0 if self.spec is None else self.spec.c
         self._live = 0
 
-    def step(self, prefills: Sequence[PrefillChunk], decodes: Sequence[Decode], live_tokens: int) -> StepResult:
+    def step(self, prefills: Sequence[PrefillChunk], decodes: DecodeBatch | Sequence[Decode],
+             live_tokens: int) -> StepResult:
+        decodes = as_batch(decodes)
         batch = len(decodes)
         ks = self.spec.choose(decodes) if self.spec is not None and batch else np.zeros(batch, dtype=np.int64)
         decode_merge, prefill_merge = self.transforms.merge_ms(prefills, decodes)
@@ -133,14 +137,14 @@ class PathStep:
         compute_s = (base_ms + draft * self._prefill_ms(prefills)) / 1000.0
 
         accepted = self.spec.draw(decodes, ks) if self.spec is not None else None
-        emitted = np.ones(batch, dtype=np.int64) if accepted is None else accepted + 1
+        emitted = ones(batch) if accepted is None else accepted + 1
         if self.spec is not None:
             self.spec.observe(decodes, ks, accepted)
 
         stall_s, moved = 0.0, {}
         written = sum(p.new_tokens for p in prefills) + int(emitted.sum())
         if self.tiers is not None:
-            read = sum(d.context for d in decodes) + sum(p.context_before for p in prefills)
+            read = decodes.total_context + sum(p.context_before for p in prefills)
             paging_s, moved = self.tiers.iteration(max(live_tokens, read), read, written)
             stall_s = self.tiers.stall_s(paging_s, compute_s)
         self._live = live_tokens + written
@@ -148,10 +152,10 @@ class PathStep:
         merge_s = (decode_merge + draft * prefill_merge) / 1000.0
         return StepResult(compute_s + stall_s, emitted, accepted, rounds, stall_s, moved, merge_s)
 
-    def _decode_ms(self, decodes: Sequence[Decode]) -> float:
+    def _decode_ms(self, decodes: DecodeBatch) -> float:
         """One decode step of the iteration's B sequences on the (transformed) cost model."""
         cost, batch = self.cost, len(decodes)
-        context = sum(d.context for d in decodes)
+        context = decodes.total_context
         cost.count_decodes(batch, context, 1)
         return float(cost._decode_ms(batch, context))
 

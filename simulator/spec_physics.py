@@ -31,7 +31,7 @@ import numpy as np
 
 # spec_controller.py is pure Python (no torch): importing it keeps one rule for engine and simulator.
 from real_engine.spec_controller import AdaptiveK, ControllerConfig, SpecCosts, best_k
-from simulator.step_model import Decode
+from simulator.step_model import DecodeBatch
 from simulator.strategy import PROMPT_LOOKUP_PREFIX, SpeculativeSpec
 
 
@@ -86,15 +86,15 @@ class SpeculativePhysics:
         """Cost of the batch's round in target decode steps: K c + v(K); 1 for a plain step."""
         return 1.0 if k_max == 0 else k_max * self.c + self._verify[k_max]
 
-    def choose(self, decodes: Sequence[Decode]) -> np.ndarray:
+    def choose(self, decodes: DecodeBatch) -> np.ndarray:
         """K per sequence: fixed or adaptive, capped so it never emits past its output length."""
+        cap = np.array(decodes.remaining, dtype=np.int64) - 1
         if self.controller is None:
-            ks = [self.k] * len(decodes)
-        else:
-            ks = [self.controller.choose(d.request) for d in decodes]
-        return np.array([min(k, d.remaining - 1) for k, d in zip(ks, decodes, strict=True)], dtype=np.int64)
+            return np.minimum(cap, self.k)
+        choose = self.controller.choose
+        return np.minimum(cap, np.array([choose(r) for r in decodes.requests], dtype=np.int64))
 
-    def draw(self, decodes: Sequence[Decode], ks: np.ndarray) -> np.ndarray:
+    def draw(self, decodes: DecodeBatch, ks: np.ndarray) -> np.ndarray:
         """Accepted draft tokens per sequence, by inverting the distribution of the run of acceptances.
 
         P(accepted >= j) = p_1 ... p_j =: C_j, decreasing in j, so with one uniform u per sequence
@@ -104,17 +104,18 @@ class SpeculativePhysics:
         k_max = int(ks.max()) if len(ks) else 0
         if k_max == 0:
             return np.zeros(len(decodes), dtype=np.int64)
-        tasks = [d.task for d in decodes]
         u = self.rng.random(len(decodes))
-        runs = u[:, None] < self.survival[tasks, :k_max]
+        runs = u[:, None] < self.survival[decodes.tasks, :k_max]
         runs &= self._positions[:k_max] < ks[:, None]  # positions past K_i were never proposed
         return runs.sum(axis=1, dtype=np.int64)
 
-    def observe(self, decodes: Sequence[Decode], ks: np.ndarray, accepted: np.ndarray) -> None:
+    def observe(self, decodes: DecodeBatch, ks: np.ndarray, accepted: np.ndarray) -> None:
         """Tell the adaptive controller what each round did; forget sequences that just finished."""
         if self.controller is None:
             return
-        for d, k, acc in zip(decodes, ks.tolist(), accepted.tolist(), strict=True):
-            self.controller.observe(d.request, k, acc)
-            if acc + 1 >= d.remaining:
-                self.controller.forget(d.request)
+        controller = self.controller
+        for request, remaining, k, acc in zip(decodes.requests, decodes.remaining, ks.tolist(), accepted.tolist(),
+                                              strict=True):
+            controller.observe(request, k, acc)
+            if acc + 1 >= remaining:
+                controller.forget(request)

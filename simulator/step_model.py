@@ -2,7 +2,8 @@
 
 The loop (simulator/stepper.py) owns time, queues, batching policy, admission and preemption.
 A ``StepModel`` owns what one iteration costs and what it yields: given the prefill chunks and
-the decoding sequences the loop put into an iteration, it returns the iteration's seconds and,
+the decoding sequences the loop put into an iteration (a ``DecodeBatch``: parallel lists, not an
+object per sequence), it returns the iteration's seconds and,
 per decoding sequence, how many tokens it emitted (1 without speculation; 1..K+1 with it), plus
 the per-path quantities the records and time series carry (draft rounds, accepted tokens,
 paging stall and bytes per link, merge time).
@@ -18,7 +19,7 @@ records bit for bit (the test of "all options off equals the baseline").
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -49,6 +50,56 @@ class Decode:
     remaining: int  # output tokens it still has to emit (>= 1)
 
 
+@dataclass(slots=True)
+class DecodeBatch:
+    """The decoding sequences of one iteration as parallel lists, one entry per sequence in the loop's order.
+
+    The loop hands the model this instead of one ``Decode`` object per sequence: building a frozen
+    object per sequence per iteration was most of the loop's cost at large batches (docs/batching.md,
+    Performance). ``total_context`` is S, the sum of ``contexts``. Iterating or indexing gives
+    ``Decode`` views, for callers (tests, scripts) that think in sequences.
+    """
+
+    requests: list[int]
+    tasks: list[int]
+    contexts: list[int]  # tokens each holds before this iteration (prompt + emitted so far)
+    remaining: list[int]  # output tokens each still has to emit (>= 1)
+    total_context: int
+
+    def __len__(self) -> int:
+        return len(self.requests)
+
+    def __getitem__(self, i: int) -> Decode:
+        return Decode(self.requests[i], self.tasks[i], self.contexts[i], self.remaining[i])
+
+    def __iter__(self) -> Iterator[Decode]:
+        return (self[i] for i in range(len(self.requests)))
+
+    @classmethod
+    def of(cls, decodes: Sequence[Decode]) -> DecodeBatch:
+        contexts = [d.context for d in decodes]
+        return cls([d.request for d in decodes], [d.task for d in decodes], contexts,
+                   [d.remaining for d in decodes], sum(contexts))
+
+
+_ONES = np.ones(0, dtype=np.int64)
+
+
+def ones(n: int) -> np.ndarray:
+    """A read-only int64 array of n ones (one token per decode), sliced from a shared array: making a new
+    one every iteration was a measurable part of the loop's per-iteration cost."""
+    global _ONES
+    if n > len(_ONES):
+        _ONES = np.ones(max(n, 2 * len(_ONES), 256), dtype=np.int64)
+        _ONES.flags.writeable = False
+    return _ONES[:n]
+
+
+def as_batch(decodes: DecodeBatch | Sequence[Decode]) -> DecodeBatch:
+    """The models accept a DecodeBatch (the loop's) or a sequence of Decode (tests, scripts)."""
+    return decodes if isinstance(decodes, DecodeBatch) else DecodeBatch.of(decodes)
+
+
 @dataclass
 class StepResult:
     """What one iteration cost and yielded; arrays are aligned with the ``decodes`` passed in."""
@@ -70,8 +121,10 @@ class StepModel(Protocol):
     kv_capacity_tokens: int  # tokens that may be admitted (device + host + SSD with tiering)
     gpus: int  # GPUs one replica occupies (tp x sequence-parallel degree)
 
-    def step(self, prefills: Sequence[PrefillChunk], decodes: Sequence[Decode], live_tokens: int) -> StepResult:
-        """Cost and yield of one iteration; ``live_tokens`` = KV tokens held by every admitted sequence."""
+    def step(self, prefills: Sequence[PrefillChunk], decodes: DecodeBatch | Sequence[Decode],
+             live_tokens: int) -> StepResult:
+        """Cost and yield of one iteration; ``live_tokens`` = KV tokens held by every admitted sequence.
+        The loop passes a DecodeBatch; a sequence of Decode is accepted too (``as_batch``)."""
         ...
 
     def tier_bytes(self) -> dict[str, int]:
@@ -94,20 +147,22 @@ class BaselineStep:
         self.gpus = gpus
         self._live = 0
 
-    def step(self, prefills: Sequence[PrefillChunk], decodes: Sequence[Decode], live_tokens: int) -> StepResult:
+    def step(self, prefills: Sequence[PrefillChunk], decodes: DecodeBatch | Sequence[Decode],
+             live_tokens: int) -> StepResult:
         self._live = live_tokens
+        decodes = as_batch(decodes)
         batch = len(decodes)
-        context = sum(d.context for d in decodes)
+        context = decodes.total_context
         if prefills:
             if any(p.context_before for p in prefills):
                 seconds = self._chunked_s(prefills, batch, context)
             else:
                 seconds = self.cost.mixed_s([p.new_tokens for p in prefills], batch, context)
         else:
-            # replica.py's expression for a decode-only iteration, operation for operation
-            seconds = self.cost.decode_s(batch, np.array([context]))[0]
+            # replica.py's decode-only iteration: the same float operations, on a scalar
+            seconds = self.cost.decode_one_s(batch, context)
             self.cost.count_decodes(batch, context, 1)
-        return StepResult(float(seconds), np.ones(batch, dtype=np.int64))
+        return StepResult(float(seconds), ones(batch))
 
     def _chunked_s(self, prefills: Sequence[PrefillChunk], batch: int, context: int) -> float:
         """A mixed iteration where some chunks continue a prompt: each adds prefill(T, ctx) - prefill(0, 0)."""

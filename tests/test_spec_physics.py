@@ -12,7 +12,7 @@ from simulator.costs import IterationCost
 from simulator.path_step import PathStep
 from simulator.profile import resolve_profile
 from simulator.spec_physics import SpeculativePhysics, acceptance_table
-from simulator.step_model import Decode
+from simulator.step_model import Decode, DecodeBatch
 from simulator.strategy import SpeculativeSpec, StrategySpec
 
 SEED = resolve_profile("seed-llama2-70b-a100")  # i.i.d. acceptance per task, K = 5, c = 0.265, v = 1
@@ -20,7 +20,7 @@ TINY = resolve_profile("cpu-tiny")  # measured per-position acceptance at K = 4
 
 
 def _mean_tokens(physics: SpeculativePhysics, task: int, n: int) -> tuple[float, float]:
-    decodes = [Decode(i, task, 100, 1000) for i in range(n)]
+    decodes = DecodeBatch.of([Decode(i, task, 100, 1000) for i in range(n)])
     ks = physics.choose(decodes)
     emitted = physics.draw(decodes, ks) + 1
     return float(emitted.mean()), float(emitted.std(ddof=1) / math.sqrt(n))
@@ -66,7 +66,7 @@ def test_acceptance_drop_lowers_every_position_and_clips_at_zero():
 
 def test_k_capped_by_remaining_tokens():
     physics = SpeculativePhysics(SpeculativeSpec(k=5), SEED, ["dialogue"], np.random.default_rng(0))
-    decodes = [Decode(0, 0, 10, 1), Decode(1, 0, 10, 3), Decode(2, 0, 10, 50)]
+    decodes = DecodeBatch.of([Decode(0, 0, 10, 1), Decode(1, 0, 10, 3), Decode(2, 0, 10, 50)])
     ks = physics.choose(decodes)
     assert ks.tolist() == [0, 2, 5]
     for _ in range(200):
@@ -106,7 +106,7 @@ def test_same_seed_same_draws():
                                      np.random.default_rng(seed))
         out = []
         for r in range(50):
-            decodes = [Decode(i, i % 2, 100 + r, 500) for i in range(4)]
+            decodes = DecodeBatch.of([Decode(i, i % 2, 100 + r, 500) for i in range(4)])
             ks = physics.choose(decodes)
             acc = physics.draw(decodes, ks)
             physics.observe(decodes, ks, acc)
@@ -121,7 +121,7 @@ def _adaptive_ks(spec, profile, task, rounds=300):
     physics = SpeculativePhysics(spec, profile, [task], np.random.default_rng(5))
     ks = []
     for _ in range(rounds):
-        decodes = [Decode(0, 0, 100, 10_000)]
+        decodes = DecodeBatch.of([Decode(0, 0, 100, 10_000)])
         k = physics.choose(decodes)
         physics.observe(decodes, k, physics.draw(decodes, k))
         ks.append(int(k[0]))
@@ -154,7 +154,7 @@ def test_accepted_tokens_follow_the_per_position_law():
     physics = SpeculativePhysics(SpeculativeSpec(), TINY, ["summarization"], np.random.default_rng(9))
     p = TINY.acceptance["summarization"].per_position
     n = 50_000
-    decodes = [Decode(i, 0, 100, 1000) for i in range(n)]
+    decodes = DecodeBatch.of([Decode(i, 0, 100, 1000) for i in range(n)])
     accepted = physics.draw(decodes, physics.choose(decodes))
     for j in range(len(p) + 1):
         law = math.prod(p[:j]) * (1 - p[j] if j < len(p) else 1.0)
