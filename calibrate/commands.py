@@ -154,13 +154,16 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
     cal.add_argument("--kv-capacity-gib", type=float, help="KV budget of one replica (default: derived; needed "
                      "when the full model's weights do not fit the device that times a few of its layers)")
     cal.add_argument("--draft", metavar="DIR", help="draft checkpoint folder: adds the speculative sweep "
-                     "(per-task acceptance at K, cost ratio c, verify cost v(K); needs --model)")
+                     "(per task and K of the preset's grid, quick {1,2,4,6}, full 1..8: acceptance, cost ratio c, "
+                     "verify cost v(K); needs --model)")
     cal.add_argument("--eval-prompts", metavar="JSONL", help="prompts by task for the speculative sweep "
                      "(default data/models/eval_prompts.jsonl)")
     cal.add_argument("--paging", action="store_true", help="add the paging sweep: N pages over each link "
-                     "(device<->host, host<->SSD) through the tiered cache's tiers; fits paging_v1 per link")
-    cal.add_argument("--seqpar", action="store_true", help="add the sequence-parallel sweep: P = 2 vs P = 1 "
-                     "prefill speedup and merge ms at 512/1024/2048 tokens (two gloo ranks)")
+                     "(device<->host, host<->SSD) through the tiered cache's tiers, pages of 64/256/1024 tokens; "
+                     "fits paging_v1 per link and per chunk size")
+    cal.add_argument("--seqpar", action="store_true", help="add the sequence-parallel sweep: P vs P = 1 "
+                     "prefill speedup and merge ms at 512/1024/2048 tokens, P in quick {2}, full {2, 4} (gloo ranks; "
+                     "a P above the CPU count is skipped with a printed reason)")
     cal.add_argument("--compression", action="store_true", help="add the KV-compression sweep: int8, int4, "
                      "mixed-int4, window vs full precision on two eval prompts (bytes, decode time, top-1 "
                      "agreement; acceptance drop with --draft; needs --model)")
