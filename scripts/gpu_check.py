@@ -1,6 +1,6 @@
 """CUDA correctness checks and a short calibration, for a session with one GPU (H200 / H100 / A100).
 
-    python scripts/gpu_check.py --out-dir "$OUT"           # about 3-6 minutes on one H200; < 15 on an A100
+    python scripts/gpu_check.py --out-dir "$OUT"           # estimated 4-8 min on one H200 (never run); < 15 on an A100
     python scripts/gpu_check.py --out-dir /tmp/x --dry-run # CPU: the same jobs on tiny models and grids
 
 Writes into --out-dir: gpu_check.json (every check: PASS/FAIL with its numbers) and, unless
