@@ -303,21 +303,29 @@ class Stepper:
         ledger = self.ledger
         for s, n in prefills.items():
             s.prefilled += n
-        for s, n in zip(decodes, result.emitted.tolist(), strict=True):
-            s.emitted += n
+        emitted = result.emitted.tolist()
         if result.rounds is not None and result.accepted is not None:
             rounds, accepted = ledger.draft_rounds, ledger.accepted
-            for s, r, a in zip(decodes, result.rounds.tolist(), result.accepted.tolist(), strict=True):
+            for s, n, r, a in zip(decodes, emitted, result.rounds.tolist(), result.accepted.tolist(), strict=True):
+                s.emitted += n
                 rounds[s.request] += r
                 accepted[s.request] += a
+        else:
+            for s, n in zip(decodes, emitted, strict=True):
+                s.emitted += n
         for link, nbytes in result.paging_bytes.items():
             self.paging_bytes[link] = self.paging_bytes.get(link, 0) + nbytes
         paging = result.paging_s + swap_s  # swaps stall the whole iteration, like the tiers' paging
         members = [*prefills, *decodes]
-        if paging or result.merge_s:
+        # per request, one addition per iteration it was in (adding 0.0 would change nothing, so skip it)
+        if paging:
+            paging_s = ledger.paging_s
             for s in members:
-                ledger.paging_s[s.request] += paging
-                ledger.merge_s[s.request] += result.merge_s
+                paging_s[s.request] += paging
+        if result.merge_s:
+            merge_s, merge = ledger.merge_s, result.merge_s
+            for s in members:
+                merge_s[s.request] += merge
         for s in prefills:
             if s.prefilled >= s.target:  # the prompt (or the recompute) completed: one token out
                 s.emitted += 1
