@@ -92,9 +92,12 @@ def worker(case: str, requests: int) -> dict:
     wall, cpu = time.perf_counter() - wall, time.thread_time() - cpu
     gc.enable()
     import simulator
+    from simulator.paths import PROFILES_DIR
 
+    inputs = hashlib.sha256((PROFILES_DIR / f"{data['profile']}.json").read_bytes()).hexdigest()[:16]
     return {"cpu_s": cpu, "wall_s": wall, "events": result.events, "iterations": result.iterations,
-            "digest": _records_digest(result.records), "simulator": str(Path(simulator.__file__).parent)}
+            "digest": _records_digest(result.records), "simulator": str(Path(simulator.__file__).parent),
+            "profile_sha": inputs}
 
 
 def _extract(rev: str, into: Path) -> None:
@@ -140,6 +143,10 @@ def main() -> None:
             o_cpu, n_cpu = min(o["cpu_s"] for o in old), min(n["cpu_s"] for n in new)
             its = new[0]["iterations"]
             same = {o["digest"] for o in old} == {n["digest"] for n in new} and len({n["digest"] for n in new}) == 1
+            if len({r["profile_sha"] for r in old + new}) > 1:
+                print(f"  {case}: the profile file changed during the run (another job rewrote it): rerun")
+            if not same:
+                print(f"  {case}: old digests {[o['digest'] for o in old]}, new {[n['digest'] for n in new]}")
             print(f"  {case:<10} {its:,} iterations: old {o_cpu:7.2f} s CPU ({1e6 * o_cpu / its:6.1f} us/iteration), "
                   f"new {n_cpu:7.2f} s CPU ({1e6 * n_cpu / its:6.1f} us/iteration), old / new = {o_cpu / n_cpu:.2f}x; "
                   f"records bit-identical: {same}")
