@@ -152,6 +152,12 @@ def simulate(scenario: Scenario, profile: Any, seed: int = 0, replications: int 
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
     config, capacity_source = cluster_config(scenario, profile)
+    strategy = getattr(scenario, "strategy", None)
+    if strategy is not None and strategy.sequence_parallel is not None:
+        capacity_source += (f"; per SP rank: a replica of degree {strategy.sequence_parallel.degree} holds that many "
+                            "budgets (peak KV bytes may exceed this value)")
+    if strategy is not None and strategy.compression is not None:
+        capacity_source += f"; KV stored {strategy.compression.mode}-compressed (profile compression section)"
     rate, rate_source, sat = arrival_rate(scenario, profile, config)
     children = np.random.SeedSequence(seed).spawn(replications)
     # Bad batching/preemption input fails here, before any replication runs.
