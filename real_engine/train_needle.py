@@ -192,11 +192,14 @@ def card_section(log: dict, weights_bytes: int) -> str:
 
 def _continued(prev: dict | None) -> list[str]:
     """Card lines for the run this one continued from (its weights were the starting point)."""
-    if not prev:
-        return []
-    return [f"Continued from an earlier run: `{prev['command']}`, {prev.get('steps_done', 0)} steps, "
-            f"{prev.get('tokens_seen', 0):,} tokens in {prev.get('train_seconds', 0) / 60:.1f} min "
-            f"(its held-out accuracy: {prev.get('heldout_needle_accuracy', {}).get('by_context')}).", ""]
+    lines = []
+    while prev:  # each run may itself have continued an earlier one
+        acc = (prev.get("heldout_needle_accuracy") or {}).get("by_context", "not measured")
+        lines.append(f"Continued from an earlier run: `{prev['command']}`, {prev.get('steps_done', 0)} steps, "
+                     f"{prev.get('tokens_seen', 0):,} tokens in {prev.get('train_seconds', 0) / 60:.1f} min "
+                     f"(its held-out accuracy: {acc}).")
+        prev = prev.get("continued_from")
+    return [*reversed(lines), ""] if lines else []
 
 
 def write_card(model_dir: Path, card: Path) -> None:
