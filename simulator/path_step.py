@@ -208,7 +208,8 @@ def fast_path_model(scenario: Any, profile: Any) -> tuple[IterationCost, int, in
     """(cost model, KV bytes per token, KV capacity bytes) with which the fast replica serves the scenario's
     paths exactly, where they allow it (compression and/or SP only: deterministic, one token per decode);
     None where they do not (speculation and tiering act per iteration) or for the baseline (use the
-    profile as is). The fast replica's records then carry no merge_s (the loop's TransformedStep does)."""
+    profile as is). runner.simulate uses ``fast_transforms`` (the same, with the SP physics, so the fast
+    replica also books merge_s to its records)."""
     t = fast_transforms(scenario, profile)
     return None if t is None else (t.cost, t.kv_bytes_per_token, t.kv_capacity_bytes)
 
