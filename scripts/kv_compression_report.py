@@ -55,10 +55,16 @@ def _findings(q_rows: list[dict], a_rows: list[dict], n_rows: list[dict], s_rows
     ctxs = sorted({r["context"] for r in n_rows})
     far = ctxs[-1]
     trials = _row(n_rows, mode="fp", context=far, path="cache")["trials"]
+    int4 = _row(n_rows, mode="int4", context=far, path="cache")
+    lost = max(round(abs(_row(n_rows, mode="fp", context=c, path="cache")["accuracy"]
+                         - _row(n_rows, mode="int4", context=c, path="cache")["accuracy"]) * trials) for c in ctxs)
     acc = {m: _row(n_rows, mode=m, context=far, path="cache")["accuracy"] for m in
            ("fp", "int8", "int4", "mixed-int8", "mixed-int4", "window")}
     s_i4, s_mx = (_row(q_rows, task="summarization", mode=m) for m in ("int4", "mixed-int4"))
-    deltas = []
+    deltas: list[str] = []
+    signs = [_row(a_rows, task=t, mode=m)["acceptance"] - _row(a_rows, task=t, mode="fp")["acceptance"]
+             for t in {r["task"] for r in a_rows} for m in ("int8", "int4", "mixed-int4", "window")]
+    signs = [x for x in signs if abs(x) > 1e-9]
     for task in sorted({r["task"] for r in a_rows}):
         fp = _row(a_rows, task=task, mode="fp")["acceptance"]
         deltas.append(f"{task} " + ", ".join(f"{m} {(_row(a_rows, task=task, mode=m)['acceptance'] - fp):+.3f}"
@@ -80,13 +86,21 @@ def _findings(q_rows: list[dict], a_rows: list[dict], n_rows: list[dict], s_rows
         f"- **Needle** (tiny-needle, fact at the start, {far}-token context, {trials} held-out cases): "
         f"fp {acc['fp']:.2f}, int8 {acc['int8']:.2f}, int4 "
         f"{acc['int4']:.2f}, mixed-int8 {acc['mixed-int8']:.2f}, mixed-int4 {acc['mixed-int4']:.2f}, "
-        f"window+sinks {acc['window']:.2f} (the fact lies outside the 256-token window; chance is 0.001).",
+        f"window+sinks {acc['window']:.2f} (the fact lies outside the 256-token window; chance is 0.001). "
+        f"INT4 moves the answer logits (KL {int4['kl_nats']:.4f} nats, top-1 {int4['top1_agree']:.3f} on the "
+        f"answer digits) but changes the outcome in at most {lost} of {trials} cases at any context, so mixed "
+        "precision has little to recover here: this small model's retrieval is not sensitive to 4-bit keys, "
+        "while dropping the fact (window) loses it entirely.",
         f"- **Quality on held-out text** (tiny target, summarization, long prompts): KL per token "
         f"{s_i4['kl_nats']:.4f} nats (int4) vs {s_mx['kl_nats']:.4f} (mixed-int4); top-1 agreement "
         f"{s_i4['top1_agree']:.3f} vs {s_mx['top1_agree']:.3f}; perplexity {s_i4['ppl_change_pct']:+.2f}% vs "
         f"{s_mx['ppl_change_pct']:+.2f}%.",
         "- **Speculative acceptance with the target's KV compressed** (change in a vs full precision, long "
-        "prompts): " + "; ".join(deltas) + ".",
+        "prompts): " + "; ".join(deltas) + f". Of the {len(signs)} non-zero changes {sum(x < 0 for x in signs)} "
+        f"are drops and {sum(x > 0 for x in signs)} rises, on {a_rows[0]['prompts']} prompts per task: at contexts "
+        "under 1K tokens "
+        "on this tiny pair, compression shows no consistent negative coupling with acceptance (int8 changes "
+        "nothing).",
         "",
     ]
 

@@ -298,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
         old = json.loads((args.out / "kv_meta.json").read_text(encoding="utf-8"))
         when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
         runs = old.setdefault("compression_runs", {})
-        for part in args.parts.split(","):
+        for part in [x for x in args.parts.split(",") if f"kv_{x}" in COMPRESSION]:
             runs[part] = (f"`{command}` ({when}, {time.time() - start:.0f} s, load average "
                           f"{os.getloadavg()[0]:.1f}, {args.threads} torch thread, CPU shared)")
         write_atomic(args.out / "kv_meta.json", json.dumps(old, indent=1) + "\n")
