@@ -171,8 +171,9 @@ def run_validation(cfg: ValidateConfig) -> tuple[Path, list[Any], list[tuple[str
                 noise.append((res.name, noise_rows))
     finally:
         torch.set_num_threads(threads)
-    meta = {"numbers_from": f"real engine measured on this machine (cpu, torch {torch.__version__}, 1 thread, "
-                            f"wall clock) vs simulator on profile {cfg.profile}",
+    meta = {"numbers_from": f"real engine measured on this machine (cpu, torch {torch.__version__}, 1 thread; "
+                            f"wall clock, and replayed in the thread's CPU time) vs simulator on profile "
+                            f"{cfg.profile}",
             "profile": profile.key_str(), "profile_source": profile.source, "seed": cfg.seed, "quick": cfg.quick,
             "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "scenario_folder": cfg.scenarios}
