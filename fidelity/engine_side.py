@@ -133,7 +133,10 @@ def build_engine(data: dict[str, Any], target: LlamaModel, draft: LlamaModel | N
     reason = unsupported(data)
     if reason is not None:
         raise NotAvailable(f"engine: {reason}")
-    cfg = engine_config(data, kv_tokens, target.config.num_layers, tier_tokens)
+    try:  # settings the engine refuses (EngineConfig / TierConfig validation) end this scenario only
+        cfg = engine_config(data, kv_tokens, target.config.num_layers, tier_tokens)
+    except ValueError as exc:
+        raise NotAvailable(f"engine: {exc}") from None
     gen = torch.Generator().manual_seed(seed)
     spec = data.get("strategy", {}).get("speculative")
     if spec is None:

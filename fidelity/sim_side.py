@@ -92,7 +92,10 @@ def simulate_case(data: dict[str, Any], source: str | None, profile: Any, seed: 
         scenario = scenario_from_dict(copy.deepcopy(data), source)
     except InputError as exc:
         raise NotAvailable(f"simulator: {exc.field}: {exc.problem}") from None
-    result = simulate(scenario, profile, seed=seed, replications=1)
+    try:
+        result = simulate(scenario, profile, seed=seed, replications=1)
+    except InputError as exc:  # e.g. a path the profile has no measurement for
+        raise NotAvailable(f"simulator: {exc}") from None
     records = list(result.runs[0].records)
     if data.get("strategy"):
         # a simulator that parses [strategy.*] but does not apply it yet would give the baseline's
