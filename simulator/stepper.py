@@ -24,103 +24,24 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Callable, Generator, Sequence
-from dataclasses import dataclass
+from collections.abc import Generator
 from typing import TYPE_CHECKING
 
 import simpy
 
 from simulator.clock import Clock
-from simulator.replica import Ledger
+from simulator.path_ledger import PathLedger, SeqState
+from simulator.preemption import Preemption
 from simulator.step_model import DecodeBatch, PrefillChunk, StepModel, StepResult
+from simulator.stepper_config import PREEMPTION_MODES, StepperConfig, StepperSetup
 
 if TYPE_CHECKING:
     from simulator.batching import BatchPolicy
 
-PREEMPTION_MODES = ("none", "recompute", "swap")
+__all__ = ["PREEMPTION_MODES", "PathLedger", "SeqState", "Stepper", "StepperConfig", "StepperSetup"]
 
 
-@dataclass(frozen=True)
-class StepperConfig:
-    """What the loop needs besides the policy: preemption mode and the cost of swapping KV bytes."""
-
-    preemption: str = "none"
-    swap_s: Callable[[int], float] | None = None  # seconds to move this many KV bytes one way (swap only)
-
-    def __post_init__(self) -> None:
-        if self.preemption not in PREEMPTION_MODES:
-            raise ValueError(f"preemption must be one of {PREEMPTION_MODES}, got {self.preemption!r}")
-        if self.preemption == "swap" and self.swap_s is None:
-            raise ValueError("preemption = 'swap' needs swap_s (the device_host paging cost)")
-
-
-@dataclass(frozen=True)
-class StepperSetup:
-    """How a cluster builds its Steppers: per-replica physics and policy (each may keep state)."""
-
-    model_for: Callable[[int], StepModel]
-    policy_for: Callable[[int], BatchPolicy]
-    config: StepperConfig = StepperConfig()
-    task_names: tuple[str, ...] = ()  # PrefillChunk/DecodeBatch tasks index these; others numbered after
-    timeseries_interval_s: float | None = None
-
-    def __post_init__(self) -> None:
-        interval = self.timeseries_interval_s
-        if interval is not None and not (math.isfinite(interval) and interval > 0):
-            raise ValueError(f"timeseries_interval_s must be > 0, got {interval}")
-
-    def task_indexes(self, tasks: Sequence[str]) -> list[int]:
-        index = {name: i for i, name in enumerate(self.task_names)}
-        for name in tasks:
-            index.setdefault(name, len(index))
-        return [index[name] for name in tasks]
-
-
-class PathLedger(Ledger):
-    """The Ledger plus the per-path sums the records carry (simulator/records.py)."""
-
-    def __init__(self, prompts: Sequence[int], outputs: Sequence[int], kv_bytes_per_token: int,
-                 tasks: Sequence[int]) -> None:
-        super().__init__(prompts, outputs, kv_bytes_per_token)
-        n = len(prompts)
-        self.task = list(tasks)
-        self.arrival = [math.nan] * n  # when it was routed (its arrival): policies' wait windows start here
-        self.draft_rounds = [0] * n
-        self.accepted = [0] * n
-        self.paging_s = [0.0] * n
-        self.merge_s = [0.0] * n
-        self.preemptions = [0] * n
-
-
-class SeqState:
-    """One admitted (or preempted) request's progress."""
-
-    __slots__ = ("admit_order", "emitted", "output", "prefilled", "prompt", "request", "reserved", "swapped",
-                 "target", "task")
-
-    def __init__(self, request: int, prompt: int, output: int, task: int) -> None:
-        self.request = request
-        self.task = task
-        self.prompt = prompt
-        self.output = output
-        self.target = prompt  # tokens to prefill before decoding (prompt + generated after a recompute)
-        self.prefilled = 0  # of target, cached so far
-        self.emitted = 0
-        self.reserved = 0  # tokens of KV budget it holds
-        self.swapped = False  # its KV waits in host memory (swap preemption)
-        self.admit_order = 0
-
-    @property
-    def context(self) -> int:
-        """KV tokens it holds once prefilled: prompt + tokens emitted (the counting replica.py uses)."""
-        return self.prompt + self.emitted
-
-    @property
-    def decoding(self) -> bool:
-        return self.prefilled >= self.target
-
-
-class Stepper:
+class Stepper(Preemption):
     """One replica; the router calls ``enqueue`` and reads ``outstanding`` (as for replica.Replica)."""
 
     def __init__(self, env: Clock, index: int, model: StepModel, policy: BatchPolicy, ledger: PathLedger,
@@ -344,59 +265,3 @@ class Stepper:
             self.used -= s.reserved
             self.retired += 1
             self.policy.observe(self, s.request, end)
-
-    # ---- preemption ------------------------------------------------------------------------------
-
-    def _preempt(self) -> float:
-        """Evict the most recently admitted sequences until the next iteration's growth fits.
-
-        Every running sequence writes at most one more token than it has reserved in the next
-        iteration (a decode's token; a prefill's chunk was reserved at admission with its first
-        token). Returns the seconds of swap-out transfers this causes.
-        """
-        seconds = 0.0
-        while self.running and self.used + self._next_writes() > self.capacity:
-            victim = max(self.running, key=lambda s: s.admit_order)
-            if len(self.running) == 1:
-                break  # alone it fits by the router's rule (prompt + output <= capacity)
-            seconds += self._evict(victim)
-        return seconds
-
-    def _next_writes(self) -> int:
-        return sum(max(0, s.context + 1 - s.reserved) for s in self.running if s.decoding)
-
-    def _evict(self, seq: SeqState) -> float:
-        self.running.remove(seq)
-        self.used -= seq.reserved
-        seq.reserved = 0
-        self.ledger.preemptions[seq.request] += 1
-        self.preempted += 1
-        seconds = 0.0
-        if self.config.preemption == "swap" and seq.decoding:
-            seq.swapped = True
-            seconds = self._transfer(seq)
-            self.ledger.paging_s[seq.request] += seconds  # its own way out (it is not in the iteration)
-        else:  # recompute: re-prefill prompt + generated tokens when re-admitted
-            seq.swapped = False
-            seq.target = seq.context
-            seq.prefilled = 0
-        self.waiting[seq.request] = seq
-        self.queue.appendleft(seq.request)
-        return seconds
-
-    def _transfer(self, seq: SeqState) -> float:
-        """Seconds to move ``seq``'s KV one way over device_host (the iteration stalls for them)."""
-        nbytes = seq.context * self.model.kv_bytes_per_token
-        assert self.config.swap_s is not None
-        seconds = float(self.config.swap_s(nbytes))
-        self.paging_bytes["device_host"] = self.paging_bytes.get("device_host", 0) + nbytes
-        return seconds
-
-    def _swap_in(self) -> float:
-        """Bring back the KV of swapped sequences just re-admitted: they decode in this iteration."""
-        seconds = 0.0
-        for seq in self.running:
-            if seq.swapped:
-                seq.swapped = False
-                seconds += self._transfer(seq)
-        return seconds
