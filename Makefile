@@ -1,13 +1,17 @@
 # Two commands do all set-up on a fresh machine:
 #   make run   -> venv + install + simulate the built-in quickstart scenario
 #   make test  -> venv + install + ruff + the test suite
+# Other targets (`make help` prints this list):
+#   make setup -> venv + install only
+#   make lint  -> ruff check
+#   make bench -> benchmarks/bench_simulator.py (fast path vs per-iteration reference)
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 # The CPU wheel of torch first: a looser requirement would pull a 3 GB CUDA build.
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: setup run test lint bench
+.PHONY: help setup run test lint bench
 
 setup: $(VENV)/.installed
 
@@ -29,3 +33,6 @@ test: setup lint
 
 bench: setup
 	$(PY) benchmarks/bench_simulator.py
+
+help:
+	@sed -n 's/^#   //p' Makefile
