@@ -2,7 +2,8 @@
 
 The dataclasses validate themselves when built (an InputError naming the field, which is a
 ValueError); the TOML reader (simulator/toml_reader.py) checks names and types, then adds the file
-path and the dotted section prefix to any error. The workload's specs live in simulator/workload_spec.py. Field names are the ones in docs/contracts.md.
+path and the dotted section prefix to any error. The workload's specs live in
+simulator/workload_spec.py. Field names are the ones in docs/contracts.md.
 """
 
 from __future__ import annotations
