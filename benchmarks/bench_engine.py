@@ -4,7 +4,7 @@ decode tokens/s at batch 1, 8, 32: (tokens generated between the 1st and the Nth
 (time to N new tokens - time to 1 new token), so prefill cancels out for both engines.
 prefill tokens/s at 1K, 4K, 8K context: prompt tokens / time to the first new token.
 serving: a heterogeneous workload (lengths from the Azure LLM 2023 conversation trace), served by
-tripath's continuous batching vs transformers' static batches; see _serve_* below.
+tripath's continuous batching vs transformers' static batches; see serving_comparison.py.
 Weights are random (a small LLaMA shape with 8K positions, or --checkpoint); speed does not
 depend on their values.  Prints a table, or JSON with --json.
 """
@@ -15,20 +15,20 @@ import argparse
 import json
 import platform
 import statistics
+import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from pathlib import Path
 
-import numpy as np
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from real_engine.config import PRESETS
 from real_engine.engine import Engine, EngineConfig
 from real_engine.model import LlamaModel
-from simulator.traces import SHIPPED_TRACES, load_trace
 
-SERVING_TRACE = "azure-conv-2023"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from serving_comparison import ServingWorkload, print_serving, serving_run  # noqa: E402 - beside this script
 
 
 def _sync(device: torch.device) -> None:
@@ -51,33 +51,6 @@ def _timed(fn: Callable[[], object], device: torch.device, repeats: int) -> floa
 
 def _prompts(batch: int, length: int, vocab: int, seed: int) -> torch.Tensor:
     return torch.randint(0, vocab, (batch, length), generator=torch.Generator().manual_seed(seed))
-
-
-@dataclass(frozen=True)
-class ServingWorkload:
-    """N requests arriving together, in list order; lengths scaled from a trace by `scale`."""
-
-    prompts: list[list[int]]
-    output_tokens: list[int]
-    scale: float  # new length = round(trace length * scale), at least 1
-    max_len: int  # the longest prompt + output fits this
-
-
-def _serving_workload(n: int, max_len: int, vocab: int, seed: int) -> ServingWorkload:
-    """Sample n (prompt, output) length pairs from the trace (pairs kept together: they correlate),
-    then scale all lengths by one factor so the longest prompt + output fits max_len: the shape of
-    the distribution (spread, max / mean) is what static batching pays for, and scaling keeps it."""
-    if n < 1 or max_len < 2:
-        raise ValueError(f"serving needs n >= 1 and max_len >= 2, got n={n}, max_len={max_len}")
-    rng = np.random.default_rng(seed)
-    trace = load_trace(SERVING_TRACE)
-    rows = rng.integers(0, len(trace), size=n)
-    prompt, output = trace.prompt_tokens[rows], trace.output_tokens[rows]
-    scale = min(1.0, max_len / float((prompt + output).max()))
-    prompt = np.maximum(1, np.floor(prompt * scale)).astype(np.int64)
-    output = np.maximum(1, np.floor(output * scale)).astype(np.int64)
-    prompts = [rng.integers(0, vocab, size=int(k)).tolist() for k in prompt]
-    return ServingWorkload(prompts, output.tolist(), scale, max_len)
 
 
 class Runner:
@@ -166,51 +139,6 @@ class Runner:
         return time.perf_counter() - start, done, outputs, prompt_computed, output_computed
 
 
-def _serving(runner: Runner, args: argparse.Namespace, max_positions: int, vocab: int) -> dict:
-    """Why this differs from the uniform batch-32 decode row: there both engines run the same
-    matmuls on 32 equal sequences, so on a matmul-bound CPU they can only tie.  Real traffic is
-    ragged.  Static batching (generate) computes every prompt at the batch's longest length and
-    keeps all rows decoding until the batch's longest output is done; continuous batching computes
-    only real tokens and refills a finished request's slot from the queue.  Both sides count only
-    useful tokens (each request's own output_tokens), so the ratio is what that scheduling buys."""
-    max_len = min(args.serving_max_len, max_positions)
-    wl = _serving_workload(args.serving_requests, max_len, vocab, args.serving_seed)
-    useful = sum(wl.output_tokens)
-    ours_s, ours_done, ours_out = runner.serve_ours(wl, args.serving_batch)
-    theirs_s, theirs_done, theirs_out, prompt_computed, output_computed = runner.serve_theirs(wl, args.serving_batch)
-    prompt_real = sum(len(p) for p in wl.prompts)
-    side = {
-        "tripath": (ours_s, ours_done, prompt_real, useful),
-        "transformers": (theirs_s, theirs_done, prompt_computed, output_computed),
-    }
-    result = {
-        "trace": SERVING_TRACE,
-        "trace_licence": SHIPPED_TRACES[SERVING_TRACE].licence,
-        "requests": len(wl.prompts),
-        "batch": args.serving_batch,
-        "seed": args.serving_seed,
-        "max_len": max_len,
-        "model_max_positions": max_positions,
-        "length_scale": wl.scale,
-        "prompt_tokens": {"mean": prompt_real / len(wl.prompts), "max": max(len(p) for p in wl.prompts)},
-        "output_tokens": {"mean": useful / len(wl.prompts), "max": max(wl.output_tokens)},
-        "useful_output_tokens": useful,
-        # a greedy-decoding sanity check that both did the same work on the same weights; left
-        # padding and min_new_tokens (which bans EOS) can flip a near-tied argmax, so not always 1.0
-        "identical_outputs": sum(a == b for a, b in zip(ours_out, theirs_out, strict=True)) / len(wl.prompts),
-    }
-    for name, (wall, done, prompt_computed_n, output_computed_n) in side.items():
-        result[name] = {
-            "wall_s": wall,
-            "useful_tokens_per_s": useful / wall,
-            "mean_completion_s": statistics.fmean(done),
-            "prompt_tokens_computed": prompt_computed_n,
-            "output_tokens_computed": output_computed_n,
-        }
-    result["ratio"] = result["tripath"]["useful_tokens_per_s"] / result["transformers"]["useful_tokens_per_s"]
-    return result
-
-
 def run(args: argparse.Namespace) -> dict:
     device = torch.device(args.device)
     dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[args.dtype]
@@ -249,7 +177,7 @@ def run(args: argparse.Namespace) -> dict:
         rows.append(row)
     serving = None
     if args.serving_requests:
-        serving = _serving(runner, args, config.max_position_embeddings, config.vocab_size)
+        serving = serving_run(runner, args, config.max_position_embeddings, config.vocab_size)
     return {
         "source": "measured",
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
@@ -300,38 +228,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{row['transformers_tokens_per_s']:>19.1f} {row['ratio']:>6.2f}x"
         )
     if result["serving"]:
-        _print_serving(result["serving"])
+        print_serving(result["serving"])
     return 0
-
-
-def _print_serving(s: dict) -> None:
-    print(
-        f"\nserving (measured): {s['requests']} requests arriving together, lengths sampled (seed {s['seed']}) "
-        f"from the {s['trace']} trace [{s['trace_licence']}],\n  scaled x{s['length_scale']:.3f} so the "
-        f"longest prompt+output fits {s['max_len']} tokens (model has {s['model_max_positions']} positions; "
-        "a smaller cap keeps the CPU run short)\n"
-        f"  prompt tokens mean {s['prompt_tokens']['mean']:.0f} max {s['prompt_tokens']['max']}, "
-        f"output tokens mean {s['output_tokens']['mean']:.0f} max {s['output_tokens']['max']}\n"
-        f"  tripath: continuous batching, max batch {s['batch']}; transformers: generate on static batches "
-        f"of {s['batch']}, left-padded,\n  run to the batch's longest output. Tokens/s count only each "
-        "request's own output tokens; padding and overrun are waste."
-    )
-    print(
-        f"{'engine':13} {'wall s':>8} {'useful tok/s':>13} {'mean done s':>12} {'prompt computed':>16} "
-        f"{'output computed':>16}"
-    )
-    for name in ("tripath", "transformers"):
-        r = s[name]
-        print(
-            f"{name:13} {r['wall_s']:>8.2f} {r['useful_tokens_per_s']:>13.1f} {r['mean_completion_s']:>12.2f} "
-            f"{r['prompt_tokens_computed']:>16} {r['output_tokens_computed']:>16}"
-        )
-    print(
-        f"serving ratio (useful tok/s): {s['ratio']:.2f}x; identical greedy outputs: {s['identical_outputs']:.0%}\n"
-        "  Unlike the uniform decode 32 row (same matmuls on both sides: a tie on CPU), this measures\n"
-        "  what continuous batching saves on ragged traffic: no padded prompt tokens, no decoding past a\n"
-        "  request's end, and freed slots refilled from the queue."
-    )
 
 
 if __name__ == "__main__":
