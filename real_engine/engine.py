@@ -10,94 +10,25 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from real_engine.attention import PagedAttention, SequenceChunk
 from real_engine.compressed_attention import CompressedAttention
-from real_engine.compressed_store import STORE_MODES, CompressedKVStore, StoreConfig
+from real_engine.compressed_store import CompressedKVStore, StoreConfig
+from real_engine.engine_config import EngineConfig, RequestRejected
 from real_engine.fusion import fuse_projections
 from real_engine.kv_cache import KVCacheManager, KVTensors
 from real_engine.model import LlamaModel
 from real_engine.sampling import SamplingParams, sample
 from real_engine.scheduler import Scheduler, SchedulerConfig
 from real_engine.sequence import Sequence
+from real_engine.step_record import StepRecord
 from real_engine.tiered_batch_attention import TieredBatchAttention
 from real_engine.tiered_store import TieredStore
-from real_engine.tiers import TierConfig
 
-
-@dataclass(frozen=True)
-class EngineConfig:
-    """Settings shared by name with the simulator: max_batch_size, max_batched_tokens, block_size."""
-
-    max_batch_size: int = 256
-    max_batched_tokens: int = 8192
-    block_size: int = 16
-    num_blocks: int = 1024  # KV capacity = num_blocks * block_size tokens
-    chunked_prefill: bool = True
-    fuse_projections: bool = True  # rewrite the model in place: one q/k/v and one gate/up matmul per layer
-    # KV in device / host / SSD tiers (real_engine/tiered_store.py); None: one paged pool of num_blocks
-    tiered: TierConfig | None = None
-    # KV kept compressed in the paged pool (real_engine/compressed_store.py: "int8", "int4", "mixed-int8",
-    # "mixed-int4"; "fp" = the same blockwise attention uncompressed); None: the plain full-precision pool
-    kv_compression: str | None = None
-
-    def __post_init__(self) -> None:
-        for name in ("max_batch_size", "max_batched_tokens", "block_size", "num_blocks"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"EngineConfig.{name}: must be an integer >= 1, got {value!r}")
-        if self.kv_compression is not None and self.kv_compression not in STORE_MODES:
-            raise ValueError(f"EngineConfig.kv_compression: must be None or one of {STORE_MODES}, "
-                             f"got {self.kv_compression!r}")
-        if self.kv_compression is not None and self.tiered is not None:
-            raise ValueError("EngineConfig.kv_compression: cannot be combined with tiered (not implemented)")
-
-    @property
-    def kv_capacity_tokens(self) -> int:
-        return self.num_blocks * self.block_size
-
-
-@dataclass(frozen=True)
-class StepRecord:
-    """One iteration: its phase mix and its latency (seconds, measured after device sync)."""
-
-    step: int
-    start_s: float  # time.perf_counter() at the start of the step
-    wall_s: float
-    batch_size: int  # sequences in the forward pass
-    num_tokens: int  # tokens in the forward pass
-    prefill_seqs: int
-    prefill_tokens: int  # prompt / recompute tokens (chunks that are not a single decode token)
-    decode_seqs: int
-    total_context: int  # sum over the batch of tokens attended to (cached + new)
-    num_preempted: int
-    blocks_used: int  # KV blocks held by live sequences after the step
-    admitted: tuple[int, ...]  # request ids scheduled for the first time in this step
-    first_tokens: tuple[int, ...]  # request ids that produced their first output token in this step
-    finished: tuple[int, ...]  # request ids that finished in this step
-    # tiered KV only (zero otherwise), measured inside the transfers during this step; keyword-only so
-    # subclasses (SpecStepRecord) can keep adding fields without defaults
-    paging_bytes_device_host: int = field(default=0, kw_only=True)
-    paging_bytes_host_device: int = field(default=0, kw_only=True)
-    paging_bytes_host_ssd: int = field(default=0, kw_only=True)
-    paging_bytes_ssd_host: int = field(default=0, kw_only=True)
-    paging_s_device_host: float = field(default=0.0, kw_only=True)
-    paging_s_host_device: float = field(default=0.0, kw_only=True)
-    paging_s_host_ssd: float = field(default=0.0, kw_only=True)
-    paging_s_ssd_host: float = field(default=0.0, kw_only=True)
-    paging_stall_s: float = field(default=0.0, kw_only=True)  # main-thread time paging or waiting for it
-    failed: tuple[int, ...] = field(default=(), kw_only=True)  # request ids a tier fault ended in this step
-
-    def to_dict(self) -> dict[str, float | int]:
-        return {k: v for k, v in self.__dict__.items() if not isinstance(v, tuple)}
-
-
-class RequestRejected(ValueError):
-    """The request can never run on this engine (too long for the model or for the whole KV pool)."""
+__all__ = ["Engine", "EngineConfig", "RequestRejected", "StepRecord", "run_to_completion"]
 
 
 class Engine:
