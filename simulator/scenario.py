@@ -32,7 +32,7 @@ from simulator.workload_spec import (
 __all__ = [
     "ARRIVAL_KINDS", "BATCHING_POLICIES", "LENGTH_COLUMNS", "LENGTH_KINDS", "LENGTH_PARAMS", "PREEMPTION_MODES",
     "ArrivalSpec", "BatchingSpec", "ClusterSpec", "LengthSpec", "Scenario", "SlaSpec", "WorkloadSpec",
-    "load_scenario", "scenario_from_dict",
+    "load_scenario", "read_scenario_file", "scenario_from_dict",
 ]
 
 BATCHING_POLICIES = ("static", "dynamic", "continuous", "chunked", "adaptive")  # docs/batching.md
@@ -122,16 +122,20 @@ def load_scenario(path: str | Path) -> Scenario:
     text = str(path)
     if not text.endswith(".toml") and "/" not in text and "\\" not in text:
         path = SCENARIOS_DIR / f"{text}.toml"
+    return scenario_from_dict(read_scenario_file(path), str(path))
+
+
+def read_scenario_file(path: str | Path) -> dict[str, Any]:
+    """The parsed TOML of a scenario file (not validated); a missing file names the shipped scenarios."""
     source = str(path)
     try:
         with open(path, "rb") as fh:
-            data = tomllib.load(fh)
+            return tomllib.load(fh)
     except FileNotFoundError:
         known = ", ".join(sorted(p.stem for p in SCENARIOS_DIR.glob("*.toml")))
         raise InputError(source, None, f"scenario file not found (shipped scenarios: {known})") from None
     except tomllib.TOMLDecodeError as exc:
         raise InputError(source, None, f"invalid TOML: {exc}") from None
-    return scenario_from_dict(data, source)
 
 
 def scenario_from_dict(data: dict[str, Any], source: str | None = None) -> Scenario:
