@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import copy
 import json
-import tomllib
 from pathlib import Path
 from typing import Any
 
-from simulator.errors import InputError
 from simulator.paths import SCENARIOS_DIR
-from simulator.scenario import Scenario, scenario_from_dict
+from simulator.scenario import Scenario, read_scenario_file, scenario_from_dict
 
 
 def scenario_path(name_or_path: str | Path) -> Path:
@@ -30,14 +28,7 @@ def load_scenario_dict(name_or_path: str | Path) -> tuple[dict[str, Any], str]:
     """(the parsed TOML dict, its source path); validated once by building the Scenario."""
     path = scenario_path(name_or_path)
     source = str(path)
-    try:
-        with open(path, "rb") as fh:
-            data = tomllib.load(fh)
-    except FileNotFoundError:
-        known = ", ".join(sorted(p.stem for p in SCENARIOS_DIR.glob("*.toml")))
-        raise InputError(source, None, f"scenario file not found (shipped scenarios: {known})") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise InputError(source, None, f"invalid TOML: {exc}") from None
+    data = read_scenario_file(path)
     scenario_from_dict(data, source)
     return data, source
 
