@@ -53,6 +53,18 @@ def unpack4(packed: Tensor, numel: int) -> Tensor:
     return both.reshape(-1)[:numel]
 
 
+def row_range(x: Tensor, ignore: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """(min, max) of each row of x's last dim, keepdim; elements marked ``ignore`` are left out, and a
+    row with every element ignored gets (0, 0). Shared by quantize_groups and the compressed store."""
+    if ignore is None:
+        return x.amin(-1, keepdim=True), x.amax(-1, keepdim=True)
+    big = torch.finfo(x.dtype).max
+    lo = torch.where(ignore, big, x).amin(-1, keepdim=True)
+    hi = torch.where(ignore, -big, x).amax(-1, keepdim=True)
+    all_ignored = ignore.all(-1, keepdim=True)
+    return torch.where(all_ignored, 0.0, lo), torch.where(all_ignored, 0.0, hi)
+
+
 def quantize_groups(x: Tensor, bits: int, ignore: Tensor | None = None) -> Quantized:
     """x [..., groups, group]: one (scale, zero) per row of the last dim.
 
@@ -61,15 +73,7 @@ def quantize_groups(x: Tensor, bits: int, ignore: Tensor | None = None) -> Quant
     """
     _check_bits(bits)
     levels = 2**bits - 1
-    if ignore is None:
-        lo, hi = x.amin(-1, keepdim=True), x.amax(-1, keepdim=True)
-    else:
-        big = torch.finfo(x.dtype).max
-        lo = torch.where(ignore, big, x).amin(-1, keepdim=True)
-        hi = torch.where(ignore, -big, x).amax(-1, keepdim=True)
-        all_ignored = ignore.all(-1, keepdim=True)
-        lo = torch.where(all_ignored, 0.0, lo)
-        hi = torch.where(all_ignored, 0.0, hi)
+    lo, hi = row_range(x, ignore)
     scale = (hi - lo) / levels
     safe = torch.where(scale > 0, scale, torch.ones_like(scale))  # a constant group: every code is 0
     codes = torch.round((x - lo) / safe).clamp_(0, levels).to(torch.uint8)
