@@ -29,6 +29,7 @@ import torch
 from torch import Tensor
 
 from real_engine.config import ModelConfig
+from real_engine.kv_quant import row_range
 
 STORE_MODES = ("fp", "int8", "int4", "mixed-int8", "mixed-int4")
 
@@ -88,14 +89,7 @@ def quantize_last(x: Tensor, bits: int, meta: torch.dtype, ignore: Tensor | None
     Elements marked ``ignore`` are left out of the min/max (they are kept exactly elsewhere).
     """
     levels = 2**bits - 1
-    if ignore is None:
-        lo, hi = x.amin(-1, keepdim=True), x.amax(-1, keepdim=True)
-    else:
-        big = torch.finfo(x.dtype).max
-        lo = torch.where(ignore, big, x).amin(-1, keepdim=True)
-        hi = torch.where(ignore, -big, x).amax(-1, keepdim=True)
-        empty = ignore.all(-1, keepdim=True)
-        lo, hi = torch.where(empty, 0.0, lo), torch.where(empty, 0.0, hi)
+    lo, hi = row_range(x, ignore)
     zero = _round_out(lo.float(), meta, up=False)
     scale = _round_out((hi.float() - zero.float()) / levels, meta, up=True)
     safe = torch.where(scale > 0, scale, torch.ones_like(scale)).float()  # a constant group: codes 0
