@@ -17,6 +17,29 @@ from torch import Tensor
 from real_engine.kv_cache import KVTensors
 
 
+def prefix_mask(cached: int, total: int, device: torch.device) -> Tensor:
+    """[T, L] bool: query i sits at position cached + i and sees keys 0..cached + i (T = total - cached)."""
+    q_pos = torch.arange(cached, total, device=device)
+    return torch.arange(total, device=device).unsqueeze(0) <= q_pos.unsqueeze(1)  # [T, L]
+
+
+def chunk_attention(qc: Tensor, kc: Tensor, vc: Tensor, mask: Tensor | None, causal: bool, group: int) -> Tensor:
+    """One multi-token chunk: qc [1, Hq, T, D], kc/vc [1, Hkv, L, D] -> [T, Hq, D]."""
+    if group > 1:  # HF repeat_kv order: kv head j serves query heads j*G .. j*G+G-1
+        kc, vc = kc.repeat_interleave(group, 1), vc.repeat_interleave(group, 1)
+    res = F.scaled_dot_product_attention(qc, kc, vc, attn_mask=mask, is_causal=causal)
+    return res[0].transpose(0, 1)  # [T, Hq, D]
+
+
+def decode_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, group: int) -> Tensor:
+    """One token per sequence: q [Bd, Hq, D], k/v [Bd, Hkv, L, D], mask [Bd, 1, 1, L] -> [Bd, Hq, D]."""
+    bd, hq, dim = q.shape
+    # GQA without copying K/V: a KV head's G query heads act as G query rows
+    qg = q.view(bd, hq // group, group, dim)  # [Bd, Hkv, G, D]
+    out = F.scaled_dot_product_attention(qg, k, v, attn_mask=mask)  # [Bd, Hkv, G, D]
+    return out.reshape(bd, hq, dim)
+
+
 @dataclass(frozen=True)
 class SequenceChunk:
     """What one sequence contributes to a step: num_new tokens after num_cached already in the cache."""
@@ -93,23 +116,12 @@ class PagedAttention:
                 total = cached + end - start
                 both = self.kv.gather_blocks(layer, blocks.unsqueeze(0))[:, :, :total]  # [2, 1, L, Hkv, D]
                 kc, vc = both[0].transpose(1, 2), both[1].transpose(1, 2)  # [1, Hkv, L, D]
-                # query i sits at position cached + i and sees keys 0..cached + i
-                q_pos = torch.arange(cached, total, device=q.device)
-                mask = torch.arange(total, device=q.device).unsqueeze(0) <= q_pos.unsqueeze(1)  # [T, L]
-                causal = False
-            if self.group > 1:  # HF repeat_kv order: kv head j serves query heads j*G .. j*G+G-1
-                kc, vc = kc.repeat_interleave(self.group, 1), vc.repeat_interleave(self.group, 1)
-            res = F.scaled_dot_product_attention(qc, kc, vc, attn_mask=mask, is_causal=causal)
-            out[start:end] = res[0].transpose(0, 1)  # [T, Hq, D]
+                mask, causal = prefix_mask(cached, total, q.device), False
+            out[start:end] = chunk_attention(qc, kc, vc, mask, causal, self.group)
         return out.unsqueeze(0)
 
     def _decode(self, layer: int, q: Tensor) -> Tensor:
         """q [Bd, Hq, D] (one token each) -> [Bd, Hq, D] over each sequence's cached context."""
-        bd, hq, dim = q.shape
-        hkv = hq // self.group
         both = self.kv.gather_blocks(layer, self.decode_blocks)  # [2, Bd, L, Hkv, D]
         k, v = both[0].transpose(1, 2), both[1].transpose(1, 2)  # [Bd, Hkv, L, D]
-        # GQA without copying K/V: a KV head's G query heads act as G query rows
-        qg = q.view(bd, hkv, self.group, dim)  # [Bd, Hkv, G, D]
-        out = F.scaled_dot_product_attention(qg, k, v, attn_mask=self.decode_mask)  # [Bd, Hkv, G, D]
-        return out.reshape(bd, hq, dim)
+        return decode_attention(q, k, v, self.decode_mask, self.group)
