@@ -16,9 +16,9 @@ the matmuls are row-wise), so they are exactly what they would have been.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
+from real_engine.attention import chunk_attention, decode_attention, prefix_mask
 from real_engine.tiered_cache import TieredKVCache
 from real_engine.tiers import TierFault
 
@@ -115,14 +115,8 @@ class TieredBatchAttention:
                     continue
                 both = both[:, :, :total]  # [2, 1, L, Hkv, D]
                 kc, vc = both[0].transpose(1, 2), both[1].transpose(1, 2)  # [1, Hkv, L, D]
-                # query i sits at position cached + i and sees keys 0..cached + i
-                q_pos = torch.arange(cached, total, device=q.device)
-                mask = torch.arange(total, device=q.device).unsqueeze(0) <= q_pos.unsqueeze(1)  # [T, L]
-                causal = False
-            if self.group > 1:  # HF repeat_kv order: kv head j serves query heads j*G .. j*G+G-1
-                kc, vc = kc.repeat_interleave(self.group, 1), vc.repeat_interleave(self.group, 1)
-            res = F.scaled_dot_product_attention(qc, kc, vc, attn_mask=mask, is_causal=causal)
-            out[start:end] = res[0].transpose(0, 1)  # [T, Hq, D]
+                mask, causal = prefix_mask(cached, total, q.device), False
+            out[start:end] = chunk_attention(qc, kc, vc, mask, causal, self.group)
         return out.unsqueeze(0)
 
     def _decode(self, layer: int, q: Tensor, live: list[bool]) -> Tensor:
@@ -135,7 +129,4 @@ class TieredBatchAttention:
             if live[i]:
                 self._fetch(i, layer, both[:, i, : self.num_cached[i] + 1])
         k, v = both[0].transpose(1, 2), both[1].transpose(1, 2)  # [Bd, Hkv, L, D]
-        # GQA without copying K/V: a KV head's G query heads act as G query rows
-        qg = q.view(bd, hkv, self.group, dim)  # [Bd, Hkv, G, D]
-        out = F.scaled_dot_product_attention(qg, k, v, attn_mask=self.decode_mask)  # [Bd, Hkv, G, D]
-        return out.reshape(bd, hq, dim)
+        return decode_attention(q, k, v, self.decode_mask, self.group)
