@@ -13,6 +13,7 @@ from pathlib import Path
 
 import streamlit as st
 
+from app_pages.provenance import profile_badge
 from simulator.errors import InputError
 from simulator.paths import PROFILES_DIR
 from simulator.profile import Profile, available_profiles
@@ -55,6 +56,17 @@ def parse_profile(text: str, source: str) -> Profile:
 
 def load(name: str) -> Profile:
     return parse_profile(profile_text(name), name)
+
+
+def load_shown(name: str) -> Profile | None:
+    """The profile, its provenance badge shown; None after showing why it would not load (the page returns)."""
+    try:
+        profile = load(name)
+    except InputError as err:
+        st.error(str(err))
+        return None
+    profile_badge(profile)
+    return profile
 
 
 def validate_upload(filename: str, data: bytes) -> Profile:
