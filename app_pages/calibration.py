@@ -12,7 +12,6 @@ import streamlit as st
 
 from app_pages import profiles
 from app_pages.profile_tables import coefficient_rows, compare_rows, fit_rows, hardware_rows, path_rows
-from app_pages.provenance import profile_badge
 from calibrate.inspect import compare, describe
 from simulator.errors import InputError
 from simulator.paths import PROFILES_DIR
@@ -57,12 +56,9 @@ def main() -> None:
     if st.session_state.get(SELECTED) not in choices:
         st.session_state[SELECTED] = "cpu-tiny" if "cpu-tiny" in choices else choices[0]
     name = st.selectbox("profile", choices, key=SELECTED)
-    try:
-        profile = profiles.load(name)
-    except InputError as err:
-        st.error(str(err))
+    profile = profiles.load_shown(name)
+    if profile is None:
         return
-    profile_badge(profile)
     d = describe(profile)
     tabs = st.tabs(["Coefficients", "Fits", "Paths", "Hardware and model", "Provenance", "Compare"])
     with tabs[0]:
