@@ -13,7 +13,6 @@ import pandas as pd
 import streamlit as st
 
 from app_pages import charts, planning_runs, profiles, scenario_form
-from app_pages.provenance import profile_badge
 from planning.candidates import candidates
 from planning.capacity import plan
 from planning.scenario_dict import load_scenario_dict
@@ -36,12 +35,9 @@ def main() -> None:
     name = cols[1].selectbox("profile", choices, index=choices.index(default) if default in choices else 0,
                              key="capacity_profile")
     qps = cols[2].number_input("target load (req/s)", 0.0001, 1e6, 0.2, format="%.4f", key="capacity_qps")
-    try:
-        profile = profiles.load(name)
-    except InputError as err:
-        st.error(str(err))
+    profile = profiles.load_shown(name)
+    if profile is None:
         return
-    profile_badge(profile)
     sla_cols = st.columns(4)
     sla: dict[str, float | None] = {}
     for col, term in zip(sla_cols[:3], TERMS, strict=True):
