@@ -14,10 +14,8 @@ import pandas as pd
 import streamlit as st
 
 from app_pages import charts, planning_runs, profiles
-from app_pages.provenance import profile_badge
 from planning.matrix import SEED_MATRIX, decision_matrix
 from planning.sweep import MAX_REJECTED
-from simulator.errors import InputError
 
 RESULT = "matrix_result"
 
@@ -33,12 +31,9 @@ def main() -> None:
     requests = int(cols[1].number_input("requests per cell", 10, 100_000, 60, key="matrix_requests",
                                         help="the CLI's --requests: fewer for a quick look"))
     settings = planning_runs.controls("matrix")
-    try:
-        profile = profiles.load(name)
-    except InputError as err:
-        st.error(str(err))
+    profile = profiles.load_shown(name)
+    if profile is None:
         return
-    profile_badge(profile)
     if st.button("Build the matrix", type="primary", key="matrix_run"):
         text = profiles.profile_text(name)
         result = planning_runs.run(
