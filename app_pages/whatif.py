@@ -15,7 +15,6 @@ import pandas as pd
 import streamlit as st
 
 from app_pages import charts, planning_runs, profiles, scenario_form
-from app_pages.provenance import profile_badge
 from planning.scenario_dict import load_scenario_dict
 from planning.whatif import load_step, parse_value, whatif
 from simulator.errors import InputError
@@ -58,12 +57,9 @@ def main() -> None:
         requests = int(cols[2].number_input("requests per simulation", 10, 1_000_000,
                                             int(data["workload"]["requests"]), key="whatif_requests"))
         data = {**data, "workload": {**data["workload"], "requests": requests}}
-    try:
-        profile = profiles.load(name)
-    except InputError as err:
-        st.error(str(err))
+    profile = profiles.load_shown(name)
+    if profile is None:
         return
-    profile_badge(profile)
     settings = planning_runs.controls("whatif", replications=2)
     text = profiles.profile_text(name)
     sweep_tab, step_tab = st.tabs(["Sweep", "Load step: fixed vs adaptive batching"])
