@@ -35,6 +35,20 @@ class Quantized:
         return sum(t.numel() * t.element_size() for t in (self.codes, self.scale, self.zero))
 
 
+def mode_bits(mode: str) -> int | None:
+    """Code width of a compression mode name ("int8", "mixed-int4", ...); None for an unquantized mode."""
+    return 8 if mode.endswith("int8") else 4 if mode.endswith("int4") else None
+
+
+def check_mixed_fields(owner: str, sink_tokens: int, recent_tokens: int, heavy_fraction: float) -> None:
+    """The mixed-precision settings KVCompression and StoreConfig share: windows >= 0, heavy share in [0, 1)."""
+    for name, value in (("sink_tokens", sink_tokens), ("recent_tokens", recent_tokens)):
+        if value < 0:
+            raise ValueError(f"{owner}.{name}: must be >= 0, got {value}")
+    if not 0.0 <= heavy_fraction < 1.0:
+        raise ValueError(f"{owner}.heavy_fraction: must be in [0, 1), got {heavy_fraction}")
+
+
 def _check_bits(bits: int) -> None:
     if bits not in (4, 8):
         raise ValueError(f"bits: must be 4 or 8, got {bits}")
