@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from real_engine.kv_quant import quantize_keys, quantize_values
+from real_engine.kv_quant import check_mixed_fields, mode_bits, quantize_keys, quantize_values
 from real_engine.kv_window import SinkWindowCache
 from real_engine.model import AttentionFn
 from real_engine.tiered_attention import dense_attention
@@ -44,15 +44,11 @@ class KVCompression:
         for name in ("group", "value_group", "window_tokens"):
             if getattr(self, name) < 1:
                 raise ValueError(f"KVCompression.{name}: must be >= 1, got {getattr(self, name)}")
-        for name in ("sink_tokens", "recent_tokens"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"KVCompression.{name}: must be >= 0, got {getattr(self, name)}")
-        if not 0.0 <= self.heavy_fraction < 1.0:
-            raise ValueError(f"KVCompression.heavy_fraction: must be in [0, 1), got {self.heavy_fraction}")
+        check_mixed_fields("KVCompression", self.sink_tokens, self.recent_tokens, self.heavy_fraction)
 
     @property
     def bits(self) -> int | None:
-        return 8 if self.mode.endswith("int8") else 4 if self.mode.endswith("int4") else None
+        return mode_bits(self.mode)
 
     @property
     def mixed(self) -> bool:
