@@ -29,7 +29,7 @@ import torch
 from torch import Tensor
 
 from real_engine.config import ModelConfig
-from real_engine.kv_quant import row_range
+from real_engine.kv_quant import check_mixed_fields, mode_bits, row_range
 
 STORE_MODES = ("fp", "int8", "int4", "mixed-int8", "mixed-int4")
 
@@ -55,17 +55,13 @@ class StoreConfig:
             raise ValueError(f"StoreConfig.block_size: must be even (INT4 packs token pairs), got {self.block_size}")
         if self.chunk_tokens % self.block_size:
             raise ValueError(f"StoreConfig.chunk_tokens: must be a multiple of block_size {self.block_size}")
-        for name in ("sink_tokens", "recent_tokens"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"StoreConfig.{name}: must be >= 0, got {getattr(self, name)}")
-        if not 0.0 <= self.heavy_fraction < 1.0:
-            raise ValueError(f"StoreConfig.heavy_fraction: must be in [0, 1), got {self.heavy_fraction}")
+        check_mixed_fields("StoreConfig", self.sink_tokens, self.recent_tokens, self.heavy_fraction)
         if not self.meta_dtype.is_floating_point:
             raise ValueError(f"StoreConfig.meta_dtype: must be a floating dtype, got {self.meta_dtype}")
 
     @property
     def bits(self) -> int | None:
-        return 8 if self.mode.endswith("int8") else 4 if self.mode.endswith("int4") else None
+        return mode_bits(self.mode)
 
     @property
     def mixed(self) -> bool:
