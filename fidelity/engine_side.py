@@ -90,7 +90,10 @@ def engine_config(data: dict[str, Any], kv_tokens: int, layers: int,
         chunk = int(strategy["tiered"].get("chunk_tokens", 256))
         device = max(1, kv_tokens // chunk) * layers
         host, ssd = (max(0, t // chunk) * layers for t in tier_tokens)
-        extra["tiered"] = TierConfig(chunk, device, host, min(ssd, SSD_PAGES_CAP * device))
+        tiered = strategy["tiered"]  # sinks and window: the simulator's TieredSpec defaults are TierConfig's
+        extra["tiered"] = TierConfig(chunk, device, host, min(ssd, SSD_PAGES_CAP * device),
+                                     sink_tokens=int(tiered.get("sink_tokens", 4)),
+                                     window_tokens=int(tiered.get("window_tokens", 256)))
     return EngineConfig(int(batching.get("max_batch_size", 256)), int(batching.get("max_batched_tokens", 8192)),
                         BLOCK_SIZE, max(1, kv_tokens // BLOCK_SIZE), **extra)
 
