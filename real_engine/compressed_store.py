@@ -236,3 +236,26 @@ class CompressedKVStore:
         staged = sum(t.untyped_storage().nbytes() for t in self.staged.values())
         scores = sum(t.untyped_storage().nbytes() for t in self.scores.values())
         return {"pools": pools, "staged": staged, "kv": pools + staged, "scores": scores}
+
+    # ---- rollback (speculative decoding) ---------------------------------------------------------
+    def truncate(self, table: list[int], length: int) -> None:
+        """Keep a sequence's first ``length`` tokens of ``table`` (its block table before the manager
+        truncates): blocks past them lose their staging, the kept tail block's rows past them are
+        zeroed (H2O scores too), so the store holds exactly the accepted prefix.
+
+        Rejected tokens can only be rolled back while their block is staged: a sealed block's codes
+        and scales mix its tokens, so a caller that may roll back must seal only blocks wholly inside
+        the accepted prefix (real_engine/spec_compressed.py seals after verification).
+        """
+        bs = self.config.block_size
+        keep = -(-length // bs)
+        for block in table[keep:]:
+            self.staged.pop(block, None)
+            self.scores.pop(block, None)
+        if length % bs and keep:
+            tail = table[keep - 1]
+            if tail not in self.staged:
+                raise RuntimeError(f"block {tail}: cannot roll back into a sealed block")
+            self.staged[tail][:, :, length % bs :] = 0
+            if tail in self.scores:
+                self.scores[tail][:, length % bs :] = 0

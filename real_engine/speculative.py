@@ -11,16 +11,20 @@ target pass and the sampler are exactly those of real_engine.engine.Engine.
 Admission is simpler than Engine's (no preemption, no chunked prefill): a request is admitted
 when the KV blocks of its whole life (prompt + max_new_tokens - 1; a round never reaches
 past that because K is capped) fit beside those of the running requests, in both pools.
+With EngineConfig.kv_compression the target's KV lives in a CompressedKVStore as in Engine
+(real_engine/spec_compressed.py: verify without sealing, roll back, then seal).
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections import deque
 from dataclasses import dataclass
 
 import torch
 
+from real_engine.compressed_store import CompressedKVStore, StoreConfig
 from real_engine.engine import EngineConfig, RequestRejected, StepRecord, run_to_completion
 from real_engine.fusion import fuse_projections
 from real_engine.kv_cache import KVCacheManager, KVTensors
@@ -29,6 +33,7 @@ from real_engine.proposers import PagedChunk, Proposal, Proposer, paged_forward
 from real_engine.rejection import greedy_verify, rejection_sample, sampling_probs
 from real_engine.sampling import SamplingParams, sample
 from real_engine.sequence import Sequence, SequenceStatus
+from real_engine.spec_compressed import compressed_forward, rollback
 from real_engine.spec_controller import Controller, FixedK
 from real_engine.spec_metrics import SpecCounters, SpecTimings
 
@@ -64,7 +69,15 @@ class SpeculativeEngine:
         param = next(target.parameters())
         self.device, self.dtype = param.device, param.dtype
         self.kv_manager = KVCacheManager(config.num_blocks, config.block_size)
-        self.kv = KVTensors.allocate(target.config, config.num_blocks, config.block_size, self.dtype, self.device)
+        self.kv_store: CompressedKVStore | None = None
+        if config.tiered is not None:
+            raise ValueError("EngineConfig.tiered: the SpeculativeEngine has no tiered KV")
+        if config.kv_compression is not None:
+            # the target's KV compressed as in Engine (real_engine/spec_compressed.py); the draft's stays exact
+            store = StoreConfig(config.kv_compression, config.block_size, math.gcd(32, int(target.config.head_dim)))
+            self.kv_store = CompressedKVStore(target.config, config.num_blocks, store, self.dtype, self.device)
+        else:
+            self.kv = KVTensors.allocate(target.config, config.num_blocks, config.block_size, self.dtype, self.device)
         self.proposer = proposer
         self.controller = controller if controller is not None else FixedK(4)
         self.generator = generator
@@ -163,7 +176,10 @@ class SpeculativeEngine:
             chunks.append(PagedChunk(seq.request_id, seq.num_computed, tail + drafts, 1 + num_draft[i]))
         chunks += [PagedChunk(s.request_id, 0, list(s.prompt_ids), 1) for s in new]
         t0 = time.perf_counter()
-        logits = paged_forward(self.model, self.kv, self.kv_manager, chunks)
+        if self.kv_store is None:
+            logits = paged_forward(self.model, self.kv, self.kv_manager, chunks)
+        else:
+            logits = compressed_forward(self.model, self.kv_store, self.kv_manager, chunks)
         accepted, emitted = self._verify(rounds, new, num_draft, proposal, logits)
         verify_s = time.perf_counter() - t0  # includes the sampler: .tolist() in _verify synced the device
         first, finished = [], []
@@ -172,7 +188,10 @@ class SpeculativeEngine:
                 first.append(seq.request_id)
             seq.num_computed = seq.num_tokens + (accepted[i] if i < len(rounds) else 0)
             seq.output_ids += emitted[i]
-            self.kv_manager.truncate(seq.request_id, seq.num_computed)  # rejected drafts leave the cache
+            if self.kv_store is None:
+                self.kv_manager.truncate(seq.request_id, seq.num_computed)  # rejected drafts leave the cache
+            else:  # ... and the store, which then seals the blocks the accepted prefix filled
+                rollback(self.kv_store, self.kv_manager, seq.request_id, seq.num_computed)
             if i < len(rounds):
                 self.proposer.commit(seq)
                 self.controller.observe(seq.request_id, num_draft[i], accepted[i])
@@ -265,6 +284,8 @@ class SpeculativeEngine:
 
     def _finish(self, seq: Sequence) -> None:
         self.kv_manager.free(seq.request_id)
+        if self.kv_store is not None:
+            self.kv_store.drop_free(self.kv_manager.pool.refcount)  # its staged blocks go now, not next step
         self.proposer.free(seq.request_id)
         self.controller.forget(seq.request_id)
         self._committed_blocks -= self._lifetime_blocks(seq)

@@ -1,0 +1,130 @@
+"""SpeculativeEngine with the target's KV compressed (real_engine/spec_compressed.py): greedy speculation
+reproduces plain greedy decoding on the same compressed store, and after every round the store holds
+exactly the accepted prefix (full blocks sealed, the tail block staged with zero rows past the end)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from real_engine.config import PRESETS
+from real_engine.engine import Engine, EngineConfig
+from real_engine.model import LlamaModel
+from real_engine.proposers import DraftModelProposer, Proposal, _pack
+from real_engine.sequence import Sequence
+from real_engine.spec_controller import FixedK
+from real_engine.speculative import SpeculativeEngine
+
+V = 256
+BS = 4
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def target() -> LlamaModel:
+    return LlamaModel(PRESETS["tiny-gqa"], torch.Generator().manual_seed(1)).eval()
+
+
+@pytest.fixture(scope="module")
+def prompts() -> list[list[int]]:
+    g = torch.Generator().manual_seed(3)
+    return [torch.randint(0, V, (n,), generator=g).tolist() for n in (7, 13, 3, 30, 21)]
+
+
+def _cfg(mode: str) -> EngineConfig:
+    return EngineConfig(num_blocks=128, block_size=BS, kv_compression=mode)
+
+
+class OracleProposer:
+    """Test instrument: proposes the plain engine's greedy continuation, right for the first
+    ``right[request_id]`` tokens of a round and wrong (shifted id) after, so rounds cross block
+    boundaries with full accepts and roll back partial ones."""
+
+    def __init__(self, reference: list[list[int]], right: list[int]) -> None:
+        self.reference, self.right = reference, right
+
+    def propose(self, seqs: list[Sequence], ks: list[int]) -> Proposal:
+        out = []
+        for s, k in zip(seqs, ks, strict=True):
+            ref = self.reference[s.request_id][len(s.output_ids) : len(s.output_ids) + k]
+            out.append([t if j < self.right[s.request_id] else (t + 1) % V for j, t in enumerate(ref)])
+        eye = torch.eye(V)
+        return _pack(out, [[eye[t] for t in toks] for toks in out], max(ks), V, torch.device("cpu"))
+
+    def commit(self, seq: Sequence) -> None:
+        pass
+
+    def free(self, request_id: int) -> None:
+        pass
+
+
+def _check_store(eng: SpeculativeEngine) -> int:
+    """The store holds exactly each running sequence's accepted prefix; returns the rows checked."""
+    store, checked = eng.kv_store, 0
+    assert store is not None
+    live = set()
+    for seq in eng.running:
+        table, n = eng.kv_manager.block_table(seq.request_id), seq.num_computed
+        assert len(table) == -(-n // BS)  # no block past the prefix
+        live.update(table)
+        for index, block in enumerate(table):
+            full = (index + 1) * BS <= n
+            assert (block in store.staged) != full  # full blocks sealed, the partial tail staged
+            if not full:
+                rows = store.staged[block][:, :, n % BS :]
+                assert rows.abs().sum() == 0  # rejected drafts' K/V are gone
+                assert store.staged[block][:, :, : n % BS].abs().sum() > 0
+                checked += BS - n % BS
+    assert set(store.staged) <= live  # no staging of freed blocks
+    return checked
+
+
+@pytest.mark.parametrize("mode", ["int8", "int4"])
+def test_greedy_speculation_equals_plain_greedy_on_the_compressed_store(target, prompts, mode):
+    reference = Engine(target, _cfg(mode)).generate(prompts, 24)
+    right = [4, 2, 0, 3, 1]  # per request: full accepts, partial accepts, none
+    eng = SpeculativeEngine(target, OracleProposer(reference, right), _cfg(mode), FixedK(4))
+    ids = [eng.add_request(p, 24) for p in prompts]
+    checked = 0
+    while eng.has_unfinished:
+        eng.step()
+        checked += _check_store(eng)
+    outs = [eng.output(i) for i in ids]
+    # Exact here: the verify pass's one remaining difference (a row past a boundary the same pass
+    # filled reads that block unquantized, see spec_compressed.py) flips no argmax on these prompts.
+    # Measured: 120/120 tokens equal for int8 and int4.
+    assert outs == reference
+    assert checked > 0 and eng.counters.num_accepted_tokens > 0
+    assert eng.counters.num_accepted_tokens < eng.counters.num_draft_tokens  # rollbacks happened
+    assert eng.kv_manager.blocks_used == 0 and not eng.kv_store.staged
+
+
+def test_truncate_drops_rejected_rows_and_blocks(target):
+    eng = Engine(target, _cfg("int8"))
+    store = eng.kv_store
+    table = [5, 9, 2]
+    for b in table:
+        store.open_block(b)
+        store.staged[b].fill_(1.0)
+    store.seal(5)  # a full block inside the prefix: sealed, untouched by truncation
+    store.truncate(table, 6)  # keeps block 5 (sealed) and 2 of block 9's 4 rows
+    assert 2 not in store.staged and 5 not in store.staged
+    assert store.staged[9][:, :, :2].eq(1.0).all() and store.staged[9][:, :, 2:].eq(0.0).all()
+    with pytest.raises(RuntimeError, match="sealed"):
+        store.truncate([5], 3)  # a sealed block cannot give rows back
+
+
+def test_a_real_draft_on_int8_matches_plain_int8(target, prompts):
+    draft = LlamaModel(PRESETS["tiny-mha"], torch.Generator().manual_seed(2)).eval()
+    reference = Engine(target, _cfg("int8")).generate(prompts, 16)
+    proposer = DraftModelProposer(draft, 128, BS, torch.Generator().manual_seed(4))
+    eng = SpeculativeEngine(target, proposer, _cfg("int8"), FixedK(3))
+    assert eng.generate(prompts, 16) == reference
+    assert eng.kv_manager.blocks_used == 0 and not eng.kv_store.staged
