@@ -3,7 +3,8 @@
 The engine is built from the same scenario tables the simulator reads (names shared on purpose):
 [batching] -> EngineConfig (max_batch_size, max_batched_tokens; the KV pool holds the tokens the
 simulator's KV budget holds), [strategy.speculative] -> SpeculativeEngine with the tiny draft at
-fixed K. Policies continuous/chunked go through real_engine.serving.serve; static/dynamic through
+fixed K (with [strategy.compression]: the target's KV compressed, the draft's exact). Policies
+continuous/chunked go through real_engine.serving.serve; static/dynamic through
 fidelity.window_serving. A path the engine cannot serve in a timed loop yet raises NotAvailable
 with what is missing: the report says "not run: <reason>", never a made-up number.
 """
@@ -107,9 +108,8 @@ def unsupported(data: dict[str, Any]) -> str | None:
         missing.append("the Engine has no tiered KV option (EngineConfig.tiered)")
     if "compression" in strategy and "kv_compression" not in fields_:
         missing.append("the Engine has no compressed-KV option (EngineConfig.kv_compression)")
-    if "speculative" in strategy and ({"tiered", "compression"} & set(strategy)):
-        missing.append("the SpeculativeEngine keeps its own full-precision paged KV: EngineConfig.tiered and "
-                       "kv_compression are the plain Engine's only")
+    if "speculative" in strategy and "tiered" in strategy:
+        missing.append("the SpeculativeEngine has no tiered KV: EngineConfig.tiered is the plain Engine's only")
     if {"tiered", "compression"} <= set(strategy):
         missing.append("EngineConfig cannot combine tiered with kv_compression")
     if "sequence_parallel" in strategy:
