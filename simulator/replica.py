@@ -92,11 +92,14 @@ class Replica:
 
     def __init__(self, env: Clock, index: int, config: ReplicaConfig, cost: IterationCost, ledger: Ledger,
                  next_arrival: Callable[[], float], expects_next_arrival: Callable[[int], bool],
-                 fast: bool = True, merge_ms: Callable[[Any], Any] | None = None) -> None:
+                 fast: bool = True, merge_ms: Callable[[Any], Any] | None = None,
+                 prefill_merge_ms: Callable[[Any], Any] | None = None) -> None:
         self.env = env
         # sequence parallelism's merge model (ms at a total context, elementwise over arrays): its time is
-        # already inside the cost model's prices; this only books it to the requests, like the loop does
+        # already inside the cost model's prices; this only books it to the requests, like the loop does.
+        # merge_ms prices a decode iteration's merge; prefill_merge_ms a prompt's (default: the same model)
         self._merge_ms = merge_ms
+        self._prefill_merge_ms = prefill_merge_ms if prefill_merge_ms is not None else merge_ms
         self.index = index
         self.config = config
         self.cost = cost
@@ -286,7 +289,9 @@ class Replica:
             if before:
                 total_ms += float(merge(context))
             prompts = [ledger.prompt[r] for r in admitted]
-            total_ms += sum(float(merge(p)) for p in prompts)
+            prefill_merge = self._prefill_merge_ms
+            assert prefill_merge is not None
+            total_ms += sum(float(prefill_merge(p)) for p in prompts)
             context += len(before) + sum(prompts) + len(admitted)  # as Run.add_mixed's growth
         batch = len(before) + len(admitted)
         if decodes > 0:
