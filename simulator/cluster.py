@@ -65,10 +65,11 @@ class Cluster:
         self.replicas: list[Replica] | list[Stepper]
         if setup is None:
             self.ledger = Ledger(prompts, outputs, config.replica.kv_bytes_per_token, merge=sp is not None)
-            merge = None if sp is None else sp.merge_array
+            merge = None if sp is None else sp.decode_merge_array
+            prefill_merge = None if sp is None else sp.merge_array
             self.replicas = [
                 Replica(self.env, i, config.replica, cost, self.ledger, self._next_arrival, self._expects, fast,
-                        merge)
+                        merge, prefill_merge)
                 for i in range(config.replicas)
             ]
         else:
