@@ -122,6 +122,9 @@ class SequenceParallel:
     merge: CostModel | None
     source: str
     note: str = ""
+    # merge of one decode step (P partials of one query per layer) on the sequence's context; None in
+    # profiles measured before the seqpar sweep timed decode (the simulator then falls back to ``merge``)
+    decode_merge: CostModel | None = None
 
     def __post_init__(self) -> None:
         check_count("degree", self.degree, low=2)
@@ -133,13 +136,18 @@ class SequenceParallel:
             raise InputError(None, "rows", "context_tokens must be strictly increasing")
         if self.merge is not None and self.merge.inputs != ("context_tokens",):
             raise InputError(None, "merge", "must be a cost model whose only input is context_tokens")
+        if self.decode_merge is not None and self.decode_merge.inputs != ("context_tokens",):
+            raise InputError(None, "decode_merge", "must be a cost model whose only input is context_tokens")
         check_text("source", self.source, allowed=VALUE_SOURCES)
         check_text("note", self.note, nonempty=False)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"rows": [row.to_dict() for row in self.rows],
-                "merge": None if self.merge is None else self.merge.to_dict(),
-                "source": self.source, "note": self.note}
+        out = {"rows": [row.to_dict() for row in self.rows],
+               "merge": None if self.merge is None else self.merge.to_dict(),
+               "source": self.source, "note": self.note}
+        if self.decode_merge is not None:  # absent key = absent model: older profiles round-trip unchanged
+            out["decode_merge"] = self.decode_merge.to_dict()
+        return out
 
     @classmethod
     def parse(cls, raw: object, source: str | None, path: str, degree: int) -> SequenceParallel:
@@ -147,9 +155,12 @@ class SequenceParallel:
         rows = tuple(SpRow.parse(row, source, f"{obj.where('rows')}[{i}]")
                      for i, row in enumerate(obj.array("rows")))
         merge = obj.get("merge", None)
+        decode_merge = obj.get("decode_merge", None)
         kwargs = {"degree": degree, "rows": rows,
                   "merge": None if merge is None else CostModel.parse(merge, source, obj.where("merge")),
-                  "source": obj.string("source"), "note": obj.string("note", "")}
+                  "source": obj.string("source"), "note": obj.string("note", ""),
+                  "decode_merge": (None if decode_merge is None
+                                   else CostModel.parse(decode_merge, source, obj.where("decode_merge")))}
         obj.finish()
         return build(cls, source, path, **kwargs)
 
@@ -159,7 +170,9 @@ class CompressionMode:
     """One KV-compression mode (e.g. int8, int4, mixed) and its costs.
 
     kv_bytes_ratio: compressed / uncompressed KV bytes per token, in (0, 1];
-    decode_overhead_ratio: extra decode attention time for dequantization, as a fraction of it;
+    decode_overhead_ratio: decode time reading compressed KV; its unit says how: "ratio" (what the
+    calibration sweep writes) = whole decode step with the mode / without, any other unit ("1",
+    "fraction") = extra attention time as a fraction of it (simulator/compression_physics.py);
     quality_loss: task-quality loss (unit says which metric); acceptance_drop: absolute drop of
     speculative acceptance when the target reads compressed KV (the negative coupling).
     """
