@@ -49,7 +49,8 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
                          statistic=args.statistic, cpu_clock=args.cpu_clock,
                          kv_capacity_bytes=None if args.kv_capacity_gib is None else int(args.kv_capacity_gib * 2**30),
                          progress=not args.no_progress, draft=args.draft, eval_prompts=args.eval_prompts,
-                         paging=args.paging, seqpar=args.seqpar, compression=args.compression)
+                         paging=args.paging, seqpar=args.seqpar, compression=args.compression,
+                         refresh=tuple(args.refresh or ()))
     try:
         result = run_calibration(job)
     except FitRefused as err:
@@ -167,6 +168,9 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
     cal.add_argument("--compression", action="store_true", help="add the KV-compression sweep: int8, int4, "
                      "mixed-int4, window vs full precision on two eval prompts (bytes, decode time, top-1 "
                      "agreement; acceptance drop with --draft; needs --model)")
+    cal.add_argument("--refresh", action="append", choices=("compression", "seqpar", "paging", "speculative"),
+                     help="measure this optional sweep afresh (repeatable): its rows are dropped from the samples "
+                     "CSV first; the other sweeps' rows are kept and refitted, not re-measured")
     cal.add_argument("--no-progress", action="store_true")
     cal.add_argument("--json", action="store_true")
     cal.set_defaults(func=_cmd_calibrate)

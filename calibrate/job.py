@@ -41,6 +41,10 @@ CLOCK_TEXT = {"cuda-events": "CUDA events", "wall": "wall time (perf_counter)",
               "core; other processes cannot inflate it)"}
 GPU_MEMORY_UTILISATION = 0.9  # vLLM's default share of device memory for weights + KV
 SERVE_KV_TOKENS = 1024 * 16  # `tripath serve` defaults: --num-blocks 1024 x --block-size 16
+# --refresh NAME: the samples CSV rows (sweep-name prefixes) that sweep writes, and the job switch it needs
+REFRESH_PREFIXES = {"compression": ("comp_",), "seqpar": ("seqpar_",), "paging": ("paging",),
+                    "speculative": ("spec_",)}
+REFRESH_SWITCH = {"compression": "compression", "seqpar": "seqpar", "paging": "paging", "speculative": "draft"}
 
 
 @dataclass(frozen=True)
@@ -67,6 +71,9 @@ class CalibrationJob:
     paging: bool = False  # add the paging sweep (the tiered cache's tiers per chunk size, SSD tier in a temp dir)
     seqpar: bool = False  # add the sequence-parallel sweep (P vs 1 prefill per preset degree; spawns gloo ranks)
     compression: bool = False  # add the KV-compression sweep (needs a --model checkpoint; --draft adds acceptance)
+    # optional sweeps to measure afresh: their rows are dropped from the samples CSV before resuming (the
+    # other sweeps' rows are kept and only refitted), e.g. after the engine's implementation of one changed
+    refresh: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.device not in ("cpu", "cuda"):
@@ -89,6 +96,11 @@ class CalibrationJob:
             raise InputError(None, "draft", "the speculative sweep decodes real prompts: give --model DIR too")
         if self.compression and self.target.checkpoint is None:
             raise InputError(None, "compression", "the compression sweep decodes real prompts: give --model DIR too")
+        for name in self.refresh:
+            if name not in REFRESH_PREFIXES:
+                raise InputError(None, "refresh", f"unknown sweep {name!r}; one of {', '.join(REFRESH_PREFIXES)}")
+            if not getattr(self, REFRESH_SWITCH[name]):
+                raise InputError(None, "refresh", f"--refresh {name} needs that sweep switched on too")
         if not str(self.out).endswith(".json"):
             raise InputError(None, "out", f"profile path must end in .json, got {self.out!r}")
 
@@ -208,6 +220,7 @@ def run_calibration(job: CalibrationJob, after_point: Callable[[int], None] | No
     # before any measuring: a budget that cannot be derived must fail now, not after the sweep
     memory = _memory(job, hardware, spec_model.weight_bytes, spec_model.kv_bytes_per_token)
     with SampleLog.open(samples_path, _fingerprint(job, hardware.device_name)) as log:
+        log.drop(tuple(p for name in job.refresh for p in REFRESH_PREFIXES[name]))
         measured = _measure(job, log, device, after_point)
         measured += measure_optional(job, log, device, _config_only(target_spec).config, clock_of(job) == "thread")
         samples = list(log.samples)

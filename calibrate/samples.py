@@ -124,6 +124,22 @@ class SampleLog:
         self.samples.append(sample)
         self.done.add(sample.key)
 
+    def drop(self, prefixes: tuple[str, ...]) -> int:
+        """Remove every row whose sweep name starts with one of ``prefixes`` (so the job measures that sweep
+        afresh while the other sweeps' rows are kept); the CSV is rewritten atomically. Returns rows dropped."""
+        if not prefixes:
+            return 0
+        kept = [s for s in self.samples if not s.sweep.startswith(prefixes)]
+        dropped = len(self.samples) - len(kept)
+        if dropped:
+            self._handle.close()
+            lines = [",".join(HEADER)] + [",".join(str(v) for v in s.row()) for s in kept]
+            write_atomic(self.path, "\n".join(lines) + "\n")
+            self._handle = open(self.path, "a", encoding="utf-8", newline="")  # noqa: SIM115 (closed by close())
+            self.samples = kept
+            self.done = {s.key for s in kept}
+        return dropped
+
     def close(self) -> None:
         self._handle.close()
 

@@ -13,6 +13,13 @@ waiting for the peer, so the speedup is an upper bound for an idle machine (the 
 Rows in the calibration's samples CSV, layers 0, x1 = prompt length, x2 = P (1 or 2), ms:
 ``seqpar_prefill`` (P > 1: the slowest rank of each repetition; the P = 1 row is measured in the
 first degree's run and reused) and ``seqpar_merge`` (P > 1 only: time in the merge, the slowest rank).
+After each P > 1 prefill the ranks decode ``DECODE_STEPS`` tokens at that context (one query per
+layer: each rank attends its shard, the (out, lse) partials are all-gathered and merged):
+``seqpar_decode`` (CPU ms of one decode step, slowest rank, median over steps) and
+``seqpar_decode_merge`` (ms in the merge per decode step, the engine's own ``times.merge_s`` wall
+clock, slowest rank, median over steps). The decode merge combines P partials of one query per
+layer, not T = C queries as a prefill's does, so it gets its own fit (the profile's
+``decode_merge``) instead of reusing the prefill merge.
 
 A degree above the machine's CPU count would time ranks that share cores: it is skipped with a
 printed reason unless ``max_ranks`` allows it, and a section measured so says it is oversubscribed.
@@ -40,6 +47,7 @@ from simulator.profile import SequenceParallel as SpSection
 
 DEGREE = 2  # the default degree
 LENGTHS = (512, 1024, 2048)
+DECODE_STEPS = 8  # decode steps timed after each P > 1 prefill
 
 
 def _plain_cpu_s(model: LlamaModel, prompt: list[int]) -> float:
@@ -50,17 +58,28 @@ def _plain_cpu_s(model: LlamaModel, prompt: list[int]) -> float:
     return time.process_time() - start
 
 
-def _sp_cpu_s(model: LlamaModel, prompt: list[int]) -> tuple[float, float]:
+def _sp_cpu_s(model: LlamaModel, prompt: list[int], steps: int = 0) -> tuple[float, float, float, float]:
+    """(prefill CPU s, prefill merge s, median decode-step CPU s, median decode-step merge s) on this rank."""
     sp = SequenceParallel(model, SeqParConfig("zigzag"))
     dist.barrier()
     start = time.process_time()
-    sp.prefill(prompt)
-    return time.process_time() - start, sp.times.merge_s
+    token = sp.prefill(prompt)
+    prefill_s, prefill_merge_s = time.process_time() - start, sp.times.merge_s
+    step_s, merge_s = [], []
+    for _ in range(steps):
+        merged, start = sp.times.merge_s, time.process_time()
+        token = sp.decode(token)
+        step_s.append(time.process_time() - start)
+        merge_s.append(sp.times.merge_s - merged)
+    if not steps:
+        return prefill_s, prefill_merge_s, 0.0, 0.0
+    return prefill_s, prefill_merge_s, statistics.median(step_s), statistics.median(merge_s)
 
 
 def seqpar_worker(rank: int, device: torch.device, config: ModelConfig, lengths: tuple[int, ...],
-                  reps: int) -> list[tuple[int, int, float, float]]:
-    """This rank's (length, P, cpu_s, merge_s) per repetition, P = the world size; P = 1 rows on rank 0 only."""
+                  reps: int) -> list[tuple[int, int, float, float, float, float]]:
+    """This rank's (length, P, cpu_s, merge_s, decode_cpu_s, decode_merge_s) per repetition, P = the world
+    size; P = 1 rows (prefill only, decode zeros) on rank 0 only."""
     degree = dist.get_world_size()
     model = LlamaModel(config, torch.Generator().manual_seed(0)).eval()
     gen = torch.Generator().manual_seed(1)
@@ -74,10 +93,18 @@ def seqpar_worker(rank: int, device: torch.device, config: ModelConfig, lengths:
         for _ in range(reps):
             dist.barrier()
             if rank == 0:
-                rows.append((length, 1, _plain_cpu_s(model, prompt), 0.0))
-            rows.append((length, degree, *_sp_cpu_s(model, prompt)))
+                rows.append((length, 1, _plain_cpu_s(model, prompt), 0.0, 0.0, 0.0))
+            # decode only within the model's positions (a prompt at the limit is timed for prefill alone)
+            steps = min(DECODE_STEPS, config.max_position_embeddings - length)
+            rows.append((length, degree, *_sp_cpu_s(model, prompt, steps)))
     dist.barrier()
     return rows
+
+
+def _sweeps(length: int, config: ModelConfig) -> tuple[str, ...]:
+    """The rows a P > 1 run at this length writes: no decode rows when the prompt fills the positions."""
+    decodes = ("seqpar_decode", "seqpar_decode_merge") if length < config.max_position_embeddings else ()
+    return ("seqpar_prefill", "seqpar_merge", *decodes)
 
 
 def _sample(sweep: str, length: int, degree: int, seconds: list[float]) -> Sample:
@@ -94,7 +121,7 @@ def measure_seqpar(config: ModelConfig, reps: int, log: SampleLog, lengths: tupl
     measured = 0
     for degree in degrees:
         todo = tuple(n for n in lengths if n <= config.max_position_embeddings
-                     and ("seqpar_merge", 0, n, degree) not in log.done)
+                     and any((sweep, 0, n, degree) not in log.done for sweep in _sweeps(n, config)))
         if not todo:
             continue
         if degree > limit:
@@ -104,15 +131,17 @@ def measure_seqpar(config: ModelConfig, reps: int, log: SampleLog, lengths: tupl
         per_rank = spawn(seqpar_worker, DistConfig(world_size=degree, threads_per_rank=1), config, todo, reps,
                          deadline_s=deadline_s)
         for length in todo:
-            plain = [cpu for n, p, cpu, _ in per_rank[0] if (n, p) == (length, 1)]
-            # per repetition, the slowest rank sets the pace
-            ranks = [[(cpu, merge) for n, p, cpu, merge in rows if (n, p) == (length, degree)] for rows in per_rank]
-            slowest = [max(pair) for pair in zip(*ranks, strict=True)]
-            for p, seconds in ((1, plain), (degree, [s[0] for s in slowest])):
-                if ("seqpar_prefill", 0, length, p) not in log.done:
-                    log.append(_sample("seqpar_prefill", length, p, seconds))
-            merges = [max(m for _, m in rep) for rep in zip(*ranks, strict=True)]
-            log.append(_sample("seqpar_merge", length, degree, merges))
+            plain = [row[2] for row in per_rank[0] if row[:2] == (length, 1)]
+            # per repetition, the slowest rank sets the pace (each column's max over the ranks)
+            ranks = [[row[2:] for row in rows if row[:2] == (length, degree)] for rows in per_rank]
+            slowest = [tuple(max(col) for col in zip(*rep, strict=True)) for rep in zip(*ranks, strict=True)]
+            series = {("seqpar_prefill", 1): plain, ("seqpar_prefill", degree): [s[0] for s in slowest],
+                      ("seqpar_merge", degree): [s[1] for s in slowest],
+                      ("seqpar_decode", degree): [s[2] for s in slowest],
+                      ("seqpar_decode_merge", degree): [s[3] for s in slowest]}
+            for (sweep, p), seconds in series.items():
+                if sweep in _sweeps(length, config) and (sweep, 0, length, p) not in log.done:
+                    log.append(_sample(sweep, length, p, seconds))
             measured += 1
     return measured
 
@@ -147,9 +176,31 @@ def _degree_section(samples: list[Sample], degree: int, what: str, cpus: int) ->
         merge = CostModel("sp_merge_v1", coefficients, ("context_tokens",),
                           {"context_tokens": (float(x.min()), float(x.max()))}, result.quality,
                           f"log-sum-exp merge of the P = {degree} prefill, slowest rank")
+    decode_merge = _decode_merge(by_key, degree, what)
     shared = (f" OVERSUBSCRIBED: {degree} ranks on {cpus} CPUs shared cores; CPU time per process leaves out the "
               "waiting, but cache and memory-bandwidth sharing remain." if degree > cpus else "")
     note = (f"Measured: P = {degree} vs P = 1 prefill of the whole model, CPU seconds per process (gloo threads "
             f"included; waiting for the peers is not counted, so an upper bound for idle cores), median of the "
             f"repetitions; merge ms likewise. {what}.{shared}")
-    return SpSection(degree, tuple(rows), merge, "measured", note)
+    if decode_merge is not None:
+        note += (f" decode_merge: the merge of one decode step (P partials of one query per layer), median of "
+                 f"{DECODE_STEPS} steps after each prefill, the engine's merge timer (wall clock).")
+    return SpSection(degree, tuple(rows), merge, "measured", note, decode_merge)
+
+
+def _decode_merge(by_key: dict[tuple[str, int, int, int], Sample], degree: int, what: str) -> CostModel | None:
+    """sp_merge_v1 fitted to the per-decode-step merge rows (None with fewer than two)."""
+    found = sorted((key[2], s.median_ms) for key, s in by_key.items()
+                   if key[0] == "seqpar_decode_merge" and key[3] == degree)
+    if len(found) < 2:
+        return None
+    x = np.array([n for n, _ in found], dtype=float)
+    y = np.array([ms for _, ms in found], dtype=float)
+    result = fit_formula("sp_merge_v1", {"context_tokens": x}, y,
+                         data=f"seqpar_decode_merge rows (median_ms): {what}")
+    coefficients = {"m0": Coefficient(result.coefficients["m0"], "ms", "fitted", "fixed merge cost per decode step"),
+                    "m_ctx": Coefficient(result.coefficients["m_ctx"], "ms/token", "fitted",
+                                         "merge cost per context token of the decoding sequence")}
+    return CostModel("sp_merge_v1", coefficients, ("context_tokens",),
+                     {"context_tokens": (float(x.min()), float(x.max()))}, result.quality,
+                     f"log-sum-exp merge of one P = {degree} decode step (one query per layer), slowest rank")

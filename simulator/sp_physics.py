@@ -14,10 +14,15 @@ same IterationCost arithmetic as the baseline (simulator/path_step.py: path_cost
   is split evenly over the P ranks that each hold S / P of them; the per-sequence and fixed parts
   (linear layers for one new token per sequence) cannot be split and run on every rank. The ranks'
   partial attentions (outputs and log-sum-exps) are merged once per iteration in one collective
-  for the batch: merge_ms(S), the profile's merge overhead at the batch's total context (for one
-  sequence, its length, as the profile states it; a function of B and S only, so the baseline's
-  exact fast path can price it). Decode merge queries are not counted as extrapolations: the
-  fast path evaluates decode costs a few iterations ahead of use.
+  for the batch: decode_merge_ms(S), at the batch's total context (a function of B and S only, so
+  the baseline's exact fast path can price it). It is the profile's ``decode_merge`` model where
+  the profile has one: the seqpar sweep's measured merge of one decode step, P partials of ONE
+  query per layer (calibrate/sweep_seqpar.py). A decode merge combines per-query partials, so its
+  cost does not grow like the prefill merge's, which combines T = C queries; profiles measured
+  before the sweep timed decode have no ``decode_merge``, and then the prefill merge_ms(S) is
+  charged (an overestimate: fidelity found +422 % merge per request), and ``merge_source`` says
+  so. Decode merge queries are not counted as extrapolations: the fast path evaluates decode
+  costs a few iterations ahead of use.
 - merge_ms(C) is the profile's fitted merge model (sp_merge_v1: m0 + m_ctx C) where it has one,
   else its rows' merge_ms interpolated like the speedup.
 
@@ -43,6 +48,10 @@ class SpPhysics:
         self._speedup = np.array([row.speedup for row in sp.rows], dtype=float)
         self._merge_rows = np.array([row.merge_ms for row in sp.rows], dtype=float)
         self._merge_model = sp.merge
+        self._decode_merge = getattr(sp, "decode_merge", None)
+        # provenance of the decode merge for summaries: measured per decode step, or the prefill fallback
+        self.merge_source = ("decode_merge (measured per decode step)" if self._decode_merge is not None
+                             else "prefill merge model (no decode_merge in the profile: an overestimate)")
         self.queries = 0
         self.outside = 0
 
@@ -78,16 +87,22 @@ class SpPhysics:
         return sp_prefill
 
     def decode_fn(self, decode: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
-        """decode_ms(B, S) with SP: decode_ms(B, 0) + (decode_ms(B, S) - decode_ms(B, 0)) / P + merge_ms(S).
+        """decode_ms(B, S) with SP: decode_ms(B, 0) + (decode_ms(B, S) - decode_ms(B, 0)) / P + decode merge(S).
 
         S may be a numpy array (the fast path evaluates many iterations at once)."""
         degree = self.degree
 
         def sp_decode(batch: Any, total_context: Any) -> Any:
             fixed = decode(batch, 0)
-            return fixed + (decode(batch, total_context) - fixed) / degree + self.merge_array(total_context)
+            return fixed + (decode(batch, total_context) - fixed) / degree + self.decode_merge_array(total_context)
 
         return sp_decode
+
+    def decode_merge_array(self, context: Any) -> Any:
+        """The merge of one decode step, elementwise over a scalar or an array of contexts."""
+        if self._decode_merge is not None:
+            return self._decode_merge.evaluate(context_tokens=context)
+        return self.merge_array(context)
 
     def merge_array(self, context: Any) -> Any:
         """merge_ms elementwise over a scalar or an array of contexts."""

@@ -26,7 +26,8 @@ def test_rows_and_section(swept):
     assert measured == 2
     samples = read_samples(path)
     assert {(s.sweep, s.x1, s.x2) for s in samples} == {
-        ("seqpar_prefill", n, p) for n in (128, 256) for p in (1, 2)} | {("seqpar_merge", n, 2) for n in (128, 256)}
+        ("seqpar_prefill", n, p) for n in (128, 256) for p in (1, 2)} | {
+        (sweep, n, 2) for n in (128, 256) for sweep in ("seqpar_merge", "seqpar_decode", "seqpar_decode_merge")}
     section = seqpar_section(samples, "test")
     sp = section[2]
     assert sp.degree == 2 and sp.source == "measured"
@@ -37,6 +38,12 @@ def test_rows_and_section(swept):
         two = next(s for s in samples if (s.sweep, s.x1, s.x2) == ("seqpar_prefill", row.context_tokens, 2))
         assert row.speedup == pytest.approx(one.median_ms / two.median_ms)
     assert sp.merge is not None and sp.merge.evaluate(context_tokens=256) > 0
+    # the decode merge: two partials of one query per layer, fitted apart from the prefill's
+    assert sp.decode_merge is not None and sp.decode_merge.domain["context_tokens"] == (128.0, 256.0)
+    for n in (128, 256):
+        step = next(s for s in samples if s.key == ("seqpar_decode", 0, n, 2))
+        merge = next(s for s in samples if s.key == ("seqpar_decode_merge", 0, n, 2))
+        assert 0 < merge.median_ms < step.median_ms  # the merge is a part of the step
 
 
 def test_resume_spawns_nothing(swept):
