@@ -61,6 +61,13 @@ class TieredSpec:
     ssd_capacity_gib: float | None = None  # None: the profile's hardware.ssd_bytes
     chunk_tokens: int = 256  # paging granularity (one page)
     policy: str = "lru"
+    # pinned on the device for every live sequence (real_engine/tiers.py TierConfig's defaults): they
+    # bound how many sequences the device pool admits (tier_physics.TierPhysics.device_fits)
+    sink_tokens: int = 4
+    window_tokens: int = 256
+    # apply that residency rule? None: when the profile was measured on real_engine (source "measured"),
+    # whose rule it is; seed and published profiles describe other engines, whose rule is not known
+    device_residency: bool | None = None
 
     def __post_init__(self) -> None:
         _finite("host_capacity_gib", self.host_capacity_gib)
@@ -69,6 +76,9 @@ class TieredSpec:
             _fail("chunk_tokens", f"must be >= 1, got {self.chunk_tokens}")
         if self.policy not in TIER_POLICIES:
             _fail("policy", f"must be one of {', '.join(TIER_POLICIES)}, got {self.policy!r}")
+        for name in ("sink_tokens", "window_tokens"):
+            if getattr(self, name) < 0:
+                _fail(name, f"must be >= 0, got {getattr(self, name)}")
 
 
 @dataclass(frozen=True)
@@ -108,7 +118,8 @@ STRATEGY_TABLES: dict[str, type] = {"speculative": SpeculativeSpec, "tiered": Ti
 _TYPES: dict[str, dict[str, tuple[type, ...]]] = {
     "speculative": {"k": (int,), "adaptive": (bool,), "fallback_acceptance": (int, float), "proposer": (str,)},
     "tiered": {"host_capacity_gib": (int, float), "ssd_capacity_gib": (int, float), "chunk_tokens": (int,),
-               "policy": (str,)},
+               "policy": (str,), "sink_tokens": (int,), "window_tokens": (int,),
+               "device_residency": (bool,)},
     "sequence_parallel": {"degree": (int,)},
     "compression": {"mode": (str,)},
 }
