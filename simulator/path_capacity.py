@@ -8,6 +8,8 @@ prompt P and output O tokens, with b the profile's KV bytes per token and C one 
     device tokens     D  = floor(P_sp x C / b')                              (SP degree P_sp; else 1)
     admissible tokens A  = D + host_tokens + ssd_tokens                       (tiered; else D)
     batch             B* = min(max_batch_size, floor(A / (P + O)))   (at least 1, as capacity.py)
+                      tiered: also the largest B whose B sequences of P + O tokens fit the engine's
+                      device residency rule (TierPhysics.device_fits: sinks + window per sequence)
     context           S  = B* x (P + (O + 1) / 2)                            (mean, as capacity.py)
     speculation       E  = sum over tasks w_t (1 + sum_{j<=K} p_t,1 ... p_t,j)  tokens per round
                       f  = K c + v(K)  target steps per round;  draft prefill factor 1 + c
@@ -93,6 +95,10 @@ def path_saturation(scenario: Any, profile: Any, mean_prompt: float, mean_output
         strategy.tiered, profile, t.kv_bytes_per_token, device_tokens, ranks=t.degree)
     admissible = device_tokens if tiers is None else tiers.capacity_tokens
     batch = max(1, min(max_batch_size, math.floor(admissible / (mean_prompt + mean_output))))
+    if tiers is not None:
+        length = math.ceil(mean_prompt + mean_output)
+        while batch > 1 and not tiers.device_fits([length] * batch):
+            batch -= 1
     context = batch * (mean_prompt + (mean_output + 1.0) / 2.0)
 
     k, c, per_round, factor, draft = 0, 0.0, 1.0, 1.0, 0.0

@@ -7,6 +7,7 @@ because eviction is its own policy, separate from the iteration loop that calls 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -28,6 +29,7 @@ class Preemption:
     ledger: PathLedger
     model: StepModel
     config: StepperConfig
+    _device_fits: Callable[[list[int]], bool] | None
 
     def _preempt(self) -> float:
         """Evict the most recently admitted sequences until the next iteration's growth fits.
@@ -37,12 +39,20 @@ class Preemption:
         token). Returns the seconds of swap-out transfers this causes.
         """
         seconds = 0.0
-        while self.running and self.used + self._next_writes() > self.capacity:
+        while self.running and (self.used + self._next_writes() > self.capacity or self._device_over()):
             victim = max(self.running, key=lambda s: s.admit_order)
             if len(self.running) == 1:
                 break  # alone it fits by the router's rule (prompt + output <= capacity)
             seconds += self._evict(victim)
         return seconds
+
+    def _device_over(self) -> bool:
+        """Tiered KV: whether the running sequences, after the next iteration's writes, break the
+        engine's device residency rule (simulator/tier_physics.py), so one must go."""
+        if self._device_fits is None:
+            return False
+        return not self._device_fits([max(s.reserved, s.context + 1) if s.decoding else s.reserved
+                                      for s in self.running])
 
     def _next_writes(self) -> int:
         return sum(max(0, s.context + 1 - s.reserved) for s in self.running if s.decoding)

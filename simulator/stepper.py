@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING
 
 import simpy
@@ -54,6 +54,9 @@ class Stepper(Preemption):
         self.config = config or StepperConfig()
         self.reserve_output = self.config.preemption == "none"
         self.capacity = model.kv_capacity_tokens
+        # tiered KV: the engine's device residency rule also bounds who runs (tier_physics.device_fits)
+        tiers = getattr(model, "tiers", None)
+        self._device_fits: Callable[[list[int]], bool] | None = None if tiers is None else tiers.device_fits
         self.queue: deque[int] = deque()  # requests waiting (preempted ones at the head)
         self.waiting: dict[int, SeqState] = {}  # preempted sequences by request, while queued
         self.running: list[SeqState] = []  # in admission order
@@ -137,6 +140,8 @@ class Stepper(Preemption):
             prefill = 0 if seq.swapped else seq.target
             over = tokens + prefill > token_budget and (admitted or not first_always)
             if need > free or over:
+                break
+            if self._device_fits is not None and not self._device_fits([s.reserved for s in self.running] + [need]):
                 break
             queue.popleft()
             self.waiting.pop(seq.request, None)

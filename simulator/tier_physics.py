@@ -30,6 +30,24 @@ the profiles carry no measured figure for it yet, so it is 0 (every paging secon
 With sequence parallelism of degree P each rank holds 1/P of every sequence's KV and pages its
 own shard over its own host link, in parallel: t is evaluated at bytes / P per rank (every rank
 pays the setup once), while the bytes recorded are the replica's total.
+
+Device residency (admission): the engine (real_engine/tiered_store.py) keeps every live
+sequence's attention sinks and recent window on the device, and pages one layer's whole context in
+at once for full attention. Its device pool is counted in pages of chunk_tokens tokens of ONE layer,
+G = floor(D / chunk) x layers pages, and live sequences of lengths n_i fit only while
+
+    pinned(n)  = min(ceil(n / chunk), ceil(sink / chunk) + ceil(window / chunk) + 1)
+                 (the window can straddle one more chunk boundary)
+    needed     = layers x sum_i pinned(n_i) + max_i (ceil(n_i / chunk) - pinned(n_i))  <=  G
+
+(TieredStore.device_pages_needed). The rule is real_engine's, so it applies by default where the
+profile was measured on real_engine (profile source "measured"); seed and published profiles describe
+other engines whose residency rule is not known, and keep admitting against device + host + SSD
+tokens ([strategy.tiered] device_residency = true/false says it outright). Where it applies, the
+simulator admits (and keeps) a sequence only while the rule holds, with n_i the tokens each live
+sequence has reserved; with a small device pool that is what serialises long sequences. With SP
+each rank holds 1/P of every sequence, so n_i is taken per rank (ceil(n_i / P)) against the
+rank's own pool D.
 """
 
 from __future__ import annotations
@@ -57,6 +75,33 @@ class TierPhysics:
         self._links = {name: profile.paging[name].cost_for(spec.chunk_tokens)
                        for name in (DEVICE_HOST, HOST_SSD) if name in profile.paging}
         self.live = 0
+        self.layers = int(profile.model.layers)
+        self.sink_tokens = spec.sink_tokens
+        self.window_tokens = spec.window_tokens
+        self.device_pages = (device_tokens // spec.chunk_tokens) * self.layers
+        residency = spec.device_residency
+        self.residency = getattr(profile, "source", None) == "measured" if residency is None else residency
+
+    def pinned_chunks(self, tokens: int) -> int:
+        """One layer's chunks of a ``tokens``-long sequence the engine keeps on the device."""
+        chunk = self.chunk
+        bound = -(-self.sink_tokens // chunk) + -(-self.window_tokens // chunk) + 1
+        return min(-(-tokens // chunk), bound)
+
+    def device_pages_needed(self, lengths: list[int]) -> int:
+        """Device pages the engine needs for live sequences of these lengths (module docstring)."""
+        if not lengths:
+            return 0
+        per_rank = [-(-n // self.ranks) for n in lengths]
+        pinned = [self.pinned_chunks(n) for n in per_rank]
+        working = max(-(-n // self.chunk) - p for n, p in zip(per_rank, pinned, strict=True))
+        return sum(pinned) * self.layers + working
+
+    def device_fits(self, lengths: list[int]) -> bool:
+        """Whether live sequences of these lengths fit the engine's device residency rule. A single
+        sequence always does: the router already checked it against the capacity, and refusing it
+        would stall the replica forever."""
+        return not self.residency or len(lengths) <= 1 or self.device_pages_needed(lengths) <= self.device_pages
 
     @property
     def capacity_tokens(self) -> int:
