@@ -9,7 +9,10 @@ iteration on top, in ``PathStep``. One iteration's milliseconds, from the profil
     decode part   d' = decode'(B, S)         compression: x its overhead; SP: attention / P + merge_ms(S)
                   speculation: x (K_max c + v(K_max)) for the batch's round (1 without speculation)
     prefill part  sum over chunks of prefill'(T, ctx) - prefill(0, 0)
-                  SP: work / speedup(ctx + T) + merge_ms(ctx + T);  a draft model: x (1 + c) (it prefills too)
+                  SP: work / speedup(ctx + T) + merge_ms(ctx + T)
+    draft prefill measured profiles (real_engine's DraftModelProposer): c x the prefill part of the prompt
+                  (+ first token) the draft catches up on, in the sequence's first round; seed/published
+                  profiles (vLLM-style): the prefill part x (1 + c) in the prefill iteration
     base          the decode part if B > 0, else prefill(0, 0) (the iteration's fixed cost)
     compute       base + prefill part
     seconds       compute + paging stall (tiered: max(0, paging - overlap x compute))
@@ -116,8 +119,6 @@ class PathStep:
         drop = 0.0 if t.compression is None else t.compression.acceptance_drop
         self.spec = None if strategy.speculative is None else SpeculativePhysics(
             strategy.speculative, profile, tasks, rng, drop)
-        # a draft model prefills every prompt too, at c times the target's work; prompt lookup does not
-        self._draft_prefill = 0.0 if self.spec is None else self.spec.c
         self._live = 0
 
     def step(self, prefills: Sequence[PrefillChunk], decodes: DecodeBatch | Sequence[Decode],
@@ -133,12 +134,22 @@ class PathStep:
             decode_merge *= factor
         else:
             base_ms = self.cost._prefill_fixed_ms
-        draft = 1.0 + self._draft_prefill
-        compute_s = (base_ms + draft * self._prefill_ms(prefills)) / 1000.0
+        draft_ms = draft_merge = 0.0
+        if self.spec is not None and batch:
+            # the draft prefills a prompt in the sequence's first round (after its first token), at c x the
+            # target's work for the same chunk; prompt lookup has no draft (c = 0, no catch-up)
+            chunks = [PrefillChunk(-1, -1, tokens, before, False) for tokens, before in self.spec.catch_up(decodes, ks)]
+            if chunks:
+                draft_ms = self.spec.c * self._prefill_ms(chunks)
+                draft_merge = self.spec.c * self.transforms.merge_ms(chunks, DecodeBatch([], [], [], [], 0))[1]
+        # a vLLM-style engine (non-measured profiles) runs the draft's prefill beside the target's: x (1 + c)
+        draft = 1.0 if self.spec is None or self.spec.lazy_draft else 1.0 + self.spec.c
+        compute_s = (base_ms + draft * self._prefill_ms(prefills) + draft_ms) / 1000.0
 
         accepted = self.spec.draw(decodes, ks) if self.spec is not None else None
         emitted = ones(batch) if accepted is None else accepted + 1
         if self.spec is not None:
+            self.spec.commit(decodes, ks, accepted)
             self.spec.observe(decodes, ks, accepted)
 
         stall_s, moved = 0.0, {}
@@ -149,7 +160,7 @@ class PathStep:
             stall_s = self.tiers.stall_s(paging_s, compute_s)
         self._live = live_tokens + written
         rounds = None if self.spec is None else (ks > 0).astype(np.int64)
-        merge_s = (decode_merge + draft * prefill_merge) / 1000.0
+        merge_s = (decode_merge + draft * prefill_merge + draft_merge) / 1000.0
         return StepResult(compute_s + stall_s, emitted, accepted, rounds, stall_s, moved, merge_s)
 
     def _decode_ms(self, decodes: DecodeBatch) -> float:

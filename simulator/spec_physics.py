@@ -20,6 +20,20 @@ The adaptive policy is real_engine/spec_controller.py's AdaptiveK itself (the sa
 engine: EWMA acceptance per sequence and per replica, best K by predicted speedup, fallback with
 hysteresis). A scenario's fallback_acceptance a_f maps to the controller's exit speedup
 S*(a_f) = max_K E(K, a_f) / (K c + v(K)): S* rises with a, so "S* < S*(a_f)" is "a < a_f".
+
+The draft's prompt pass (real_engine/proposers.py::DraftModelProposer): the engine's prefill
+iteration runs the target alone and emits the first token; the draft first sees a sequence in the
+first draft pass of the sequence's first round with K_i > 0, which feeds every token the draft has
+not seen yet (prompt + first token), batched with the other sequences' one-token draft steps.
+After a round the draft keeps context + min(K_i - 1, accepted_i) tokens, so the next round feeds 1
+token (2 after a full accept): a decode-like pass, priced by K c. A gap of more than 2 tokens (the
+first round, or the first after plain rounds of the adaptive controller) is a prefill of the draft,
+which ``catch_up`` reports as (tokens, tokens already seen) and PathStep prices at c x the
+target's prefill work for that chunk (the profile measures c on decode steps only; see
+docs/simulator_paths.md for why c is used for the draft's prefill too). That is real_engine's
+schedule, so it applies to profiles calibrated on it (source kind "measured"); the seed and
+published profiles describe vLLM-style engines, whose draft prefills in the target's prefill step
+(``lazy_draft`` False: PathStep charges the prefill x (1 + c) there, as before).
 """
 
 from __future__ import annotations
@@ -64,12 +78,15 @@ class SpeculativePhysics:
         self.prompt_lookup = spec.proposer == "prompt_lookup"
         # Prompt lookup proposes by matching n-grams of the context: no draft model pass (c = 0).
         self.c = 0.0 if self.prompt_lookup else float(profile.speculative.cost_ratio.value)
+        # real_engine (every "measured" profile's engine) feeds the prompt to the draft in the first round
+        self.lazy_draft = not self.prompt_lookup and getattr(profile, "source", None) == "measured"
         self._verify = [1.0] + [profile.verify_cost_ratio(k) for k in range(1, self.k + 1)]
         self.probs = acceptance_table(profile, tasks, self.k, self.prompt_lookup, acceptance_drop)
         self.survival = np.cumprod(self.probs, axis=1)  # C[t, j-1] = P(at least j drafts accepted)
         self._positions = np.arange(self.k)
         self.rng = rng
         self.controller: AdaptiveK | None = None
+        self._draft_seen: dict[int, int] = {}  # request -> tokens with draft K/V (absent: none yet)
         if spec.adaptive:
             base, per_token = linear_verify(profile, self.k)
             costs = SpecCosts(self.c, base, per_token)
@@ -108,6 +125,37 @@ class SpeculativePhysics:
         runs = u[:, None] < self.survival[decodes.tasks, :k_max]
         runs &= self._positions[:k_max] < ks[:, None]  # positions past K_i were never proposed
         return runs.sum(axis=1, dtype=np.int64)
+
+    def catch_up(self, decodes: DecodeBatch, ks: np.ndarray) -> list[tuple[int, int]]:
+        """(tokens fed, tokens the draft already had) of each draft prefill in this round's first draft pass.
+
+        A sequence proposing (K_i > 0) feeds the draft context_i - seen_i tokens; gaps of 1-2 tokens are the
+        decode-like pass K c already prices, longer gaps (the first round: the whole prompt + first token)
+        are prefills. Nothing without ``lazy_draft`` (prompt lookup has no draft; vLLM-style: prefilled already).
+        """
+        if not self.lazy_draft:
+            return []
+        seen = self._draft_seen
+        out = []
+        for request, context, k in zip(decodes.requests, decodes.contexts, ks.tolist(), strict=True):
+            if k > 0:
+                done = seen.get(request, 0)
+                if context - done > 2:
+                    out.append((context - done, done))
+        return out
+
+    def commit(self, decodes: DecodeBatch, ks: np.ndarray, accepted: np.ndarray) -> None:
+        """What the draft keeps after the round (DraftModelProposer.commit): context + min(K_i - 1, accepted_i)
+        tokens where it proposed, unchanged where it did not; finished sequences are forgotten."""
+        if not self.lazy_draft:
+            return
+        seen = self._draft_seen
+        for request, context, remaining, k, acc in zip(decodes.requests, decodes.contexts, decodes.remaining,
+                                                       ks.tolist(), accepted.tolist(), strict=True):
+            if acc + 1 >= remaining:
+                seen.pop(request, None)
+            elif k > 0:
+                seen[request] = context + min(k - 1, acc)
 
     def observe(self, decodes: DecodeBatch, ks: np.ndarray, accepted: np.ndarray) -> None:
         """Tell the adaptive controller what each round did; forget sequences that just finished."""

@@ -1,0 +1,89 @@
+"""The draft's prompt pass is charged where real_engine's DraftModelProposer runs it: in the sequence's
+first speculative round (after the target's prefill emitted the first token), at c x the target's prefill
+(measured profiles); vLLM-style profiles (seed, published) keep it in the prefill iteration, x (1 + c)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from simulator.costs import IterationCost
+from simulator.path_step import PathStep
+from simulator.profile import resolve_profile
+from simulator.spec_physics import SpeculativePhysics
+from simulator.step_model import Decode, DecodeBatch, PrefillChunk
+from simulator.strategy import SpeculativeSpec, StrategySpec
+
+SEED = resolve_profile("seed-llama2-70b-a100")  # c = 0.265262, v = 1; a vLLM-style engine (source "seed")
+MEASURED = dataclasses.replace(SEED, source="measured")  # the same numbers, as if calibrated on real_engine
+
+
+def _step(k: int = 3, proposer: str = "draft", profile=MEASURED) -> PathStep:
+    return PathStep(IterationCost.from_profile(profile), profile,
+                    StrategySpec(speculative=SpeculativeSpec(k=k, proposer=proposer)), ["code"],
+                    profile.kv_capacity_bytes, np.random.default_rng(0))
+
+
+def test_prefill_iteration_costs_the_target_alone():
+    cost = IterationCost.from_profile(SEED)
+    result = _step().step([PrefillChunk(0, 0, 2000, 0, True)], [], 0)
+    # no decodes: the fixed cost prefill(0, 0) plus the chunk's work = prefill(2000, 0), no (1 + c)
+    assert result.seconds == pytest.approx(float(cost._prefill_ms(2000, 0)) / 1000, rel=1e-12)
+
+
+def test_vllm_style_profiles_prefill_the_draft_beside_the_target():
+    cost = IterationCost.from_profile(SEED)
+    step = _step(profile=SEED)
+    fixed, c = float(cost._prefill_ms(0, 0)), 0.265262
+    result = step.step([PrefillChunk(0, 0, 2000, 0, True)], [], 0)
+    assert result.seconds == pytest.approx((fixed + (1 + c) * (float(cost._prefill_ms(2000, 0)) - fixed)) / 1000,
+                                           rel=1e-9)
+    decodes = [Decode(0, 0, 2001, 100)]
+    assert step.step([], decodes, 2001).seconds == step.step([], decodes, 2001).seconds  # no catch-up round
+
+
+def test_first_round_adds_c_times_the_prefill_of_prompt_plus_first_token():
+    cost = IterationCost.from_profile(SEED)
+    step = _step()
+    decodes = [Decode(0, 0, 2001, 100)]  # a 2000-token prompt and its first token
+    first = step.step([], decodes, 2001).seconds
+    second = step.step([], decodes, 2001).seconds  # same context: the draft has seen all of it
+    c = 0.265262
+    work = float(cost._prefill_ms(2001, 0)) - float(cost._prefill_ms(0, 0))
+    assert first - second == pytest.approx(c * work / 1000, rel=1e-9)
+    d = float(cost._decode_ms(1, 2001))
+    assert second == pytest.approx((3 * c + 1.0) * d / 1000, rel=1e-9)
+
+
+def test_the_draft_keeps_context_plus_min_k_minus_1_accepted_tokens():
+    physics = SpeculativePhysics(SpeculativeSpec(k=4), MEASURED, ["code"], np.random.default_rng(0))
+    ks = np.array([4, 4, 0])
+    batch = DecodeBatch.of([Decode(0, 0, 101, 50), Decode(1, 0, 201, 50), Decode(2, 0, 301, 50)])
+    assert physics.catch_up(batch, ks) == [(101, 0), (201, 0)]  # K = 0: the draft does not run
+    physics.commit(batch, ks, np.array([1, 4, 0]))
+    # next round: 1 accepted -> context + 2, the draft has context + 1: gap 1; a full accept (4) -> context + 5,
+    # the draft has context + 3: gap 2. Both are the decode-like pass K c prices; no catch-up.
+    nxt = DecodeBatch.of([Decode(0, 0, 103, 48), Decode(1, 0, 206, 45), Decode(2, 0, 302, 49)])
+    every = np.array([4, 4, 4])
+    assert physics.catch_up(nxt, every) == [(302, 0)]  # its first round with K > 0
+    physics.commit(nxt, every, np.array([0, 0, 0]))  # the draft has 103, 206, 302 tokens
+    # after plain rounds (K = 0) the gap grows: 6 tokens later the draft feeds them as a prefill chunk
+    later = DecodeBatch.of([Decode(0, 0, 109, 42), Decode(1, 0, 207, 44)])
+    assert physics.catch_up(later, np.array([2, 2])) == [(6, 103)]
+
+
+def test_finished_sequences_are_forgotten():
+    physics = SpeculativePhysics(SpeculativeSpec(k=4), MEASURED, ["code"], np.random.default_rng(0))
+    batch = DecodeBatch.of([Decode(7, 0, 50, 3)])
+    physics.commit(batch, np.array([2]), np.array([2]))  # 3 tokens emitted: done
+    assert physics._draft_seen == {}
+
+
+def test_prompt_lookup_has_no_draft_prefill():
+    lookup = dataclasses.replace(SEED.acceptance["code"], mean=0.5, note="test entry")
+    profile = dataclasses.replace(MEASURED, acceptance={**SEED.acceptance, "prompt_lookup:code": lookup})
+    step = _step(proposer="prompt_lookup", profile=profile)
+    decodes = [Decode(0, 0, 2001, 100)]
+    assert step.step([], decodes, 2001).seconds == step.step([], decodes, 2001).seconds
