@@ -227,7 +227,7 @@ def _max_concurrent(records) -> int:
 
 
 def test_compression_admits_more_sequences_end_to_end():
-    """cpu-tiny holds 16,384 tokens of fp32 KV: 8 requests of 2,000 tokens; int8 (ratio 0.374) holds 21."""
+    """cpu-tiny holds 16,384 tokens of fp32 KV: 8 requests of 2,000 tokens; int8 holds 1 / its ratio times more."""
     data = _quickstart(requests=60, profile="cpu-tiny")
     data["workload"]["arrival"] = {"kind": "poisson", "rate_per_s": 1000.0}  # all queued at once
     data["workload"]["prompt_tokens"] = {"kind": "fixed", "value": 1900}
@@ -238,7 +238,9 @@ def test_compression_admits_more_sequences_end_to_end():
     comp = simulate(scenario_from_dict(data), TINY, seed=0).runs[0].records
     per_token = math.ceil(3072 * TINY.compression["int8"].kv_bytes_ratio.value)
     assert _max_concurrent(base) == 16_384 // 2000 == 8
-    assert _max_concurrent(comp) == (TINY.kv_capacity_bytes // per_token) // 2000 == 21
+    # derived from the profile's measured ratio (int8 0.344 since the compressed-store calibration: 23)
+    expected = (TINY.kv_capacity_bytes // per_token) // 2000
+    assert _max_concurrent(comp) == expected > 2 * 8
     assert all(r.completed for r in base + comp)
 
 
