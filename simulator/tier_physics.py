@@ -45,7 +45,9 @@ profile was measured on real_engine (profile source "measured"); seed and publis
 other engines whose residency rule is not known, and keep admitting against device + host + SSD
 tokens ([strategy.tiered] device_residency = true/false says it outright). Where it applies, the
 simulator admits (and keeps) a sequence only while the rule holds, with n_i the tokens each live
-sequence has reserved; with a small device pool that is what serialises long sequences. With SP
+sequence has reserved; with a small device pool that is what serialises long sequences. Its
+device pool is whole pages, so placement then takes D = floor(D / chunk) x chunk: a sequence pages
+once it outgrows the pool's whole chunks, not the byte budget. With SP
 each rank holds 1/P of every sequence, so n_i is taken per rank (ceil(n_i / P)) against the
 rank's own pool D.
 """
@@ -81,6 +83,8 @@ class TierPhysics:
         self.device_pages = (device_tokens // spec.chunk_tokens) * self.layers
         residency = spec.device_residency
         self.residency = getattr(profile, "source", None) == "measured" if residency is None else residency
+        if self.residency:  # the engine's pool holds whole pages: D rounds down to whole chunks
+            self.device_tokens = (device_tokens // self.chunk) * self.chunk
 
     def pinned_chunks(self, tokens: int) -> int:
         """One layer's chunks of a ``tokens``-long sequence the engine keeps on the device."""

@@ -106,3 +106,15 @@ def test_saturation_batch_follows_the_rule() -> None:
     assert path_saturation(scenario, profile, 750, 150, 1, 4, capacity).batch == 1
     loose = scenario_from_dict(_validation(sink_tokens=0, window_tokens=0))
     assert path_saturation(loose, profile, 750, 150, 1, 4, capacity).batch == 3
+
+
+def test_the_engine_pool_is_whole_pages() -> None:
+    """1,052 device tokens are 4 pages of 256 per layer in the engine: a 1,030-token sequence pages one
+    chunk out; the byte budget alone would hold it. Only sequences past 1,024 tokens page."""
+    tiny = resolve_profile("cpu-tiny")
+    b = tiny.model.kv_bytes_per_token
+    assert TierPhysics(TieredSpec(), tiny, b, 1052).placement(1030)[0] == 1030 - 256
+    assert TierPhysics(TieredSpec(device_residency=False), tiny, b, 1052).placement(1030) == (1030, 0, 0)
+    records = simulate(scenario_from_dict(_validation()), tiny, seed=0).runs[0].records
+    for r in records:
+        assert (r.paging_s > 0) == (r.prompt_tokens + r.output_tokens > 1024), r
