@@ -45,6 +45,7 @@ import numpy as np
 
 # spec_controller.py is pure Python (no torch): importing it keeps one rule for engine and simulator.
 from real_engine.spec_controller import AdaptiveK, ControllerConfig, SpecCosts, best_k
+from simulator.engine_rules import follows_real_engine
 from simulator.step_model import DecodeBatch
 from simulator.strategy import PROMPT_LOOKUP_PREFIX, SpeculativeSpec
 
@@ -78,8 +79,8 @@ class SpeculativePhysics:
         self.prompt_lookup = spec.proposer == "prompt_lookup"
         # Prompt lookup proposes by matching n-grams of the context: no draft model pass (c = 0).
         self.c = 0.0 if self.prompt_lookup else float(profile.speculative.cost_ratio.value)
-        # real_engine (every "measured" profile's engine) feeds the prompt to the draft in the first round
-        self.lazy_draft = not self.prompt_lookup and getattr(profile, "source", None) == "measured"
+        # real_engine feeds the prompt to the draft in the first round (simulator/engine_rules.py)
+        self.lazy_draft = not self.prompt_lookup and follows_real_engine(profile)
         self._verify = [1.0] + [profile.verify_cost_ratio(k) for k in range(1, self.k + 1)]
         self.probs = acceptance_table(profile, tasks, self.k, self.prompt_lookup, acceptance_drop)
         self.survival = np.cumprod(self.probs, axis=1)  # C[t, j-1] = P(at least j drafts accepted)

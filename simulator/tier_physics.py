@@ -57,6 +57,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from simulator.engine_rules import follows_real_engine
 from simulator.strategy import DEVICE_HOST, GIB, HOST_SSD, TieredSpec
 
 
@@ -82,7 +83,7 @@ class TierPhysics:
         self.window_tokens = spec.window_tokens
         self.device_pages = (device_tokens // spec.chunk_tokens) * self.layers
         residency = spec.device_residency
-        self.residency = getattr(profile, "source", None) == "measured" if residency is None else residency
+        self.residency = follows_real_engine(profile) if residency is None else residency
         if self.residency:  # the engine's pool holds whole pages: D rounds down to whole chunks
             self.device_tokens = (device_tokens // self.chunk) * self.chunk
 
