@@ -13,6 +13,11 @@ reference) decodes the same eval prompts greedily at batch 1 through the mode's 
 - ``comp_agree``: COUNTS: median_ms = min_ms = max_ms = positions where the mode's greedy argmax
   equals full precision's, reps = positions compared, teacher-forced on full precision's own
   greedy text (real_engine.kv_quality.teacher_forced_logits);
+- ``comp_prefill``: prefill of a PREFILL_LENGTHS-token prompt (x2 = its length) in one forward,
+  for fp through the engine's paged pool (PagedAttention over KVTensors) and for the quantized modes
+  through the compressed store (every token quantized into it), thread CPU time, median of
+  PREFILL_REPS, ms; fitted per quantized mode as prefill_overhead_ratio (median over lengths of
+  the mode's time / fp's);
 - ``comp_accept`` (only with a draft): COUNTS of greedy speculative acceptance at K with the target
   reading compressed KV (real_engine.kv_quality.greedy_acceptance): median_ms = accepted,
   reps = accepted + rejections.
@@ -32,17 +37,20 @@ from collections.abc import Callable
 import torch
 
 from calibrate.samples import Sample, SampleLog
-from real_engine.attention import SequenceChunk
+from real_engine.attention import PagedAttention, SequenceChunk
 from real_engine.compressed_attention import CompressedAttention
 from real_engine.compressed_store import STORE_MODES, CompressedKVStore, StoreConfig
+from real_engine.kv_cache import KVTensors
 from real_engine.kv_compression import MODES, KVCompression, cache_bytes_per_token, make_cache
 from real_engine.kv_quality import greedy_acceptance, greedy_with_cache, teacher_forced_logits
 from real_engine.model import LlamaModel
 from simulator.profile import Coefficient, CompressionMode
 
 MEASURED_MODES = ("int8", "int4", "mixed-int4", "window")
-COMP_SWEEPS = ("comp_bytes", "comp_step", "comp_agree", "comp_accept")
+COMP_SWEEPS = ("comp_bytes", "comp_step", "comp_agree", "comp_accept")  # comp_prefill: only fp and stored modes
 NEW_TOKENS = 32
+PREFILL_LENGTHS = (128, 512, 1024)  # prompt tokens of the prefill timing (the tiny target holds 2048)
+PREFILL_REPS = 3
 
 
 class _StoreSequence:
@@ -69,7 +77,7 @@ class _StoreSequence:
 def _decode(model: LlamaModel, prompt: list[int], new_tokens: int, mode: KVCompression,
             clock: Callable[[], float]) -> tuple[list[float], float]:
     """Greedy decode through the mode's cache: (seconds per decode step, stored bytes per token)."""
-    if mode.mode in STORE_MODES and mode.bits is not None:
+    if _stored(mode):
         seq = _StoreSequence(model, mode, len(prompt) + new_tokens)
         logits = seq.forward(model, torch.tensor([prompt]))[0, -1]
         seconds = []
@@ -89,9 +97,47 @@ def _decode(model: LlamaModel, prompt: list[int], new_tokens: int, mode: KVCompr
     return seconds, cache_bytes_per_token(cache)
 
 
-def _keys(index: int, layers: int, with_draft: bool) -> list[tuple[str, int, int, int]]:
+@torch.inference_mode()
+def _prefill_ms(model: LlamaModel, ids: list[int], mode: KVCompression, clock: Callable[[], float]) -> float:
+    """One prompt's prefill in one forward, ms: into the compressed store (quantized modes) or the paged pool."""
+    if _stored(mode):
+        seq = _StoreSequence(model, mode, len(ids))
+        start = clock()
+        seq.forward(model, torch.tensor([ids]))
+        return (clock() - start) * 1e3
+    param, bs = next(model.parameters()), StoreConfig(mode.mode).block_size
+    table = list(range(-(-len(ids) // bs)))
+    kv = KVTensors.allocate(model.config, len(table), bs, param.dtype, param.device)
+    start = clock()
+    att = PagedAttention(kv, [SequenceChunk(0, len(ids), table)], model.config.kv_group_size)
+    model(torch.tensor([ids]), att.positions, att)
+    return (clock() - start) * 1e3
+
+
+def _stored(mode: KVCompression) -> bool:
+    return mode.mode in STORE_MODES and mode.bits is not None
+
+
+def _prefill_rows(model: LlamaModel, prompt: list[int], mode: KVCompression, index: int,
+                  clock: Callable[[], float]) -> list[Sample]:
+    """comp_prefill rows of one mode: each PREFILL_LENGTHS prompt (the eval prompt repeated) PREFILL_REPS times."""
+    rows = []
+    for length in prefill_lengths(model):
+        ids = (prompt * (length // len(prompt) + 1))[:length]
+        ms = [_prefill_ms(model, ids, mode, clock) for _ in range(PREFILL_REPS)]
+        rows.append(Sample("comp_prefill", model.config.num_layers, index, length, statistics.median(ms), min(ms),
+                           max(ms), len(ms)))
+    return rows
+
+
+def prefill_lengths(model: LlamaModel) -> tuple[int, ...]:
+    """PREFILL_LENGTHS the model's positions hold (a smaller test model times the shorter ones only)."""
+    return tuple(n for n in PREFILL_LENGTHS if n <= model.config.max_position_embeddings)
+
+
+def _keys(index: int, layers: int, with_draft: bool, lengths: tuple[int, ...]) -> list[tuple[str, int, int, int]]:
     names = COMP_SWEEPS if with_draft else COMP_SWEEPS[:3]
-    return [(name, layers, index, 0) for name in names]
+    return [(name, layers, index, 0) for name in names] + [("comp_prefill", layers, index, n) for n in lengths]
 
 
 def measure_compression(target: LlamaModel, draft: LlamaModel | None, prompts: list[list[int]], k: int,
@@ -104,10 +150,12 @@ def measure_compression(target: LlamaModel, draft: LlamaModel | None, prompts: l
     measured = 0
     for name in ("fp", *MEASURED_MODES):
         index = MODES.index(name)
-        if all(key in log.done for key in _keys(index, layers, draft is not None)):
-            continue
         # values are grouped per token over channels: a head narrower than the default group takes one group
         mode = KVCompression(name, value_group=math.gcd(KVCompression().value_group, int(target.config.head_dim)))
+        prefill = name == "fp" or _stored(mode)
+        lengths = prefill_lengths(target) if prefill else ()
+        if all(key in log.done for key in _keys(index, layers, draft is not None, lengths)):
+            continue
         step_s: list[float] = []
         nbytes: list[float] = []
         agree = positions = accepted = trials = 0
@@ -130,6 +178,8 @@ def measure_compression(target: LlamaModel, draft: LlamaModel | None, prompts: l
         if draft is not None:
             rows.append(Sample("comp_accept", layers, index, 0, float(accepted), float(accepted), float(accepted),
                                trials))
+        if prefill:
+            rows += _prefill_rows(target, prompts[0], mode, index, clock)
         for row in rows:
             if row.key not in log.done:
                 log.append(row)
@@ -140,6 +190,7 @@ def measure_compression(target: LlamaModel, draft: LlamaModel | None, prompts: l
 def compression_section(samples: list[Sample], k: int | None, what: str) -> dict[str, CompressionMode]:
     """The profile's ``compression`` section: each measured mode relative to the fp rows."""
     by_key = {(s.sweep, s.x1): s for s in samples if s.sweep in COMP_SWEEPS}
+    prefill_ms = {(s.x1, s.x2): s.median_ms for s in samples if s.sweep == "comp_prefill"}
     fp = MODES.index("fp")
     if ("comp_bytes", fp) not in by_key:
         return {}
@@ -172,9 +223,28 @@ def compression_section(samples: list[Sample], k: int | None, what: str) -> dict
                         "text) where the argmax differs from full precision"),
             Coefficient(drop, "acceptance", "measured" if k is not None and accept is not None else "derived",
                         drop_note),
+            prefill_overhead_ratio=prefill_ratio(prefill_ms, fp, index, name),
             note=f"Measured by the calibration's compression sweep (calibrate/sweep_compression.py), "
                  f"real_engine.kv_compression defaults, batch 1, {what}.")
     return out
+
+
+def prefill_ratio(prefill_ms: dict[tuple[int, int], float], fp: int, index: int, name: str) -> Coefficient | None:
+    """prefill_overhead_ratio r = median over the prompt lengths both fp (f) and the mode (m) were timed at
+    of m / f (as decode_overhead_ratio is a median ratio). The ratio grows with length (the store's attention
+    dequantizes the whole prefix), so a least-squares fit would follow the longest prompt alone; the median
+    is the middle length's. None when no lengths (older sample logs, or a mode not written through the
+    compressed store): the simulator leaves prefill as is."""
+    lengths = sorted(n for (i, n) in prefill_ms if i == index and (fp, n) in prefill_ms)
+    if not lengths:
+        return None
+    f = [prefill_ms[(fp, n)] for n in lengths]
+    m = [prefill_ms[(index, n)] for n in lengths]
+    ratio = statistics.median(b / a for a, b in zip(f, m, strict=True))
+    return Coefficient(ratio, "ratio", "measured",
+                       f"prefill time of one prompt of {', '.join(map(str, lengths))} tokens written into the "
+                       f"{name} compressed store / into the paged pool (full precision): median over the lengths "
+                       "of the ratio of medians; quantization in PyTorch ops (no fused kernel)")
 
 
 def thread_clock() -> float:

@@ -9,7 +9,10 @@ A mode of the profile's ``compression`` section changes three things:
   / (decode step without), unit "ratio", and the decode part of an iteration is multiplied by it.
   A profile that states it as the extra fraction of attention time (unit "1" or "fraction", as
   simulator/profile_paths.py's docstring puts it) gets the attention part multiplied by 1 + value.
-  Prefill writes KV but reads the fresh full-precision activations, so it is unchanged;
+  Prefill reads the fresh activations but writes every token into the compressed store (quantize,
+  scales, staging): the sweep measures prefill_overhead_ratio = (prefill through the store) /
+  (prefill through the paged pool), and each prefill chunk's work (its cost above the per-iteration
+  fixed cost) is multiplied by it. A profile without it (older ones) leaves prefill unchanged;
 - acceptance: a speculative target reading compressed KV accepts fewer draft tokens; every
   per-position acceptance drops by acceptance_drop (SEEDS.md 003's negative coupling).
 
@@ -38,6 +41,8 @@ class CompressionPhysics:
         self.kv_bytes_ratio = float(m.kv_bytes_ratio.value)
         self.acceptance_drop = float(m.acceptance_drop.value)
         self.quality_loss = float(m.quality_loss.value)
+        prefill = getattr(m, "prefill_overhead_ratio", None)
+        self.prefill_factor = 1.0 if prefill is None else float(prefill.value)
         overhead = float(m.decode_overhead_ratio.value)
         if m.decode_overhead_ratio.unit.strip().lower() in STEP_RATIO_UNITS:
             if overhead <= 0:  # a step-time ratio of 0 would make decoding free
@@ -61,4 +66,16 @@ class CompressionPhysics:
             def compressed(batch: Any, total_context: Any) -> Any:
                 fixed = decode(batch, 0)
                 return fixed + attention * (decode(batch, total_context) - fixed)
+        return compressed
+
+    def prefill_fn(self, prefill: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+        """prefill_ms(tokens, context) writing into the compressed store: the fixed cost f = prefill(0, 0)
+        is paid once per iteration whatever the KV format, so only the chunk's work above it scales."""
+        factor = self.prefill_factor
+        if factor == 1.0:
+            return prefill
+        fixed = prefill(0, 0)
+
+        def compressed(tokens: Any, context: Any) -> Any:
+            return fixed + factor * (prefill(tokens, context) - fixed)
         return compressed

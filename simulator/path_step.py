@@ -46,6 +46,7 @@ def path_cost(cost: IterationCost, compression: CompressionPhysics | None, sp: S
     prefill, decode = cost._prefill_ms, cost._decode_ms
     if compression is not None:
         decode = compression.decode_fn(decode)
+        prefill = compression.prefill_fn(prefill)
     if sp is not None:
         decode = sp.decode_fn(decode)
         prefill = sp.prefill_fn(prefill, cost._prefill_fixed_ms)

@@ -174,7 +174,9 @@ class CompressionMode:
     calibration sweep writes) = whole decode step with the mode / without, any other unit ("1",
     "fraction") = extra attention time as a fraction of it (simulator/compression_physics.py);
     quality_loss: task-quality loss (unit says which metric); acceptance_drop: absolute drop of
-    speculative acceptance when the target reads compressed KV (the negative coupling).
+    speculative acceptance when the target reads compressed KV (the negative coupling);
+    prefill_overhead_ratio (optional, unit "ratio"): prefill time writing into the compressed store /
+    into the paged pool; absent (older profiles) = prefill unchanged.
     """
 
     kv_bytes_ratio: Coefficient
@@ -182,18 +184,24 @@ class CompressionMode:
     quality_loss: Coefficient
     acceptance_drop: Coefficient
     note: str = ""
+    prefill_overhead_ratio: Coefficient | None = None
 
     FIELDS = ("kv_bytes_ratio", "decode_overhead_ratio", "quality_loss", "acceptance_drop")
 
     def __post_init__(self) -> None:
         for name in self.FIELDS:
             need_coefficient(name, getattr(self, name))
+        if self.prefill_overhead_ratio is not None:
+            need_coefficient("prefill_overhead_ratio", self.prefill_overhead_ratio)
+            check_number("prefill_overhead_ratio.value", self.prefill_overhead_ratio.value, positive=True)
         check_number("kv_bytes_ratio.value", self.kv_bytes_ratio.value, positive=True, high=1.0)
         check_number("acceptance_drop.value", self.acceptance_drop.value, high=1.0)
         check_text("note", self.note, nonempty=False)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {name: getattr(self, name).to_dict() for name in self.FIELDS}
+        if self.prefill_overhead_ratio is not None:  # absent stays absent: old profiles round-trip unchanged
+            out["prefill_overhead_ratio"] = self.prefill_overhead_ratio.to_dict()
         out["note"] = self.note
         return out
 
@@ -202,6 +210,9 @@ class CompressionMode:
         obj = JsonObject(raw, source, path)
         kwargs: dict[str, Any] = {name: Coefficient.parse(obj.get(name), source, obj.where(name))
                                   for name in cls.FIELDS}
+        prefill = obj.get("prefill_overhead_ratio", None)
+        if prefill is not None:
+            kwargs["prefill_overhead_ratio"] = Coefficient.parse(prefill, source, obj.where("prefill_overhead_ratio"))
         kwargs["note"] = obj.string("note", "")
         obj.finish()
         return build(cls, source, path, **kwargs)

@@ -1,0 +1,98 @@
+"""KV compression's prefill overhead: fitted from the sweep's rows, applied to each prefill chunk's work."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from calibrate.samples import Sample
+from calibrate.sweep_compression import compression_section, prefill_ratio
+from real_engine.kv_compression import MODES
+from simulator.compression_physics import CompressionPhysics
+from simulator.cost_model import Coefficient
+from simulator.costs import IterationCost
+from simulator.path_step import PathStep
+from simulator.profile import resolve_profile
+from simulator.profile_paths import CompressionMode
+from simulator.step_model import Decode, PrefillChunk
+from simulator.strategy import CompressionSpec, StrategySpec
+
+SEED = resolve_profile("seed-llama2-70b-a100")
+FP, INT8, WINDOW = MODES.index("fp"), MODES.index("int8"), MODES.index("window")
+
+
+def _mode_rows(index: int, step_ms: float) -> list[Sample]:
+    return [Sample("comp_bytes", 6, index, 0, 1000.0, 1000.0, 1000.0, 2),
+            Sample("comp_step", 6, index, 0, step_ms, step_ms, step_ms, 64),
+            Sample("comp_agree", 6, index, 0, 60.0, 60.0, 60.0, 64)]
+
+
+def test_prefill_ratio_is_the_median_ratio_over_lengths():
+    # fp 10 / 40 / 100 ms, int8 15 / 100 / 300 ms at 128 / 512 / 1024 tokens: ratios 1.5, 2.5, 3.0 -> 2.5
+    rows = {(FP, 128): 10.0, (FP, 512): 40.0, (FP, 1024): 100.0,
+            (INT8, 128): 15.0, (INT8, 512): 100.0, (INT8, 1024): 300.0}
+    coef = prefill_ratio(rows, FP, INT8, "int8")
+    assert coef.value == pytest.approx(2.5, rel=1e-12)
+    assert coef.unit == "ratio" and coef.source == "measured"
+    assert prefill_ratio(rows, FP, WINDOW, "window") is None  # no rows: prefill unchanged
+
+
+def test_compression_section_fits_prefill_from_hand_made_rows():
+    samples = _mode_rows(FP, 4.0) + _mode_rows(INT8, 6.0) + _mode_rows(WINDOW, 5.0)
+    samples += [Sample("comp_prefill", 6, FP, 128, 10.0, 9.0, 11.0, 3),
+                Sample("comp_prefill", 6, FP, 512, 40.0, 39.0, 41.0, 3),
+                Sample("comp_prefill", 6, INT8, 128, 15.0, 14.0, 16.0, 3),
+                Sample("comp_prefill", 6, INT8, 512, 100.0, 99.0, 101.0, 3)]
+    section = compression_section(samples, None, "test")
+    assert section["int8"].decode_overhead_ratio.value == pytest.approx(1.5)
+    assert section["int8"].prefill_overhead_ratio.value == pytest.approx(2.0, rel=1e-12)  # median of 1.5, 2.5
+    assert section["window"].prefill_overhead_ratio is None
+    # an older sample log (no comp_prefill rows) fits as before: no prefill coefficient
+    old = compression_section(_mode_rows(FP, 4.0) + _mode_rows(INT8, 6.0), None, "test")
+    assert old["int8"].prefill_overhead_ratio is None
+
+
+def _mode(prefill: float | None) -> CompressionMode:
+    ratio = Coefficient(1.0, "ratio", "derived", "test")
+    zero = Coefficient(0.0, "1", "derived", "test")
+    return CompressionMode(ratio, ratio, zero, zero,
+                           prefill_overhead_ratio=None if prefill is None else Coefficient(prefill, "ratio",
+                                                                                          "derived", "test"))
+
+
+def test_old_profiles_load_and_leave_prefill_unchanged():
+    raw = _mode(None).to_dict()
+    assert "prefill_overhead_ratio" not in raw  # round trip of an old profile writes what it read
+    parsed = CompressionMode.parse(raw, None, "compression.old")
+    assert parsed.prefill_overhead_ratio is None
+    physics = CompressionPhysics(dataclasses.replace(SEED, compression={"old": parsed}), "old")
+
+    def prefill(t, c):
+        return 5.0 + t
+
+    assert physics.prefill_factor == 1.0 and physics.prefill_fn(prefill) is prefill
+    new = CompressionMode.parse(_mode(2.5).to_dict(), None, "compression.new")
+    assert new.prefill_overhead_ratio.value == 2.5
+
+
+def test_prefill_fn_scales_the_chunk_work_not_the_fixed_cost():
+    physics = CompressionPhysics(dataclasses.replace(SEED, compression={"m": _mode(2.0)}), "m")
+    f = physics.prefill_fn(lambda t, c: 5.0 + 0.1 * t + 0.001 * t * c)
+    assert f(0, 0) == 5.0
+    assert f(100, 200) == pytest.approx(5.0 + 2.0 * (10.0 + 20.0))  # 65 ms by hand
+
+
+def test_a_prefill_iteration_pays_the_ratio_on_its_chunk_work():
+    profile = dataclasses.replace(SEED, compression={"m": _mode(1.8)})
+    cost = IterationCost.from_profile(profile)
+
+    def step(strategy: StrategySpec) -> float:
+        model = PathStep(cost, profile, strategy, ["dialogue"], profile.kv_capacity_bytes, np.random.default_rng(0))
+        return model.step([PrefillChunk(0, 0, 2048, 0, True)], [Decode(1, 0, 1000, 4)], 3048).seconds
+
+    plain, comp = step(StrategySpec()), step(StrategySpec(compression=CompressionSpec("m")))
+    work_ms = float(cost._prefill_ms(2048, 0)) - float(cost._prefill_ms(0, 0))
+    # kv_bytes_ratio and decode ratio 1: only the chunk's work changes, by (1.8 - 1) of it
+    assert (comp - plain) * 1000 == pytest.approx(0.8 * work_ms, rel=1e-9)
