@@ -51,6 +51,10 @@ def test_calibrate_compression_section_and_resume(tmp_path, monkeypatch, capsys)
         assert 0.0 <= mode.quality_loss.value <= 1.0 and -1.0 <= mode.acceptance_drop.value <= 1.0
     assert not any("compression" in n and "Not measured" in n for n in profile.notes)
     rows = [s for s in read_samples(tmp_path / "cpu-t.samples.csv") if s.sweep.startswith("comp_")]
-    assert len(rows) == 4 * (1 + len(MEASURED_MODES))  # fp and each mode, four rows each
+    prefill = [s for s in rows if s.sweep == "comp_prefill"]  # fp and the 3 store modes at 128 and 512 tokens
+    assert len(rows) - len(prefill) == 4 * (1 + len(MEASURED_MODES))  # fp and each mode, four rows each
+    assert sorted({s.x2 for s in prefill}) == [128, 512] and len(prefill) == 2 * 4  # the test model holds 512
+    assert all(comp[m].prefill_overhead_ratio.value > 0 for m in ("int8", "int4", "mixed-int4"))
+    assert comp["window"].prefill_overhead_ratio is None  # not written through the compressed store
     assert main(argv) == 0  # rerun: every point is on disk, nothing is measured again
     assert json.loads(capsys.readouterr().out)["measured_points"] == 0
