@@ -224,6 +224,7 @@ def compression_section(samples: list[Sample], k: int | None, what: str) -> dict
             Coefficient(drop, "acceptance", "measured" if k is not None and accept is not None else "derived",
                         drop_note),
             prefill_overhead_ratio=prefill_ratio(prefill_ms, fp, index, name),
+            prefill_overhead_points=prefill_points(prefill_ms, fp, index),
             note=f"Measured by the calibration's compression sweep (calibrate/sweep_compression.py), "
                  f"real_engine.kv_compression defaults, batch 1, {what}.")
     return out
@@ -245,6 +246,12 @@ def prefill_ratio(prefill_ms: dict[tuple[int, int], float], fp: int, index: int,
                        f"prefill time of one prompt of {', '.join(map(str, lengths))} tokens written into the "
                        f"{name} compressed store / into the paged pool (full precision): median over the lengths "
                        "of the ratio of medians; quantization in PyTorch ops (no fused kernel)")
+
+
+def prefill_points(prefill_ms: dict[tuple[int, int], float], fp: int, index: int) -> tuple[tuple[int, float], ...]:
+    """(prompt tokens, mode / fp prefill time) at each length both were timed at, by increasing length."""
+    lengths = sorted(n for (i, n) in prefill_ms if i == index and (fp, n) in prefill_ms)
+    return tuple((n, prefill_ms[(index, n)] / prefill_ms[(fp, n)]) for n in lengths)
 
 
 def thread_clock() -> float:

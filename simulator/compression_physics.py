@@ -12,7 +12,10 @@ A mode of the profile's ``compression`` section changes three things:
   Prefill reads the fresh activations but writes every token into the compressed store (quantize,
   scales, staging): the sweep measures prefill_overhead_ratio = (prefill through the store) /
   (prefill through the paged pool), and each prefill chunk's work (its cost above the per-iteration
-  fixed cost) is multiplied by it. A profile without it (older ones) leaves prefill unchanged;
+  fixed cost) is multiplied by it. The ratio grows with length (the store's attention dequantizes
+  the prefix), so where the profile has it per measured length (prefill_overhead_points) the factor
+  is interpolated linearly at the chunk's context + new tokens (held flat outside the measured
+  lengths). A profile without either (older ones) leaves prefill unchanged;
 - acceptance: a speculative target reading compressed KV accepts fewer draft tokens; every
   per-position acceptance drops by acceptance_drop (SEEDS.md 003's negative coupling).
 
@@ -26,6 +29,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from typing import Any
+
+import numpy as np
 
 from simulator.errors import InputError
 
@@ -43,6 +48,9 @@ class CompressionPhysics:
         self.quality_loss = float(m.quality_loss.value)
         prefill = getattr(m, "prefill_overhead_ratio", None)
         self.prefill_factor = 1.0 if prefill is None else float(prefill.value)
+        points = getattr(m, "prefill_overhead_points", ())
+        self.prefill_tokens = np.array([float(n) for n, _ in points])
+        self.prefill_ratios = np.array([float(r) for _, r in points])
         overhead = float(m.decode_overhead_ratio.value)
         if m.decode_overhead_ratio.unit.strip().lower() in STEP_RATIO_UNITS:
             if overhead <= 0:  # a step-time ratio of 0 would make decoding free
@@ -72,6 +80,14 @@ class CompressionPhysics:
         """prefill_ms(tokens, context) writing into the compressed store: the fixed cost f = prefill(0, 0)
         is paid once per iteration whatever the KV format, so only the chunk's work above it scales."""
         factor = self.prefill_factor
+        if len(self.prefill_tokens):
+            xs, ys = self.prefill_tokens, self.prefill_ratios
+            fixed_pts = prefill(0, 0)
+
+            def interpolated(tokens: Any, context: Any) -> Any:
+                ratio = np.interp(np.add(tokens, context), xs, ys)
+                return fixed_pts + ratio * (prefill(tokens, context) - fixed_pts)
+            return interpolated
         if factor == 1.0:
             return prefill
         fixed = prefill(0, 0)

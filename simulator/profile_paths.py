@@ -176,7 +176,9 @@ class CompressionMode:
     quality_loss: task-quality loss (unit says which metric); acceptance_drop: absolute drop of
     speculative acceptance when the target reads compressed KV (the negative coupling);
     prefill_overhead_ratio (optional, unit "ratio"): prefill time writing into the compressed store /
-    into the paged pool; absent (older profiles) = prefill unchanged.
+    into the paged pool; absent (older profiles) = prefill unchanged; prefill_overhead_points (optional):
+    the same ratio per measured prompt length, ((tokens, ratio), ...) by increasing tokens: the simulator
+    interpolates it at each chunk's length (the overhead grows with length) and uses it over the scalar.
     """
 
     kv_bytes_ratio: Coefficient
@@ -185,6 +187,7 @@ class CompressionMode:
     acceptance_drop: Coefficient
     note: str = ""
     prefill_overhead_ratio: Coefficient | None = None
+    prefill_overhead_points: tuple[tuple[int, float], ...] = ()
 
     FIELDS = ("kv_bytes_ratio", "decode_overhead_ratio", "quality_loss", "acceptance_drop")
 
@@ -194,6 +197,11 @@ class CompressionMode:
         if self.prefill_overhead_ratio is not None:
             need_coefficient("prefill_overhead_ratio", self.prefill_overhead_ratio)
             check_number("prefill_overhead_ratio.value", self.prefill_overhead_ratio.value, positive=True)
+        for i, (tokens, ratio) in enumerate(self.prefill_overhead_points):
+            check_number(f"prefill_overhead_points.{i}.tokens", tokens, positive=True)
+            check_number(f"prefill_overhead_points.{i}.ratio", ratio, positive=True)
+            if i and tokens <= self.prefill_overhead_points[i - 1][0]:
+                raise InputError(None, f"prefill_overhead_points.{i}", "prompt lengths must increase")
         check_number("kv_bytes_ratio.value", self.kv_bytes_ratio.value, positive=True, high=1.0)
         check_number("acceptance_drop.value", self.acceptance_drop.value, high=1.0)
         check_text("note", self.note, nonempty=False)
@@ -202,6 +210,8 @@ class CompressionMode:
         out: dict[str, Any] = {name: getattr(self, name).to_dict() for name in self.FIELDS}
         if self.prefill_overhead_ratio is not None:  # absent stays absent: old profiles round-trip unchanged
             out["prefill_overhead_ratio"] = self.prefill_overhead_ratio.to_dict()
+        if self.prefill_overhead_points:
+            out["prefill_overhead_points"] = [[int(n), float(r)] for n, r in self.prefill_overhead_points]
         out["note"] = self.note
         return out
 
@@ -213,6 +223,11 @@ class CompressionMode:
         prefill = obj.get("prefill_overhead_ratio", None)
         if prefill is not None:
             kwargs["prefill_overhead_ratio"] = Coefficient.parse(prefill, source, obj.where("prefill_overhead_ratio"))
+        points = obj.get("prefill_overhead_points", None)
+        if points is not None:
+            if not isinstance(points, list) or not all(isinstance(p, list) and len(p) == 2 for p in points):
+                raise InputError(source, obj.where("prefill_overhead_points"), "a list of [tokens, ratio] pairs")
+            kwargs["prefill_overhead_points"] = tuple((p[0], p[1]) for p in points)
         kwargs["note"] = obj.string("note", "")
         obj.finish()
         return build(cls, source, path, **kwargs)

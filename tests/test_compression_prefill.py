@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from calibrate.samples import Sample
-from calibrate.sweep_compression import compression_section, prefill_ratio
+from calibrate.sweep_compression import compression_section, prefill_points, prefill_ratio
 from real_engine.kv_compression import MODES
 from simulator.compression_physics import CompressionPhysics
 from simulator.cost_model import Coefficient
@@ -96,3 +96,19 @@ def test_a_prefill_iteration_pays_the_ratio_on_its_chunk_work():
     work_ms = float(cost._prefill_ms(2048, 0)) - float(cost._prefill_ms(0, 0))
     # kv_bytes_ratio and decode ratio 1: only the chunk's work changes, by (1.8 - 1) of it
     assert (comp - plain) * 1000 == pytest.approx(0.8 * work_ms, rel=1e-9)
+
+
+def test_per_length_points_are_fitted_and_interpolated_at_the_chunk_length():
+    rows = {(FP, 128): 10.0, (FP, 512): 40.0, (INT8, 128): 15.0, (INT8, 512): 100.0}
+    assert prefill_points(rows, FP, INT8) == ((128, 1.5), (512, 2.5))
+    mode = dataclasses.replace(_mode(9.0), prefill_overhead_points=((128, 1.5), (512, 2.5)))
+    parsed = CompressionMode.parse(mode.to_dict(), None, "compression.m")
+    assert parsed.prefill_overhead_points == ((128, 1.5), (512, 2.5))
+    physics = CompressionPhysics(dataclasses.replace(SEED, compression={"m": parsed}), "m")
+    f = physics.prefill_fn(lambda t, c: 5.0 + 0.1 * np.add(t, c))
+    # 320 tokens (200 new after 120 cached) lie halfway: ratio 2.0 (the points win over the scalar 9.0)
+    assert f(200, 120) == pytest.approx(5.0 + 2.0 * 32.0)
+    assert f(64, 0) == pytest.approx(5.0 + 1.5 * 6.4)  # below the first length: held at 1.5
+    assert f(2000, 0) == pytest.approx(5.0 + 2.5 * 200.0)  # above the last: held at 2.5
+    arr = f(np.array([200, 64]), np.array([120, 0]))  # the fast path's arrays: same numbers
+    assert arr[0] == f(200, 120) and arr[1] == f(64, 0)
