@@ -61,8 +61,12 @@ def test_compression_bytes_per_token_and_decode_overhead():
     s = batch * (P + (O + 1) / 2)
     fixed = TINY.prefill_ms(0, 0)
     step = mode.decode_overhead_ratio.value  # unit "ratio": the whole decode step scales
-    # prefill writes into the compressed store: its chunk work x prefill_overhead_ratio (1 when not measured)
+    # prefill writes into the compressed store: its chunk work x prefill_overhead_ratio (1 when not measured),
+    # or the per-length ratio interpolated at the prompt's P tokens where the profile has it
     pre = 1.0 if mode.prefill_overhead_ratio is None else mode.prefill_overhead_ratio.value
+    if mode.prefill_overhead_points:
+        pre = float(np.interp(P, [n for n, _ in mode.prefill_overhead_points],
+                              [r for _, r in mode.prefill_overhead_points]))
     ms = (O - 1) * step * TINY.decode_ms(batch, s) + batch * pre * (TINY.prefill_ms(P, 0) - fixed)
     assert sat.requests_per_s_per_replica == pytest.approx(1000 * batch / ms, rel=1e-12)
 
