@@ -158,6 +158,9 @@ def simulate(scenario: Scenario, profile: Any, seed: int = 0, replications: int 
                             "budgets (peak KV bytes may exceed this value)")
     if strategy is not None and strategy.compression is not None:
         capacity_source += f"; KV stored {strategy.compression.mode}-compressed (profile compression section)"
+        comp = profile.compression.get(strategy.compression.mode)
+        if comp is not None and comp.prefill_overhead_ratio is None and not comp.prefill_overhead_points:
+            capacity_source += "; prefill not slowed by compression (the profile has no prefill_overhead_ratio)"
     rate, rate_source, sat = arrival_rate(scenario, profile, config)
     children = np.random.SeedSequence(seed).spawn(replications)
     # Bad batching/preemption input fails here, before any replication runs.
