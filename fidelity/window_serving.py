@@ -24,7 +24,7 @@ from collections.abc import Callable
 
 from real_engine.engine import Engine, StepRecord
 from real_engine.serving import PromptSource, ServeResult
-from simulator.records import COMPLETED, RequestRecord, rejected_record
+from real_engine.workload_replay import replay_records, timed_step
 from simulator.request import RequestSpec
 
 
@@ -74,30 +74,7 @@ def serve_batched(
             wake = min(wakes, default=now)
             sleep(max(0.0, wake - (clock() - t0)))
             continue
-        start = clock() - t0
-        rec = engine.step()
-        end = clock() - t0
-        steps.append(rec)
-        for rid in rec.admitted:
-            times[rid]["admitted_s"] = start
-        for rid in rec.first_tokens:
-            times[rid]["first_token_s"] = end
-        for rid in rec.finished:
-            times[rid]["finish_s"] = end
-            engine.release(rid)
-            live -= 1
-    return ServeResult(_records(specs, times, rejected), steps, prompts.source)
+        rec = timed_step(engine, clock, t0, steps, times)
+        live -= len(rec.finished)
+    return ServeResult(replay_records(specs, times, rejected), steps, prompts.source)
 
-
-def _records(specs: dict[int, RequestSpec], times: dict[int, dict[str, float]],
-             rejected: dict[int, str]) -> list[RequestRecord]:
-    out = []
-    for rid in sorted(specs):
-        s = specs[rid]
-        if rid in rejected:
-            out.append(rejected_record(rid, s.task, s.arrival_s, s.prompt_tokens, s.output_tokens, rejected[rid]))
-            continue
-        t = times[rid]
-        out.append(RequestRecord(rid, s.task, s.arrival_s, s.prompt_tokens, s.output_tokens, 0, t["admitted_s"],
-                                 t["first_token_s"], t["finish_s"], COMPLETED, ""))
-    return out

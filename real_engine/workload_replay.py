@@ -14,6 +14,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -104,41 +105,42 @@ def serve(
             if pending:  # idle until the next arrival
                 sleep(max(0.0, pending[0].arrival_s - (clock() - t0)))
             continue
-        start = clock() - t0
-        rec = engine.step()  # returns after device sync: tokens exist when `end` is read
-        end = clock() - t0
-        steps.append(rec)
-        for rid in rec.admitted:
-            times[rid]["admitted_s"] = start
-        for rid in rec.first_tokens:
-            times[rid]["first_token_s"] = end
-        for rid in rec.finished:
-            times[rid]["finish_s"] = end
-            engine.release(rid)
+        rec = timed_step(engine, clock, t0, steps, times)
         for rid in getattr(rec, "failed", ()):
             failed[rid] = f"tier fault: {engine.errors.get(rid, 'unknown')}"
             engine.release(rid)
-    records = []
+    for rid, reason in failed.items():
+        rejected.setdefault(rid, reason)
+    return ServeResult(replay_records(specs, times, rejected), steps, prompts.source)
+
+
+def timed_step(engine: Any, clock: Callable[[], float], t0: float, steps: list[Any],
+               times: dict[int, dict[str, float]]) -> Any:
+    """One engine step, timed on ``clock`` from ``t0``; books admissions, first tokens and finishes."""
+    start = clock() - t0
+    rec = engine.step()  # returns after device sync: tokens exist when `end` is read
+    end = clock() - t0
+    steps.append(rec)
+    for rid in rec.admitted:
+        times[rid]["admitted_s"] = start
+    for rid in rec.first_tokens:
+        times[rid]["first_token_s"] = end
+    for rid in rec.finished:
+        times[rid]["finish_s"] = end
+        engine.release(rid)
+    return rec
+
+
+def replay_records(specs: dict[int, RequestSpec], times: dict[int, dict[str, float]],
+                   rejected: dict[int, str]) -> list[RequestRecord]:
+    """Records in request order: rejected ones with their reason, the rest with their booked times."""
+    out = []
     for rid in sorted(specs):
         s = specs[rid]
-        if rid in rejected or rid in failed:
-            reason = rejected.get(rid) or failed[rid]
-            records.append(rejected_record(rid, s.task, s.arrival_s, s.prompt_tokens, s.output_tokens, reason))
+        if rid in rejected:
+            out.append(rejected_record(rid, s.task, s.arrival_s, s.prompt_tokens, s.output_tokens, rejected[rid]))
             continue
         t = times[rid]
-        records.append(
-            RequestRecord(
-                rid,
-                s.task,
-                s.arrival_s,
-                s.prompt_tokens,
-                s.output_tokens,
-                0,
-                t["admitted_s"],
-                t["first_token_s"],
-                t["finish_s"],
-                COMPLETED,
-                "",
-            )
-        )
-    return ServeResult(records, steps, prompts.source)
+        out.append(RequestRecord(rid, s.task, s.arrival_s, s.prompt_tokens, s.output_tokens, 0, t["admitted_s"],
+                                 t["first_token_s"], t["finish_s"], COMPLETED, ""))
+    return out
