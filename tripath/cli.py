@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from collections.abc import Sequence
 
 from simulator.errors import InputError
+from tripath.arg_types import positive_float, positive_int
 
 EXIT_INPUT = 2
 
@@ -94,13 +94,13 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--profile", help="profile name (data/profiles/NAME.json) or path; "
                      "default: the scenario's own `profile`")
     sim.add_argument("--seed", type=int, default=0, help="base seed; replications derive theirs from it")
-    sim.add_argument("--replications", type=_positive_int, default=5,
+    sim.add_argument("--replications", type=positive_int, default=5,
                      help="independent seeded replications (confidence intervals need >= 2)")
     sim.add_argument("--out", help="folder to write records.csv and summary.json into")
     sim.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     sim.add_argument("--reference", action="store_true",
                      help="run one SimPy event per iteration (slow; the exactness reference of the fast path)")
-    sim.add_argument("--timeseries-interval", type=_positive_float, default=None, metavar="SECONDS",
+    sim.add_argument("--timeseries-interval", type=positive_float, default=None, metavar="SECONDS",
                      help="sample queue, batch, KV per tier and paging every SECONDS of simulated time; "
                      "with --out, written to timeseries.csv (runs the per-iteration loop; same records)")
     sim.set_defaults(func=_cmd_simulate)
@@ -117,7 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run `streamlit run app.py` headless: scenario explorer, decision matrix, capacity planner, "
         "SLA what-ifs, calibration profiles and fidelity reports (docs/app.md).",
     )
-    app.add_argument("--port", type=_positive_int, default=8501, help="port to serve on (default 8501)")
+    app.add_argument("--port", type=positive_int, default=8501, help="port to serve on (default 8501)")
     app.add_argument("--address", default="localhost",
                      help="address to bind (default localhost; 0.0.0.0 to serve other machines)")
     app.set_defaults(func=_cmd_app)
@@ -137,18 +137,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    value = float(text)
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-    return value
 
 
 def main(argv: Sequence[str] | None = None) -> int:

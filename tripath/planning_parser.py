@@ -3,33 +3,19 @@
 from __future__ import annotations
 
 import argparse
-import math
 from typing import Any
 
+from tripath.arg_types import positive_float, positive_int
 from tripath.planning_cli import _cmd_breakeven, _cmd_matrix, _cmd_plan, _cmd_stack, _cmd_whatif
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    value = float(text)
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text}")
-    return value
 
 
 def _sweep_options(parser: argparse.ArgumentParser, replications: int) -> None:
     parser.add_argument("--seed", type=int, default=0, help="base seed (every candidate sees the same draws)")
-    parser.add_argument("--replications", type=_positive_int, default=replications,
+    parser.add_argument("--replications", type=positive_int, default=replications,
                         help="seeded replications per simulation (confidence intervals need >= 2)")
     parser.add_argument("--executor", choices=("local", "ray"), default="local",
                         help="local: a process pool on this machine; ray: a Ray cluster (or a local instance)")
-    parser.add_argument("--workers", type=_positive_int, default=None, help="local pool size (default: every core)")
+    parser.add_argument("--workers", type=positive_int, default=None, help="local pool size (default: every core)")
     parser.add_argument("--address", default=None, help="Ray address (e.g. auto, ray://head:10001); default: local")
     parser.add_argument("--cache-dir", default=".tripath-cache", help="where results are cached")
     parser.add_argument("--no-cache", action="store_true", help="simulate everything again, cache nothing")
@@ -42,7 +28,7 @@ def add_subcommands(sub: Any) -> None:
                             description="Simulate every candidate path (and sensible combination) in each cell of "
                             "the seed's Section 4 matrix and recommend, per cell, the cheapest meeting the SLA.")
     matrix.add_argument("--profile", required=True, help="profile name (data/profiles/NAME.json) or path")
-    matrix.add_argument("--requests", type=_positive_int, default=None,
+    matrix.add_argument("--requests", type=positive_int, default=None,
                         help="override each cell's request count (quicker, wider intervals)")
     _sweep_options(matrix, replications=1)
     matrix.set_defaults(func=_cmd_matrix)
@@ -52,13 +38,13 @@ def add_subcommands(sub: Any) -> None:
                           "(exponential then binary search), its goodput curve and cost.")
     plan.add_argument("scenario", help="scenario TOML path or shipped name")
     plan.add_argument("--profile", help="profile name or path (default: the scenario's)")
-    plan.add_argument("--qps", type=_positive_float, required=True, help="arrival rate, requests per second")
-    plan.add_argument("--sla-ttft-ms", type=_positive_float, help="P99 TTFT target (overrides the scenario's)")
-    plan.add_argument("--sla-tpot-ms", type=_positive_float, help="P99 TPOT target (overrides the scenario's)")
-    plan.add_argument("--sla-e2e-ms", type=_positive_float, help="P99 end-to-end target (overrides the scenario's)")
-    plan.add_argument("--gpu-price", type=_positive_float, help="USD per GPU-hour (your price) for the cost columns")
+    plan.add_argument("--qps", type=positive_float, required=True, help="arrival rate, requests per second")
+    plan.add_argument("--sla-ttft-ms", type=positive_float, help="P99 TTFT target (overrides the scenario's)")
+    plan.add_argument("--sla-tpot-ms", type=positive_float, help="P99 TPOT target (overrides the scenario's)")
+    plan.add_argument("--sla-e2e-ms", type=positive_float, help="P99 end-to-end target (overrides the scenario's)")
+    plan.add_argument("--gpu-price", type=positive_float, help="USD per GPU-hour (your price) for the cost columns")
     plan.add_argument("--candidates", nargs="+", help="candidate names (default: all; e.g. baseline speculative)")
-    plan.add_argument("--max-replicas", type=_positive_int, default=256, help="search bound")
+    plan.add_argument("--max-replicas", type=positive_int, default=256, help="search bound")
     _sweep_options(plan, replications=1)
     plan.set_defaults(func=_cmd_plan)
 
@@ -70,7 +56,7 @@ def add_subcommands(sub: Any) -> None:
     what.add_argument("--vary", action="append", default=[],
                       help="FIELD=V1,V2,... (repeatable), e.g. batching.max_wait_ms=0,5,10 or workload.rate=0.5,1")
     what.add_argument("--load-step", help="FACTOR@SECONDS: the arrival rate times FACTOR from SECONDS on")
-    what.add_argument("--window-s", type=_positive_float, default=None, help="window width for the load step")
+    what.add_argument("--window-s", type=positive_float, default=None, help="window width for the load step")
     _sweep_options(what, replications=2)
     what.set_defaults(func=_cmd_whatif)
 
@@ -89,8 +75,8 @@ def add_subcommands(sub: Any) -> None:
                         description="The acceptance below which speculation stops paying, from the profile's costs, "
                         "compared with the seeds' 50-60%% claims.")
     be.add_argument("--profile", required=True, help="profile name or path")
-    be.add_argument("--k", type=_positive_int, nargs="+", default=[1, 2, 3, 4, 5, 6, 8], help="proposal lengths")
-    be.add_argument("--batch", type=_positive_int, nargs="+", default=[1, 8, 32, 64], help="batch sizes (load)")
-    be.add_argument("--context-tokens", type=_positive_float, default=8192.0, help="context per sequence")
+    be.add_argument("--k", type=positive_int, nargs="+", default=[1, 2, 3, 4, 5, 6, 8], help="proposal lengths")
+    be.add_argument("--batch", type=positive_int, nargs="+", default=[1, 8, 32, 64], help="batch sizes (load)")
+    be.add_argument("--context-tokens", type=positive_float, default=8192.0, help="context per sequence")
     be.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     be.set_defaults(func=_cmd_breakeven)
