@@ -31,7 +31,9 @@ class Speculative:
     cost_ratio c = draft per-token cost / target per-token cost; verify_cost_ratio v = cost of the
     verify pass over K+1 tokens / one target decode step. A round costs (K*c + v) target steps.
     ``verify_cost_ratio`` is v at ``k``; the optional ``verify_by_k`` holds v(K) measured at each K of
-    a K sweep (K -> coefficient). ``verify_at(K)`` reads either (see its docstring).
+    a K sweep (K -> coefficient). ``verify_at(K)`` reads either (see its docstring). The optional
+    ``draft_prefill_ratio`` r = the draft's prompt-pass work / the target's for the same prompt (the
+    token-dependent part of a prefill); absent, the draft's prompt pass is priced at c.
     """
 
     draft_model: str
@@ -41,6 +43,7 @@ class Speculative:
     fit: FitQuality | None = None
     note: str = ""
     verify_by_k: dict[int, Coefficient] = field(default_factory=dict)
+    draft_prefill_ratio: Coefficient | None = None
 
     def __post_init__(self) -> None:
         check_text("draft_model", self.draft_model)
@@ -55,6 +58,15 @@ class Speculative:
             need_coefficient(f"verify_by_k.{kk}", coef)
             check_number(f"verify_by_k.{kk}.value", coef.value, positive=True)
         object.__setattr__(self, "verify_by_k", dict(sorted(self.verify_by_k.items())))
+        if self.draft_prefill_ratio is not None:
+            need_coefficient("draft_prefill_ratio", self.draft_prefill_ratio)
+            check_number("draft_prefill_ratio.value", self.draft_prefill_ratio.value, positive=True)
+
+    @property
+    def prefill_ratio(self) -> float:
+        """The draft's prompt pass / the target's: ``draft_prefill_ratio`` where measured, else c."""
+        ratio = self.draft_prefill_ratio if self.draft_prefill_ratio is not None else self.cost_ratio
+        return float(ratio.value)
 
     def __hash__(self) -> int:
         # verify_by_k is a dict (unhashable); equal sections have equal names and values, so this agrees with ==.
@@ -78,6 +90,8 @@ class Speculative:
                "fit": None if self.fit is None else self.fit.to_dict(), "note": self.note}
         if self.verify_by_k:  # only when measured, so single-K profiles keep their exact bytes
             out["verify_by_k"] = {str(kk): c.to_dict() for kk, c in self.verify_by_k.items()}
+        if self.draft_prefill_ratio is not None:  # likewise: only when measured
+            out["draft_prefill_ratio"] = self.draft_prefill_ratio.to_dict()
         return out
 
     @classmethod
@@ -94,6 +108,9 @@ class Speculative:
                   "verify_by_k": {kk: Coefficient.parse(v, source, obj.where(f"verify_by_k.{kk}"))
                                   for kk, v in int_keyed(obj.mapping("verify_by_k", {}), source,
                                                           obj.where("verify_by_k"), "a proposal length K").items()}}
+        ratio = obj.get("draft_prefill_ratio", None)
+        kwargs["draft_prefill_ratio"] = (None if ratio is None else
+                                         Coefficient.parse(ratio, source, obj.where("draft_prefill_ratio")))
         obj.finish()
         return build(cls, source, path, **kwargs)
 
@@ -106,6 +123,10 @@ class TaskAcceptance:
     per_position: P(draft token i accepted | tokens before it accepted), i = 1..k, or None;
     by_k: optional, the same measured at each K of a K sweep (K -> entry with that k and no by_k of
     its own); when it holds ``k`` it must agree with this entry. ``at(K)`` reads either.
+    between_prompt_sd: optional, the standard deviation of the per-token acceptance between prompts of the
+    task (the spread of the prompts' own a, their sampling noise removed), over ``n_prompts`` prompts; the
+    simulator gives each request its own a from a Beta with this mean and sd. It must be below
+    sqrt(mean (1 - mean)), the sd of the widest law on [0, 1] with that mean.
     """
 
     mean: float
@@ -114,9 +135,12 @@ class TaskAcceptance:
     source: str
     note: str = ""
     by_k: dict[int, TaskAcceptance] = field(default_factory=dict)
+    between_prompt_sd: float | None = None
+    n_prompts: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mean", check_number("mean", self.mean, high=1.0))
+        self._check_spread()
         check_count("k", self.k, low=1)
         if self.per_position is not None:
             values = tuple(check_number(f"per_position[{i}]", p, high=1.0)
@@ -134,6 +158,19 @@ class TaskAcceptance:
             raise InputError(None, f"by_k.{self.k}.mean", f"must equal mean = {self.mean!r} (same K), "
                              f"got {same.mean!r}")
         object.__setattr__(self, "by_k", dict(sorted(self.by_k.items())))
+
+    def _check_spread(self) -> None:
+        if (self.between_prompt_sd is None) != (self.n_prompts is None):
+            raise InputError(None, "between_prompt_sd", "between_prompt_sd and n_prompts go together")
+        if self.between_prompt_sd is None:
+            return
+        sd = check_number("between_prompt_sd", self.between_prompt_sd)
+        object.__setattr__(self, "between_prompt_sd", sd)
+        check_count("n_prompts", self.n_prompts, low=2)
+        widest = math.sqrt(self.mean * (1.0 - self.mean))
+        if sd > 0 and sd >= widest:
+            raise InputError(None, "between_prompt_sd", f"must be below sqrt(mean (1 - mean)) = {widest:.4g} "
+                             f"(no law on [0, 1] with mean {self.mean:.4g} is wider), got {sd!r}")
 
     def __hash__(self) -> int:
         # by_k is a dict (unhashable); equal entries have equal means and Ks, so this agrees with ==.
@@ -153,6 +190,8 @@ class TaskAcceptance:
                "source": self.source, "note": self.note}
         if self.by_k:  # only when measured, so single-K profiles keep their exact bytes
             out["by_k"] = {str(kk): e.to_dict() for kk, e in self.by_k.items()}
+        if self.between_prompt_sd is not None:  # likewise: only when measured
+            out["between_prompt_sd"], out["n_prompts"] = self.between_prompt_sd, self.n_prompts
         return out
 
     @classmethod
@@ -164,6 +203,8 @@ class TaskAcceptance:
         by_k = int_keyed(obj.mapping("by_k", {}), source, obj.where("by_k"), "a proposal length K")
         kwargs = {"mean": obj.number("mean"), "k": obj.integer("k"), "per_position": per_position,
                   "source": obj.string("source"), "note": obj.string("note", ""),
-                  "by_k": {kk: cls.parse(v, source, obj.where(f"by_k.{kk}")) for kk, v in by_k.items()}}
+                  "by_k": {kk: cls.parse(v, source, obj.where(f"by_k.{kk}")) for kk, v in by_k.items()},
+                  "between_prompt_sd": obj.number("between_prompt_sd", None),
+                  "n_prompts": obj.integer("n_prompts", None)}
         obj.finish()
         return build(cls, source, path, **kwargs)

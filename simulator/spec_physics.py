@@ -13,7 +13,10 @@ with K_max = 0 (every sequence fallen back, or one token left) is a plain decode
 Sequence i emits accepted_i + 1 tokens: draft token j is accepted with the task's conditional
 probability p_j (the profile's per-position acceptance where it has it, else its mean a for every
 j), the first rejection ends the round, and the target's token after it is always emitted. With
-i.i.d. a the mean is E = (1 - a^(K+1)) / (1 - a). K_i is capped at remaining_i - 1 so a sequence
+i.i.d. a the mean is E = (1 - a^(K+1)) / (1 - a). Where the profile measured how a varies between
+prompts of a task (``between_prompt_sd``), each request draws its own a once from a Beta with the
+task's mean and that sd and scales its p_j to it (simulator/acceptance_spread.py); without it every
+request has the task's p_j, as before. K_i is capped at remaining_i - 1 so a sequence
 never emits past its output length. KV compression lowers each p_j by its acceptance_drop.
 
 The adaptive policy is real_engine/spec_controller.py's AdaptiveK itself (the same rule as the
@@ -28,9 +31,10 @@ not seen yet (prompt + first token), batched with the other sequences' one-token
 After a round the draft keeps context + min(K_i - 1, accepted_i) tokens, so the next round feeds 1
 token (2 after a full accept): a decode-like pass, priced by K c. A gap of more than 2 tokens (the
 first round, or the first after plain rounds of the adaptive controller) is a prefill of the draft,
-which ``catch_up`` reports as (tokens, tokens already seen) and PathStep prices at c x the
-target's prefill work for that chunk (the profile measures c on decode steps only; see
-docs/simulator_paths.md for why c is used for the draft's prefill too). That is real_engine's
+which ``catch_up`` reports as (tokens, tokens already seen) and PathStep prices at r x the
+target's prefill work for that chunk, r = ``prefill_ratio``: the profile's measured
+speculative.draft_prefill_ratio, else c (a decode-step ratio, which overstates a prompt pass: per-layer
+fixed costs weigh less there; docs/simulator_paths.md). That is real_engine's
 schedule, so it applies to profiles calibrated on it (source kind "measured"); the seed and
 published profiles describe vLLM-style engines, whose draft prefills in the target's prefill step
 (``lazy_draft`` False: PathStep charges the prefill x (1 + c) there, as before).
@@ -45,21 +49,42 @@ import numpy as np
 
 # spec_controller.py is pure Python (no torch): importing it keeps one rule for engine and simulator.
 from real_engine.spec_controller import AdaptiveK, ControllerConfig, SpecCosts, best_k
+from simulator.acceptance_spread import AcceptanceSpread, replica_key
 from simulator.engine_rules import follows_real_engine
 from simulator.step_model import DecodeBatch
 from simulator.strategy import PROMPT_LOOKUP_PREFIX, SpeculativeSpec
 
 
+def acceptance_entries(profile: Any, tasks: Sequence[str], k: int, prompt_lookup: bool) -> list[Any]:
+    """The profile's acceptance entry of each task at proposal length k (TaskAcceptance)."""
+    return [profile.acceptance_for(PROMPT_LOOKUP_PREFIX + task if prompt_lookup else task, k) for task in tasks]
+
+
 def acceptance_table(profile: Any, tasks: Sequence[str], k: int, prompt_lookup: bool,
                      drop: float) -> np.ndarray:
     """p[task, j] for j = 0..k-1: P(draft token j+1 accepted | earlier ones accepted), after the drop."""
-    table = np.empty((len(tasks), k))
-    for row, task in enumerate(tasks):
-        entry = profile.acceptance_for(PROMPT_LOOKUP_PREFIX + task if prompt_lookup else task, k)
+    return np.clip(_raw_table(acceptance_entries(profile, tasks, k, prompt_lookup), k) - drop, 0.0, 1.0)
+
+
+def _raw_table(entries: Sequence[Any], k: int) -> np.ndarray:
+    table = np.empty((len(entries), k))
+    for row, entry in enumerate(entries):
         probs = list(entry.per_position or ())[:k]
         probs += [entry.mean] * (k - len(probs))  # positions beyond the measured K: the mean a
         table[row] = probs
-    return np.clip(table - drop, 0.0, 1.0)
+    return table
+
+
+def acceptance_spread(entries: Sequence[Any], k: int, drop: float, rng: np.random.Generator
+                      ) -> AcceptanceSpread | None:
+    """Per-request acceptance where some task's entry has a between-prompt spread; None (one a per task,
+    as before) where none has."""
+    sds = np.array([float(getattr(e, "between_prompt_sd", None) or 0.0) for e in entries])
+    means = np.array([float(e.mean) for e in entries])
+    sds[(means <= 0.0) | (means >= 1.0)] = 0.0  # a = 0 or 1 exactly: no law on [0, 1] spreads around it
+    if not (sds > 0).any():
+        return None
+    return AcceptanceSpread(means, sds, _raw_table(entries, k), drop, replica_key(rng))
 
 
 def linear_verify(profile: Any, k: int) -> tuple[float, float]:
@@ -79,11 +104,16 @@ class SpeculativePhysics:
         self.prompt_lookup = spec.proposer == "prompt_lookup"
         # Prompt lookup proposes by matching n-grams of the context: no draft model pass (c = 0).
         self.c = 0.0 if self.prompt_lookup else float(profile.speculative.cost_ratio.value)
+        # the draft's prompt pass / the target's: measured where the profile has it, else c (its decode ratio)
+        self.prefill_ratio = 0.0 if self.prompt_lookup else float(profile.speculative.prefill_ratio)
         # real_engine feeds the prompt to the draft in the first round (simulator/engine_rules.py)
         self.lazy_draft = not self.prompt_lookup and follows_real_engine(profile)
         self._verify = [1.0] + [profile.verify_cost_ratio(k) for k in range(1, self.k + 1)]
-        self.probs = acceptance_table(profile, tasks, self.k, self.prompt_lookup, acceptance_drop)
+        entries = acceptance_entries(profile, tasks, self.k, self.prompt_lookup)
+        self.probs = np.clip(_raw_table(entries, self.k) - acceptance_drop, 0.0, 1.0)
         self.survival = np.cumprod(self.probs, axis=1)  # C[t, j-1] = P(at least j drafts accepted)
+        # each request its own a where the profile measured the between-prompt spread (acceptance_spread.py)
+        self.spread = acceptance_spread(entries, self.k, acceptance_drop, rng)
         self._positions = np.arange(self.k)
         self.rng = rng
         self.controller: AdaptiveK | None = None
@@ -121,11 +151,21 @@ class SpeculativePhysics:
         """
         k_max = int(ks.max()) if len(ks) else 0
         if k_max == 0:
-            return np.zeros(len(decodes), dtype=np.int64)
-        u = self.rng.random(len(decodes))
-        runs = u[:, None] < self.survival[decodes.tasks, :k_max]
-        runs &= self._positions[:k_max] < ks[:, None]  # positions past K_i were never proposed
-        return runs.sum(axis=1, dtype=np.int64)
+            accepted = np.zeros(len(decodes), dtype=np.int64)
+        else:
+            u = self.rng.random(len(decodes))
+            if self.spread is None:
+                survival = self.survival[decodes.tasks, :k_max]
+            else:  # each request's own run-length law (its own a)
+                survival = self.spread.survival(decodes.requests, decodes.tasks, k_max)
+            runs = u[:, None] < survival
+            runs &= self._positions[:k_max] < ks[:, None]  # positions past K_i were never proposed
+            accepted = runs.sum(axis=1, dtype=np.int64)
+        if self.spread is not None:
+            for request, remaining, acc in zip(decodes.requests, decodes.remaining, accepted.tolist(), strict=True):
+                if acc + 1 >= remaining:  # finished: its row is not needed again
+                    self.spread.forget(request)
+        return accepted
 
     def catch_up(self, decodes: DecodeBatch, ks: np.ndarray) -> list[tuple[int, int]]:
         """(tokens fed, tokens the draft already had) of each draft prefill in this round's first draft pass.
