@@ -137,14 +137,16 @@ class PathStep:
             base_ms = self.cost._prefill_fixed_ms
         draft_ms = draft_merge = 0.0
         if self.spec is not None and batch:
-            # the draft prefills a prompt in the sequence's first round (after its first token), at c x the
-            # target's work for the same chunk; prompt lookup has no draft (c = 0, no catch-up)
+            # the draft prefills a prompt in the sequence's first round (after its first token), at r x the
+            # target's work for the same chunk (r: the measured draft/target prompt-pass ratio, else c);
+            # prompt lookup has no draft (r = 0, no catch-up)
             chunks = [PrefillChunk(-1, -1, tokens, before, False) for tokens, before in self.spec.catch_up(decodes, ks)]
             if chunks:
-                draft_ms = self.spec.c * self._prefill_ms(chunks)
-                draft_merge = self.spec.c * self.transforms.merge_ms(chunks, DecodeBatch([], [], [], [], 0))[1]
-        # a vLLM-style engine (non-measured profiles) runs the draft's prefill beside the target's: x (1 + c)
-        draft = 1.0 if self.spec is None or self.spec.lazy_draft else 1.0 + self.spec.c
+                ratio = self.spec.prefill_ratio
+                draft_ms = ratio * self._prefill_ms(chunks)
+                draft_merge = ratio * self.transforms.merge_ms(chunks, DecodeBatch([], [], [], [], 0))[1]
+        # a vLLM-style engine (non-measured profiles) runs the draft's prefill beside the target's: x (1 + r)
+        draft = 1.0 if self.spec is None or self.spec.lazy_draft else 1.0 + self.spec.prefill_ratio
         compute_s = (base_ms + draft * self._prefill_ms(prefills) + draft_ms) / 1000.0
 
         accepted = self.spec.draw(decodes, ks) if self.spec is not None else None
