@@ -54,6 +54,17 @@ def sp_merge_v1(*, context_tokens: float, m0: float, m_ctx: float) -> float:
     return m0 + m_ctx * context_tokens
 
 
+def overhead_v1(*, sequences: float, new_tokens: float, o0: float, o_seq: float, o_tok: float) -> float:
+    """Host work of one served engine step outside the model forward: ms = o0 + o_seq*N + o_tok*T.
+
+    N sequences scheduled in the iteration (decoding and prefilling), T new tokens it packs. Once per
+    iteration the engine schedules, builds each sequence's block table and the packed inputs, samples
+    one row per sequence and books the outputs (Vidur's per-iteration "CPU overhead": schedule,
+    prepare inputs, sampler, process outputs), none of which the forward-only sweeps time.
+    """
+    return o0 + o_seq * sequences + o_tok * new_tokens
+
+
 @dataclass(frozen=True)
 class Formula:
     """A registered cost formula: its name, input names, coefficient names, and the function.
@@ -76,6 +87,7 @@ FORMULAS: dict[str, Formula] = {
         Formula("paging_v1", ("bytes",), ("setup_ms", "bandwidth_gbps"), paging_v1,
                 frozenset({"bandwidth_gbps"})),
         Formula("sp_merge_v1", ("context_tokens",), ("m0", "m_ctx"), sp_merge_v1),
+        Formula("overhead_v1", ("sequences", "new_tokens"), ("o0", "o_seq", "o_tok"), overhead_v1),
     )
 }
 
