@@ -47,6 +47,9 @@ SCHEMA_VERSION = 1
 PROFILE_SOURCES = ("measured", "fitted", "projected", "published", "seed")
 # The inputs the simulator passes to the two required cost models, by keyword.
 REQUIRED_COSTS = {"prefill": ("new_tokens", "context_tokens"), "decode": ("batch", "total_context")}
+# Optional cost models and their inputs: when present the simulator prices them (simulator/costs.py);
+# costs.step_overhead is a served step's host work outside the forward, once per iteration.
+OPTIONAL_COSTS = {"step_overhead": ("sequences", "new_tokens")}
 TOKENS_2K = 2048
 
 
@@ -78,6 +81,10 @@ class Profile:
             if name not in self.costs:
                 raise InputError(None, f"costs.{name}", "missing required cost model")
             if self.costs[name].inputs != inputs:
+                raise InputError(None, f"costs.{name}.inputs", f"must be {list(inputs)}, "
+                                 f"got {list(self.costs[name].inputs)}")
+        for name, inputs in OPTIONAL_COSTS.items():
+            if name in self.costs and self.costs[name].inputs != inputs:
                 raise InputError(None, f"costs.{name}.inputs", f"must be {list(inputs)}, "
                                  f"got {list(self.costs[name].inputs)}")
         for name, link in self.paging.items():
