@@ -16,6 +16,14 @@ only its token-dependent work (linear layers and causal attention over its own p
 S counts, per sequence, the prompt plus the tokens generated so far: the keys and values the
 decode step's new query attends to.
 
+With the profile's optional ``costs.step_overhead`` (overhead_v1: the served step's host work outside
+the forward, which the forward-only sweeps leave out), every iteration adds it once, at its N
+scheduled sequences (decodes + prefill chunks) and T new tokens (B + the chunks' tokens):
+
+    iteration ms     = the above + overhead_ms(N, T)
+
+A profile without it prices every iteration exactly as before (no term is added, not even 0.0).
+
 Every query is checked against the model's measured domain; those outside are counted and
 reported in the summary (simulator/records.py: Extrapolations), never silently trusted.
 
@@ -54,9 +62,12 @@ class IterationCost:
         decode_ms: Callable[[Any, Any], Any],
         prefill_domain: tuple[Bounds, Bounds] | None = None,
         decode_domain: tuple[Bounds, Bounds] | None = None,
+        overhead_ms: Callable[[Any, Any], float] | None = None,
     ) -> None:
         self._prefill_ms = prefill_ms
         self._decode_ms = decode_ms
+        # (sequences, new_tokens) -> ms once per iteration; None: the profile has no step_overhead
+        self._overhead_ms = overhead_ms
         self._prefill_fixed_ms = float(prefill_ms(0, 0))
         self._pre_tok, self._pre_ctx = prefill_domain or (_UNBOUNDED, _UNBOUNDED)
         self._dec_batch, self._dec_ctx = decode_domain or (_UNBOUNDED, _UNBOUNDED)
@@ -84,6 +95,15 @@ class IterationCost:
         def decode(batch: Any, total_context: Any) -> Any:
             return dec_fn(**{d_batch: batch, d_ctx: total_context})
 
+        overhead = None
+        if "step_overhead" in profile.costs:
+            ov = profile.costs["step_overhead"]
+            o_seq_in, o_tok_in = FORMULAS[ov.formula].inputs
+            ov_fn = partial(FORMULAS[ov.formula].fn, **ov.values())
+
+            def overhead(sequences: Any, new_tokens: Any) -> float:
+                return float(ov_fn(**{o_seq_in: sequences, o_tok_in: new_tokens}))
+
         if dec.formula == "decode_v1":
             # The hot path without keyword plumbing: decode_v1's expression, operation for operation
             # (tests/test_fast_path.py checks it equals profile.decode_ms bit for bit).
@@ -97,6 +117,7 @@ class IterationCost:
             decode,
             (tuple(pre.domain[p_tok]), tuple(pre.domain[p_ctx])),
             (tuple(dec.domain[d_batch]), tuple(dec.domain[d_ctx])),
+            overhead,
         )
 
     @classmethod
@@ -121,13 +142,21 @@ class IterationCost:
         Pure: counts nothing, because the fast path evaluates a few iterations past where a run
         may stop; it reports the ones it used through ``count_decodes``.
         """
-        return self._decode_ms(batch, total_context) / 1000.0
+        if self._overhead_ms is None:
+            return self._decode_ms(batch, total_context) / 1000.0
+        return (self._decode_ms(batch, total_context) + self._overhead_ms(batch, batch)) / 1000.0
 
     def decode_one_s(self, batch: int, total_context: int) -> float:
         """decode_s for one iteration, without building an array: the formulas are plain arithmetic
         (+, *, /, np.interp), which give the same float on a scalar as on each element of an array, so
         this equals ``decode_s(batch, np.array([total_context]))[0]`` bit for bit (tests/test_fast_path.py)."""
-        return float(self._decode_ms(batch, total_context) / 1000.0)
+        if self._overhead_ms is None:
+            return float(self._decode_ms(batch, total_context) / 1000.0)
+        return float((self._decode_ms(batch, total_context) + self._overhead_ms(batch, batch)) / 1000.0)
+
+    def overhead_ms(self, sequences: int, new_tokens: int) -> float:
+        """The iteration's host work outside the forward (0.0 when the profile has no step_overhead)."""
+        return 0.0 if self._overhead_ms is None else self._overhead_ms(sequences, new_tokens)
 
     def count_decodes(self, batch: int, first_context: int, iterations: int) -> None:
         """Record ``iterations`` decode queries that were used, at S = first_context + batch * j.
@@ -159,6 +188,8 @@ class IterationCost:
         self.prefill_queries += len(prompts)
         if batch > 0:
             self.count_decodes(batch, total_context, 1)
+        if self._overhead_ms is not None:
+            ms += self._overhead_ms(batch + len(prompts), batch + sum(prompts))
         return ms / 1000.0
 
     def chunked_s(self, chunks: Sequence[tuple[int, int]], batch: int, total_context: int) -> float:
@@ -178,6 +209,8 @@ class IterationCost:
         self.prefill_queries += len(chunks)
         if batch > 0:
             self.count_decodes(batch, total_context, 1)
+        if self._overhead_ms is not None:
+            ms += self._overhead_ms(batch + len(chunks), batch + sum(tokens for tokens, _ in chunks))
         return ms / 1000.0
 
     def extrapolations(self) -> Extrapolations:
