@@ -14,7 +14,7 @@ iteration on top, in ``PathStep``. One iteration's milliseconds, from the profil
                   (+ first token) the draft catches up on, in the sequence's first round; seed/published
                   profiles (vLLM-style): the prefill part x (1 + c) in the prefill iteration
     base          the decode part if B > 0, else prefill(0, 0) (the iteration's fixed cost)
-    compute       base + prefill part
+    compute       base + prefill part (+ the profile's step_overhead(N, T) once, when it has one)
     seconds       compute + paging stall (tiered: max(0, paging - overlap x compute))
 
 simulator/spec_physics.py, tier_physics.py, sp_physics.py and compression_physics.py hold each
@@ -50,7 +50,9 @@ def path_cost(cost: IterationCost, compression: CompressionPhysics | None, sp: S
     if sp is not None:
         decode = sp.decode_fn(decode)
         prefill = sp.prefill_fn(prefill, cost._prefill_fixed_ms)
-    out = IterationCost(prefill, decode, (cost._pre_tok, cost._pre_ctx), (cost._dec_batch, cost._dec_ctx))
+    # the served step's host work outside the forward (profile costs.step_overhead) is not a path's: kept as is
+    out = IterationCost(prefill, decode, (cost._pre_tok, cost._pre_ctx), (cost._dec_batch, cost._dec_ctx),
+                        cost._overhead_ms)
     if sp is not None:
         sp.queries = sp.outside = 0  # IterationCost's own sanity check priced a 1-token chunk: not a query
     return out
@@ -147,7 +149,12 @@ class PathStep:
                 draft_merge = ratio * self.transforms.merge_ms(chunks, DecodeBatch([], [], [], [], 0))[1]
         # a vLLM-style engine (non-measured profiles) runs the draft's prefill beside the target's: x (1 + r)
         draft = 1.0 if self.spec is None or self.spec.lazy_draft else 1.0 + self.spec.prefill_ratio
-        compute_s = (base_ms + draft * self._prefill_ms(prefills) + draft_ms) / 1000.0
+        compute_ms = base_ms + draft * self._prefill_ms(prefills) + draft_ms
+        if self.cost._overhead_ms is not None:
+            # once per iteration (a speculative round is one engine step): its sequences and new tokens
+            new_tokens = batch + int(ks.sum()) + sum(p.new_tokens for p in prefills)
+            compute_ms += self.cost._overhead_ms(batch + len(prefills), new_tokens)
+        compute_s = compute_ms / 1000.0
 
         accepted = self.spec.draw(decodes, ks) if self.spec is not None else None
         emitted = ones(batch) if accepted is None else accepted + 1
