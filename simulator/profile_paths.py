@@ -125,6 +125,9 @@ class SequenceParallel:
     # merge of one decode step (P partials of one query per layer) on the sequence's context; None in
     # profiles measured before the seqpar sweep timed decode (the simulator then falls back to ``merge``)
     decode_merge: CostModel | None = None
+    # wall time in the collectives of one decode step (all-gathers of (out, lse), token broadcast); None in
+    # profiles measured before the seqpar sweep timed it (the simulator then charges no communication)
+    decode_comm: CostModel | None = None
 
     def __post_init__(self) -> None:
         check_count("degree", self.degree, low=2)
@@ -138,6 +141,8 @@ class SequenceParallel:
             raise InputError(None, "merge", "must be a cost model whose only input is context_tokens")
         if self.decode_merge is not None and self.decode_merge.inputs != ("context_tokens",):
             raise InputError(None, "decode_merge", "must be a cost model whose only input is context_tokens")
+        if self.decode_comm is not None and self.decode_comm.inputs != ("context_tokens",):
+            raise InputError(None, "decode_comm", "must be a cost model whose only input is context_tokens")
         check_text("source", self.source, allowed=VALUE_SOURCES)
         check_text("note", self.note, nonempty=False)
 
@@ -147,6 +152,8 @@ class SequenceParallel:
                "source": self.source, "note": self.note}
         if self.decode_merge is not None:  # absent key = absent model: older profiles round-trip unchanged
             out["decode_merge"] = self.decode_merge.to_dict()
+        if self.decode_comm is not None:
+            out["decode_comm"] = self.decode_comm.to_dict()
         return out
 
     @classmethod
@@ -156,11 +163,14 @@ class SequenceParallel:
                      for i, row in enumerate(obj.array("rows")))
         merge = obj.get("merge", None)
         decode_merge = obj.get("decode_merge", None)
+        decode_comm = obj.get("decode_comm", None)
         kwargs = {"degree": degree, "rows": rows,
                   "merge": None if merge is None else CostModel.parse(merge, source, obj.where("merge")),
                   "source": obj.string("source"), "note": obj.string("note", ""),
                   "decode_merge": (None if decode_merge is None
-                                   else CostModel.parse(decode_merge, source, obj.where("decode_merge")))}
+                                   else CostModel.parse(decode_merge, source, obj.where("decode_merge"))),
+                  "decode_comm": (None if decode_comm is None
+                                  else CostModel.parse(decode_comm, source, obj.where("decode_comm")))}
         obj.finish()
         return build(cls, source, path, **kwargs)
 
