@@ -17,7 +17,14 @@ reps); ``x1`` is the task's index in ``real_engine.corpus.TASKS``:
   timed in the same run as K;
 - ``spec_accept_k{K}`` (x2 = draft position i, 1..K): COUNTS, not times: median_ms = min_ms = max_ms =
   drafts whose i-th token was accepted, reps = drafts that proposed an i-th token; and x2 = 0 holds
-  the rounds that ended at a rejection (the denominator of a is accepted + rejections).
+  the rounds that ended at a rejection (the denominator of a is accepted + rejections);
+- ``spec_prompt_k{K}`` (x2 = prompt index): COUNTS per prompt, median_ms = min_ms = max_ms = its accepted
+  draft tokens, reps = its accepted + rejections (its own a = accepted / reps): the between-prompt spread
+  of a, over ``SpecSettings.spread_prompts`` prompts (the timed ones and more, decoded untimed);
+- ``spec_prefill_target``, ``spec_prefill_draft`` (x2 = K): per timed prompt, the prompt pass's
+  token-dependent work in ms, i.e. the plain engine's prefill step less its median decode step on the
+  same prompt (the draft's prompt pass is priced over the round's draft step, which K c counts already);
+  ``spec_prefill_tokens`` (x2 = K): COUNTS, the prompts' lengths in tokens (median, min, max).
 
 A (task, K) pair is measured whole or, if every one of its rows is on disk, skipped (resume).
 """
@@ -29,12 +36,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from calibrate.prompt_spread import between_prompt_sd
 from calibrate.samples import Sample, SampleLog
 from real_engine.corpus import TASKS
 from real_engine.engine import Engine, EngineConfig, StepRecord
 from real_engine.model import LlamaModel
 from real_engine.proposers import DraftModelProposer
 from real_engine.spec_controller import FixedK
+from real_engine.spec_metrics import SpecCounters
 from real_engine.speculative import SpecStepRecord, SpeculativeEngine
 from simulator.profile import Coefficient, Speculative, TaskAcceptance
 
@@ -42,13 +51,21 @@ TIMED_SWEEPS = ("spec_target", "spec_draft", "spec_verify")
 ENGINE = EngineConfig(num_blocks=256, block_size=16)
 
 
+PREFILL_SWEEPS = ("spec_prefill_target", "spec_prefill_draft", "spec_prefill_tokens")
+
+
 def accept_sweep(k: int) -> str:
     """The samples-CSV sweep name of the acceptance counts at proposal length ``k``."""
     return f"spec_accept_k{k}"
 
 
+def prompt_sweep(k: int) -> str:
+    """The samples-CSV sweep name of the per-prompt acceptance counts at proposal length ``k``."""
+    return f"spec_prompt_k{k}"
+
+
 def is_spec_sweep(name: str) -> bool:
-    return name in TIMED_SWEEPS or name.startswith("spec_accept_k")
+    return name in TIMED_SWEEPS or name in PREFILL_SWEEPS or name.startswith(("spec_accept_k", "spec_prompt_k"))
 
 
 @dataclass(frozen=True)
@@ -61,11 +78,16 @@ class SpecSettings:
     new_tokens: int = 48
     ks: tuple[int, ...] = ()
     clock: str = "wall"  # "wall", or "thread": CPU time of the (single) torch thread, see _task_rows
+    # prompts per task whose acceptance is counted at each K (the timed ones first): the between-prompt spread;
+    # untimed greedy decodes of the tiny pair take ~0.2 s a prompt on one CPU thread
+    spread_prompts: int = 12
 
     def __post_init__(self) -> None:
         for name in ("k", "prompts"):
             if getattr(self, name) < 1:
                 raise ValueError(f"SpecSettings.{name}: must be >= 1, got {getattr(self, name)}")
+        if self.spread_prompts < 0:
+            raise ValueError(f"SpecSettings.spread_prompts: must be >= 0, got {self.spread_prompts}")
         if self.new_tokens < 2:
             raise ValueError(f"SpecSettings.new_tokens: must be >= 2, got {self.new_tokens}")
         object.__setattr__(self, "ks", tuple(self.ks))
@@ -79,6 +101,11 @@ class SpecSettings:
         """Every K measured, ascending."""
         return tuple(sorted({self.k, *self.ks}))
 
+    @property
+    def prompts_needed(self) -> int:
+        """Prompts per task the sweep reads: the timed ones and those counted for the spread."""
+        return max(self.prompts, self.spread_prompts)
+
 
 def _stat_sample(sweep: str, layers: int, x1: int, x2: int, seconds: list[float]) -> Sample:
     ms = [s * 1e3 for s in seconds]
@@ -86,15 +113,20 @@ def _stat_sample(sweep: str, layers: int, x1: int, x2: int, seconds: list[float]
 
 
 def _count_sample(k: int, layers: int, task: int, position: int, count: int, out_of: int) -> Sample:
-    return Sample(accept_sweep(k), layers, task, position, float(count), float(count), float(count), out_of)
+    return _count_sample_named(accept_sweep(k), layers, task, position, count, out_of)
+
+
+def _count_sample_named(sweep: str, layers: int, task: int, x2: int, count: int, out_of: int) -> Sample:
+    return Sample(sweep, layers, task, x2, float(count), float(count), float(count), out_of)
 
 
 Step = tuple[StepRecord, float, list[tuple[int, int, float]]]
 
 
-def _decode(engine: Engine | SpeculativeEngine, prompt: list[int], new: int) -> list[Step]:
-    """Generate at batch 1; each step after the prefill step with the torch thread's CPU seconds of the whole
-    step and the proposer's (batch, tokens, wall seconds) pass entries made during it."""
+def _decode(engine: Engine | SpeculativeEngine, prompt: list[int], new: int) -> tuple[list[Step], SpecCounters]:
+    """Generate at batch 1; every step (the prefill step first) with the torch thread's CPU seconds of the whole
+    step and the proposer's (batch, tokens, wall seconds) pass entries made during it; and the request's
+    acceptance counters (empty for a plain engine)."""
     rid = engine.add_request(prompt, new)
     passes = getattr(getattr(engine, "proposer", None), "pass_seconds", [])
     steps = []
@@ -102,8 +134,24 @@ def _decode(engine: Engine | SpeculativeEngine, prompt: list[int], new: int) -> 
         before, cpu = len(passes), time.thread_time()
         record = engine.step()
         steps.append((record, time.thread_time() - cpu, passes[before:]))
+    counters = getattr(engine, "request_counters", {}).get(rid, SpecCounters())
     engine.release(rid)
-    return steps[1:]
+    return steps, counters
+
+
+def _seconds(step: Step, thread: bool) -> float:
+    return step[1] if thread else step[0].wall_s
+
+
+def _prompt_work(steps: list[Step], thread: bool) -> float:
+    """The prompt pass's token-dependent seconds: the prefill step less the median decode step after it."""
+    decode = [_seconds(st, thread) for st in steps[1:]]
+    return _seconds(steps[0], thread) - (statistics.median(decode) if decode else 0.0)
+
+
+def _prompt_count(k: int, layers: int, task: int, index: int, counters: SpecCounters) -> Sample:
+    accepted, rejections = counters.num_accepted_tokens, counters.num_rejections
+    return _count_sample_named(prompt_sweep(k), layers, task, index, accepted, accepted + rejections)
 
 
 def _decode_like(passes: list[tuple[int, int, float]]) -> list[float]:
@@ -128,11 +176,20 @@ def _task_rows(target: LlamaModel, draft: LlamaModel, prompts: list[list[int]], 
     target_s: list[float] = []
     draft_s: list[float] = []
     rounds: list[tuple[float, float, int]] = []  # full-K rounds: (CPU seconds, verify wall seconds, draft passes)
-    for prompt in prompts:  # interleaved, so contention of a shared machine hits all alike
-        target_s += [cpu if thread else rec.wall_s for rec, cpu, _ in _decode(plain, prompt, settings.new_tokens)]
+    work: tuple[list[float], list[float]] = ([], [])  # prompt-pass seconds (token-dependent): target, draft
+    per_prompt: list[Sample] = []
+    timed = prompts[: settings.prompts]
+    for index, prompt in enumerate(timed):  # interleaved, so contention of a shared machine hits all alike
+        steps = _decode(plain, prompt, settings.new_tokens)[0]
+        target_s += [_seconds(st, thread) for st in steps[1:]]
+        work[0].append(_prompt_work(steps, thread))
+        steps = _decode(plain_draft, prompt, settings.new_tokens)[0]
+        work[1].append(_prompt_work(steps, thread))
         if thread:
-            draft_s += [cpu for _, cpu, _ in _decode(plain_draft, prompt, settings.new_tokens)]
-        for rec, cpu, passes in _decode(spec, prompt, settings.new_tokens):
+            draft_s += [cpu for _, cpu, _ in steps[1:]]
+        spec_steps, counters = _decode(spec, prompt, settings.new_tokens)
+        per_prompt.append(_prompt_count(k, layers, task, index, counters))
+        for rec, cpu, passes in spec_steps[1:]:
             assert isinstance(rec, SpecStepRecord)
             if rec.decode_seqs != 1 or rec.prefill_seqs:
                 continue
@@ -143,6 +200,9 @@ def _task_rows(target: LlamaModel, draft: LlamaModel, prompts: list[list[int]], 
                 rounds.append((cpu, rec.verify_s, len(passes)))
     if not draft_s or not rounds:
         raise RuntimeError(f"task {TASKS[task]}: no batch-1 draft pass or full K={k} round was timed")
+    # more prompts, untimed, for the between-prompt spread of a (greedy: their counts are exact, not noisy)
+    for index in range(len(timed), min(settings.spread_prompts, len(prompts))):
+        per_prompt.append(_prompt_count(k, layers, task, index, _decode(spec, prompts[index], settings.new_tokens)[1]))
     unit_draft = statistics.median(draft_s)
     verify_s = [max(0.0, cpu - n * unit_draft) if thread else wall for cpu, wall, n in rounds]
     c = spec.counters
@@ -153,13 +213,19 @@ def _task_rows(target: LlamaModel, draft: LlamaModel, prompts: list[list[int]], 
     proposed = c.proposed_per_position + [0] * (k - len(c.proposed_per_position))
     accepted = c.accepted_per_position + [0] * (k - len(c.accepted_per_position))
     rows += [_count_sample(k, layers, task, i + 1, accepted[i], proposed[i]) for i in range(k)]
-    return rows
+    lengths = [len(p) for p in timed]
+    rows += [_stat_sample("spec_prefill_target", layers, task, k, work[0]),
+             _stat_sample("spec_prefill_draft", layers, task, k, work[1]),
+             Sample("spec_prefill_tokens", layers, task, k, float(statistics.median(lengths)), float(min(lengths)),
+                    float(max(lengths)), len(lengths))]
+    return rows + per_prompt
 
 
-def unit_keys(layers: int, task: int, k: int) -> list[tuple[str, int, int, int]]:
-    """The samples-CSV keys one (task, K) measurement writes."""
-    return [(name, layers, task, k) for name in TIMED_SWEEPS] + [(accept_sweep(k), layers, task, i)
-                                                                 for i in range(k + 1)]
+def unit_keys(layers: int, task: int, k: int, prompts: int = 0) -> list[tuple[str, int, int, int]]:
+    """The samples-CSV keys one (task, K) measurement of ``prompts`` per-prompt counts writes."""
+    return ([(name, layers, task, k) for name in (*TIMED_SWEEPS, *PREFILL_SWEEPS)]
+            + [(accept_sweep(k), layers, task, i) for i in range(k + 1)]
+            + [(prompt_sweep(k), layers, task, i) for i in range(prompts)])
 
 
 def measure_speculative(target: LlamaModel, draft: LlamaModel, prompts: dict[str, list[list[int]]],
@@ -170,9 +236,10 @@ def measure_speculative(target: LlamaModel, draft: LlamaModel, prompts: dict[str
     for name, task_prompts in prompts.items():
         task = TASKS.index(name)
         for k in settings.grid:
-            if all(key in log.done for key in unit_keys(layers, task, k)):
+            counted = min(len(task_prompts), settings.prompts_needed)
+            if all(key in log.done for key in unit_keys(layers, task, k, counted)):
                 continue
-            for row in _task_rows(target, draft, task_prompts[: settings.prompts], task, k, settings, layers):
+            for row in _task_rows(target, draft, task_prompts[:counted], task, k, settings, layers):
                 if row.key not in log.done:  # a pair cut short by a kill: keep its rows, add the rest
                     log.append(row)
             measured += 1
@@ -200,10 +267,39 @@ def _acceptance(by_key: dict[tuple[str, int, int, int], Sample], lay: int, task:
         before = min(before, p.reps)  # rounds cut short near max_new_tokens proposed fewer
         per_position.append(p.median_ms / before if before else 0.0)
         before = int(p.median_ms)
-    return TaskAcceptance(
-        accepted / trials, k, tuple(per_position), "measured",
-        f"{drafts} draft rounds at K={k}, greedy, batch 1; a = accepted / (accepted + rejections) "
-        f"({accepted} / {trials}), real_engine.spec_metrics' per-token acceptance")
+    note = (f"{drafts} draft rounds at K={k}, greedy, batch 1; a = accepted / (accepted + rejections) "
+            f"({accepted} / {trials}), real_engine.spec_metrics' per-token acceptance")
+    counts, i = [], 0
+    while (row := by_key.get((prompt_sweep(k), lay, task, i))) is not None:
+        counts.append((int(row.median_ms), row.reps))
+        i += 1
+    spread = between_prompt_sd(counts)
+    if spread is None:
+        return TaskAcceptance(accepted / trials, k, tuple(per_position), "measured", note)
+    note += (f"; between_prompt_sd: sd of the {spread[1]} prompts' own a less their sampling noise "
+             "(calibrate/prompt_spread.py)")
+    return TaskAcceptance(accepted / trials, k, tuple(per_position), "measured", note,
+                          between_prompt_sd=spread[0], n_prompts=spread[1])
+
+
+def _prefill_ratio(by_key: dict[tuple[str, int, int, int], Sample], runs: list[tuple[int, int, int]]
+                   ) -> Coefficient | None:
+    """The draft's prompt pass / the target's (token-dependent work, same prompts, same run): median over the
+    (task, K) runs where both are positive (short prompts leave little work above a decode step)."""
+    ratios, tokens = [], []
+    for lay, task, kk in runs:
+        t, d = by_key.get(("spec_prefill_target", lay, task, kk)), by_key.get(("spec_prefill_draft", lay, task, kk))
+        n = by_key.get(("spec_prefill_tokens", lay, task, kk))
+        if t is not None and d is not None and t.median_ms > 0 and d.median_ms > 0:
+            ratios.append(d.median_ms / t.median_ms)
+            tokens += [] if n is None else [int(n.min_ms), int(n.max_ms)]
+    if not ratios:
+        return None
+    where = f", prompts of {min(tokens)}-{max(tokens)} tokens" if tokens else ""
+    return Coefficient(statistics.median(ratios), "target prompt passes", "measured",
+                       f"median over {len(ratios)} (task, K) runs of (median draft prompt pass / median target "
+                       f"prompt pass), each the plain engine's prefill step less its median decode step, batch 1"
+                       f"{where}")
 
 
 def _ratio(by_key: dict[tuple[str, int, int, int], Sample], sweep: str, lay: int, task: int, k: int) -> float | None:
@@ -225,11 +321,13 @@ def speculative_sections(samples: list[Sample], draft_name: str, k: int
     acceptance: dict[str, TaskAcceptance] = {}
     c_values: list[float] = []
     v_by_k: dict[int, list[float]] = {kk: [] for kk in ks}
+    runs: list[tuple[int, int, int]] = []  # (layers, task, K) measured
     for task, name in enumerate(TASKS):
         layers = sorted({s.layers for s in rows if s.sweep == "spec_target" and s.x1 == task})
         if not layers:
             continue
         lay = layers[0]
+        runs += [(lay, task, kk) for kk in ks]
         for kk in ks:
             c, v = _ratio(by_key, "spec_draft", lay, task, kk), _ratio(by_key, "spec_verify", lay, task, kk)
             if c is not None and v is not None:
@@ -257,5 +355,5 @@ def speculative_sections(samples: list[Sample], draft_name: str, k: int
              f"with a draft-model proposer at fixed K in {{{', '.join(map(str, ks))}}}; pass times by the job's clock "
              "(thread clock: CPU time of whole steps; draft pass = the draft's plain decode step, verify = a full-K "
              "round less its draft passes).",
-        verify_by_k=verify_by_k)
+        verify_by_k=verify_by_k, draft_prefill_ratio=_prefill_ratio(by_key, runs))
     return spec, acceptance

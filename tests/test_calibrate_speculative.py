@@ -11,7 +11,14 @@ import pytest
 import torch
 
 from calibrate.samples import Sample, SampleLog, read_samples
-from calibrate.sweep_speculative import SpecSettings, accept_sweep, measure_speculative, speculative_sections
+from calibrate.sweep_speculative import (
+    PREFILL_SWEEPS,
+    SpecSettings,
+    accept_sweep,
+    measure_speculative,
+    prompt_sweep,
+    speculative_sections,
+)
 from real_engine.config import PRESETS
 from real_engine.model import LlamaModel
 
@@ -34,8 +41,8 @@ def test_rows_and_sections(swept):
     path, measured, _, _ = swept
     assert measured == 2 * 3  # 2 tasks x 3 Ks
     samples = read_samples(path)
-    assert {s.sweep for s in samples} == {"spec_target", "spec_draft", "spec_verify",
-                                          *(accept_sweep(k) for k in (1, 2, 3))}
+    assert {s.sweep for s in samples} == {"spec_target", "spec_draft", "spec_verify", *PREFILL_SWEEPS,
+                                          *(accept_sweep(k) for k in (1, 2, 3)), *(prompt_sweep(k) for k in (1, 2, 3))}
     spec, acceptance = speculative_sections(samples, "self", SETTINGS.k)
     assert set(acceptance) == {"code", "math"}
     for acc in acceptance.values():
@@ -44,6 +51,10 @@ def test_rows_and_sections(swept):
         assert sorted(acc.by_k) == [1, 2, 3]
         for k, entry in acc.by_k.items():  # the target drafting for itself: every draft accepted at every K
             assert entry.k == k and entry.mean == 1.0 and entry.per_position == (1.0,) * k
+    # per-prompt counts: every prompt's own a is 1, so no spread; math has one prompt: no estimate
+    assert acceptance["code"].between_prompt_sd == 0.0 and acceptance["code"].n_prompts == 2
+    assert acceptance["code"].by_k[1].n_prompts == 2
+    assert acceptance["math"].between_prompt_sd is None and acceptance["math"].n_prompts is None
     assert spec is not None and spec.k == 3
     assert sorted(spec.verify_by_k) == [1, 2, 3]
     assert spec.verify_by_k[3].value == spec.verify_cost_ratio.value
