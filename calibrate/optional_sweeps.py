@@ -103,7 +103,8 @@ def _measure_compression(job: CalibrationJob, log: SampleLog, device: torch.devi
 
 
 def _eval_prompts(job: CalibrationJob) -> dict[str, list[list[int]]]:
-    """Token ids of the eval prompts per task (at most job.spec.prompts each), tasks without prompts left out."""
+    """Token ids of the eval prompts per task (at most job.spec.prompts_needed each: the timed ones and those counted
+    for the between-prompt spread of acceptance), tasks without prompts left out."""
     from real_engine.corpus import TASKS, load_eval_prompts
     from real_engine.tokenizer import ByteTokenizer
     from simulator.paths import MODELS_DIR
@@ -111,7 +112,7 @@ def _eval_prompts(job: CalibrationJob) -> dict[str, list[list[int]]]:
     tok = ByteTokenizer()
     eval_path = Path(job.eval_prompts) if job.eval_prompts is not None else MODELS_DIR / "eval_prompts.jsonl"
     evals = load_eval_prompts(eval_path)
-    prompts = {t: [tok.encode(s.prompt, add_bos=True) for s in evals if s.task == t][: job.spec.prompts]
+    prompts = {t: [tok.encode(s.prompt, add_bos=True) for s in evals if s.task == t][: job.spec.prompts_needed]
                for t in TASKS}
     prompts = {t: p for t, p in prompts.items() if p}
     if not prompts:
