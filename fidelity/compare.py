@@ -9,13 +9,17 @@ more latency, or more throughput, than was measured), negative when optimistic. 
 
 The issue's first bar: |error| <= 10 % at P50 and <= 15 % at P99 (then 5 % / 10 %). P90 is held to
 the tail bar, and throughput and per-path means to the P50 bar (they are central quantities).
+
+Noise: a row may carry the measured value's 95 % interval (``real_ci``, from fidelity.bootstrap).
+``within_noise`` says the simulated value lies inside it, and ``error_band`` is the error the
+interval's ends would give. This is information, not a pass: the bars judge ``error`` alone.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -40,10 +44,25 @@ class ErrorRow:
     sim: float | None
     real: float | None
     error: float | None  # (sim - real) / real, None when undefined
+    real_ci: tuple[float, float] | None = None  # the measured value's 95 % bootstrap interval (lo, hi)
 
     @property
     def tail(self) -> bool:
         return self.stat in ("p90", "p99")
+
+    @property
+    def within_noise(self) -> bool | None:
+        """Whether the simulated value lies inside the measured 95 % interval; None without both."""
+        if self.real_ci is None or self.sim is None:
+            return None
+        return self.real_ci[0] <= self.sim <= self.real_ci[1]
+
+    @property
+    def error_band(self) -> tuple[float, float] | None:
+        """((sim - hi) / real, (sim - lo) / real): the errors the ends of the measured interval imply."""
+        if self.real_ci is None or self.error is None or self.sim is None or self.real is None:
+            return None
+        return (self.sim - self.real_ci[1]) / self.real, (self.sim - self.real_ci[0]) / self.real
 
     def within(self, bar: tuple[float, float]) -> bool | None:
         """Whether |error| is inside the bar (the tail bar for P90/P99); None when undefined."""
@@ -54,7 +73,9 @@ class ErrorRow:
     def to_dict(self) -> dict[str, object]:
         return {"metric": self.metric, "stat": self.stat, "unit": self.unit, "sim": self.sim,
                 "real": self.real, "error": self.error, "within_first_bar": self.within(FIRST_BAR),
-                "within_second_bar": self.within(SECOND_BAR)}
+                "within_second_bar": self.within(SECOND_BAR),
+                "real_ci": list(self.real_ci) if self.real_ci else None,
+                "error_band": list(self.error_band) if self.error_band else None, "within_noise": self.within_noise}
 
 
 def _finite(value: float | None) -> float | None:
@@ -123,10 +144,24 @@ def path_rows(sim: Mapping[str, tuple[float | None, str]],
 
 def compare(sim: Sequence[RequestRecord], real: Sequence[RequestRecord],
             sim_paths: Mapping[str, tuple[float | None, str]] | None = None,
-            real_paths: Mapping[str, tuple[float | None, str]] | None = None) -> list[ErrorRow]:
-    """Every row of one scenario's error table; raises ValueError if the request lists differ."""
+            real_paths: Mapping[str, tuple[float | None, str]] | None = None,
+            real_ci: Mapping[tuple[str, str], tuple[float, float] | None] | None = None) -> list[ErrorRow]:
+    """Every row of one scenario's error table; raises ValueError if the request lists differ.
+
+    ``real_ci``: {(metric, stat): (lo, hi)} of the measured side (fidelity.bootstrap.bootstrap_ci),
+    attached to the rows it names; rows it does not name (path means) carry none.
+    """
     check_same_requests(sim, real)
-    return latency_rows(sim, real) + throughput_rows(sim, real) + path_rows(sim_paths or {}, real_paths or {})
+    rows = latency_rows(sim, real) + throughput_rows(sim, real) + path_rows(sim_paths or {}, real_paths or {})
+    if not real_ci:
+        return rows
+    return [replace(r, real_ci=_finite_pair(real_ci.get((r.metric, r.stat)))) for r in rows]
+
+
+def _finite_pair(pair: tuple[float, float] | None) -> tuple[float, float] | None:
+    if pair is None or not all(math.isfinite(v) for v in pair):
+        return None
+    return float(pair[0]), float(pair[1])
 
 
 def worst(rows: Sequence[ErrorRow]) -> ErrorRow | None:

@@ -8,6 +8,8 @@ error_table.json: {"numbers_from", "profile", "profile_source", "seed", "quick",
 "reason" (what is missing, or null), "requests", "real" / "sim" (counts, wall time, or null),
 "rows": [ErrorRow.to_dict()] (sim vs wall clock), "worst", "real_cpu", "cpu_rows" (sim vs the
 CPU-time replay), "cdf_png", "records": {"real" | "sim" | "cpu": CSV name}}], "noise": [{"name", "rows"}]}.
+A row with a measured 95 % interval also has "real_ci", "error_band" and "within_noise"
+(fidelity.compare.ErrorRow); in the tables an error inside the noise is marked NOISE_MARK.
 """
 
 from __future__ import annotations
@@ -71,6 +73,23 @@ def _pct(error: float | None) -> str:
     return "—" if error is None else f"{error:+.1%}"
 
 
+NOISE_MARK = "*"
+NOISE_NOTE = (f"`{NOISE_MARK}` after an error: the simulated value lies inside the measured value's 95 % bootstrap "
+              "interval over requests (fidelity/bootstrap.py), i.e. the error is within the measurement's own "
+              "sampling noise. This is information, not a pass: a marked error still fails a bar it exceeds.")
+
+
+def _err(r: ErrorRow | None) -> str:
+    """The signed error, marked when the simulated value is inside the measured interval."""
+    if r is None:
+        return "—"
+    return _pct(r.error) + (NOISE_MARK if r.within_noise and r.error is not None else "")
+
+
+def _band(pair: tuple[float, float] | None, fmt: Callable[[float | None], str]) -> str:
+    return "—" if pair is None else f"{fmt(pair[0])} … {fmt(pair[1])}"
+
+
 def _yes(ok: bool | None) -> str:
     return "—" if ok is None else "yes" if ok else "no"
 
@@ -83,6 +102,7 @@ def markdown(meta: dict[str, Any], results: Sequence[ScenarioResult],
              "Signed relative error = (sim − real) / real. First bar: |error| ≤ 10 % at P50, ≤ 15 % at P90/P99.", "",
              "## Simulated vs measured in wall-clock time (what users see on this shared machine)", ""]
     lines += _summary(results, lambda res: res.rows)
+    lines += ["", NOISE_NOTE]
     shares = [f"{res.name} {res.real['core_share']:.2f}" for res in results
               if res.real and res.real.get("core_share") is not None]
     if shares:
@@ -92,25 +112,30 @@ def markdown(meta: dict[str, Any], results: Sequence[ScenarioResult],
               "", "The same requests served again with the engine's clock = its thread's CPU time while it works, "
               "plus the idle gaps (fidelity.engine_side.CpuClock), the clock the profile was measured with.", ""]
     lines += _summary(results, lambda res: res.cpu_rows)
-    lines += ["", "## Values per scenario (sim / real, wall clock)", ""]
+    lines += ["", NOISE_NOTE]
+    lines += ["", "## Values per scenario (sim / real, wall clock)", "",
+              "real 95 % CI: the measured value's bootstrap interval; error band: the errors its ends imply, "
+              "(sim − hi) / real … (sim − lo) / real.", ""]
     for res in results:
         lines += [f"### {res.name}", "", res.description, ""]
         if res.reason:
             lines += [f"**not run: {res.reason}**", ""]
         if not res.rows:
             continue
-        lines += ["| quantity | unit | sim | real | error | ≤ first bar | ≤ second bar |",
-                  "|---|---|---|---|---|---|---|"]
+        lines += ["| quantity | unit | sim | real | real 95 % CI | error | error band | within noise | ≤ first bar "
+                  "| ≤ second bar |", "|---|---|---|---|---|---|---|---|---|---|"]
         for r in res.rows:
             lines.append(f"| {r.metric} {r.stat} | {r.unit} | {_fmt(r.sim, 3)} | {_fmt(r.real, 3)} | "
-                         f"{_pct(r.error)} | {_yes(r.within(FIRST_BAR))} | {_yes(r.within(SECOND_BAR))} |")
+                         f"{_band(r.real_ci, lambda v: _fmt(v, 3))} | {_err(r)} | {_band(r.error_band, _pct)} | "
+                         f"{_yes(r.within_noise)} | {_yes(r.within(FIRST_BAR))} | {_yes(r.within(SECOND_BAR))} |")
         lines.append("")
     if noise:
         lines += ["## Machine noise: the engine side run twice, (run 2 − run 1) / run 1", ""]
         for name, rows in noise:
-            lines.append(f"- {name}: " + ", ".join(f"{r.metric} {r.stat} {_pct(r.error)}" for r in rows
+            lines.append(f"- {name}: " + ", ".join(f"{r.metric} {r.stat} {_err(r)}" for r in rows
                                                    if r.metric in LATENCY_METRICS or r.metric == "throughput"))
-        lines.append("")
+        lines += ["", f"`{NOISE_MARK}`: run 2's value lies inside run 1's 95 % bootstrap interval (a check of the "
+                  "interval: on the same requests most run-to-run changes should be marked).", ""]
     return "\n".join(lines)
 
 
@@ -119,11 +144,20 @@ def _summary(results: Sequence[ScenarioResult], rows_of: Callable[[ScenarioResul
              "E2E P90 | E2E P99 | req/s |", "|" + "---|" * 12]
     for res in results:
         t = {(r.metric, r.stat): r for r in rows_of(res)}
-        cells = [_pct(t[m, lv].error) if (m, lv) in t else "—" for m in LATENCY_METRICS for lv in LEVELS]
+        cells = [_err(t.get((m, lv))) for m in LATENCY_METRICS for lv in LEVELS]
         thr = t.get(("throughput", "requests_per_s"))
         status = res.status if res.reason is None else f"not run: {res.reason}"
-        lines.append(f"| {res.name} | {status} | " + " | ".join(cells) + f" | {_pct(thr.error if thr else None)} |")
+        lines.append(f"| {res.name} | {status} | " + " | ".join(cells) + f" | {_err(thr)} |")
     return lines
+
+
+def dkw_epsilon(n: int, level: float = 0.95) -> float:
+    """Half-width of the Dvoretzky-Kiefer-Wolfowitz band: sup |F_n - F| <= eps with probability ``level``.
+
+    eps = sqrt(ln(2 / alpha) / (2 n)) (Massart 1990's tight constant), alpha = 1 - level: a band around the
+    whole measured CDF, distribution-free (0.124 at n = 120, 0.078 at n = 300).
+    """
+    return float(np.sqrt(np.log(2.0 / (1.0 - level)) / (2.0 * n)))
 
 
 def cdf_figure(res: ScenarioResult, path: Path) -> None:
@@ -142,8 +176,14 @@ def cdf_figure(res: ScenarioResult, path: Path) -> None:
             if not recs:
                 continue
             values = np.sort(latency_ms(recs, metric))
-            if values.size:
-                ax.step(values, np.arange(1, values.size + 1) / values.size, style, where="post", label=label)
+            if not values.size:
+                continue
+            ecdf = np.arange(1, values.size + 1) / values.size
+            (line,) = ax.step(values, ecdf, style, where="post", label=label)
+            if recs is res.real_records:  # where the measured CDF could lie: the DKW 95 % band
+                eps = dkw_epsilon(values.size)
+                ax.fill_between(values, np.clip(ecdf - eps, 0, 1), np.clip(ecdf + eps, 0, 1), step="post",
+                                color=line.get_color(), alpha=0.15, linewidth=0, label="measured 95 % band (DKW)")
         ax.set_xscale("log")  # wall clock on a contended machine can sit 10x right of the other two curves
         ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
         ax.xaxis.set_major_formatter(FormatStrFormatter("%g"))

@@ -83,7 +83,12 @@ def _side_summary(records: list, extra: dict[str, Any]) -> dict[str, Any]:
 
 def run_case(path: str, data: dict[str, Any], profile: Any, models: tuple[Any, Any], seed: int,
              noise: bool, target_path: str | None = None) -> tuple[Any, list | None]:
-    """One scenario: (ScenarioResult, noise rows or None)."""
+    """One scenario: (ScenarioResult, noise rows or None).
+
+    Every measured side's rows carry its 95 % bootstrap interval (fidelity.bootstrap), drawn from a
+    stream keyed by (seed, scenario, side): the same run gives the same intervals.
+    """
+    from fidelity.bootstrap import bootstrap_ci, ci_rng
     from fidelity.compare import compare
     from fidelity.engine_side import NotAvailable, measure
     from fidelity.report import ScenarioResult
@@ -114,21 +119,24 @@ def run_case(path: str, data: dict[str, Any], profile: Any, models: tuple[Any, A
     except NotAvailable as exc:
         reasons.append(str(exc))
     res.reason = "; ".join(reasons) or None
+    real_ci = bootstrap_ci(real.records, ci_rng(seed, res.name, "real")) if real is not None else None
     # one-sided rows keep what was measured or simulated visible (the other side None, no error)
     if sim is not None or real is not None:
         sim_recs = sim.records if sim is not None else _nan_twin(real.records)
         real_recs = real.records if real is not None else _nan_twin(sim.records)
-        res.rows = compare(sim_recs, real_recs, sim.paths if sim else {}, real.paths if real else {})
+        res.rows = compare(sim_recs, real_recs, sim.paths if sim else {}, real.paths if real else {}, real_ci)
     if real is not None:  # the same requests again in CPU time: how much of the error is contention
         cpu = serve_on(clock="cpu")
         res.cpu_records = cpu.records
-        res.real_cpu = _side_summary(cpu.records, {"steps": cpu.steps, "mean_batch": cpu.mean_batch})
+        res.real_cpu = _side_summary(cpu.records, {"steps": cpu.steps, "mean_batch": cpu.mean_batch,
+                                                   "wall_s": cpu.wall_s})
+        cpu_ci = bootstrap_ci(cpu.records, ci_rng(seed, res.name, "cpu"))
         res.cpu_rows = compare(sim.records if sim is not None else _nan_twin(cpu.records), cpu.records,
-                               sim.paths if sim else {}, cpu.paths)
+                               sim.paths if sim else {}, cpu.paths, cpu_ci)
     noise_rows = None
-    if noise and real is not None:
+    if noise and real is not None:  # within_noise here: run 2 inside run 1's interval (a check of the interval)
         again = serve_on()
-        noise_rows = compare(again.records, real.records, again.paths, real.paths)
+        noise_rows = compare(again.records, real.records, again.paths, real.paths, real_ci)
     return res, noise_rows
 
 
@@ -151,6 +159,7 @@ def run_validation(cfg: ValidateConfig) -> tuple[Path, list[Any], list[tuple[str
     import torch
     from tqdm import tqdm
 
+    from fidelity.bootstrap import LEVEL, RESAMPLES
     from fidelity.report import write_report
     from real_engine.checkpoint import load_checkpoint
     from simulator.profile import resolve_profile
@@ -176,7 +185,10 @@ def run_validation(cfg: ValidateConfig) -> tuple[Path, list[Any], list[tuple[str
                             f"{cfg.profile}",
             "profile": profile.key_str(), "profile_source": profile.source, "seed": cfg.seed, "quick": cfg.quick,
             "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "scenario_folder": cfg.scenarios}
+            "scenario_folder": cfg.scenarios,
+            "measured_ci": {"method": "percentile bootstrap over requests (fidelity/bootstrap.py)",
+                            "resamples": RESAMPLES, "level": LEVEL,
+                            "seed": f"SeedSequence([{cfg.seed}, crc32(scenario), crc32(side)])"}}
     return write_report(cfg.out, meta, results, noise), results, noise
 
 

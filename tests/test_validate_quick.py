@@ -31,6 +31,7 @@ def test_every_quick_scenario_has_every_metric_or_a_reason(report: tuple[Path, d
     folder, doc = report
     assert [s["name"] for s in doc["scenarios"]] == sorted(QUICK_SCENARIOS)
     assert doc["profile_source"] == "measured" and doc["quick"] is True
+    assert doc["measured_ci"]["resamples"] == 1000 and doc["measured_ci"]["level"] == 0.95
     for sc in doc["scenarios"]:
         assert sc["requests"] == QUICK_REQUESTS
         if sc["status"] == "not run":
@@ -44,6 +45,10 @@ def test_every_quick_scenario_has_every_metric_or_a_reason(report: tuple[Path, d
             assert row["sim"] is not None and row["sim"] > 0, key
             assert row["real"] is not None and row["real"] > 0, key
             assert row["error"] == pytest.approx((row["sim"] - row["real"]) / row["real"])
+            lo, hi = row["real_ci"]  # the measured 95 % bootstrap interval, and what it implies
+            assert lo <= hi and row["within_noise"] == (lo <= row["sim"] <= hi)
+            band = [(row["sim"] - hi) / row["real"], (row["sim"] - lo) / row["real"]]
+            assert row["error_band"] == pytest.approx(band)
         cpu = {(r["metric"], r["stat"]) for r in sc["cpu_rows"] if r["error"] is not None}
         assert set(expected) <= cpu
         assert sc["real"]["completed"] == sc["sim"]["completed"] == QUICK_REQUESTS
