@@ -5,21 +5,31 @@ rank 0 runs the plain model forward (P = 1) while the others wait, then all run
 ``SequenceParallel.prefill`` (zigzag shards, K/V all-gather, log-sum-exp merge). The model has the
 target's shape with seeded random weights (speed does not depend on the values).
 
-Clock: CPU seconds of each process (``time.process_time``, gloo's threads included). On a CPU
-shared with other jobs, wall time mostly measures their load; CPU time is what the prefill costs
-on a core of its own, the same choice as the calibration's thread clock. It leaves out time spent
-waiting for the peer, so the speedup is an upper bound for an idle machine (the note says so).
+Clock: the wall clock (``time.perf_counter``), and the profile uses the minimum over the
+repetitions (other processes only add time). A rank blocked in a collective waits for its peer,
+the socket and a core: real time that a thread-CPU clock cannot see (measured on the tiny target at
+900 tokens: a decode step is ~5 ms of thread CPU but ~10-12 ms of wall, ~6 ms of it in the 7
+collectives of the step), so the communication-bound parts of SP are priced on the wall clock. On
+an idle core the single-rank prefill's wall time equals its thread CPU time, the clock of the
+profile's other costs.
 
-Rows in the calibration's samples CSV, layers 0, x1 = prompt length, x2 = P (1 or 2), ms:
+Rows in the calibration's samples CSV, layers 0, x1 = prompt length, x2 = P (1 or 2), ms, each a
+median / min / max over the repetitions:
 ``seqpar_prefill`` (P > 1: the slowest rank of each repetition; the P = 1 row is measured in the
 first degree's run and reused) and ``seqpar_merge`` (P > 1 only: time in the merge, the slowest rank).
 After each P > 1 prefill the ranks decode ``DECODE_STEPS`` tokens at that context (one query per
 layer: each rank attends its shard, the (out, lse) partials are all-gathered and merged):
-``seqpar_decode`` (CPU ms of one decode step, slowest rank, median over steps) and
-``seqpar_decode_merge`` (ms in the merge per decode step, the engine's own ``times.merge_s`` wall
-clock, slowest rank, median over steps). The decode merge combines P partials of one query per
+``seqpar_decode`` (wall ms of one decode step, slowest rank, median over steps),
+``seqpar_decode_merge`` (ms in the merge per decode step, the engine's merge timer, slowest rank,
+median over steps) and ``seqpar_decode_comm`` (wall ms inside the collectives per decode step,
+the engine's comm timer, mean of the ranks: the rank that computes faster waits longer, and the
+simulator prices the mean rank's compute). The decode merge combines P partials of one query per
 layer, not T = C queries as a prefill's does, so it gets its own fit (the profile's
-``decode_merge``) instead of reusing the prefill merge.
+``decode_merge``) instead of reusing the prefill merge; ``decode_comm`` is fitted likewise.
+
+The speedup of a row is P = 1's prefill over P's prefill LESS its merge (minimum over the
+repetitions, merge median): the simulator adds merge_ms on top of work / speedup, so a speedup
+that still contained the merge would charge it twice.
 
 A degree above the machine's CPU count would time ranks that share cores: it is skipped with a
 printed reason unless ``max_ranks`` allows it, and a section measured so says it is oversubscribed.
@@ -47,63 +57,68 @@ from simulator.profile import SequenceParallel as SpSection
 
 DEGREE = 2  # the default degree
 LENGTHS = (512, 1024, 2048)
-DECODE_STEPS = 8  # decode steps timed after each P > 1 prefill
+DECODE_STEPS = 32  # decode steps timed after each P > 1 prefill (collective times are heavy-tailed)
 
 
-def _plain_cpu_s(model: LlamaModel, prompt: list[int]) -> float:
+def _plain_s(model: LlamaModel, prompt: list[int]) -> float:
+    """Wall seconds of one plain (P = 1) prefill."""
     ids = torch.tensor([prompt])  # [1, L]
-    start = time.process_time()
+    start = time.perf_counter()
     with torch.inference_mode():
         model(ids, logits_index=torch.tensor([len(prompt) - 1]))
-    return time.process_time() - start
+    return time.perf_counter() - start
 
 
-def _sp_cpu_s(model: LlamaModel, prompt: list[int], steps: int = 0) -> tuple[float, float, float, float]:
-    """(prefill CPU s, prefill merge s, median decode-step CPU s, median decode-step merge s) on this rank."""
+def _sp_s(model: LlamaModel, prompt: list[int], steps: int = 0) -> tuple[float, float, float, float, float]:
+    """(prefill wall s, prefill merge s, median decode-step wall s, median decode-step merge s, median decode-step
+    comm s) on this rank."""
     sp = SequenceParallel(model, SeqParConfig("zigzag"))
     dist.barrier()
-    start = time.process_time()
+    start = time.perf_counter()
     token = sp.prefill(prompt)
-    prefill_s, prefill_merge_s = time.process_time() - start, sp.times.merge_s
-    step_s, merge_s = [], []
+    prefill_s, prefill_merge_s = time.perf_counter() - start, sp.times.merge_s
+    step_s, merge_s, comm_s = [], [], []
     for _ in range(steps):
-        merged, start = sp.times.merge_s, time.process_time()
+        merged, talked, start = sp.times.merge_s, sp.times.comm_s, time.perf_counter()
         token = sp.decode(token)
-        step_s.append(time.process_time() - start)
+        step_s.append(time.perf_counter() - start)
         merge_s.append(sp.times.merge_s - merged)
+        comm_s.append(sp.times.comm_s - talked)
     if not steps:
-        return prefill_s, prefill_merge_s, 0.0, 0.0
-    return prefill_s, prefill_merge_s, statistics.median(step_s), statistics.median(merge_s)
+        return prefill_s, prefill_merge_s, 0.0, 0.0, 0.0
+    return (prefill_s, prefill_merge_s, statistics.median(step_s), statistics.median(merge_s),
+            statistics.median(comm_s))
 
 
 def seqpar_worker(rank: int, device: torch.device, config: ModelConfig, lengths: tuple[int, ...],
-                  reps: int) -> list[tuple[int, int, float, float, float, float]]:
-    """This rank's (length, P, cpu_s, merge_s, decode_cpu_s, decode_merge_s) per repetition, P = the world
-    size; P = 1 rows (prefill only, decode zeros) on rank 0 only."""
+                  reps: int) -> list[tuple[int, int, float, float, float, float, float]]:
+    """This rank's (length, P, prefill_s, merge_s, decode_s, decode_merge_s, decode_comm_s) per repetition, wall
+    clock, P = the world size; P = 1 rows (prefill only, decode zeros) on rank 0 only."""
     degree = dist.get_world_size()
     model = LlamaModel(config, torch.Generator().manual_seed(0)).eval()
     gen = torch.Generator().manual_seed(1)
     warm = torch.randint(0, config.vocab_size, (64,), generator=gen).tolist()
-    _sp_cpu_s(model, warm)  # warm-up: first calls allocate and load kernels
+    _sp_s(model, warm, 2)  # warm-up: first calls allocate and load kernels
     if rank == 0:
-        _plain_cpu_s(model, warm)
+        _plain_s(model, warm)
     rows = []
     for length in lengths:
         prompt = torch.randint(0, config.vocab_size, (length,), generator=gen).tolist()
         for _ in range(reps):
             dist.barrier()
             if rank == 0:
-                rows.append((length, 1, _plain_cpu_s(model, prompt), 0.0, 0.0, 0.0))
+                rows.append((length, 1, _plain_s(model, prompt), 0.0, 0.0, 0.0, 0.0))
             # decode only within the model's positions (a prompt at the limit is timed for prefill alone)
             steps = min(DECODE_STEPS, config.max_position_embeddings - length)
-            rows.append((length, degree, *_sp_cpu_s(model, prompt, steps)))
+            rows.append((length, degree, *_sp_s(model, prompt, steps)))
     dist.barrier()
     return rows
 
 
 def _sweeps(length: int, config: ModelConfig) -> tuple[str, ...]:
     """The rows a P > 1 run at this length writes: no decode rows when the prompt fills the positions."""
-    decodes = ("seqpar_decode", "seqpar_decode_merge") if length < config.max_position_embeddings else ()
+    decodes = (("seqpar_decode", "seqpar_decode_merge", "seqpar_decode_comm")
+               if length < config.max_position_embeddings else ())
     return ("seqpar_prefill", "seqpar_merge", *decodes)
 
 
@@ -135,10 +150,13 @@ def measure_seqpar(config: ModelConfig, reps: int, log: SampleLog, lengths: tupl
             # per repetition, the slowest rank sets the pace (each column's max over the ranks)
             ranks = [[row[2:] for row in rows if row[:2] == (length, degree)] for rows in per_rank]
             slowest = [tuple(max(col) for col in zip(*rep, strict=True)) for rep in zip(*ranks, strict=True)]
+            # communication: the mean of the ranks (the faster rank waits for the slower one)
+            talk = [statistics.fmean(col[4] for col in rep) for rep in zip(*ranks, strict=True)]
             series = {("seqpar_prefill", 1): plain, ("seqpar_prefill", degree): [s[0] for s in slowest],
                       ("seqpar_merge", degree): [s[1] for s in slowest],
                       ("seqpar_decode", degree): [s[2] for s in slowest],
-                      ("seqpar_decode_merge", degree): [s[3] for s in slowest]}
+                      ("seqpar_decode_merge", degree): [s[3] for s in slowest],
+                      ("seqpar_decode_comm", degree): talk}
             for (sweep, p), seconds in series.items():
                 if sweep in _sweeps(length, config) and (sweep, 0, length, p) not in log.done:
                     log.append(_sample(sweep, length, p, seconds))
@@ -147,11 +165,19 @@ def measure_seqpar(config: ModelConfig, reps: int, log: SampleLog, lengths: tupl
 
 
 def seqpar_section(samples: list[Sample], what: str, cpus: int | None = None) -> dict[int, SpSection]:
-    """The profile's sequence_parallel[P] per measured P: a row per length (median speedup, merge ms), merge
-    fitted. ``cpus``: the CPU count of the machine that measured (default this one's), for the note."""
+    """The profile's sequence_parallel[P] per measured P: a row per length (speedup, merge ms), merge, decode
+    merge and decode communication fitted. ``cpus``: the CPU count of the machine that measured (default this
+    one's), for the note."""
     cpus = cpus if cpus is not None else (os.cpu_count() or 1)
     degrees = sorted({s.x2 for s in samples if s.sweep == "seqpar_merge"})
     return {p: section for p in degrees if (section := _degree_section(samples, p, what, cpus)) is not None}
+
+
+def speedup(one: Sample, many: Sample, merge: Sample) -> float:
+    """P = 1 prefill over P's prefill less its merge, each the minimum over its repetitions (other processes only
+    add time); the merge (median) is priced apart, on top of work / speedup."""
+    work = many.min_ms - merge.median_ms
+    return one.min_ms / (work if work > 0 else many.min_ms)
 
 
 def _degree_section(samples: list[Sample], degree: int, what: str, cpus: int) -> SpSection | None:
@@ -162,7 +188,8 @@ def _degree_section(samples: list[Sample], degree: int, what: str, cpus: int) ->
         one, many = by_key.get(("seqpar_prefill", 0, n, 1)), by_key.get(("seqpar_prefill", 0, n, degree))
         if one is None or many is None:
             continue
-        rows.append(SpRow(n, one.median_ms / many.median_ms, by_key[("seqpar_merge", 0, n, degree)].median_ms))
+        merge_row = by_key[("seqpar_merge", 0, n, degree)]
+        rows.append(SpRow(n, speedup(one, many, merge_row), merge_row.median_ms))
     if not rows:
         return None
     merge = None
@@ -176,31 +203,37 @@ def _degree_section(samples: list[Sample], degree: int, what: str, cpus: int) ->
         merge = CostModel("sp_merge_v1", coefficients, ("context_tokens",),
                           {"context_tokens": (float(x.min()), float(x.max()))}, result.quality,
                           f"log-sum-exp merge of the P = {degree} prefill, slowest rank")
-    decode_merge = _decode_merge(by_key, degree, what)
-    shared = (f" OVERSUBSCRIBED: {degree} ranks on {cpus} CPUs shared cores; CPU time per process leaves out the "
-              "waiting, but cache and memory-bandwidth sharing remain." if degree > cpus else "")
-    note = (f"Measured: P = {degree} vs P = 1 prefill of the whole model, CPU seconds per process (gloo threads "
-            f"included; waiting for the peers is not counted, so an upper bound for idle cores), median of the "
-            f"repetitions; merge ms likewise. {what}.{shared}")
+    decode_merge = _decode_model(by_key, "seqpar_decode_merge", "median_ms", degree, what, "merge",
+                                 f"log-sum-exp merge of one P = {degree} decode step (one query per layer), "
+                                 "slowest rank")
+    decode_comm = _decode_model(by_key, "seqpar_decode_comm", "min_ms", degree, what, "communication",
+                                f"wall time in the collectives of one P = {degree} decode step (all-gather of (out, "
+                                "lse) per layer, token broadcast), mean of the ranks")
+    shared = (f" OVERSUBSCRIBED: {degree} ranks on {cpus} CPUs shared cores; their wall times include waiting "
+              "for a core." if degree > cpus else "")
+    note = (f"Measured: P = {degree} vs P = 1 prefill of the whole model, wall clock (a rank blocked in a "
+            f"collective waits for its peer: time a CPU clock cannot see), minimum over the repetitions; speedup = "
+            f"P = 1 / (P = {degree} less its merge), merge median ms, the engine's merge timer. {what}.{shared}")
     if decode_merge is not None:
         note += (f" decode_merge: the merge of one decode step (P partials of one query per layer), median of "
                  f"{DECODE_STEPS} steps after each prefill, the engine's merge timer (wall clock).")
-    return SpSection(degree, tuple(rows), merge, "measured", note, decode_merge)
+    if decode_comm is not None:
+        note += (f" decode_comm: wall time inside the collectives of one decode step, the engine's comm timer, mean "
+                 f"of the ranks, median of {DECODE_STEPS} steps, minimum over the repetitions.")
+    return SpSection(degree, tuple(rows), merge, "measured", note, decode_merge, decode_comm)
 
 
-def _decode_merge(by_key: dict[tuple[str, int, int, int], Sample], degree: int, what: str) -> CostModel | None:
-    """sp_merge_v1 fitted to the per-decode-step merge rows (None with fewer than two)."""
-    found = sorted((key[2], s.median_ms) for key, s in by_key.items()
-                   if key[0] == "seqpar_decode_merge" and key[3] == degree)
+def _decode_model(by_key: dict[tuple[str, int, int, int], Sample], sweep: str, statistic: str, degree: int,
+                  what: str, part: str, note: str) -> CostModel | None:
+    """sp_merge_v1 (m0 + m_ctx x context) fitted to one per-decode-step sweep's rows (None with fewer than two)."""
+    found = sorted((key[2], getattr(s, statistic)) for key, s in by_key.items() if key[0] == sweep and key[3] == degree)
     if len(found) < 2:
         return None
     x = np.array([n for n, _ in found], dtype=float)
     y = np.array([ms for _, ms in found], dtype=float)
-    result = fit_formula("sp_merge_v1", {"context_tokens": x}, y,
-                         data=f"seqpar_decode_merge rows (median_ms): {what}")
-    coefficients = {"m0": Coefficient(result.coefficients["m0"], "ms", "fitted", "fixed merge cost per decode step"),
+    result = fit_formula("sp_merge_v1", {"context_tokens": x}, y, data=f"{sweep} rows ({statistic}): {what}")
+    coefficients = {"m0": Coefficient(result.coefficients["m0"], "ms", "fitted", f"fixed {part} cost per decode step"),
                     "m_ctx": Coefficient(result.coefficients["m_ctx"], "ms/token", "fitted",
-                                         "merge cost per context token of the decoding sequence")}
+                                         f"{part} cost per context token of the decoding sequence")}
     return CostModel("sp_merge_v1", coefficients, ("context_tokens",),
-                     {"context_tokens": (float(x.min()), float(x.max()))}, result.quality,
-                     f"log-sum-exp merge of one P = {degree} decode step (one query per layer), slowest rank")
+                     {"context_tokens": (float(x.min()), float(x.max()))}, result.quality, note)

@@ -6,55 +6,123 @@ every rank makes the same prefill/decode calls (the collectives keep them in ste
 records admission, first token and finish with the simulator's fields. The validation scenario
 sets max_batch_size = 1, so the simulator serves the same way.
 
-Clock "cpu" replays in rank 0's CPU time (waiting for the peer not counted, as the calibration's
-sequence-parallel sweep counts it), plus idle gaps: an idle-core estimate, approximate for P ranks.
+Clock "cpu" (SpReplayClock) replays in rank 0's thread CPU time plus the wall time its collectives
+waited (for the peer, the socket, a core), plus idle gaps. Thread CPU alone cannot see a rank
+blocked in a collective: measured here (tiny target, 900-token prompt, quiet machine) a decode step
+is ~5 ms of thread CPU but ~10-12 ms of wall, ~6 ms of it inside the 7 collectives per step (6
+all-gathers of (out, lse) and the token broadcast). That wait is real time on an idle machine
+too, so the replay counts it; under contention it is inflated like any wall time.
+
+Core share, per rank: thread CPU / wall of its steps OUTSIDE the collectives (inside them the rank
+blocks by design), the fewest of the ranks: 1.00 = every rank had a core of its own while computing.
+The parent process sleeps in spawn's join (0.2 s timeouts; ~0.01 s of CPU over a run, measured).
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from real_engine.seqpar_attention import PhaseTimes
 from simulator.records import COMPLETED, RequestRecord
 from simulator.request import RequestSpec
 
 
+class SpReplayClock:
+    """Thread CPU time + the wall time spent waiting in collectives + skipped idle gaps (see the module doc)."""
+
+    def __init__(self) -> None:
+        self.base = time.thread_time()
+        self.idle = 0.0
+        self.waited = 0.0  # comm waits of the finished sequences
+        self.live: PhaseTimes | None = None  # the sequence being served
+
+    def attach(self, times: PhaseTimes) -> None:
+        """Count ``times``' comm waits from now on (the previous sequence's waits are kept)."""
+        if self.live is not None:
+            self.waited += self.live.comm_wait_s
+        self.live = times
+
+    def __call__(self) -> float:
+        live = self.live.comm_wait_s if self.live is not None else 0.0
+        return time.thread_time() - self.base + self.waited + live + self.idle
+
+    def sleep(self, seconds: float) -> None:
+        self.idle += max(0.0, seconds)
+
+
+@dataclass(frozen=True)
+class RankUse:
+    """One rank's time over its steps (prefills and decodes): wall, thread CPU, and the collectives' share."""
+
+    wall_s: float
+    cpu_s: float
+    comm_s: float  # wall inside collectives (a rank other than 0 also waits there for rank 0 to start a request)
+    comm_cpu_s: float  # thread CPU inside collectives
+
+    @property
+    def core_share(self) -> float | None:
+        """Thread CPU / wall outside the collectives (1.0: a core of its own while computing)."""
+        wall = self.wall_s - self.comm_s
+        return (self.cpu_s - self.comm_cpu_s) / wall if wall > 0 else None
+
+
+@dataclass(frozen=True)
+class SeqParServed:
+    records: list[RequestRecord]  # in request-id order
+    merge_s: float  # mean merge seconds per request (prefill and decode), rank 0
+    comm_wait_s: float  # mean seconds per request that rank 0 waited in collectives
+    ranks: tuple[RankUse, ...]
+
+    @property
+    def core_share(self) -> float | None:
+        shares = [s for r in self.ranks if (s := r.core_share) is not None]
+        return min(shares) if shares else None
+
+
 def _rank_main(rank: int, device: torch.device, checkpoint: str, degree: int,
                requests: list[tuple[int, float, int, int, str]], prompts: list[list[int]],
-               clock_kind: str) -> list[tuple[int, float, float, float, float]]:
-    """One rank's loop; rank 0 returns (request_id, admitted_s, first_token_s, finish_s, merge_s) per request."""
+               clock_kind: str) -> tuple[list[tuple[int, float, float, float, float, float]], RankUse]:
+    """One rank's loop: rank 0's (request_id, admitted_s, first_token_s, finish_s, merge_s, comm_wait_s) per
+    request (other ranks: []), and this rank's RankUse."""
     import torch.distributed as dist
 
-    from fidelity.engine_side import CpuClock
     from real_engine.checkpoint import load_checkpoint
     from real_engine.seqpar import SeqParConfig, SequenceParallel
 
     _, model = load_checkpoint(checkpoint, device=str(device))
     config = SeqParConfig()
     SequenceParallel(model, config).generate([0] * 16, 2)  # warm-up: kernels, gloo buffers, allocator
-    cpu = CpuClock()
-    clock, sleep = (cpu, cpu.sleep) if clock_kind == "cpu" else (time.perf_counter, time.sleep)
+    replay = SpReplayClock()
+    clock, sleep = (replay, replay.sleep) if clock_kind == "cpu" else (time.perf_counter, time.sleep)
     dist.barrier()
     t0 = clock()
     out = []
+    wall = cpu = comm = comm_cpu = 0.0
     for (rid, arrival, _, output_tokens, _), prompt in zip(requests, prompts, strict=True):
         if rank == 0:  # the other ranks wait inside the first collective of the prefill
             sleep(max(0.0, arrival - (clock() - t0)))
         admitted = clock() - t0
         sp = SequenceParallel(model, config)  # one sequence per instance
+        replay.attach(sp.times)
+        w, c = time.perf_counter(), time.thread_time()
         token = sp.prefill(prompt)
         first = clock() - t0
         for _ in range(output_tokens - 1):  # greedy, EOS ignored: exactly output_tokens tokens
             token = sp.decode(token)
-        out.append((rid, admitted, first, clock() - t0, sp.times.merge_s))  # merge: prefill and decode
-    return out if rank == 0 else []
+        finish = clock() - t0
+        wall, cpu = wall + time.perf_counter() - w, cpu + time.thread_time() - c
+        comm, comm_cpu = comm + sp.times.comm_s, comm_cpu + sp.times.comm_cpu_s
+        out.append((rid, admitted, first, finish, sp.times.merge_s, sp.times.comm_wait_s))
+    return (out if rank == 0 else []), RankUse(wall, cpu, comm, comm_cpu)
 
 
 def serve_seqpar(checkpoint: str, degree: int, requests: list[RequestSpec], prompts: list[list[int]],
-                 clock: str = "wall", deadline_s: float = 1200.0) -> tuple[list[RequestRecord], float]:
-    """Serve ``requests`` over ``degree`` spawned ranks: (records in request-id order, mean merge s per request)."""
+                 clock: str = "wall", deadline_s: float = 1200.0) -> SeqParServed:
+    """Serve ``requests`` over ``degree`` spawned ranks (records in request-id order, merge, waits, rank use)."""
     from real_engine.dist import DistConfig, spawn
 
     order = sorted(range(len(requests)), key=lambda i: (requests[i].arrival_s, requests[i].request_id))
@@ -62,11 +130,13 @@ def serve_seqpar(checkpoint: str, degree: int, requests: list[RequestSpec], prom
             (requests[i] for i in order)]
     results: list[Any] = spawn(_rank_main, DistConfig(degree, "gloo", threads_per_rank=1), checkpoint, degree, rows,
                                [prompts[i] for i in order], clock, deadline_s=deadline_s)
-    times = {rid: (a, f, e) for rid, a, f, e, _ in results[0]}
-    merge = sum(m for *_, m in results[0]) / max(1, len(results[0]))
+    served = results[0][0]
+    times = {rid: (a, f, e) for rid, a, f, e, _, _ in served}
+    merge = sum(row[4] for row in served) / max(1, len(served))
+    waited = sum(row[5] for row in served) / max(1, len(served))
     records = []
     for r in sorted(requests, key=lambda r: r.request_id):
         admitted, first, finish = times[r.request_id]
         records.append(RequestRecord(r.request_id, r.task, r.arrival_s, r.prompt_tokens, r.output_tokens, 0,
                                      admitted, first, finish, COMPLETED, ""))
-    return records, merge
+    return SeqParServed(records, merge, waited, tuple(use for _, use in results))

@@ -119,9 +119,8 @@ class SequenceParallel:
         token = torch.zeros(1, dtype=torch.int64, device=self.device)
         if logits is not None:
             token[0] = logits.argmax()
-        start = time.perf_counter()
-        dist.broadcast(token, src=self._src(owner), group=self.group)
-        self.times.comm_s += time.perf_counter() - start
+        with self.times.communicating():
+            dist.broadcast(token, src=self._src(owner), group=self.group)
         return int(token.item())
 
     @torch.inference_mode()
@@ -203,15 +202,14 @@ class _DecodeAttention:
             part = torch.cat([out.float().reshape(hq, d), lse.reshape(hq, 1)], dim=1)  # [Hq, D + 1]
         else:  # this rank holds nothing yet: an empty partial
             part = torch.cat([q.new_zeros(hq, d, dtype=torch.float32), q.new_full((hq, 1), float("-inf"))], 1)
-        middle = time.perf_counter()
-        sp.times.attention_s += middle - start
-        if sp.world > 1:
-            parts = [torch.empty_like(part) for _ in range(sp.world)]
-            dist.all_gather(parts, part, group=sp.group)
-        else:
-            parts = [part]
+        sp.times.attention_s += time.perf_counter() - start
+        with sp.times.communicating():
+            if sp.world > 1:
+                parts = [torch.empty_like(part) for _ in range(sp.world)]
+                dist.all_gather(parts, part, group=sp.group)
+            else:
+                parts = [part]
         after = time.perf_counter()
-        sp.times.comm_s += after - middle
         out, _ = merge_partials([p[:, :d] for p in parts], [p[:, d] for p in parts])  # [Hq, D]
         sp.times.merge_s += time.perf_counter() - after
         return out.to(q.dtype).reshape(1, 1, hq, d)

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -36,14 +38,34 @@ _FALLBACK_QUERY_BLOCK = 512  # bounds the fallback's score matrix to [B, H, 512,
 
 @dataclass
 class PhaseTimes:
-    """Wall seconds spent per phase on this rank (accumulated; comm includes waiting for peers)."""
+    """Wall seconds spent per phase on this rank (accumulated; comm includes waiting for peers).
+
+    comm_cpu_s is this thread's CPU time inside the collectives, so comm_s - comm_cpu_s is the time
+    it waited (for the peer, the socket, a core): real time that a thread-CPU clock cannot see.
+    """
 
     attention_s: float = 0.0
     comm_s: float = 0.0
     merge_s: float = 0.0
+    comm_cpu_s: float = 0.0
 
     def reset(self) -> None:
-        self.attention_s = self.comm_s = self.merge_s = 0.0
+        self.attention_s = self.comm_s = self.merge_s = self.comm_cpu_s = 0.0
+
+    @property
+    def comm_wait_s(self) -> float:
+        """Wall time in collectives that this thread did not spend on a CPU."""
+        return max(0.0, self.comm_s - self.comm_cpu_s)
+
+    @contextmanager
+    def communicating(self) -> Iterator[None]:
+        """Time a collective on both clocks (wall into comm_s, thread CPU into comm_cpu_s)."""
+        wall, cpu = time.perf_counter(), time.thread_time()
+        try:
+            yield
+        finally:
+            self.comm_cpu_s += time.thread_time() - cpu
+            self.comm_s += time.perf_counter() - wall
 
 
 def fused_kernel_available(device: torch.device) -> bool:
@@ -216,11 +238,10 @@ def sharded_causal_attention(
     """
     rank = dist.get_rank(group) if len(segments) > 1 else 0
     kv = torch.stack((k, v)).contiguous()  # [2, B, Hkv, T_r, D]
-    start = time.perf_counter()
-    if len(segments) == 1:
-        shards = [kv]
-    else:
-        lengths = [sum(s.length for s in segs) for segs in segments]
-        shards = allgather_padded(kv, lengths, dim=3, group=group)
-    times.comm_s += time.perf_counter() - start
+    with times.communicating():
+        if len(segments) == 1:
+            shards = [kv]
+        else:
+            lengths = [sum(s.length for s in segs) for segs in segments]
+            shards = allgather_padded(kv, lengths, dim=3, group=group)
     return local_causal_attention(q, segments[rank], list(zip(shards, segments, strict=True)), fused, times)

@@ -23,6 +23,13 @@ same IterationCost arithmetic as the baseline (simulator/path_step.py: path_cost
   charged (an overestimate: fidelity found +422 % merge per request), and ``merge_source`` says
   so. Decode merge queries are not counted as extrapolations: the fast path evaluates decode
   costs a few iterations ahead of use.
+- Communication: the ranks exchange their partials in collectives (all-gathers of (out, lse) per
+  layer, the token broadcast), during which a rank waits for its peer and the transport: wall time
+  that a compute cost measured in thread CPU time does not contain. Where the profile has a
+  ``decode_comm`` model (the seqpar sweep's wall time inside the collectives of one decode step,
+  mean of the ranks, calibrate/sweep_seqpar.py) it is added to each decode iteration at the batch's
+  total context, like the decode merge; profiles without it charge no communication, and
+  ``comm_source`` says so. The prefill's collectives are inside its measured wall-clock speedup.
 - merge_ms(C) is the profile's fitted merge model (sp_merge_v1: m0 + m_ctx C) where it has one,
   else its rows' merge_ms interpolated like the speedup.
 
@@ -52,6 +59,10 @@ class SpPhysics:
         # provenance of the decode merge for summaries: measured per decode step, or the prefill fallback
         self.merge_source = ("decode_merge (measured per decode step)" if self._decode_merge is not None
                              else "prefill merge model (no decode_merge in the profile: an overestimate)")
+        self._decode_comm = getattr(sp, "decode_comm", None)
+        self.comm_source = ("decode_comm (measured wall time in the collectives per decode step)"
+                            if self._decode_comm is not None
+                            else "none (no decode_comm in the profile: decode communication not charged)")
         self.queries = 0
         self.outside = 0
 
@@ -87,16 +98,24 @@ class SpPhysics:
         return sp_prefill
 
     def decode_fn(self, decode: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
-        """decode_ms(B, S) with SP: decode_ms(B, 0) + (decode_ms(B, S) - decode_ms(B, 0)) / P + decode merge(S).
+        """decode_ms(B, S) with SP: decode_ms(B, 0) + (decode_ms(B, S) - decode_ms(B, 0)) / P + decode merge(S)
+        + decode communication(S).
 
         S may be a numpy array (the fast path evaluates many iterations at once)."""
         degree = self.degree
 
         def sp_decode(batch: Any, total_context: Any) -> Any:
             fixed = decode(batch, 0)
-            return fixed + (decode(batch, total_context) - fixed) / degree + self.decode_merge_array(total_context)
+            return (fixed + (decode(batch, total_context) - fixed) / degree + self.decode_merge_array(total_context)
+                    + self.decode_comm_array(total_context))
 
         return sp_decode
+
+    def decode_comm_array(self, context: Any) -> Any:
+        """Wall ms in the collectives of one decode step, elementwise over a scalar or an array (0 without a model)."""
+        if self._decode_comm is None:
+            return 0.0  # broadcasts over an array of contexts
+        return self._decode_comm.evaluate(context_tokens=context)
 
     def decode_merge_array(self, context: Any) -> Any:
         """The merge of one decode step, elementwise over a scalar or an array of contexts."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from calibrate.samples import SampleLog, read_samples
-from calibrate.sweep_seqpar import measure_seqpar, seqpar_section
+from calibrate.sweep_seqpar import measure_seqpar, seqpar_section, speedup
 from real_engine.config import PRESETS
 
 CONFIG = PRESETS["tiny-gqa"]
@@ -27,7 +27,8 @@ def test_rows_and_section(swept):
     samples = read_samples(path)
     assert {(s.sweep, s.x1, s.x2) for s in samples} == {
         ("seqpar_prefill", n, p) for n in (128, 256) for p in (1, 2)} | {
-        (sweep, n, 2) for n in (128, 256) for sweep in ("seqpar_merge", "seqpar_decode", "seqpar_decode_merge")}
+        (sweep, n, 2) for n in (128, 256)
+        for sweep in ("seqpar_merge", "seqpar_decode", "seqpar_decode_merge", "seqpar_decode_comm")}
     section = seqpar_section(samples, "test")
     sp = section[2]
     assert sp.degree == 2 and sp.source == "measured"
@@ -36,14 +37,18 @@ def test_rows_and_section(swept):
         assert row.speedup > 0 and row.merge_ms > 0
         one = next(s for s in samples if (s.sweep, s.x1, s.x2) == ("seqpar_prefill", row.context_tokens, 1))
         two = next(s for s in samples if (s.sweep, s.x1, s.x2) == ("seqpar_prefill", row.context_tokens, 2))
-        assert row.speedup == pytest.approx(one.median_ms / two.median_ms)
+        merge = next(s for s in samples if (s.sweep, s.x1, s.x2) == ("seqpar_merge", row.context_tokens, 2))
+        assert row.speedup == pytest.approx(speedup(one, two, merge))  # minimums, the merge priced apart
     assert sp.merge is not None and sp.merge.evaluate(context_tokens=256) > 0
     # the decode merge: two partials of one query per layer, fitted apart from the prefill's
     assert sp.decode_merge is not None and sp.decode_merge.domain["context_tokens"] == (128.0, 256.0)
     for n in (128, 256):
         step = next(s for s in samples if s.key == ("seqpar_decode", 0, n, 2))
         merge = next(s for s in samples if s.key == ("seqpar_decode_merge", 0, n, 2))
+        comm = next(s for s in samples if s.key == ("seqpar_decode_comm", 0, n, 2))
         assert 0 < merge.median_ms < step.median_ms  # the merge is a part of the step
+        assert 0 < comm.median_ms < step.median_ms  # so are the collectives (wall clock, mean of the ranks)
+    assert sp.decode_comm is not None and sp.decode_comm.domain["context_tokens"] == (128.0, 256.0)
 
 
 def test_resume_spawns_nothing(swept):
@@ -68,7 +73,8 @@ def test_degree_grid_adds_p4_and_reuses_p1(swept, capsys):
     assert [r.context_tokens for r in four.rows] == [128] and four.merge is None  # one length: no fit
     one = next(s for s in samples if s.key == ("seqpar_prefill", 0, 128, 1))
     p4 = next(s for s in samples if s.key == ("seqpar_prefill", 0, 128, 4))
-    assert four.rows[0].speedup == pytest.approx(one.median_ms / p4.median_ms)
+    merge4 = next(s for s in samples if s.key == ("seqpar_merge", 0, 128, 4))
+    assert four.rows[0].speedup == pytest.approx(speedup(one, p4, merge4))
     assert "OVERSUBSCRIBED" in four.note and "OVERSUBSCRIBED" not in sections[2].note
 
 
