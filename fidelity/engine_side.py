@@ -212,6 +212,8 @@ def _measure_seqpar(data: dict[str, Any], requests: list[RequestSpec], prompts: 
         raise NotAvailable("engine: sequence parallelism needs the target checkpoint path (ranks load it)")
     ids = [prompts.prompt(r.task, r.prompt_tokens) for r in requests]
     t0 = time.perf_counter()
-    records, merge_s = serve_seqpar(target_path, degree, requests, ids, clock)
-    return Measured(records, {"merge_ms_per_request": (merge_s * 1000.0, "ms")}, sum(r.output_tokens for r in requests),
-                    prompts.source, time.perf_counter() - t0)
+    served = serve_seqpar(target_path, degree, requests, ids, clock)
+    # core share: the ranks' thread CPU / wall outside their collectives, the fewest (wall clock only)
+    return Measured(served.records, {"merge_ms_per_request": (served.merge_s * 1000.0, "ms")},
+                    sum(r.output_tokens for r in requests), prompts.source, time.perf_counter() - t0,
+                    served.core_share if clock == "wall" else None)
