@@ -106,11 +106,22 @@ def strategies(scenario: Any, profile: Any) -> dict[str, Any]:
     out["note"] = ("the baseline (no [strategy.*] table)" if not out["on"] else
                    "paths switched on, parameters as resolved, and the profile entries their physics read, "
                    "each with the profile's source kind")
+    if "step_overhead" in profile.costs:  # every iteration of every path pays it (simulator/costs.py)
+        out["step_overhead"] = {"numbers_from": _cost_model("costs.step_overhead", profile.costs["step_overhead"]),
+                                "note": "the served step's host work outside the forward, added once per iteration"}
     return out
 
 
 def one_line(report: dict[str, Any]) -> str:
     """e.g. 'speculative (k 5, adaptive false, draft) + compression (int8); numbers: measured, fitted'."""
+    overhead = report.get("step_overhead")
+    if overhead is not None:  # e.g. '; step overhead o0 0.15 ms, o_seq 0.0045 ms/sequence, o_tok 0 ms/token (fitted)'
+        numbers = overhead["numbers_from"]
+        terms = ", ".join(f"{n['field'].rsplit('.', 1)[1]} {n['value']:.3g} {n['unit']}" for n in numbers)
+        sources = ", ".join(sorted({n["source"] for n in numbers}))
+        without = dict(report)
+        del without["step_overhead"]
+        return f"{one_line(without)}; step overhead {terms} ({sources})"
     if not report.get("on"):
         return "none (baseline)"
     parts = []
