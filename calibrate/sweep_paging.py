@@ -4,14 +4,17 @@ A page is what ``real_engine.tiered_cache`` moves: one layer's K and V for ``chu
 [2, chunk_tokens, kv_heads, head_dim] in the model's dtype. A transfer of N pages is timed as the
 cache performs it, page by page: a tensor copy between the device pool and the host tier
 (``device->host``, ``host->device``; on a CPU both are RAM), ``SSDTier.write`` / ``SSDTier.read``
-(file per page with a CRC-32 header, in a temp directory: ``host->ssd``, ``ssd->host``).
+(file per page with an XXH3 header, in a temp directory: ``host->ssd``, ``ssd->host``), over pools
+larger than the CPU's caches so each page moves cold, as in the engine (``_transfer``).
 
 Rows in the calibration's samples CSV: sweep ``paging`` (pages of the main chunk size, 256 tokens
 unless told) or ``paging_c{C}`` (pages of C tokens, the chunk-size sweep), layers 0, x1 = the link's
 index in ``LINKS``, x2 = bytes moved; times in ms (median / min / max of the repetitions).
 
 Profile keys: the four directions, plus the simulator's two link names (``device_host``,
-``host_ssd``; simulator/profile_schema.py) fitted to both directions' samples together. Each
+``host_ssd``; simulator/profile_schema.py) fitted to both directions' samples together, and
+``gather`` (the tiered Engine's per-step read over the paged Engine's, calibrate/sweep_gather.py)
+where the sweep was given the model. Each
 link's ``cost`` is fitted to the main chunk size; with more than one chunk size measured,
 ``by_chunk_tokens`` holds paging_v1 fitted per chunk size. At one chunk size the bytes of N pages
 are N x page bytes, so a per-page setup cost cannot be told from bandwidth: it shows as a lower
@@ -31,8 +34,10 @@ import torch
 
 from calibrate.fit import fit_formula
 from calibrate.samples import Sample, SampleLog
+from calibrate.sweep_gather import GATHER, gather_link, measure_gather
 from calibrate.timer import TimerConfig
 from real_engine.config import ModelConfig
+from real_engine.model import LlamaModel
 from real_engine.tiers import TierConfig, Tiers
 from simulator.profile import Coefficient, CostModel, PagingLink
 
@@ -41,30 +46,40 @@ SIMULATOR_LINKS = {"device_host": ("device->host", "host->device"), "host_ssd": 
 PAGE_COUNTS = (1, 2, 4, 8, 16)
 CHUNK_TOKENS = 256  # the tiered cache's default page (TierConfig.chunk_tokens)
 TOKENS_2K = 2048
+COLD_BYTES = 64 * 2**20  # pools of at least this many bytes per tier: larger than a CPU's last-level cache
 
 
 def _transfer(tiers: Tiers, link: str, pages: int) -> Callable[[], None]:
-    """A closure that moves ``pages`` pages over ``link`` once, page by page as the cache does."""
+    """A closure that moves ``pages`` pages over ``link`` once, page by page as the cache does. Each call
+    moves the next ``pages`` slots of pools larger than the CPU's caches (``COLD_BYTES``), so a page is cold
+    when it moves, as in the engine, where a page is touched once per step between the model's weights and
+    activations; the same few pages copied again and again ran from the cache at several times the speed
+    (23 GB/s fitted against 2-8 GB/s of the engine's own per-link timings, docs/tiered_kv.md)."""
     dev, host, ssd = tiers.device_pool.data, tiers.host_pool.data, tiers.ssd
+    pool = min(tiers.device_pool.capacity, tiers.host_pool.capacity)
     sync = (lambda: torch.cuda.synchronize(tiers.device)) if tiers.device.type == "cuda" else (lambda: None)
-    ids = [ssd.write(host[i]) for i in range(pages)] if link == "ssd->host" else []
+    ids = [ssd.write(host[i]) for i in range(pool)] if link == "ssd->host" else []
+    turn = [0]
 
     def run() -> None:
+        first = turn[0] * pages % max(1, pool - pages + 1)
+        turn[0] += 1
+        slots = range(first, first + pages)
         if link == "device->host":
-            for i in range(pages):
+            for i in slots:
                 host[i].copy_(dev[i])
             sync()
         elif link == "host->device":
-            for i in range(pages):
+            for i in slots:
                 dev[i].copy_(host[i])
             sync()
         elif link == "host->ssd":
-            written = [ssd.write(host[i]) for i in range(pages)]
+            written = [ssd.write(host[i]) for i in slots]
             for page_id in written:  # slots are reused: the next repetition overwrites the same files
                 ssd.delete(page_id)
         else:
-            for page_id in ids:
-                host[0].copy_(ssd.read(page_id))
+            for i in slots:
+                host[i].copy_(ssd.read(ids[i]))
 
     return run
 
@@ -76,12 +91,16 @@ def sweep_name(chunk_tokens: int, main_chunk: int = CHUNK_TOKENS) -> str:
 
 def measure_paging(config: ModelConfig, dtype: torch.dtype, device: torch.device, timer: TimerConfig,
                    log: SampleLog, page_counts: tuple[int, ...] = PAGE_COUNTS, chunk_tokens: int = CHUNK_TOKENS,
-                   ssd_dir: str | None = None, more_chunks: tuple[int, ...] = ()) -> int:
+                   ssd_dir: str | None = None, more_chunks: tuple[int, ...] = (),
+                   model: LlamaModel | None = None) -> int:
     """Time every (chunk size, link, page count) not yet on disk; returns the points measured.
 
     ``chunk_tokens``: the main page size (rows ``paging``); ``more_chunks``: further page sizes (rows
-    ``paging_c{C}``), each moved in the same page counts."""
+    ``paging_c{C}``), each moved in the same page counts. With ``model`` (the target), also the tiered
+    Engine's decode step against the paged one's at the main page size (calibrate/sweep_gather.py)."""
     measured = 0
+    if model is not None:
+        measured += measure_gather(model, timer, log, chunk_tokens)
     for chunk in dict.fromkeys((chunk_tokens, *more_chunks)):
         measured += _measure_chunk(config, dtype, device, timer, log, page_counts, chunk,
                                    sweep_name(chunk, chunk_tokens), ssd_dir)
@@ -93,12 +112,15 @@ def _measure_chunk(config: ModelConfig, dtype: torch.dtype, device: torch.device
                    ssd_dir: str | None) -> int:
     page_shape = (2, chunk_tokens, config.num_kv_heads, int(config.head_dim))  # [K/V, tokens, kv heads, dim]
     most = max(page_counts)
+    # pages per tier: enough that no repetition reuses a slot (each moves pages untouched since set-up), up to
+    # COLD_BYTES; _transfer rotates through them
+    pool = max(most, min(-(-COLD_BYTES // _page_bytes(page_shape, dtype)), (timer.warmup + timer.reps) * most))
     measured = 0
     if all((sweep, 0, i, pages * _page_bytes(page_shape, dtype)) in log.done
            for i in range(len(LINKS)) for pages in page_counts):
         return 0  # resume: no tiers (and no SSD temp dir) for a chunk size already on disk
     with tempfile.TemporaryDirectory(prefix="tripath-paging-", dir=ssd_dir) as parent:
-        tiers = Tiers(TierConfig(chunk_tokens, device_pages=most, host_pages=most, ssd_pages=2 * most,
+        tiers = Tiers(TierConfig(chunk_tokens, device_pages=pool, host_pages=pool, ssd_pages=2 * pool,
                                  ssd_dir=parent), page_shape, dtype, device)
         try:
             tiers.host_pool.data.normal_(generator=torch.Generator().manual_seed(0))  # nonzero payloads
@@ -176,4 +198,7 @@ def paging_sections(samples: list[Sample], kv_bytes_per_token: int, statistic: s
                     per_chunk[chunk] = _fit_link(chosen, links, statistic, f"pages of {chunk} tokens; {what}")
         bandwidth = model.evaluate(bytes=TOKENS_2K * kv_bytes_per_token) - model.evaluate(bytes=0.0)
         out[name] = PagingLink(model, bandwidth, per_chunk)
+    gather = gather_link(samples, kv_bytes_per_token, what)
+    if gather is not None:  # only where the sweep timed the Engine (measure_paging's model)
+        out[GATHER] = gather
     return out
