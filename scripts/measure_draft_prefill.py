@@ -7,6 +7,13 @@ FLOP ratio. This times one prefill of n tokens on each model exactly as the engi
 robust to other jobs' share of the cores, not to their cache pressure), median of the repeats after
 a warm-up, and prints the ratio per n. docs/simulator_paths.md (Speculative decoding) quotes it.
 
+Two ratios: of the whole passes, and of their token-dependent work (each pass less a one-token pass,
+(d(n) - d(1)) / (t(n) - t(1))), which is what the simulator multiplies: the draft's prompt pass rides in
+a round's draft step, whose fixed cost K c already counts, and the target side is the profile's
+prefill_ms(n, 0) - prefill_ms(0, 0). The calibration's speculative sweep measures the latter on the eval
+prompts (speculative.draft_prefill_ratio, calibrate/sweep_speculative.py); this script checks it per
+prompt length.
+
     .venv/bin/python scripts/measure_draft_prefill.py [--repeats 15] [--tokens 64 160 400 800]
 """
 
@@ -51,11 +58,13 @@ def main() -> None:
     torch.set_num_threads(1)  # as the engine is served and calibrated
     target = fuse_projections(load_checkpoint("data/models/tiny-target")[1].eval())
     draft = fuse_projections(load_checkpoint("data/models/tiny-draft")[1].eval())
-    print("| prompt tokens | target ms | draft ms | draft / target |")
-    print("|---:|---:|---:|---:|")
+    t1, d1 = prefill_s(target, 1, args.repeats), prefill_s(draft, 1, args.repeats)
+    print(f"one-token pass: target {1e3 * t1:.2f} ms, draft {1e3 * d1:.2f} ms")
+    print("| prompt tokens | target ms | draft ms | draft / target | token-dependent: (d - d1) / (t - t1) |")
+    print("|---:|---:|---:|---:|---:|")
     for n in args.tokens:
         t, d = prefill_s(target, n, args.repeats), prefill_s(draft, n, args.repeats)
-        print(f"| {n} | {1e3 * t:.2f} | {1e3 * d:.2f} | {d / t:.3f} |")
+        print(f"| {n} | {1e3 * t:.2f} | {1e3 * d:.2f} | {d / t:.3f} | {(d - d1) / (t - t1):.3f} |")
 
 
 if __name__ == "__main__":
