@@ -87,3 +87,52 @@ def test_prompt_lookup_has_no_draft_prefill():
     step = _step(proposer="prompt_lookup", profile=profile)
     decodes = [Decode(0, 0, 2001, 100)]
     assert step.step([], decodes, 2001).seconds == step.step([], decodes, 2001).seconds
+
+
+def _one_request(profile, prompt: int = 2000, output: int = 3):
+    """One request of ``prompt`` tokens and ``output`` outputs, K = 4, every draft accepted (a = 1)."""
+    from simulator.runner import simulate
+    from simulator.scenario import scenario_from_dict
+
+    certain = dataclasses.replace(profile.acceptance["code"], mean=1.0, per_position=None, note="test: a = 1")
+    profile = dataclasses.replace(profile, acceptance={"code": certain})
+    data = {"name": "one", "profile": "x", "workload": {
+        "requests": 1, "arrival": {"kind": "poisson", "rate_per_s": 1.0}, "tasks": {"code": 1.0},
+        "prompt_tokens": {"kind": "fixed", "value": prompt}, "output_tokens": {"kind": "fixed", "value": output}},
+        "cluster": {"gpus": 1}, "batching": {"policy": "continuous", "max_batch_size": 4, "max_batched_tokens": 4096},
+        "strategy": {"speculative": {"k": 4}}}
+    return simulate(scenario_from_dict(data), profile, seed=0).runs[0].records[0]
+
+
+def _with_ratio(profile, r: float):
+    from simulator.cost_model import Coefficient
+
+    speculative = dataclasses.replace(profile.speculative,
+                                      draft_prefill_ratio=Coefficient(r, "target prompt passes", "measured", "test"))
+    return dataclasses.replace(profile, speculative=speculative)
+
+
+@pytest.mark.parametrize("r", [None, 0.12])
+def test_one_request_measured_profile_ttft_and_first_round_by_hand(r):
+    """real_engine's schedule: TTFT = the target's prefill alone; the one round (3 outputs: K = min(4, 2 - 1)
+    = 1, both tokens accepted) = (1 c + v(1)) decode steps + r x the target's work on prompt + first token."""
+    profile = MEASURED if r is None else _with_ratio(MEASURED, r)
+    cost = IterationCost.from_profile(SEED)
+    c = 0.265262
+    ratio = c if r is None else r  # absent: priced at c, as before
+    record = _one_request(profile)
+    ttft = float(cost._prefill_ms(2000, 0)) / 1000
+    assert record.first_token_s - record.arrival_s == pytest.approx(ttft, rel=1e-9)
+    round_ms = (c + SEED.verify_cost_ratio(1)) * float(cost._decode_ms(1, 2001))
+    catch_up_ms = ratio * (float(cost._prefill_ms(2001, 0)) - float(cost._prefill_ms(0, 0)))
+    assert record.finish_s - record.first_token_s == pytest.approx((round_ms + catch_up_ms) / 1000, rel=1e-9)
+    assert record.draft_rounds == 1 and record.accepted_tokens == 1
+
+
+def test_one_request_vllm_style_ttft_includes_the_draft_prompt_pass_at_r():
+    """Seed / published profiles: the draft prefills beside the target, TTFT = fixed + (1 + r) x work."""
+    r = 0.12
+    cost = IterationCost.from_profile(SEED)
+    fixed, work = float(cost._prefill_ms(0, 0)), float(cost._prefill_ms(2000, 0)) - float(cost._prefill_ms(0, 0))
+    record = _one_request(_with_ratio(SEED, r))
+    assert record.first_token_s - record.arrival_s == pytest.approx((fixed + (1 + r) * work) / 1000, rel=1e-9)
