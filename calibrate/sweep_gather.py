@@ -13,12 +13,12 @@ the difference measured this way (the per-sequence loop, mask and fetch-ahead ca
 so the sweep times whole steps. No tier transfer happens in it: the device pool holds every page
 (transfers are the ``paging`` rows).
 
-Rows in the samples CSV: sweep ``tier_step`` (tiered), ``tier_step_paged`` and ``tier_step_diff`` (the
-paired differences, step by step); layers 0; x1 = reads per step (batch x layers); x2 = bytes of one
-layer's prompt per sequence (tokens x bytes per token and layer). ``gather_link`` fits paging_v1 to the
-median difference / reads against x2: setup_ms is the extra of one (sequence, layer) read, the
-bandwidth its per-byte part. The profile carries it as ``paging.gather``; simulator/tier_physics.py
-charges it per sequence and layer read.
+Rows in the samples CSV: sweeps ``tier_step_c{C}`` (tiered, pages of C tokens), ``tier_step_paged_c{C}``
+and ``tier_step_diff_c{C}`` (the paired differences, step by step); layers 0; x1 = reads per step
+(batch x layers); x2 = bytes of one layer's prompt per sequence (tokens x bytes per token and layer).
+``gather_link`` fits paging_v1 to the median difference / reads against x2, per page size: setup_ms is
+the extra of one (sequence, layer) read, the bandwidth its per-byte part. The profile carries it as
+``paging.gather``; simulator/tier_physics.py charges it per sequence and layer read.
 """
 
 from __future__ import annotations
@@ -44,9 +44,22 @@ REPS_FACTOR = 4  # a difference of ~0.2-2 ms between ~5-10 ms steps: more steps 
 BLOCK_SIZE = 16  # the paged Engine's default block (tripath serve)
 
 
+def sweep_names(chunk_tokens: int) -> tuple[str, str, str]:
+    """The (tiered, paged, difference) sweeps of pages of ``chunk_tokens`` tokens."""
+    return f"{TIERED}_c{chunk_tokens}", f"{PAGED}_c{chunk_tokens}", f"{DIFF}_c{chunk_tokens}"
+
+
 def measure_gather(model: LlamaModel, timer: TimerConfig, log: SampleLog, chunk_tokens: int,
-                   points: tuple[tuple[int, int], ...] = POINTS) -> int:
-    """Time interleaved decode steps of a tiered (all pages resident) and a paged Engine; rows written."""
+                   points: tuple[tuple[int, int], ...] = POINTS, more_chunks: tuple[int, ...] = ()) -> int:
+    """Time interleaved decode steps of a tiered (all pages resident) and a paged Engine per page size
+    (``chunk_tokens`` and ``more_chunks``: the tiered read loops over chunks); returns the rows written."""
+    return sum(_measure_chunk(model, timer, log, chunk, points) for chunk in dict.fromkeys((chunk_tokens,
+                                                                                             *more_chunks)))
+
+
+def _measure_chunk(model: LlamaModel, timer: TimerConfig, log: SampleLog, chunk_tokens: int,
+                   points: tuple[tuple[int, int], ...]) -> int:
+    names = sweep_names(chunk_tokens)
     config = model.config
     layers = config.num_layers
     dtype = next(model.parameters()).dtype
@@ -58,11 +71,11 @@ def measure_gather(model: LlamaModel, timer: TimerConfig, log: SampleLog, chunk_
         if prompt < 1:
             continue
         x1, x2 = batch * layers, prompt * per_layer_token
-        if all((sweep, 0, x1, x2) in log.done for sweep in (TIERED, PAGED, DIFF)):
+        if all((sweep, 0, x1, x2) in log.done for sweep in names):
             continue
         tiered_ms, paged_ms = (ms[timer.warmup:] for ms in _interleaved(model, batch, prompt, steps, chunk_tokens))
         diff_ms = [t - p for t, p in zip(tiered_ms, paged_ms, strict=True)]
-        for sweep, ms in ((TIERED, tiered_ms), (PAGED, paged_ms), (DIFF, diff_ms)):
+        for sweep, ms in zip(names, (tiered_ms, paged_ms, diff_ms), strict=True):
             log.append(Sample(sweep, 0, x1, x2, statistics.median(ms), min(ms), max(ms), len(ms)))
             measured += 1
     return measured
@@ -104,19 +117,33 @@ def _interleaved(model: LlamaModel, batch: int, prompt: int, steps: int, chunk: 
     return out
 
 
-def gather_link(samples: list[Sample], kv_bytes_per_token: int, what: str) -> PagingLink | None:
+def gather_link(samples: list[Sample], kv_bytes_per_token: int, what: str, main_chunk: int) -> PagingLink | None:
+    """paging.gather: ``cost`` fitted at ``main_chunk`` tokens per page, ``by_chunk_tokens`` per page size
+    measured (when more than one); None without a fit at the main size (``_fit``)."""
+    sizes = sorted({int(s.sweep.rsplit("_c", 1)[1]) for s in samples if s.sweep.startswith(DIFF + "_c")})
+    fits = {chunk: _fit(samples, chunk, what) for chunk in sizes}
+    main = fits.get(main_chunk)
+    if main is None:
+        return None
+    per_chunk = {chunk: m for chunk, m in fits.items() if m is not None} if len(sizes) > 1 else {}
+    per_2k = main.evaluate(bytes=2048 * kv_bytes_per_token) - main.evaluate(bytes=0.0)
+    return PagingLink(main, per_2k, per_chunk)
+
+
+def _fit(samples: list[Sample], chunk: int, what: str) -> CostModel | None:
     """paging_v1 fitted to the median paired (tiered − paged) step difference per (sequence, layer) read,
     against one layer's context bytes; None with fewer than two points whose difference is positive (a
     tiering that adds nothing is not fitted). The median of paired differences, not a difference of
     medians or minima: each pair ran back to back, so contention cancels within a pair."""
-    points = [(s.x2, s.median_ms / s.x1) for s in sorted(samples, key=lambda s: (s.x1, s.x2)) if s.sweep == DIFF]
+    diff = sweep_names(chunk)[2]
+    points = [(s.x2, s.median_ms / s.x1) for s in sorted(samples, key=lambda s: (s.x1, s.x2)) if s.sweep == diff]
     points = [(b, ms) for b, ms in points if ms > 0]  # at or below zero: noise, left out rather than clipped
     if len(points) < 2:
         return None
     x = np.array([b for b, _ in points], dtype=float)
     y = np.array([ms for _, ms in points], dtype=float)
-    data = (f"{len(points)} (batch, context) points: median of paired tiered − paged decode steps per (sequence, "
-            f"layer) read, interleaved steps, serving thread's CPU time; {what}")
+    data = (f"{len(points)} (batch, context) points, pages of {chunk} tokens: median of paired tiered − paged "
+            f"decode steps per (sequence, layer) read, interleaved steps, serving thread's CPU time; {what}")
     result = fit_formula("paging_v1", {"bytes": x}, y, data=data)
     coefficients = {
         "setup_ms": Coefficient(result.coefficients["setup_ms"], "ms", "fitted",
@@ -124,8 +151,6 @@ def gather_link(samples: list[Sample], kv_bytes_per_token: int, what: str) -> Pa
         "bandwidth_gbps": Coefficient(result.coefficients["bandwidth_gbps"], "GB/s", "fitted",
                                       "inverse slope: extra per byte of the layer's context read"),
     }
-    model = CostModel("paging_v1", coefficients, ("bytes",), {"bytes": (float(x.min()), float(x.max()))},
-                      result.quality, "the tiered Engine's decode step over the paged Engine's, all pages on the "
-                      f"device, per (sequence, layer) read. {what}")
-    per_2k = model.evaluate(bytes=2048 * kv_bytes_per_token) - model.evaluate(bytes=0.0)
-    return PagingLink(model, per_2k)
+    return CostModel("paging_v1", coefficients, ("bytes",), {"bytes": (float(x.min()), float(x.max()))},
+                     result.quality, "the tiered Engine's decode step over the paged Engine's, all pages on the "
+                     f"device, per (sequence, layer) read; pages of {chunk} tokens. {what}")

@@ -97,10 +97,10 @@ def measure_paging(config: ModelConfig, dtype: torch.dtype, device: torch.device
 
     ``chunk_tokens``: the main page size (rows ``paging``); ``more_chunks``: further page sizes (rows
     ``paging_c{C}``), each moved in the same page counts. With ``model`` (the target), also the tiered
-    Engine's decode step against the paged one's at the main page size (calibrate/sweep_gather.py)."""
+    Engine's decode step against the paged one's per page size (calibrate/sweep_gather.py)."""
     measured = 0
     if model is not None:
-        measured += measure_gather(model, timer, log, chunk_tokens)
+        measured += measure_gather(model, timer, log, chunk_tokens, more_chunks=more_chunks)
     for chunk in dict.fromkeys((chunk_tokens, *more_chunks)):
         measured += _measure_chunk(config, dtype, device, timer, log, page_counts, chunk,
                                    sweep_name(chunk, chunk_tokens), ssd_dir)
@@ -198,7 +198,7 @@ def paging_sections(samples: list[Sample], kv_bytes_per_token: int, statistic: s
                     per_chunk[chunk] = _fit_link(chosen, links, statistic, f"pages of {chunk} tokens; {what}")
         bandwidth = model.evaluate(bytes=TOKENS_2K * kv_bytes_per_token) - model.evaluate(bytes=0.0)
         out[name] = PagingLink(model, bandwidth, per_chunk)
-    gather = gather_link(samples, kv_bytes_per_token, what)
+    gather = gather_link(samples, kv_bytes_per_token, what, main_chunk)
     if gather is not None:  # only where the sweep timed the Engine (measure_paging's model)
         out[GATHER] = gather
     return out

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from calibrate.samples import Sample, SampleLog, read_samples
-from calibrate.sweep_gather import DIFF, GATHER, PAGED, TIERED, gather_link, measure_gather
+from calibrate.sweep_gather import GATHER, gather_link, measure_gather, sweep_names
 from calibrate.sweep_paging import paging_sections
 from calibrate.timer import TimerConfig
 from real_engine.config import PRESETS
@@ -15,6 +15,7 @@ from real_engine.model import LlamaModel
 
 CONFIG = PRESETS["tiny-gqa"]  # 2 layers, 2 KV heads of 8 dims: 2 * 2 * 8 * 4 = 128 bytes per token and layer
 POINTS = ((1, 40), (2, 100))
+TIERED, PAGED, DIFF = sweep_names(32)
 TIMER = TimerConfig(warmup=1, reps=2)
 
 
@@ -52,8 +53,8 @@ def test_resume_measures_nothing_twice(swept):
     assert path.read_text() == before
 
 
-def _diff(x1: int, x2: int, ms: float) -> Sample:
-    return Sample(DIFF, 0, x1, x2, ms, ms, ms, 10)
+def _diff(x1: int, x2: int, ms: float, chunk: int = 256) -> Sample:
+    return Sample(sweep_names(chunk)[2], 0, x1, x2, ms, ms, ms, 10)
 
 
 def test_fit_recovers_setup_and_bandwidth():
@@ -61,8 +62,8 @@ def test_fit_recovers_setup_and_bandwidth():
     and the 2K-token figure is the bandwidth term for 2048 tokens of the model's KV."""
     setup, per_ms = 0.02, 4e6
     samples = [_diff(x1, x2, x1 * (setup + x2 / per_ms)) for x1, x2 in ((6, 131072), (6, 524288), (24, 262144))]
-    link = gather_link(samples, 3072, "synthetic")
-    assert link is not None
+    link = gather_link(samples, 3072, "synthetic", 256)
+    assert link is not None and link.by_chunk_tokens == {}  # one page size: no per-size fits
     coef = link.cost.coefficients
     assert coef["setup_ms"].value == pytest.approx(setup, rel=1e-4)
     assert coef["bandwidth_gbps"].value == pytest.approx(4.0, rel=1e-4)
@@ -72,5 +73,19 @@ def test_fit_recovers_setup_and_bandwidth():
 def test_no_fit_from_noise_alone():
     """A tiering that adds nothing (differences at or below zero) is not fitted: no gather key."""
     samples = [_diff(6, 131072, -0.01), _diff(6, 524288, 0.0), _diff(24, 262144, 0.3)]
-    assert gather_link(samples, 3072, "synthetic") is None
+    assert gather_link(samples, 3072, "synthetic", 256) is None
     assert GATHER not in paging_sections(samples, 3072, "min", "synthetic")
+
+
+def test_per_page_size_fits():
+    """Two page sizes: ``cost`` is the main size's fit, by_chunk_tokens holds both; smaller pages, more reads of
+    chunks, a larger setup: each size's own coefficients come back."""
+    rows = [(6, 131072), (6, 524288), (24, 262144)]
+    samples = [_diff(x1, x2, x1 * (0.02 + x2 / 4e6), 256) for x1, x2 in rows]
+    samples += [_diff(x1, x2, x1 * (0.05 + x2 / 2e6), 64) for x1, x2 in rows]
+    link = gather_link(samples, 3072, "synthetic", 256)
+    assert sorted(link.by_chunk_tokens) == [64, 256]
+    assert link.cost.values() == link.by_chunk_tokens[256].values()
+    assert link.cost_for(64).coefficients["setup_ms"].value == pytest.approx(0.05, rel=1e-4)
+    assert link.cost_for(64).coefficients["bandwidth_gbps"].value == pytest.approx(2.0, rel=1e-4)
+    assert GATHER in paging_sections(samples, 3072, "min", "synthetic")
