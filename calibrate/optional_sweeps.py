@@ -28,6 +28,7 @@ from simulator.profile import CompressionMode, PagingLink, SequenceParallel, Spe
 
 if TYPE_CHECKING:
     from calibrate.job import CalibrationJob
+    from real_engine.model import LlamaModel
 
 SEQPAR_REPS = 3  # whole-model prefills: a few repetitions are enough (seconds each at 2K tokens)
 
@@ -63,7 +64,7 @@ def measure_optional(job: CalibrationJob, log: SampleLog, device: torch.device, 
     if job.paging:
         measured += measure_paging(config, DTYPES[job.target.dtype], device, job.preset.timer, log,
                                    ssd_dir=str(Path(job.out).parent), chunk_tokens=CHUNK_TOKENS,
-                                   more_chunks=job.preset.paging_chunks)
+                                   more_chunks=job.preset.paging_chunks, model=_paging_model(job, device))
     if job.seqpar:
         measured += measure_seqpar(config, min(job.preset.timer.reps, SEQPAR_REPS), log,
                                    degrees=job.preset.sp_degrees)
@@ -88,6 +89,16 @@ def optional_sections(job: CalibrationJob, samples: list[Sample], kv_bytes_per_t
                                        f"{device_name}, clock: {clock_text}")
                    if job.compression else {})
     return OptionalSections(speculative, acceptance, paging, sequence_parallel, compression)
+
+
+def _paging_model(job: CalibrationJob, device: torch.device) -> LlamaModel | None:
+    """The target checkpoint, for the paging sweep's tiered-vs-paged Engine steps (calibrate/sweep_gather.py);
+    None for a config preset (random weights at full depth would be a second copy of a possibly huge model)."""
+    if job.target.checkpoint is None:
+        return None
+    from real_engine.checkpoint import load_checkpoint
+
+    return load_checkpoint(str(job.target.checkpoint), device=device, dtype=DTYPES[job.target.dtype])[1]
 
 
 def _measure_compression(job: CalibrationJob, log: SampleLog, device: torch.device, thread_clocked: bool) -> int:
