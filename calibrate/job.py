@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import subprocess
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -21,12 +22,14 @@ import torch
 from tqdm import tqdm
 
 from calibrate.assemble import STATISTICS, SWEEPS, FittedCost, fit_all, refusals
-from calibrate.fit import DEFAULT_MAX_HOLDOUT_MAPE, FitRefused
+from calibrate.fit import DEFAULT_MAX_HOLDOUT_MAPE, FitRefused, refusal_reason
 from calibrate.hardware import GIB, cpu_hardware, spec_for_device
 from calibrate.optional_sweeps import measure_optional, optional_sections
 from calibrate.presets import Preset
 from calibrate.probe import StepProbe
 from calibrate.samples import Sample, SampleLog, samples_path_for
+from calibrate.sweep_overhead import REPS_FACTOR, measure_overhead, overhead_cost
+from calibrate.sweep_overhead import missing as overhead_missing
 from calibrate.sweep_speculative import SpecSettings
 from calibrate.target import DTYPE_KEYS, LoadedTarget, TargetSpec, load_target, model_spec
 from calibrate.timer import CLOCKS, time_call
@@ -71,6 +74,9 @@ class CalibrationJob:
     paging: bool = False  # add the paging sweep (the tiered cache's tiers per chunk size, SSD tier in a temp dir)
     seqpar: bool = False  # add the sequence-parallel sweep (P vs 1 prefill per preset degree; spawns gloo ranks)
     compression: bool = False  # add the KV-compression sweep (needs a --model checkpoint; --draft adds acceptance)
+    # add the step-overhead sweep (calibrate/sweep_overhead.py): a served Engine.step() minus its forward,
+    # fitted as costs.step_overhead; its rows resume like the others' and need no fingerprint of their own
+    step_overhead: bool = False
     # optional sweeps to measure afresh: their rows are dropped from the samples CSV before resuming (the
     # other sweeps' rows are kept and only refitted), e.g. after the engine's implementation of one changed
     refresh: tuple[str, ...] = ()
@@ -149,9 +155,11 @@ def _measure(job: CalibrationJob, log: SampleLog, device: torch.device,
     total = len(grid) * len(target.layer_counts)
     measured = 0
     bar = tqdm(total=total, initial=len(log.done), desc="calibrate", unit="pt", disable=not job.progress)
+    deepest = max(target.layer_counts)
     for layers in target.layer_counts:  # one model (and KV pool) alive at a time
         todo = [(sweep, p) for sweep, p in grid if (sweep.name, layers, *p) not in log.done]
-        if not todo:
+        overhead = job.step_overhead and layers == deepest and overhead_missing(job.preset, max_len, layers, log)
+        if not todo and not overhead:
             continue
         probe = StepProbe(target.models[layers], job.preset.max_step_tokens(max_len), job.block_size,
                           max_sequences=max(job.preset.decode_batch))
@@ -165,6 +173,9 @@ def _measure(job: CalibrationJob, log: SampleLog, device: torch.device,
             bar.update(1)
             if after_point is not None:
                 after_point(measured)
+        if overhead:
+            clock = time.thread_time if clock_of(job) == "thread" else time.perf_counter
+            measured += measure_overhead(probe, job.preset, max_len, layers, log, clock, device)
         del probe
         target.models.pop(layers)
     bar.close()
@@ -236,6 +247,15 @@ def run_calibration(job: CalibrationJob, after_point: Callable[[int], None] | No
                      note=f"{statistic.capitalize()} of {job.preset.timer.reps} timed repetitions per point after "
                      f"{job.preset.timer.warmup} warm-up, clock: {CLOCK_TEXT[clock]}; {how}.", statistic=statistic)
     reasons = refusals(fitted, job.max_holdout_mape)
+    overhead = None
+    if job.step_overhead:
+        overhead = overhead_cost(samples, data=f"{samples_path.name} (overhead rows: median of the paired "
+                                 f"step - forward differences): {job.preset.name} preset on {hardware.device_name}",
+                                 note=f"{REPS_FACTOR * job.preset.timer.reps} paired repetitions per point after "
+                                 f"{job.preset.timer.warmup} warm-up, clock: {CLOCK_TEXT[clock]}.")
+        if overhead is not None:
+            reason = refusal_reason("step_overhead", overhead[0].fit, job.max_holdout_mape)
+            reasons += [reason] if reason is not None else []
     if reasons and not job.force:
         raise FitRefused("profile not written: " + "; ".join(reasons) + f". Samples are kept in {samples_path}; "
                          "pass --force to write it anyway")
@@ -245,6 +265,10 @@ def run_calibration(job: CalibrationJob, after_point: Callable[[int], None] | No
     if target_spec.scaled:
         notes.append(f"Scaled: random weights, {target_spec.layers_timed} of {spec_model.layers} decoder layers "
                      "instantiated; full-depth times extrapolated per layer (see model.note).")
+    if overhead is not None:
+        notes.append("costs.step_overhead: the served Engine.step()'s host work outside the forward (schedule, "
+                     "inputs, sampler, outputs), measured as step - forward on the same steps; the simulator "
+                     "adds it once per iteration.")
     notes += [f"Written with --force despite: {r}" for r in reasons]
     sections = optional_sections(job, samples, spec_model.kv_bytes_per_token, statistic, hardware.device_name,
                                  CLOCK_TEXT[clock])
@@ -255,7 +279,8 @@ def run_calibration(job: CalibrationJob, after_point: Callable[[int], None] | No
         key=ProfileKey(key_hw, spec_model.name, DTYPE_KEYS[target_spec.dtype], 1, commit),
         source="measured", hardware=hardware, model=spec_model,
         memory=memory,
-        costs={name: f.model for name, f in fitted.items()},
+        costs={**{name: f.model for name, f in fitted.items()},
+               **({"step_overhead": overhead[0]} if overhead is not None else {})},
         speculative=sections.speculative, acceptance=sections.acceptance, paging=sections.paging,
         sequence_parallel=sections.sequence_parallel, compression=sections.compression,
         provenance=Provenance(job.command, commit, torch.__version__, torch.version.cuda, cuda_name or
