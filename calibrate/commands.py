@@ -44,12 +44,15 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         command += " --seqpar"
     if args.compression:
         command += " --compression"
+    if args.step_overhead:
+        command += " --step-overhead"
     job = CalibrationJob(target, PRESETS[args.preset], out, device=args.device, threads=args.threads,
                          force=args.force, max_holdout_mape=args.max_holdout_mape, command=command,
                          statistic=args.statistic, cpu_clock=args.cpu_clock,
                          kv_capacity_bytes=None if args.kv_capacity_gib is None else int(args.kv_capacity_gib * 2**30),
                          progress=not args.no_progress, draft=args.draft, eval_prompts=args.eval_prompts,
                          paging=args.paging, seqpar=args.seqpar, compression=args.compression,
+                         step_overhead=args.step_overhead,
                          refresh=tuple(args.refresh or ()))
     try:
         result = run_calibration(job)
@@ -168,6 +171,9 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
     cal.add_argument("--compression", action="store_true", help="add the KV-compression sweep: int8, int4, "
                      "mixed-int4, window vs full precision on two eval prompts (bytes, decode time, top-1 "
                      "agreement; acceptance drop with --draft; needs --model)")
+    cal.add_argument("--step-overhead", action="store_true", help="add the step-overhead sweep: a served "
+                     "Engine.step() minus its forward at each decode batch of the preset and a few prefills "
+                     "(costs.step_overhead, overhead_v1; under a minute on the quick preset)")
     cal.add_argument("--refresh", action="append", choices=("compression", "seqpar", "paging", "speculative"),
                      help="measure this optional sweep afresh (repeatable): its rows are dropped from the samples "
                      "CSV first; the other sweeps' rows are kept and refitted, not re-measured")
