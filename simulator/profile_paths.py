@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from simulator.cost_model import Coefficient, CostModel
+from simulator.dequant_cost import DecodeDequant
 from simulator.errors import InputError
 from simulator.profile_fields import (
     VALUE_SOURCES,
@@ -188,7 +189,10 @@ class CompressionMode:
     prefill_overhead_ratio (optional, unit "ratio"): prefill time writing into the compressed store /
     into the paged pool; absent (older profiles) = prefill unchanged; prefill_overhead_points (optional):
     the same ratio per measured prompt length, ((tokens, ratio), ...) by increasing tokens: the simulator
-    interpolates it at each chunk's length (the overhead grows with length) and uses it over the scalar.
+    interpolates it at each chunk's length (the overhead grows with length) and uses it over the scalar;
+    decode_extra (optional, simulator/dequant_cost.py): the compressed decode step's extra ms over the
+    full-precision one, fitted per (batch, context); the simulator adds it instead of multiplying by
+    decode_overhead_ratio (absent: the ratio, as before).
     """
 
     kv_bytes_ratio: Coefficient
@@ -198,6 +202,7 @@ class CompressionMode:
     note: str = ""
     prefill_overhead_ratio: Coefficient | None = None
     prefill_overhead_points: tuple[tuple[int, float], ...] = ()
+    decode_extra: DecodeDequant | None = None
 
     FIELDS = ("kv_bytes_ratio", "decode_overhead_ratio", "quality_loss", "acceptance_drop")
 
@@ -212,6 +217,8 @@ class CompressionMode:
             check_number(f"prefill_overhead_points.{i}.ratio", ratio, positive=True)
             if i and tokens <= self.prefill_overhead_points[i - 1][0]:
                 raise InputError(None, f"prefill_overhead_points.{i}", "prompt lengths must increase")
+        if self.decode_extra is not None and not isinstance(self.decode_extra, DecodeDequant):
+            raise InputError(None, "decode_extra", "must be a DecodeDequant")
         check_number("kv_bytes_ratio.value", self.kv_bytes_ratio.value, positive=True, high=1.0)
         check_number("acceptance_drop.value", self.acceptance_drop.value, high=1.0)
         check_text("note", self.note, nonempty=False)
@@ -222,6 +229,8 @@ class CompressionMode:
             out["prefill_overhead_ratio"] = self.prefill_overhead_ratio.to_dict()
         if self.prefill_overhead_points:
             out["prefill_overhead_points"] = [[int(n), float(r)] for n, r in self.prefill_overhead_points]
+        if self.decode_extra is not None:  # absent stays absent, as prefill_overhead_ratio
+            out["decode_extra"] = self.decode_extra.to_dict()
         out["note"] = self.note
         return out
 
@@ -238,6 +247,9 @@ class CompressionMode:
             if not isinstance(points, list) or not all(isinstance(p, list) and len(p) == 2 for p in points):
                 raise InputError(source, obj.where("prefill_overhead_points"), "a list of [tokens, ratio] pairs")
             kwargs["prefill_overhead_points"] = tuple((p[0], p[1]) for p in points)
+        extra = obj.get("decode_extra", None)
+        if extra is not None:
+            kwargs["decode_extra"] = DecodeDequant.parse(extra, source, obj.where("decode_extra"))
         kwargs["note"] = obj.string("note", "")
         obj.finish()
         return build(cls, source, path, **kwargs)
