@@ -25,6 +25,10 @@ reference) decodes the same eval prompts greedily at batch 1 through the mode's 
 Rows: x1 = the mode's index in ``kv_compression.MODES``, x2 = 0.  A mode is measured whole or skipped
 (resume).  The decode overhead of the quantized modes is that of on-the-fly dequantization in PyTorch
 ops against the full-precision dense cache, not of a fused low-bit GPU kernel.
+
+Then, for the modes served through the compressed store (STORED_MODES), the decode step as the Engine
+serves it, against the paged pool, over a grid of (batch, context): calibrate/compression_decode.py
+(rows ``comp_decode_<mode>``), fitted into each mode's ``decode_extra``.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from collections.abc import Callable
 
 import torch
 
+from calibrate.compression_decode import decode_extra, measure_decode_grid
 from calibrate.samples import Sample, SampleLog
 from real_engine.attention import PagedAttention, SequenceChunk
 from real_engine.compressed_attention import CompressedAttention
@@ -47,6 +52,7 @@ from real_engine.model import LlamaModel
 from simulator.profile import Coefficient, CompressionMode
 
 MEASURED_MODES = ("int8", "int4", "mixed-int4", "window")
+STORED_MODES = tuple(m for m in MEASURED_MODES if m in STORE_MODES)  # served through the compressed store
 COMP_SWEEPS = ("comp_bytes", "comp_step", "comp_agree", "comp_accept")  # comp_prefill: only fp and stored modes
 NEW_TOKENS = 32
 PREFILL_LENGTHS = (128, 512, 1024)  # prompt tokens of the prefill timing (the tiny target holds 2048)
@@ -184,6 +190,8 @@ def measure_compression(target: LlamaModel, draft: LlamaModel | None, prompts: l
             if row.key not in log.done:
                 log.append(row)
         measured += 1
+    # per (batch, context): the decode step through the Engine's store vs its paged pool (dequant_cost.py)
+    measured += measure_decode_grid(target, STORED_MODES, log, clock)
     return measured
 
 
@@ -225,6 +233,7 @@ def compression_section(samples: list[Sample], k: int | None, what: str) -> dict
                         drop_note),
             prefill_overhead_ratio=prefill_ratio(prefill_ms, fp, index, name),
             prefill_overhead_points=prefill_points(prefill_ms, fp, index),
+            decode_extra=decode_extra(samples, name, what) if name in STORED_MODES else None,
             note=f"Measured by the calibration's compression sweep (calibrate/sweep_compression.py), "
                  f"real_engine.kv_compression defaults, batch 1, {what}.")
     return out

@@ -9,6 +9,11 @@ A mode of the profile's ``compression`` section changes three things:
   / (decode step without), unit "ratio", and the decode part of an iteration is multiplied by it.
   A profile that states it as the extra fraction of attention time (unit "1" or "fraction", as
   simulator/profile_paths.py's docstring puts it) gets the attention part multiplied by 1 + value.
+  Dequantization is work per token read, not a multiple of the full-precision step, and one ratio
+  measured at batch 1 under-prices served batches (their ratio grows with batch and context); a
+  profile with ``decode_extra`` (simulator/dequant_cost.py, fitted on a (batch, context) grid by the
+  calibration) adds extra_ms(B, S) = q0 + q_seq B + q_ctx S + q_len S/B to the decode part instead,
+  and the ratio is then only a summary.
   Prefill reads the fresh activations but writes every token into the compressed store (quantize,
   scales, staging): the sweep measures prefill_overhead_ratio = (prefill through the store) /
   (prefill through the paged pool), and each prefill chunk's work (its cost above the per-iteration
@@ -51,6 +56,7 @@ class CompressionPhysics:
         points = getattr(m, "prefill_overhead_points", ())
         self.prefill_tokens = np.array([float(n) for n, _ in points])
         self.prefill_ratios = np.array([float(r) for _, r in points])
+        self.decode_extra = getattr(m, "decode_extra", None)
         overhead = float(m.decode_overhead_ratio.value)
         if m.decode_overhead_ratio.unit.strip().lower() in STEP_RATIO_UNITS:
             if overhead <= 0:  # a step-time ratio of 0 would make decoding free
@@ -67,6 +73,12 @@ class CompressionPhysics:
     def decode_fn(self, decode: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
         """decode_ms(B, S) reading compressed KV (S may be a numpy array: the fast path's)."""
         step, attention = self.step_factor, self.attention_factor
+        if self.decode_extra is not None:
+            extra = self.decode_extra.extra_ms
+
+            def dequantized(batch: Any, total_context: Any) -> Any:
+                return decode(batch, total_context) + extra(batch, total_context)
+            return dequantized
         if attention == 1.0:
             def compressed(batch: Any, total_context: Any) -> Any:
                 return step * decode(batch, total_context)

@@ -1,0 +1,141 @@
+"""A compressed decode step priced per (batch, context): decode_extra in the profile, the simulator's use of it,
+its fit from the calibration rows, and the grid sweep on a small model."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from calibrate.compression_decode import PREFIX, decode_extra, measure_decode_grid
+from calibrate.samples import Sample, SampleLog
+from real_engine.config import PRESETS
+from real_engine.model import LlamaModel
+from simulator.compression_physics import CompressionPhysics
+from simulator.cost_model import Coefficient
+from simulator.costs import IterationCost
+from simulator.dequant_cost import COEFFICIENTS, UNITS, DecodeDequant
+from simulator.errors import InputError
+from simulator.path_step import PathStep
+from simulator.profile import CompressionMode, resolve_profile
+from simulator.step_model import Decode
+from simulator.strategy import CompressionSpec, StrategySpec
+
+TINY = resolve_profile("cpu-tiny")
+Q = {"q0": 1.0, "q_seq": 0.5, "q_ctx": 0.002, "q_len": 0.004}
+
+
+def _extra(q: dict[str, float] = Q) -> DecodeDequant:
+    return DecodeDequant({n: Coefficient(v, UNITS[n], "fitted", "test") for n, v in q.items()},
+                         ((1, 128, 3.0, 4.5), (4, 512, 4.0, 7.0)))
+
+
+def _profile(extra: DecodeDequant | None, ratio: float | None = None):
+    """cpu-tiny whose int8 mode has ``extra`` (and decode_overhead_ratio ``ratio`` when given)."""
+    mode = dataclasses.replace(TINY.compression["int8"], decode_extra=extra)
+    if ratio is not None:
+        mode = dataclasses.replace(mode, decode_overhead_ratio=Coefficient(ratio, "ratio", "derived", "test"))
+    return dataclasses.replace(TINY, compression={**TINY.compression, "int8": mode})
+
+
+def _step_s(profile, decodes: list[Decode]) -> float:
+    step = PathStep(IterationCost.from_profile(profile), profile, StrategySpec(compression=CompressionSpec("int8")),
+                    ["dialogue"], profile.kv_capacity_bytes, np.random.default_rng(0))
+    return step.step([], decodes, sum(d.context for d in decodes)).seconds
+
+
+def test_extra_is_added_to_the_decode_step_by_hand():
+    decodes = [Decode(0, 0, 1000, 4), Decode(1, 0, 3000, 4)]  # B = 2, S = 4000, S / B = 2000
+    extra = 1.0 + 0.5 * 2 + 0.002 * 4000 + 0.004 * 2000  # = 18 ms
+    with_extra = _step_s(_profile(_extra()), decodes)
+    plain = _step_s(_profile(None, ratio=1.0), decodes)  # ratio 1, no extra: the full-precision step
+    assert with_extra - plain == pytest.approx(extra / 1000, rel=1e-9)
+    # the batch-1 ratio is then only a summary: changing it does not change the price
+    assert _step_s(_profile(_extra(), ratio=7.0), decodes) == with_extra
+
+
+def test_decode_fn_takes_arrays_and_matches_scalars():
+    physics = CompressionPhysics(_profile(_extra()), "int8")
+    fn = physics.decode_fn(lambda b, s: 2.0 + 0.1 * b + 0.001 * np.asarray(s))
+    contexts = np.array([64.0, 900.0, 5000.0])
+    assert fn(3, contexts).tolist() == [fn(3, float(s)) for s in contexts]
+    assert fn(3, 900.0) == pytest.approx(2.0 + 0.3 + 0.9 + 1.0 + 1.5 + 0.002 * 900 + 0.004 * 300, rel=1e-12)
+
+
+def test_absent_field_prices_exactly_as_the_ratio():
+    base = _profile(None)
+    physics = CompressionPhysics(base, "int8")
+    r = base.compression["int8"].decode_overhead_ratio.value
+    cost = IterationCost.from_profile(base)
+    fn = physics.decode_fn(cost._decode_ms)
+    contexts = np.array([100.0, 2000.0, 30000.0])
+    assert np.array_equal(fn(4, contexts), r * cost._decode_ms(4, contexts))  # bit for bit
+    raw = base.compression["int8"].to_dict()
+    assert "decode_extra" not in raw  # an old profile round-trips without the field
+    assert CompressionMode.parse(json.loads(json.dumps(raw)), None, "compression.int8") == base.compression["int8"]
+
+
+def test_round_trip_and_bad_input():
+    mode = _profile(_extra()).compression["int8"]
+    raw = json.loads(json.dumps(mode.to_dict()))
+    assert CompressionMode.parse(raw, None, "compression.int8") == mode
+    bad = json.loads(json.dumps(raw))
+    del bad["decode_extra"]["coefficients"]["q_len"]
+    with pytest.raises(InputError, match=r"compression\.int8\.decode_extra\.coefficients: must name exactly"):
+        CompressionMode.parse(bad, "p.json", "compression.int8")
+    bad = json.loads(json.dumps(raw))
+    bad["decode_extra"]["coefficients"]["q_ctx"]["value"] = -0.1
+    with pytest.raises(InputError, match=r"decode_extra\.coefficients\.q_ctx"):
+        CompressionMode.parse(bad, "p.json", "compression.int8")
+    bad = json.loads(json.dumps(raw))
+    bad["decode_extra"]["typo"] = 1
+    with pytest.raises(InputError, match=r"decode_extra\.typo: unknown field"):
+        CompressionMode.parse(bad, "p.json", "compression.int8")
+
+
+def _rows(q: dict[str, float]) -> list[Sample]:
+    """A 3 x 3 grid whose compressed step is the full-precision one plus exactly q's formula."""
+    rows = []
+    for b in (1, 4, 8):
+        for c in (128, 512, 1024):
+            s = b * c
+            fp = 3.0 + 0.1 * b + 0.0005 * s
+            mode = fp + q["q0"] + q["q_seq"] * b + q["q_ctx"] * s + q["q_len"] * c
+            rows += [Sample(PREFIX + "fp", 6, b, s, fp, fp, fp, 16),
+                     Sample(PREFIX + "int8", 6, b, s, mode, mode, mode, 16)]
+    return rows
+
+
+def test_fit_recovers_known_coefficients():
+    q = {"q0": 0.9, "q_seq": 0.18, "q_ctx": 0.001, "q_len": 0.0037}
+    got = decode_extra(_rows(q), "int8", "synthetic")
+    assert got is not None and got.fit is not None
+    for name in COEFFICIENTS:
+        assert got.coefficients[name].value == pytest.approx(q[name], rel=1e-6, abs=1e-9)
+    assert got.fit.max_ape < 1e-9 and got.fit.n_samples == 9 and len(got.points) == 9
+    assert decode_extra(_rows(q)[:8], "int8", "too few") is None  # 4 points on both sides: not identifiable
+
+
+@pytest.fixture(scope="module")
+def small_model() -> LlamaModel:
+    torch.set_num_threads(1)
+    return LlamaModel(dataclasses.replace(PRESETS["tiny-gqa"], vocab_size=264), torch.Generator().manual_seed(0))
+
+
+def test_grid_sweep_on_a_small_model_and_resume(small_model, tmp_path):
+    points = [(1, 32), (1, 96), (2, 32), (2, 96), (4, 32), (4, 96)]
+    with SampleLog.open(tmp_path / "s.samples.csv", {"test": 1}) as log:
+        assert measure_decode_grid(small_model, ("int8",), log, time.thread_time, points) == 12
+        assert measure_decode_grid(small_model, ("int8",), log, time.thread_time, points) == 0  # resumes
+        rows = {(s.sweep, s.x1, s.x2): s for s in log.samples}
+    assert set(rows) == {(PREFIX + m, b, b * c) for m in ("fp", "int8") for b, c in points}
+    assert all(s.reps == 16 and 0 < s.min_ms <= s.median_ms <= s.max_ms for s in rows.values())
+    got = decode_extra(list(rows.values()), "int8", "small model")
+    assert got is not None and len(got.points) == 6
+    assert all(c.value >= 0 and c.source == "fitted" for c in got.coefficients.values())
+    # dequantizing 4 x 96 cached tokens per layer is work the paged pool does not do
+    assert rows[(PREFIX + "int8", 4, 384)].median_ms > rows[(PREFIX + "fp", 4, 384)].median_ms
