@@ -5,13 +5,16 @@ rank 0 runs the plain model forward (P = 1) while the others wait, then all run
 ``SequenceParallel.prefill`` (zigzag shards, K/V all-gather, log-sum-exp merge). The model has the
 target's shape with seeded random weights (speed does not depend on the values).
 
-Clock: the wall clock (``time.perf_counter``), and the profile uses the minimum over the
-repetitions (other processes only add time). A rank blocked in a collective waits for its peer,
-the socket and a core: real time that a thread-CPU clock cannot see (measured on the tiny target at
-900 tokens: a decode step is ~5 ms of thread CPU but ~10-12 ms of wall, ~6 ms of it in the 7
-collectives of the step), so the communication-bound parts of SP are priced on the wall clock. On
-an idle core the single-rank prefill's wall time equals its thread CPU time, the clock of the
-profile's other costs.
+Clock: a rank's thread CPU time plus the wall time it waited inside collectives
+(``PhaseTimes.comm_wait_s``), i.e. the wall clock less the time the thread was off a core while
+computing; the profile takes the minimum over the repetitions. A rank blocked in a collective waits
+for its peer, the socket and a core: real time that a thread-CPU clock cannot see (measured on the
+tiny target at 900 tokens, quiet machine: a decode step is ~5 ms of thread CPU but ~10-12 ms of
+wall, ~6 ms of it in the 7 collectives of the step), so it is counted. Outside the collectives the
+thread CPU time is what the work costs on a core of its own, the clock of the profile's other
+costs; plain wall time would also count other jobs' load (at load average 4.5 on the 2 cores, the
+wall-clock P = 2 prefill was slower than P = 1: speedup 0.86-1.08). The P = 1 prefill is its thread
+CPU time. fidelity/seqpar_serving.py's CPU-time replay uses the same clock.
 
 Rows in the calibration's samples CSV, layers 0, x1 = prompt length, x2 = P (1 or 2), ms, each a
 median / min / max over the repetitions:
@@ -19,7 +22,7 @@ median / min / max over the repetitions:
 first degree's run and reused) and ``seqpar_merge`` (P > 1 only: time in the merge, the slowest rank).
 After each P > 1 prefill the ranks decode ``DECODE_STEPS`` tokens at that context (one query per
 layer: each rank attends its shard, the (out, lse) partials are all-gathered and merged):
-``seqpar_decode`` (wall ms of one decode step, slowest rank, median over steps),
+``seqpar_decode`` (ms of one decode step, thread CPU + wait, slowest rank, median over steps),
 ``seqpar_decode_merge`` (ms in the merge per decode step, the engine's merge timer, slowest rank,
 median over steps) and ``seqpar_decode_comm`` (wall ms inside the collectives per decode step,
 the engine's comm timer, mean of the ranks: the rank that computes faster waits longer, and the
@@ -61,29 +64,30 @@ DECODE_STEPS = 32  # decode steps timed after each P > 1 prefill (collective tim
 
 
 def _plain_s(model: LlamaModel, prompt: list[int]) -> float:
-    """Wall seconds of one plain (P = 1) prefill."""
+    """Thread CPU seconds of one plain (P = 1) prefill (no collectives: nothing to wait for)."""
     ids = torch.tensor([prompt])  # [1, L]
-    start = time.perf_counter()
+    start = time.thread_time()
     with torch.inference_mode():
         model(ids, logits_index=torch.tensor([len(prompt) - 1]))
-    return time.perf_counter() - start
+    return time.thread_time() - start
 
 
 def _sp_s(model: LlamaModel, prompt: list[int], steps: int = 0) -> tuple[float, float, float, float, float]:
-    """(prefill wall s, prefill merge s, median decode-step wall s, median decode-step merge s, median decode-step
-    comm s) on this rank."""
+    """(prefill s, prefill merge s, median decode-step s, median decode-step merge s, median decode-step comm s) on
+    this rank: prefill and step = thread CPU + wait in collectives; merge and comm on the engine's wall timers."""
     sp = SequenceParallel(model, SeqParConfig("zigzag"))
+    times = sp.times
     dist.barrier()
-    start = time.perf_counter()
+    start = time.thread_time()
     token = sp.prefill(prompt)
-    prefill_s, prefill_merge_s = time.perf_counter() - start, sp.times.merge_s
+    prefill_s, prefill_merge_s = time.thread_time() - start + times.comm_wait_s, times.merge_s
     step_s, merge_s, comm_s = [], [], []
     for _ in range(steps):
-        merged, talked, start = sp.times.merge_s, sp.times.comm_s, time.perf_counter()
+        merged, talked, waited, start = times.merge_s, times.comm_s, times.comm_wait_s, time.thread_time()
         token = sp.decode(token)
-        step_s.append(time.perf_counter() - start)
-        merge_s.append(sp.times.merge_s - merged)
-        comm_s.append(sp.times.comm_s - talked)
+        step_s.append(time.thread_time() - start + times.comm_wait_s - waited)
+        merge_s.append(times.merge_s - merged)
+        comm_s.append(times.comm_s - talked)
     if not steps:
         return prefill_s, prefill_merge_s, 0.0, 0.0, 0.0
     return (prefill_s, prefill_merge_s, statistics.median(step_s), statistics.median(merge_s),
@@ -92,8 +96,8 @@ def _sp_s(model: LlamaModel, prompt: list[int], steps: int = 0) -> tuple[float, 
 
 def seqpar_worker(rank: int, device: torch.device, config: ModelConfig, lengths: tuple[int, ...],
                   reps: int) -> list[tuple[int, int, float, float, float, float, float]]:
-    """This rank's (length, P, prefill_s, merge_s, decode_s, decode_merge_s, decode_comm_s) per repetition, wall
-    clock, P = the world size; P = 1 rows (prefill only, decode zeros) on rank 0 only."""
+    """This rank's (length, P, prefill_s, merge_s, decode_s, decode_merge_s, decode_comm_s) per repetition (clocks:
+    see the module doc), P = the world size; P = 1 rows (prefill only, decode zeros) on rank 0 only."""
     degree = dist.get_world_size()
     model = LlamaModel(config, torch.Generator().manual_seed(0)).eval()
     gen = torch.Generator().manual_seed(1)
@@ -211,9 +215,10 @@ def _degree_section(samples: list[Sample], degree: int, what: str, cpus: int) ->
                                 "lse) per layer, token broadcast), mean of the ranks")
     shared = (f" OVERSUBSCRIBED: {degree} ranks on {cpus} CPUs shared cores; their wall times include waiting "
               "for a core." if degree > cpus else "")
-    note = (f"Measured: P = {degree} vs P = 1 prefill of the whole model, wall clock (a rank blocked in a "
-            f"collective waits for its peer: time a CPU clock cannot see), minimum over the repetitions; speedup = "
-            f"P = 1 / (P = {degree} less its merge), merge median ms, the engine's merge timer. {what}.{shared}")
+    note = (f"Measured: P = {degree} vs P = 1 prefill of the whole model; clock: each rank's thread CPU time plus "
+            f"the wall time it waited inside collectives (for its peer, the transport: time a CPU clock cannot "
+            f"see), slowest rank, minimum over the repetitions; speedup = P = 1 / (P = {degree} less its merge), "
+            f"merge median ms, the engine's merge timer (wall clock). {what}.{shared}")
     if decode_merge is not None:
         note += (f" decode_merge: the merge of one decode step (P partials of one query per layer), median of "
                  f"{DECODE_STEPS} steps after each prefill, the engine's merge timer (wall clock).")
