@@ -50,7 +50,13 @@ def test_calibrate_compression_section_and_resume(tmp_path, monkeypatch, capsys)
         assert 0.0 < mode.kv_bytes_ratio.value <= 1.0 and mode.decode_overhead_ratio.value > 0
         assert 0.0 <= mode.quality_loss.value <= 1.0 and -1.0 <= mode.acceptance_drop.value <= 1.0
     assert not any("compression" in n and "Not measured" in n for n in profile.notes)
-    rows = [s for s in read_samples(tmp_path / "cpu-t.samples.csv") if s.sweep.startswith("comp_")]
+    every = [s for s in read_samples(tmp_path / "cpu-t.samples.csv") if s.sweep.startswith("comp_")]
+    rows = [s for s in every if not s.sweep.startswith("comp_decode_")]
+    # the (batch, context) decode grid: a 512-position model holds only 128 tokens per sequence of it, 3 points
+    # on fp and the 3 store modes; one context cannot separate the per-step and per-length terms: no decode_extra
+    grid = {(s.sweep, s.x1, s.x2) for s in every if s.sweep.startswith("comp_decode_")}
+    assert grid == {(f"comp_decode_{m}", b, 128 * b) for m in ("fp", "int8", "int4", "mixed-int4") for b in (1, 4, 8)}
+    assert all(comp[m].decode_extra is None for m in comp)
     prefill = [s for s in rows if s.sweep == "comp_prefill"]  # fp and the 3 store modes at 128 and 512 tokens
     assert len(rows) - len(prefill) == 4 * (1 + len(MEASURED_MODES))  # fp and each mode, four rows each
     assert sorted({s.x2 for s in prefill}) == [128, 512] and len(prefill) == 2 * 4  # the test model holds 512
