@@ -59,6 +59,7 @@ from typing import Any
 
 from simulator.engine_rules import follows_real_engine
 from simulator.strategy import DEVICE_HOST, GIB, HOST_SSD, TieredSpec
+from simulator.tier_engine_rule import EngineTierRule
 
 
 class TierPhysics:
@@ -84,8 +85,13 @@ class TierPhysics:
         self.device_pages = (device_tokens // spec.chunk_tokens) * self.layers
         residency = spec.device_residency
         self.residency = follows_real_engine(profile) if residency is None else residency
+        self.rule: EngineTierRule | None = None
         if self.residency:  # the engine's pool holds whole pages: D rounds down to whole chunks
             self.device_tokens = (device_tokens // self.chunk) * self.chunk
+            # its per-step read and page moves (tier_engine_rule.py); each SP rank has 1/P of the pools
+            host_pages = (self.host_tokens // self.chunk) * self.layers
+            self.rule = EngineTierRule(profile, self.chunk, self.layers, kv_bytes_per_token, self.device_pages // ranks,
+                                       host_pages // ranks, spec.sink_tokens, spec.window_tokens, ranks)
 
     def pinned_chunks(self, tokens: int) -> int:
         """One layer's chunks of a ``tokens``-long sequence the engine keeps on the device."""
@@ -144,6 +150,15 @@ class TierPhysics:
         moved = {DEVICE_HOST: (n_in + n_out) * b, HOST_SSD: (n_ssd + n_out_ssd) * b}
         ms = sum(self.link_ms(link, nbytes) for link, nbytes in moved.items())
         return ms / 1000.0, {link: nbytes for link, nbytes in moved.items() if nbytes > 0}
+
+    def engine_step(self, reads: list[int], held: list[int], live: int) -> tuple[float, dict[str, int]]:
+        """real_engine's tier work of one step (tier_engine_rule.py): paging seconds (the tiered read's extra
+        plus page moves, before overlap) and bytes per link; ``reads``/``held``: tokens of each sequence read
+        / holding pages after the step's appends; ``live``: tokens held after the step."""
+        assert self.rule is not None, "engine_step applies the real engine's rule (residency on)"
+        read_ms, move_ms, moved = self.rule.step_ms(reads, held)
+        self.live = live
+        return (read_ms + move_ms) / 1000.0, moved
 
     def stall_s(self, paging_s: float, compute_s: float) -> float:
         """Paging the engine cannot hide behind compute."""
