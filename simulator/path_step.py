@@ -15,7 +15,8 @@ iteration on top, in ``PathStep``. One iteration's milliseconds, from the profil
                   profiles (vLLM-style): the prefill part x (1 + c) in the prefill iteration
     base          the decode part if B > 0, else prefill(0, 0) (the iteration's fixed cost)
     compute       base + prefill part (+ the profile's step_overhead(N, T) once, when it has one)
-    seconds       compute + paging stall (tiered: max(0, paging - overlap x compute))
+    seconds       compute + paging stall (tiered: max(0, paging - overlap x compute); measured profiles:
+                  real_engine's per-step read and page moves, tier_engine_rule.py)
 
 simulator/spec_physics.py, tier_physics.py, sp_physics.py and compression_physics.py hold each
 path's formulas and say where their numbers come from; docs/simulator_paths.md puts them together.
@@ -164,7 +165,14 @@ class PathStep:
 
         stall_s, moved = 0.0, {}
         written = sum(p.new_tokens for p in prefills) + int(emitted.sum())
-        if self.tiers is not None:
+        if self.tiers is not None and self.tiers.rule is not None:
+            # real_engine's rule (tier_engine_rule.py): each sequence's pages, every one read every step; a first
+            # prompt chunk attends over its own K/V and reads nothing from the cache
+            held = [*decodes.contexts, *(p.context_before + p.new_tokens for p in prefills)]
+            reads = [*decodes.contexts, *(p.context_before + p.new_tokens for p in prefills if p.context_before)]
+            paging_s, moved = self.tiers.engine_step(reads, held, live_tokens + written)
+            stall_s = self.tiers.stall_s(paging_s, compute_s)
+        elif self.tiers is not None:
             read = decodes.total_context + sum(p.context_before for p in prefills)
             paging_s, moved = self.tiers.iteration(max(live_tokens, read), read, written)
             stall_s = self.tiers.stall_s(paging_s, compute_s)
