@@ -33,7 +33,7 @@ def _with_mode(profile, name, **values):
         neutral = 1.0 if field in ("kv_bytes_ratio", "decode_overhead_ratio") else 0.0  # unit "ratio": x 1
         fields[field] = Coefficient(values.get(field, neutral),
                                     values.get(f"unit_{field}", "ratio"), "derived", "test mode")
-    mode = dataclasses.replace(next(iter(TINY.compression.values())), **fields)
+    mode = dataclasses.replace(next(iter(TINY.compression.values())), decode_extra=None, **fields)
     return dataclasses.replace(profile, compression={**profile.compression, name: mode})
 
 
@@ -48,9 +48,12 @@ def test_compression_raises_the_admissible_tokens_by_one_over_ratio(mode):
 
 
 def test_step_ratio_multiplies_the_decode_step():
-    r = TINY.compression["int8"].decode_overhead_ratio.value  # unit "ratio": step with int8 / without
-    cost = IterationCost.from_profile(TINY)
-    step = _step(TINY, StrategySpec(compression=CompressionSpec("int8")))
+    # without decode_extra (a profile from before the (batch, context) grid): the ratio prices the step
+    tiny = dataclasses.replace(TINY, compression={**TINY.compression, "int8": dataclasses.replace(
+        TINY.compression["int8"], decode_extra=None)})
+    r = tiny.compression["int8"].decode_overhead_ratio.value  # unit "ratio": step with int8 / without
+    cost = IterationCost.from_profile(tiny)
+    step = _step(tiny, StrategySpec(compression=CompressionSpec("int8")))
     result = step.step([], [Decode(0, 0, 1000, 4), Decode(1, 0, 3000, 4)], 4000)
     plain_ms = float(cost._decode_ms(2, 4000))
     assert result.seconds == pytest.approx(r * plain_ms / 1000, rel=1e-9)
