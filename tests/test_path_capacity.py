@@ -67,7 +67,11 @@ def test_compression_bytes_per_token_and_decode_overhead():
     if mode.prefill_overhead_points:
         pre = float(np.interp(P, [n for n, _ in mode.prefill_overhead_points],
                               [r for _, r in mode.prefill_overhead_points]))
-    ms = (O - 1) * step * TINY.decode_ms(batch, s) + batch * pre * (TINY.prefill_ms(P, 0) - fixed)
+    decode = step * TINY.decode_ms(batch, s)
+    if mode.decode_extra is not None:  # a (batch, context) fit: its extra ms is added instead (dequant_cost.py)
+        q = {n: c.value for n, c in mode.decode_extra.coefficients.items()}
+        decode = TINY.decode_ms(batch, s) + q["q0"] + q["q_seq"] * batch + q["q_ctx"] * s + q["q_len"] * s / batch
+    ms = (O - 1) * decode + batch * pre * (TINY.prefill_ms(P, 0) - fixed)
     assert sat.requests_per_s_per_replica == pytest.approx(1000 * batch / ms, rel=1e-12)
 
 
