@@ -134,8 +134,9 @@ def markdown(meta: dict[str, Any], results: Sequence[ScenarioResult],
         for name, rows in noise:
             lines.append(f"- {name}: " + ", ".join(f"{r.metric} {r.stat} {_err(r)}" for r in rows
                                                    if r.metric in LATENCY_METRICS or r.metric == "throughput"))
-        lines += ["", f"`{NOISE_MARK}`: run 2's value lies inside run 1's 95 % bootstrap interval (a check of the "
-                  "interval: on the same requests most run-to-run changes should be marked).", ""]
+        lines += ["", f"`{NOISE_MARK}`: run 2's value lies inside run 1's 95 % bootstrap interval. The requests are "
+                  "the same, so an unmarked change is the machine's (contention, stalls), which resampling requests "
+                  "cannot see: the part of the noise only serving twice measures.", ""]
     return "\n".join(lines)
 
 

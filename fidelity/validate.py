@@ -205,6 +205,8 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         line = f"{res.name}: {res.status}"
         if worst:
             line += f"; largest |error| {worst['metric']} {worst['stat']} {worst['error']:+.1%}"
+            if worst.get("within_noise"):
+                line += " (inside the measured 95 % interval)"
         if res.reason:
             line += f" ({res.reason})"
         print(line)
