@@ -107,7 +107,8 @@ def markdown(meta: dict[str, Any], results: Sequence[ScenarioResult],
               if res.real and res.real.get("core_share") is not None]
     if shares:
         lines += ["", "Share of a core the engine's thread got while stepping (thread CPU s / step wall s; "
-                  "1.00 on an idle core): " + ", ".join(shares) + "."]
+                  "1.00 on an idle core; sequence parallelism: each rank's outside its collectives, where it "
+                  "blocks by design, the fewest rank): " + ", ".join(shares) + "."]
     lines += ["", "## Simulated vs the engine replayed in CPU time (an idle core: the machine's contention removed)",
               "", "The same requests served again with the engine's clock = its thread's CPU time while it works, "
               "plus the idle gaps (fidelity.engine_side.CpuClock), the clock the profile was measured with.", ""]
