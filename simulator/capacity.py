@@ -15,6 +15,7 @@ requests served:
       iteration it shares with the decodes (simulator/costs.py); when O = 1 there are no decodes
       to share with and each prefill pays the fixed part too.
 
+    (+ with the profile's optional step_overhead: its value once per iteration of the above)
     saturation rate per replica = B* / that time;  cluster rate = replicas * per-replica rate.
 
 It is an estimate (lengths at their means, context at its mean, prefills spread evenly): the
@@ -58,6 +59,14 @@ def saturation(profile: Any, mean_prompt: float, mean_output: float, replicas: i
     ms = decodes * profile.decode_ms(batch, context) + batch * prefill_variable
     if decodes <= 0.0:
         ms += batch * fixed
+    costs = getattr(profile, "costs", {})  # duck-typed profiles (tests, what-ifs) may have only the two accessors
+    if "step_overhead" in costs:  # the profile's per-iteration host work, once per iteration (costs.py)
+        ov = costs["step_overhead"]
+        if decodes > 0.0:  # each prefill joins a decode iteration: one more sequence and P more tokens there
+            joined = ov.evaluate(sequences=1, new_tokens=mean_prompt) - ov.evaluate(sequences=0, new_tokens=0)
+            ms += decodes * ov.evaluate(sequences=batch, new_tokens=batch) + batch * joined
+        else:
+            ms += batch * ov.evaluate(sequences=1, new_tokens=mean_prompt)
     return Saturation(batch, 1000.0 * batch / ms, replicas)
 
 
