@@ -136,3 +136,20 @@ def test_provenance_lists_the_overhead_only_when_present() -> None:
                       ("costs.step_overhead.o_tok", 0.0, "fitted")]
     assert one_line(report) == "none (baseline); step overhead o0 0.3 ms, o_seq 0.02 ms/sequence, o_tok 0 ms/token " \
                                "(fitted)"
+
+
+def test_saturation_estimate_counts_the_overhead_once_per_iteration() -> None:
+    from simulator.capacity import saturation
+
+    plain = saturation(TINY, 200, 50, 1, 8, TINY.kv_capacity_bytes)
+    over = saturation(with_overhead(TINY, 0.5, 0.1, 0.01), 200, 50, 1, 8, TINY.kv_capacity_bytes)
+    b = plain.batch
+    assert over.batch == b == 8
+    # 49 decode iterations at batch 8 (0.5 + 0.8 + 0.08 ms each) + 8 prefills joining them (0.1 + 2.0 ms each)
+    extra = 49 * (0.5 + 0.1 * b + 0.01 * b) + b * (0.1 + 0.01 * 200)
+    cycle = 1000.0 * b / plain.requests_per_s_per_replica
+    assert 1000.0 * b / over.requests_per_s_per_replica == pytest.approx(cycle + extra, rel=1e-12)
+    alone = saturation(with_overhead(TINY, 0.5, 0.1, 0.01), 200, 1, 1, 8, TINY.kv_capacity_bytes)
+    plain_alone = saturation(TINY, 200, 1, 1, 8, TINY.kv_capacity_bytes)  # O = 1: prefill-only iterations
+    assert 1000.0 * 8 / alone.requests_per_s_per_replica == pytest.approx(
+        1000.0 * 8 / plain_alone.requests_per_s_per_replica + 8 * (0.5 + 0.1 + 2.0), rel=1e-12)
