@@ -118,6 +118,8 @@ def path_saturation(scenario: Any, profile: Any, mean_prompt: float, mean_output
         live = round(context)
         paging_ms = 1000.0 * tiers.iteration(live, live, round(batch * per_round))[0]
     round_ms = factor * float(cost._decode_ms(batch, context)) + paging_ms
+    if cost._overhead_ms is not None:  # the profile's step_overhead: once per round (one engine step)
+        round_ms += cost.overhead_ms(batch, round(batch * (1 + k)))
     rounds = (mean_output - 1.0) / per_round
     ms = rounds * round_ms + batch * (1.0 + draft) * prefill_variable
     if rounds <= 0.0:
