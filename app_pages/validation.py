@@ -64,7 +64,9 @@ def error_rows(report: Report) -> list[dict[str, Any]]:
             rows.append({"scenario": scenario.get("name"), "quantity": f"{row.get('metric')} {row.get('stat')}",
                          "unit": row.get("unit"), "simulated": row.get("sim"), "measured": row.get("real"),
                          "error": row.get("error"), "within first bar": row.get("within_first_bar"),
-                         "within second bar": row.get("within_second_bar")})
+                         "within second bar": row.get("within_second_bar"),
+                         # older reports have no bootstrap interval: None, not False
+                         "measured 95% CI": row.get("real_ci"), "within noise": row.get("within_noise")})
     return rows
 
 

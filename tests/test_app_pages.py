@@ -209,7 +209,11 @@ def test_fidelity_shows_the_latest_report(monkeypatch: pytest.MonkeyPatch, tmp_p
 
     meta = {"numbers_from": "real_engine on this CPU (test)", "profile": "cpu-tiny", "profile_source": "measured",
             "seed": 0, "quick": True, "created_utc": "2026-11-29T19:00:00Z"}
-    rows = [row("ttft", "p50", "ms", 110.0, 100.0), row("ttft", "p99", "ms", 80.0, 100.0)]
+    import dataclasses
+
+    # the first row carries a measured 95 % interval that holds the simulated value; the second has none
+    rows = [dataclasses.replace(row("ttft", "p50", "ms", 110.0, 100.0), real_ci=(90.0, 115.0)),
+            row("ttft", "p99", "ms", 80.0, 100.0)]
     results = [ScenarioResult("steady", "a steady load", "x.toml", 10, rows=rows),
                ScenarioResult("spec", "speculative", "y.toml", 10, reason="engine: not available")]
     write_report(tmp_path / "validation", meta, results)
@@ -220,6 +224,8 @@ def test_fidelity_shows_the_latest_report(monkeypatch: pytest.MonkeyPatch, tmp_p
     assert list(errors["quantity"]) == ["ttft p50", "ttft p99"]
     assert errors["error"].tolist() == pytest.approx([0.1, -0.2])  # (sim - real) / real
     assert errors["within first bar"].tolist() == [True, False]  # 10 % at P50 is inside, 20 % at P99 is not
+    assert errors["within noise"].tolist()[0] is True  # 110 lies in [90, 115]
+    assert errors["within noise"].isna().tolist()[1]  # no interval: unknown, not False
     status = _frame(at, "status")
     assert status.set_index("scenario").loc["spec", "reason"] == "engine: not available"
     assert any("cpu-tiny" in m.value and "measured" in m.value for m in at.markdown)
