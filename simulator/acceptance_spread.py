@@ -101,3 +101,21 @@ class AcceptanceSpread:
 
     def forget(self, request: int) -> None:
         self._survival.pop(request, None)
+
+
+def mean_survival(means: np.ndarray, sds: np.ndarray, probs: np.ndarray, drop: float, nodes: int = 256
+                  ) -> np.ndarray:
+    """E over a request's a of its run-length survival C[t, j-1] (tasks x k): what the per-request draws average
+    to, for the saturation estimate. Midpoint rule on the Beta's quantiles, (i + 1/2) / nodes; a task without
+    spread gives its own row's cumprod exactly."""
+    out = np.cumprod(np.clip(probs - drop, 0.0, 1.0), axis=1)
+    spread = AcceptanceSpread(means, sds, probs, drop, np.random.SeedSequence(0))
+    quantiles = (np.arange(nodes) + 0.5) / nodes
+    for task, params in enumerate(spread.beta):
+        if params is None:
+            continue
+        a = betaincinv(params[0], params[1], quantiles)  # (nodes,)
+        power = np.log(a) / math.log(float(means[task]))  # (nodes,); a > 0 at interior quantiles
+        rows = np.clip(probs[task][None, :] ** power[:, None] - drop, 0.0, 1.0)  # (nodes, k)
+        out[task] = np.cumprod(rows, axis=1).mean(axis=0)
+    return out

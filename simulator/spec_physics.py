@@ -49,7 +49,7 @@ import numpy as np
 
 # spec_controller.py is pure Python (no torch): importing it keeps one rule for engine and simulator.
 from real_engine.spec_controller import AdaptiveK, ControllerConfig, SpecCosts, best_k
-from simulator.acceptance_spread import AcceptanceSpread, replica_key
+from simulator.acceptance_spread import AcceptanceSpread, mean_survival, replica_key
 from simulator.engine_rules import follows_real_engine
 from simulator.step_model import DecodeBatch
 from simulator.strategy import PROMPT_LOOKUP_PREFIX, SpeculativeSpec
@@ -66,6 +66,25 @@ def acceptance_table(profile: Any, tasks: Sequence[str], k: int, prompt_lookup: 
     return np.clip(_raw_table(acceptance_entries(profile, tasks, k, prompt_lookup), k) - drop, 0.0, 1.0)
 
 
+def expected_survival(profile: Any, tasks: Sequence[str], k: int, prompt_lookup: bool, drop: float) -> np.ndarray:
+    """C[t, j-1] = P(at least j of k drafts accepted), averaged over requests where the profile has a spread
+    (the per-request draws' mean law); else the cumprod of ``acceptance_table``, bit for bit."""
+    entries = acceptance_entries(profile, tasks, k, prompt_lookup)
+    table = _raw_table(entries, k)
+    means, sds = _spreads(entries)
+    if not (sds > 0).any():
+        return np.cumprod(np.clip(table - drop, 0.0, 1.0), axis=1)
+    return mean_survival(means, sds, table, drop)
+
+
+def _spreads(entries: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
+    """(mean a, between-prompt sd) per task; sd 0 where absent, or where a = 0 or 1 (no law spreads around it)."""
+    sds = np.array([float(getattr(e, "between_prompt_sd", None) or 0.0) for e in entries])
+    means = np.array([float(e.mean) for e in entries])
+    sds[(means <= 0.0) | (means >= 1.0)] = 0.0
+    return means, sds
+
+
 def _raw_table(entries: Sequence[Any], k: int) -> np.ndarray:
     table = np.empty((len(entries), k))
     for row, entry in enumerate(entries):
@@ -79,9 +98,7 @@ def acceptance_spread(entries: Sequence[Any], k: int, drop: float, rng: np.rando
                       ) -> AcceptanceSpread | None:
     """Per-request acceptance where some task's entry has a between-prompt spread; None (one a per task,
     as before) where none has."""
-    sds = np.array([float(getattr(e, "between_prompt_sd", None) or 0.0) for e in entries])
-    means = np.array([float(e.mean) for e in entries])
-    sds[(means <= 0.0) | (means >= 1.0)] = 0.0  # a = 0 or 1 exactly: no law on [0, 1] spreads around it
+    means, sds = _spreads(entries)
     if not (sds > 0).any():
         return None
     return AcceptanceSpread(means, sds, _raw_table(entries, k), drop, replica_key(rng))

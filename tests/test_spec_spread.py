@@ -139,3 +139,20 @@ def test_simulated_records_absent_field_identical_and_spread_widens_tpot(scenari
         return np.array([r.accepted_tokens / (r.draft_rounds * 4) for r in records if r.draft_rounds >= 5])
 
     assert per_request_acceptance(spread).std() > 1.5 * per_request_acceptance(plain).std()
+
+
+def test_expected_survival_is_the_mean_of_the_per_request_draws():
+    """The saturation estimate's tokens per round (path_capacity) = the mean of what the simulator draws."""
+    from simulator.spec_physics import expected_survival
+
+    k, n = 4, 40_000
+    profile = with_spread(TINY, 0.11, tasks={"code"})
+    expected = 1 + expected_survival(profile, ["code"], k, False, 0.0)[0].sum()
+    physics = SpeculativePhysics(SpeculativeSpec(k=k), profile, ["code"], np.random.default_rng(4))
+    decodes = DecodeBatch.of([Decode(r, 0, 100, 1000) for r in range(n)])
+    emitted = physics.draw(decodes, physics.choose(decodes)) + 1
+    assert abs(emitted.mean() - expected) < 4 * emitted.std(ddof=1) / math.sqrt(n)
+    # without a spread: the cumprod of the task's table, bit for bit (the estimate as before)
+    plain = expected_survival(TINY, ["code", "math"], k, False, 0.05)
+    table = np.clip(np.array([TINY.acceptance_for(t, k).per_position for t in ("code", "math")]) - 0.05, 0, 1)
+    assert plain.tolist() == np.cumprod(table, axis=1).tolist()
