@@ -44,7 +44,7 @@ from real_engine.spec_controller import SpecCosts, best_k
 from simulator.capacity import Saturation
 from simulator.costs import IterationCost
 from simulator.path_step import _Transforms
-from simulator.spec_physics import acceptance_table, linear_verify
+from simulator.spec_physics import expected_survival, linear_verify
 from simulator.strategy import StrategySpec, check_against_profile
 from simulator.tier_physics import TierPhysics
 
@@ -55,7 +55,8 @@ def tokens_per_round(profile: Any, spec: Any, tasks: list[tuple[str, float]], k:
         return 1.0
     names = [name for name, _ in tasks]
     weights = np.array([w for _, w in tasks], dtype=float)
-    survival = np.cumprod(acceptance_table(profile, names, k, spec.proposer == "prompt_lookup", drop), axis=1)
+    # averaged over the per-request acceptance where the profile has a between-prompt spread
+    survival = expected_survival(profile, names, k, spec.proposer == "prompt_lookup", drop)
     per_task = 1.0 + survival.sum(axis=1)
     return float(weights @ per_task / weights.sum())
 
