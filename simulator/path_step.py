@@ -136,6 +136,11 @@ class PathStep:
             factor = 1.0 if self.spec is None else self.spec.round_factor(int(ks.max()))
             base_ms = factor * self._decode_ms(decodes)
             decode_merge *= factor
+            comp = self.transforms.compression
+            if self.spec is not None and comp is not None and comp.decode_extra is not None and self.sp is None:
+                # dequantization is the verify's alone (its B(K+1) rows), not every pass's (compression_physics)
+                extra = float(comp.decode_extra.extra_ms(batch, decodes.total_context))
+                base_ms += comp.round_extra_ms(batch, decodes.total_context, int(ks.max())) - factor * extra
         else:
             base_ms = self.cost._prefill_fixed_ms
         draft_ms = draft_merge = 0.0
