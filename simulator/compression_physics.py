@@ -21,6 +21,8 @@ A mode of the profile's ``compression`` section changes three things:
   the prefix), so where the profile has it per measured length (prefill_overhead_points) the factor
   is interpolated linearly at the chunk's context + new tokens (held flat outside the measured
   lengths). A profile without either (older ones) leaves prefill unchanged;
+  With speculation (simulator/path_step.py) the round's passes are priced on the full-precision step and
+  only the verify pass adds dequantization (``round_extra_ms``), where the ratio scaled every pass;
 - acceptance: a speculative target reading compressed KV accepts fewer draft tokens; every
   per-position acceptance drops by acceptance_drop (SEEDS.md 003's negative coupling).
 
@@ -87,6 +89,16 @@ class CompressionPhysics:
                 fixed = decode(batch, 0)
                 return fixed + attention * (decode(batch, total_context) - fixed)
         return compressed
+
+    def round_extra_ms(self, batch: int, total_context: int, k: int) -> float:
+        """Dequantization in one speculative round of ``batch`` sequences at proposal length ``k`` (needs
+        decode_extra): the verify pass runs as B (k + 1) one-token rows of the store's batched decode
+        (real_engine/spec_compressed.py), each row reading its sequence's context, so the rows' and tokens'
+        terms count k + 1 times and the chunk loop (over the longest sequence) once; the draft's passes read
+        its own full-precision KV and dequantize nothing."""
+        if self.decode_extra is None:
+            raise ValueError("round_extra_ms: the mode has no decode_extra")
+        return float(self.decode_extra.extra_ms(batch * (k + 1), total_context * (k + 1)))
 
     def prefill_fn(self, prefill: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
         """prefill_ms(tokens, context) writing into the compressed store: the fixed cost f = prefill(0, 0)

@@ -23,7 +23,7 @@ from simulator.errors import InputError
 from simulator.path_step import PathStep
 from simulator.profile import CompressionMode, resolve_profile
 from simulator.step_model import Decode
-from simulator.strategy import CompressionSpec, StrategySpec
+from simulator.strategy import CompressionSpec, SpeculativeSpec, StrategySpec
 
 TINY = resolve_profile("cpu-tiny")
 Q = {"q0": 1.0, "q_seq": 0.5, "q_ctx": 0.002, "q_len": 0.004}
@@ -139,3 +139,18 @@ def test_grid_sweep_on_a_small_model_and_resume(small_model, tmp_path):
     assert all(c.value >= 0 and c.source == "fitted" for c in got.coefficients.values())
     # dequantizing 4 x 96 cached tokens per layer is work the paged pool does not do
     assert rows[(PREFIX + "int8", 4, 384)].median_ms > rows[(PREFIX + "fp", 4, 384)].median_ms
+
+
+def _round_s(profile, decodes: list[Decode]) -> float:
+    strategy = StrategySpec(speculative=SpeculativeSpec(k=4), compression=CompressionSpec("int8"))
+    step = PathStep(IterationCost.from_profile(profile), profile, strategy, ["code"], profile.kv_capacity_bytes,
+                    np.random.default_rng(0))
+    return step.step([], decodes, sum(d.context for d in decodes)).seconds
+
+
+def test_speculative_round_dequantizes_in_the_verify_rows_only():
+    decodes = [Decode(0, 0, 1000, 100), Decode(1, 0, 3000, 100)]  # B = 2, S = 4000, K = 4: 10 verify rows
+    # the verify reads 2 x 5 rows' contexts (5 x 4000 tokens), the chunk loop over the longest once (S / B = 2000)
+    extra = 1.0 + 0.5 * 10 + 0.002 * 20_000 + 0.004 * 2000  # = 54 ms; the draft's 4 passes add none
+    plain = _round_s(_profile(None, ratio=1.0), decodes)  # same rng seed: the same K and acceptance draws
+    assert _round_s(_profile(_extra()), decodes) - plain == pytest.approx(extra / 1000, rel=1e-9)
