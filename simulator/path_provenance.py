@@ -38,11 +38,17 @@ def _speculative(spec: Any, profile: Any, tasks: tuple[str, ...]) -> dict[str, A
         numbers += [_coefficient(f"speculative.verify_by_k.{kk}", c) for kk, c in section.verify_by_k.items()]
     else:
         numbers.append(_coefficient("speculative.verify_cost_ratio", section.verify_cost_ratio))
+    if getattr(section, "draft_prefill_ratio", None) is not None and not lookup:  # the draft's prompt pass
+        numbers.append(_coefficient("speculative.draft_prefill_ratio", section.draft_prefill_ratio))
     for task in tasks:
         key = PROMPT_LOOKUP_PREFIX + task if lookup else task
         entry = profile.acceptance_for(key, k)
         numbers.append({"field": f"acceptance.{key}", "value": entry.mean, "unit": "acceptance rate",
                         "source": entry.source, "k": entry.k})
+        if getattr(entry, "between_prompt_sd", None):  # each request draws its own a (acceptance_spread.py)
+            numbers.append({"field": f"acceptance.{key}.between_prompt_sd", "value": entry.between_prompt_sd,
+                            "unit": "acceptance rate (sd between prompts)", "source": entry.source, "k": entry.k,
+                            "n_prompts": entry.n_prompts})
     return {"parameters": params, "numbers_from": numbers}
 
 
