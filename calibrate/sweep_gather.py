@@ -40,7 +40,7 @@ from simulator.profile import Coefficient, CostModel, PagingLink
 TIERED, PAGED, DIFF = "tier_step", "tier_step_paged", "tier_step_diff"
 GATHER = "gather"  # the profile's paging key (not a link between tiers: the tiered attention's read)
 POINTS = ((1, 256), (1, 1024), (2, 512), (4, 256), (4, 1024))  # (batch, prompt tokens per sequence)
-REPS_FACTOR = 4  # a difference of ~0.2-2 ms between ~5-10 ms steps: more steps than the preset's per point
+REPS_FACTOR = 8  # a difference of ~0.2-2 ms between ~5-10 ms steps under contention: 8x the preset's repetitions
 BLOCK_SIZE = 16  # the paged Engine's default block (tripath serve)
 
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from calibrate.samples import Sample, SampleLog, read_samples
-from calibrate.sweep_gather import GATHER, gather_link, measure_gather, sweep_names
+from calibrate.sweep_gather import GATHER, REPS_FACTOR, gather_link, measure_gather, sweep_names
 from calibrate.sweep_paging import paging_sections
 from calibrate.timer import TimerConfig
 from real_engine.config import PRESETS
@@ -36,7 +36,7 @@ def test_rows_per_point_and_mode(swept):
     # x1 = reads per step (batch x 2 layers), x2 = one layer's prompt bytes (tokens x 128)
     keys = {(s.sweep, s.x1, s.x2) for s in samples}
     assert keys == {(sweep, b * 2, t * 128) for sweep in (TIERED, PAGED, DIFF) for b, t in POINTS}
-    steps = TIMER.reps * 4  # REPS_FACTOR repetitions past the warm-up, one per decode step
+    steps = TIMER.reps * REPS_FACTOR  # repetitions past the warm-up, one per decode step
     assert all(s.reps == steps for s in samples)
     by = {(s.sweep, s.x1): s for s in samples}
     for b, _ in POINTS:
