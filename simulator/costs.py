@@ -14,7 +14,15 @@ model's fixed part stands for the shared pass when decodes are present; each pre
 only its token-dependent work (linear layers and causal attention over its own prompt).
 
 S counts, per sequence, the prompt plus the tokens generated so far: the keys and values the
-decode step's new query attends to.
+decode step's new query attends to. On a profile measured on real_engine (``block_tokens`` set,
+simulator/engine_rules.py) S is the key count that engine's attention gathers instead: every one of
+the B sequences reads the batch's longest context rounded up to whole KV blocks (the rest masked),
+
+    S = B x ceil(max context / block) x block          (``keys``; Σ contexts otherwise)
+
+The decode sweep timed batches of equal contexts, a multiple of the block, where the two agree, so
+the fitted d_ctx is per gathered key; a mixed batch pays for its longest sequence.
+Callers pass the priced S (``keys``, or ``run_keys`` for a run of fixed membership) to the methods.
 
 With the profile's optional ``costs.step_overhead`` (overhead_v1: the served step's host work outside
 the forward, which the forward-only sweeps leave out), every iteration adds it once, at its N
@@ -41,6 +49,7 @@ from typing import Any
 
 import numpy as np
 
+from simulator.engine_rules import decode_block_tokens
 from simulator.formulas import FORMULAS
 from simulator.records import Extrapolations
 
@@ -63,7 +72,12 @@ class IterationCost:
         prefill_domain: tuple[Bounds, Bounds] | None = None,
         decode_domain: tuple[Bounds, Bounds] | None = None,
         overhead_ms: Callable[[Any, Any], float] | None = None,
+        block_tokens: int | None = None,
     ) -> None:
+        if block_tokens is not None and block_tokens < 1:
+            raise ValueError(f"block_tokens must be >= 1 or None, got {block_tokens}")
+        # tokens per KV block when decode attention is padded to the longest context (real_engine), else None
+        self.block_tokens = block_tokens
         self._prefill_ms = prefill_ms
         self._decode_ms = decode_ms
         # (sequences, new_tokens) -> ms once per iteration; None: the profile has no step_overhead
@@ -118,6 +132,7 @@ class IterationCost:
             (tuple(pre.domain[p_tok]), tuple(pre.domain[p_ctx])),
             (tuple(dec.domain[d_batch]), tuple(dec.domain[d_ctx])),
             overhead,
+            decode_block_tokens(profile),
         )
 
     @classmethod
@@ -135,6 +150,23 @@ class IterationCost:
             return decode_fixed_ms + decode_ms_per_seq * batch + decode_ms_per_context_token * total_context
 
         return cls(prefill, decode)
+
+    def keys(self, batch: int, total_context: int, longest: int) -> int:
+        """The S a decode step of ``batch`` sequences is priced at: Σ contexts (``total_context``), or with
+        padded attention B x ``longest`` rounded up to whole blocks (``longest``: the batch's largest context)."""
+        block = self.block_tokens
+        if block is None:
+            return total_context
+        return batch * (-(-longest // block) * block)
+
+    def run_keys(self, batch: int, total_context: int, longest: int, count: int) -> np.ndarray:
+        """``keys`` of ``count`` consecutive decode steps of a fixed batch: each sequence gains a token per step,
+        so Σ grows by ``batch`` and the longest context by 1 (its padded count by whole blocks, in steps)."""
+        block = self.block_tokens
+        if block is None:
+            return np.arange(total_context, total_context + batch * count, batch)
+        longest_j = np.arange(longest, longest + count)
+        return batch * (-(-longest_j // block) * block)
 
     def decode_s(self, batch: int, total_context: np.ndarray) -> np.ndarray:
         """Seconds of decode-only iterations of ``batch`` sequences, one per total_context value.
@@ -174,6 +206,15 @@ class IterationCost:
         if hi != math.inf:
             last = min(last, math.floor((hi - first_context) / batch))
         self.decode_outside += iterations - max(0, last - first + 1)
+
+    def count_decode_keys(self, batch: int, keys: np.ndarray) -> None:
+        """Record decode queries that were used at these S values (``run_keys``; any order)."""
+        lo, hi = self._dec_ctx
+        self.decode_queries += len(keys)
+        if not self._dec_batch[0] <= batch <= self._dec_batch[1]:
+            self.decode_outside += len(keys)
+            return
+        self.decode_outside += int(np.count_nonzero((keys < lo) | (keys > hi)))
 
     def mixed_s(self, prompts: Sequence[int], batch: int, total_context: int) -> float:
         """Seconds of an iteration that prefills ``prompts`` while ``batch`` sequences decode."""

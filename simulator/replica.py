@@ -110,6 +110,11 @@ class Replica:
         self._running: list[tuple[int, int]] = []  # heap of (iteration count at which it finishes, request)
         self._iteration = 0  # iterations completed so far
         self._context = 0  # tokens held by the running sequences (prompt + generated so far)
+        # padded decode attention (cost.block_tokens, real_engine): the longest context prices a step. A
+        # sequence admitted in iteration a holds prompt + (i - a) tokens at iteration i, so per request
+        # prompt - a is kept and the longest is i + the largest of those (found once per run, O(batch)).
+        self._pads = cost.block_tokens is not None
+        self._offset: dict[int, int] = {}
         self.kv_used = 0
         self.peak_kv = 0
         self.routed = 0
@@ -148,12 +153,12 @@ class Replica:
                 yield from self._sleep()
             start = self.env.now
             admitted = self._admit(start)
+            keys = self._keys()
             if admitted:
-                cost = self.cost.mixed_s([self.ledger.prompt[i] for i in admitted], len(self._running),
-                                         self._context)
+                cost = self.cost.mixed_s([self.ledger.prompt[i] for i in admitted], len(self._running), keys)
             else:
-                cost = self.cost.decode_s(len(self._running), np.array([self._context]))[0]
-                self.cost.count_decodes(len(self._running), self._context, 1)
+                cost = self.cost.decode_s(len(self._running), np.array([keys]))[0]
+                self.cost.count_decodes(len(self._running), keys, 1)
             end = float(start + cost)
             self.runs += 1
             yield self.env.at(end)
@@ -175,8 +180,26 @@ class Replica:
                 run.cut(self.env.now)
                 yield self.env.at(run.end)
             self._run = None
-            self.cost.count_decodes(run.batch, run.decode_context, run.iterations - run.mixed)
+            if self._pads:
+                decodes = run.iterations - run.mixed
+                self.cost.count_decode_keys(run.batch, self.cost.run_keys(run.batch, run.decode_context,
+                                                                          run.decode_longest, decodes))
+            else:
+                self.cost.count_decodes(run.batch, run.decode_context, run.iterations - run.mixed)
             self._complete(admitted, run.iterations, run.first_end, run.end)
+
+    def _longest(self) -> int:
+        """The largest context among the running sequences now (0 when none, or when nothing pads)."""
+        if not self._pads or not self._running:
+            return 0
+        offset = self._offset
+        return self._iteration + max(offset[request] for _, request in self._running)
+
+    def _keys(self) -> int:
+        """The S the running sequences' next decode step is priced at (IterationCost.keys)."""
+        if not self._pads:
+            return self._context
+        return self.cost.keys(len(self._running), self._context, self._longest())
 
     def _sleep(self) -> Generator[simpy.Event, None, None]:
         if self._busy_since is not None:
@@ -231,11 +254,15 @@ class Replica:
         # interrupted by the router if a request does come its way (Replica.enqueue).
         watch = open_to_arrivals and self._expects_next_arrival(self.index)
         next_arrival = self._next_arrival() if watch else math.inf
-        run = Run(start, batch, self._context)
+        longest = self._longest()
+        run = Run(start, batch, self._context, longest)
         if admitted:
             prompts = [ledger.prompt[i] for i in admitted]
             growth = batch_before + sum(prompts) + len(admitted)  # a token per decode; prompt + first token
-            run.add_mixed(cost.mixed_s(prompts, batch_before, self._context), growth)
+            keys = cost.keys(batch_before, self._context, longest) if self._pads else self._context
+            # after it: the running ones hold a token more, the admitted ones prompt + their first token
+            after = max(longest + 1 if batch_before else 0, max(prompts) + 1) if self._pads else 0
+            run.add_mixed(cost.mixed_s(prompts, batch_before, keys), growth, after)
             if limit == 1 or run.end >= next_arrival:
                 return run
         if not watch:
@@ -259,6 +286,8 @@ class Replica:
             ledger.first_token[request] = first_end
             heappush(running, (start_iteration + ledger.output[request], request))
             grown += ledger.prompt[request] + iterations  # prompt + first token, then one per decode
+            if self._pads:
+                self._offset[request] = ledger.prompt[request] - start_iteration
         self._iteration = now_iteration = start_iteration + iterations
         self._context += grown
         while running and running[0][0] == now_iteration:
@@ -266,6 +295,7 @@ class Replica:
             ledger.finish[request] = end
             self.kv_used -= ledger.reserve[request]
             self._context -= ledger.prompt[request] + ledger.output[request]
+            self._offset.pop(request, None)
             self.retired += 1
         if running and running[0][0] < now_iteration:
             # A planning bug, not bad input: a run must stop at its first finish.

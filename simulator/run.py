@@ -4,8 +4,9 @@ No request finishes before the run's last iteration and none can be admitted bef
 so the fast path (simulator/replica.py) advances the whole run in one SimPy event. Its first
 iteration may prefill newly admitted requests (a mixed iteration, costed by IterationCost.mixed_s);
 the rest are decodes of the same ``batch`` sequences, whose total context grows by ``batch`` per
-iteration. Boundaries are a cumulative sum of per-iteration costs: np.cumsum adds left to right,
-so each boundary is the same float the reference reaches by repeated ``now + cost``.
+iteration (and whose longest context by 1: IterationCost.run_keys prices either). Boundaries are a
+cumulative sum of per-iteration costs: np.cumsum adds left to right, so each boundary is the same
+float the reference reaches by repeated ``now + cost``.
 
 A run can be cut short: when a request is routed to its replica mid-run, it ends at its first
 boundary at or after that instant (``cut``), exactly where the reference would admit the request.
@@ -21,10 +22,10 @@ from simulator.costs import IterationCost
 class Run:
     """Boundaries and counts of one run; built by ``add_mixed`` / ``add_decodes``, maybe ``cut``."""
 
-    __slots__ = ("batch", "cuttable", "decode_context", "end", "first_end", "iterations", "mixed", "start",
-                 "_bounds", "_context", "_offset")
+    __slots__ = ("batch", "cuttable", "decode_context", "decode_longest", "end", "first_end", "iterations", "mixed",
+                 "start", "_bounds", "_context", "_longest", "_offset")
 
-    def __init__(self, start: float, batch: int, context: int) -> None:
+    def __init__(self, start: float, batch: int, context: int, longest: int = 0) -> None:
         self.start = start
         self.batch = batch  # sequences decoding in every iteration after a mixed first one
         self.decode_context = context  # total context S at the run's first decode iteration
@@ -34,21 +35,25 @@ class Run:
         self.iterations = 0
         self.cuttable = False  # set when an arrival routed here must interrupt the run
         self._context = context  # S of the next decode iteration to evaluate
+        # the longest context at the first decode / the next one to evaluate (used when attention is padded)
+        self.decode_longest = self._longest = longest
         self._bounds = np.empty(0)  # boundaries of the last evaluated chunk of decodes
         self._offset = 0  # iterations before that chunk
 
-    def add_mixed(self, cost_s: float, context_growth: int) -> None:
-        """The first iteration prefills the admitted requests while the others decode."""
+    def add_mixed(self, cost_s: float, context_growth: int, longest_after: int = 0) -> None:
+        """The first iteration prefills the admitted requests while the others decode; ``longest_after``: the
+        longest context at the decode after it."""
         self.end = self.first_end = float(self.start + cost_s)
         self.mixed = 1
         self.iterations = 1
         self.decode_context += context_growth
         self._context = self.decode_context
+        self.decode_longest = self._longest = longest_after
 
     def add_decodes(self, cost: IterationCost, count: int, next_arrival: float) -> bool:
         """Append up to ``count`` decodes, stopping at the first boundary >= next_arrival (then True)."""
         batch, context = self.batch, self._context
-        contexts = np.arange(context, context + batch * count, batch)  # S of each decode: +batch per step
+        contexts = cost.run_keys(batch, context, self._longest, count)  # S of each decode (Σ: +batch per step)
         bounds = cost.decode_s(batch, contexts)
         bounds[0] += self.end
         bounds.cumsum(out=bounds)  # iteration boundaries, added left to right like now + cost
@@ -62,6 +67,7 @@ class Run:
         self.iterations += used
         self.end = float(bounds[used - 1])
         self._context = context + batch * used
+        self._longest += used
         return arrived
 
     def cut(self, now: float) -> None:

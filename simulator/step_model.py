@@ -56,7 +56,8 @@ class DecodeBatch:
 
     The loop hands the model this instead of one ``Decode`` object per sequence: building a frozen
     object per sequence per iteration was most of the loop's cost at large batches (docs/batching.md,
-    Performance). ``total_context`` is S, the sum of ``contexts``. Iterating or indexing gives
+    Performance). ``total_context`` is the sum of ``contexts`` (the S priced unless the cost model pads
+attention to the longest context: IterationCost.keys). Iterating or indexing gives
     ``Decode`` views, for callers (tests, scripts) that think in sequences.
     """
 
@@ -153,6 +154,8 @@ class BaselineStep:
         decodes = as_batch(decodes)
         batch = len(decodes)
         context = decodes.total_context
+        if batch and self.cost.block_tokens is not None:  # real_engine: attention padded to the longest
+            context = self.cost.keys(batch, context, max(decodes.contexts))
         if prefills:
             if any(p.context_before for p in prefills):
                 seconds = self._chunked_s(prefills, batch, context)
