@@ -139,8 +139,9 @@ class PathStep:
             comp = self.transforms.compression
             if self.spec is not None and comp is not None and comp.decode_extra is not None and self.sp is None:
                 # dequantization is the verify's alone (its B(K+1) rows), not every pass's (compression_physics)
-                extra = float(comp.decode_extra.extra_ms(batch, decodes.total_context))
-                base_ms += comp.round_extra_ms(batch, decodes.total_context, int(ks.max())) - factor * extra
+                priced = self._decode_context(decodes)  # the S inside _decode_ms's (transformed) price
+                extra = float(comp.decode_extra.extra_ms(batch, priced))
+                base_ms += comp.round_extra_ms(batch, priced, int(ks.max())) - factor * extra
         else:
             base_ms = self.cost._prefill_fixed_ms
         draft_ms = draft_merge = 0.0
@@ -186,10 +187,14 @@ class PathStep:
         merge_s = (decode_merge + draft * prefill_merge + draft_merge) / 1000.0
         return StepResult(compute_s + stall_s, emitted, accepted, rounds, stall_s, moved, merge_s)
 
+    def _decode_context(self, decodes: DecodeBatch) -> int:
+        """The S a decode step of these sequences is priced at (_decode_ms and the compressed verify's extra)."""
+        return decodes.total_context
+
     def _decode_ms(self, decodes: DecodeBatch) -> float:
         """One decode step of the iteration's B sequences on the (transformed) cost model."""
         cost, batch = self.cost, len(decodes)
-        context = decodes.total_context
+        context = self._decode_context(decodes)
         cost.count_decodes(batch, context, 1)
         return float(cost._decode_ms(batch, context))
 
