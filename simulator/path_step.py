@@ -53,7 +53,7 @@ def path_cost(cost: IterationCost, compression: CompressionPhysics | None, sp: S
         prefill = sp.prefill_fn(prefill, cost._prefill_fixed_ms)
     # the served step's host work outside the forward (profile costs.step_overhead) is not a path's: kept as is
     out = IterationCost(prefill, decode, (cost._pre_tok, cost._pre_ctx), (cost._dec_batch, cost._dec_ctx),
-                        cost._overhead_ms)
+                        cost._overhead_ms, cost.block_tokens)  # the engine's padded decode keys, if any
     if sp is not None:
         sp.queries = sp.outside = 0  # IterationCost's own sanity check priced a 1-token chunk: not a query
     return out
@@ -188,8 +188,11 @@ class PathStep:
         return StepResult(compute_s + stall_s, emitted, accepted, rounds, stall_s, moved, merge_s)
 
     def _decode_context(self, decodes: DecodeBatch) -> int:
-        """The S a decode step of these sequences is priced at (_decode_ms and the compressed verify's extra)."""
-        return decodes.total_context
+        """The S a decode step of these sequences is priced at (_decode_ms and the compressed verify's extra):
+        Σ contexts, or real_engine's padded key count B x the longest in whole blocks (IterationCost.keys)."""
+        if self.cost.block_tokens is None or not len(decodes):
+            return decodes.total_context
+        return self.cost.keys(len(decodes), decodes.total_context, max(decodes.contexts))
 
     def _decode_ms(self, decodes: DecodeBatch) -> float:
         """One decode step of the iteration's B sequences on the (transformed) cost model."""
