@@ -49,8 +49,10 @@ def _step_s(profile, decodes: list[Decode]) -> float:
 
 
 def test_extra_is_added_to_the_decode_step_by_hand():
-    decodes = [Decode(0, 0, 1000, 4), Decode(1, 0, 3000, 4)]  # B = 2, S = 4000, S / B = 2000
-    extra = 1.0 + 0.5 * 2 + 0.002 * 4000 + 0.004 * 2000  # = 18 ms
+    decodes = [Decode(0, 0, 1000, 4), Decode(1, 0, 3000, 4)]
+    # cpu-tiny is measured: real_engine's attention reads the longest context in whole 16-token blocks
+    # (engine_rules.decode_block_tokens), so B = 2, S = 2 x 3008 = 6016, S / B = 3008
+    extra = 1.0 + 0.5 * 2 + 0.002 * 6016 + 0.004 * 3008  # = 26.064 ms
     with_extra = _step_s(_profile(_extra()), decodes)
     plain = _step_s(_profile(None, ratio=1.0), decodes)  # ratio 1, no extra: the full-precision step
     assert with_extra - plain == pytest.approx(extra / 1000, rel=1e-9)
@@ -149,8 +151,9 @@ def _round_s(profile, decodes: list[Decode]) -> float:
 
 
 def test_speculative_round_dequantizes_in_the_verify_rows_only():
-    decodes = [Decode(0, 0, 1000, 100), Decode(1, 0, 3000, 100)]  # B = 2, S = 4000, K = 4: 10 verify rows
-    # the verify reads 2 x 5 rows' contexts (5 x 4000 tokens), the chunk loop over the longest once (S / B = 2000)
-    extra = 1.0 + 0.5 * 10 + 0.002 * 20_000 + 0.004 * 2000  # = 54 ms; the draft's 4 passes add none
+    # B = 2, K = 4: 10 verify rows; cpu-tiny is measured, so S = 2 x 3008 = 6016 (the longest in 16-token blocks)
+    decodes = [Decode(0, 0, 1000, 100), Decode(1, 0, 3000, 100)]
+    # the verify reads 2 x 5 rows' contexts (5 x 6016 tokens), the chunk loop over the longest once (S / B = 3008)
+    extra = 1.0 + 0.5 * 10 + 0.002 * 30_080 + 0.004 * 3008  # = 78.192 ms; the draft's 4 passes add none
     plain = _round_s(_profile(None, ratio=1.0), decodes)  # same rng seed: the same K and acceptance draws
     assert _round_s(_profile(_extra()), decodes) - plain == pytest.approx(extra / 1000, rel=1e-9)
