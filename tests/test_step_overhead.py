@@ -79,8 +79,9 @@ def test_one_request_pays_x_ms_per_iteration(loop) -> None:
     assert slow.arrival_s == plain.arrival_s
     assert slow.first_token_s - plain.first_token_s == pytest.approx(x / 1000, rel=1e-9)
     assert slow.finish_s - plain.finish_s == pytest.approx(out * x / 1000, rel=1e-9)
-    # and the hand timeline itself: prefill(100, 0), then decode(1, S) at S = 101 .. 109
-    decodes = sum(TINY.decode_ms(1, 100 + j) for j in range(1, out))
+    # and the hand timeline itself: prefill(100, 0), then decode(1, S) at contexts 101 .. 109, which the measured
+    # profile prices at the keys real_engine gathers: whole 16-token blocks, 112 (engine_rules.decode_block_tokens)
+    decodes = sum(TINY.decode_ms(1, -(-(100 + j) // 16) * 16) for j in range(1, out))
     assert slow.first_token_s - slow.arrival_s == pytest.approx((TINY.prefill_ms(100, 0) + x) / 1000, rel=1e-9)
     assert slow.finish_s - slow.first_token_s == pytest.approx((decodes + (out - 1) * x) / 1000, rel=1e-9)
 
