@@ -53,7 +53,7 @@ def test_first_round_adds_c_times_the_prefill_of_prompt_plus_first_token():
     c = 0.265262
     work = float(cost._prefill_ms(2001, 0)) - float(cost._prefill_ms(0, 0))
     assert first - second == pytest.approx(c * work / 1000, rel=1e-9)
-    d = float(cost._decode_ms(1, 2001))
+    d = float(cost._decode_ms(1, 2016))  # measured: real_engine reads the 2001 tokens in whole 16-token blocks
     assert second == pytest.approx((3 * c + 1.0) * d / 1000, rel=1e-9)
 
 
@@ -123,7 +123,8 @@ def test_one_request_measured_profile_ttft_and_first_round_by_hand(r):
     record = _one_request(profile)
     ttft = float(cost._prefill_ms(2000, 0)) / 1000
     assert record.first_token_s - record.arrival_s == pytest.approx(ttft, rel=1e-9)
-    round_ms = (c + SEED.verify_cost_ratio(1)) * float(cost._decode_ms(1, 2001))
+    # measured: a decode step reads the 2001-token context in whole 16-token blocks (engine_rules.decode_block_tokens)
+    round_ms = (c + SEED.verify_cost_ratio(1)) * float(cost._decode_ms(1, 2016))
     catch_up_ms = ratio * (float(cost._prefill_ms(2001, 0)) - float(cost._prefill_ms(0, 0)))
     assert record.finish_s - record.first_token_s == pytest.approx((round_ms + catch_up_ms) / 1000, rel=1e-9)
     assert record.draft_rounds == 1 and record.accepted_tokens == 1
