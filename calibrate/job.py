@@ -142,7 +142,10 @@ def _fingerprint(job: CalibrationJob, device_name: str) -> dict[str, object]:
             "device_name": device_name, "block_size": job.block_size, "threads": job.threads, "clock": clock_of(job),
             "columns": {name: list(s.inputs) for name, s in SWEEPS.items()},
             # only when given, so samples taken without a draft still resume
-            **({"draft": job.draft, "spec": asdict(job.spec)} if job.draft is not None else {}),
+            # (spread_prompts left out: it adds untimed per-prompt count rows under keys of their own, nothing
+            # to mix with rows taken before it existed, so those samples still resume)
+            **({"draft": job.draft, "spec": {k: v for k, v in asdict(job.spec).items() if k != "spread_prompts"}}
+               if job.draft is not None else {}),
             **({"paging": True} if job.paging else {}), **({"seqpar": True} if job.seqpar else {}),
             **({"compression": True} if job.compression else {})}
 
