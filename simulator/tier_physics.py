@@ -20,6 +20,11 @@ start and N tokens read by its sequences (decode contexts + earlier chunks of pr
     time       t = link_ms(device_host) + link_ms(host_ssd)   (SSD pages are staged through host)
     stall      max(0, t - overlap * compute)
 
+This aggregate model is what seed and published profiles get. Where real_engine's rules apply (the
+residency rule below), ``engine_step`` replaces ``iteration``: the engine reads every page of every
+sequence each step and LRU misses every unpinned page once a step's pages exceed the pool
+(simulator/tier_engine_rule.py), which the validation measured and this model missed.
+
 b is kv_bytes_per_token (after compression: fewer bytes, less paging). link_ms is the profile's
 paging_v1 for the link, setup_ms + bytes / bandwidth, one coalesced transfer per link per
 iteration, fitted at the scenario's chunk size where the profile has per-chunk fits; a link with
