@@ -1,6 +1,6 @@
 """Which serving engine's scheduling rules a profile's numbers describe.
 
-The simulator models the engine a profile was measured on. Two rules differ between engines:
+The simulator models the engine a profile was measured on. Three rules differ between engines:
 
 - when the draft model first reads a prompt (real_engine: in the request's first speculative
   round; vLLM-style engines: in the target's prefill step), and
