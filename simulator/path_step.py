@@ -53,7 +53,9 @@ def path_cost(cost: IterationCost, compression: CompressionPhysics | None, sp: S
         prefill = sp.prefill_fn(prefill, cost._prefill_fixed_ms)
     # the served step's host work outside the forward (profile costs.step_overhead) is not a path's: kept as is
     out = IterationCost(prefill, decode, (cost._pre_tok, cost._pre_ctx), (cost._dec_batch, cost._dec_ctx),
-                        cost._overhead_ms, cost.block_tokens)  # the engine's padded decode keys, if any
+                        cost._overhead_ms, None if sp is not None else cost.block_tokens)
+    # block_tokens: the engine's padded decode keys, if any; real_engine's SP engine (seqpar.py) keeps a dense
+    # cache per sequence and reads exactly its own context, so SP prices Σ contexts
     if sp is not None:
         sp.queries = sp.outside = 0  # IterationCost's own sanity check priced a 1-token chunk: not a query
     return out

@@ -146,3 +146,18 @@ def test_padding_never_cheaper_and_changes_mixed_batches() -> None:
     first = next(i for i, (a, b) in enumerate(zip(summed, padded, strict=True)) if a != b)
     assert padded[first].finish_s >= summed[first].finish_s
     assert sum(r.finish_s for r in padded) > sum(r.finish_s for r in summed)
+
+
+def test_paths_keep_the_rule_where_their_engine_pads() -> None:
+    """Compression (the store's batched decode loops to the longest table) keeps the padding; real_engine's SP
+    engine keeps a dense cache per sequence, so SP prices Σ contexts."""
+    from simulator.compression_physics import CompressionPhysics
+    from simulator.path_step import path_cost
+    from simulator.sp_physics import SpPhysics
+
+    tiny = resolve_profile(str(ROOT / "data/profiles/cpu-tiny.json"))
+    cost = IterationCost.from_profile(tiny)
+    compressed = CompressionPhysics(tiny, "int8")
+    assert path_cost(cost, compressed, None).block_tokens == REAL_ENGINE_BLOCK_TOKENS
+    assert path_cost(cost, None, SpPhysics(tiny, 2)).block_tokens is None
+    assert path_cost(cost, compressed, SpPhysics(tiny, 2)).block_tokens is None
