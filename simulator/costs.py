@@ -165,8 +165,9 @@ class IterationCost:
         block = self.block_tokens
         if block is None:
             return np.arange(total_context, total_context + batch * count, batch)
-        longest_j = np.arange(longest, longest + count)
-        return batch * (-(-longest_j // block) * block)
+        # ceil((longest + j) / block) * block * batch, in three array operations (runs are often a few steps)
+        first = longest + block - 1
+        return np.arange(first, first + count) // block * (block * batch)
 
     def decode_s(self, batch: int, total_context: np.ndarray) -> np.ndarray:
         """Seconds of decode-only iterations of ``batch`` sequences, one per total_context value.
@@ -207,14 +208,27 @@ class IterationCost:
             last = min(last, math.floor((hi - first_context) / batch))
         self.decode_outside += iterations - max(0, last - first + 1)
 
-    def count_decode_keys(self, batch: int, keys: np.ndarray) -> None:
-        """Record decode queries that were used at these S values (``run_keys``; any order)."""
-        lo, hi = self._dec_ctx
-        self.decode_queries += len(keys)
-        if not self._dec_batch[0] <= batch <= self._dec_batch[1]:
-            self.decode_outside += len(keys)
+    def count_run(self, batch: int, total_context: int, longest: int, iterations: int) -> None:
+        """``count_decodes`` for the S values ``run_keys`` gives (padded: in closed form too).
+
+        Padded, step j reads batch x m_j x block keys, m_j = ceil((longest + j) / block), nondecreasing in j; it
+        is inside [lo, hi] while m_lo <= m_j <= m_hi, m_lo = ceil(lo / (batch block)), m_hi = floor(hi / (batch
+        block)), i.e. for (m_lo - 1) block - longest < j <= m_hi block - longest.
+        """
+        block = self.block_tokens
+        if block is None:
+            self.count_decodes(batch, total_context, iterations)
             return
-        self.decode_outside += int(np.count_nonzero((keys < lo) | (keys > hi)))
+        self.decode_queries += iterations
+        lo, hi = self._dec_ctx
+        if not self._dec_batch[0] <= batch <= self._dec_batch[1] or iterations <= 0:
+            self.decode_outside += max(iterations, 0)
+            return
+        first = 0 if lo == -math.inf else max(0, (math.ceil(lo / (batch * block)) - 1) * block - longest + 1)
+        last = iterations - 1
+        if hi != math.inf:
+            last = min(last, math.floor(hi / (batch * block)) * block - longest)
+        self.decode_outside += iterations - max(0, last - first + 1)
 
     def mixed_s(self, prompts: Sequence[int], batch: int, total_context: int) -> float:
         """Seconds of an iteration that prefills ``prompts`` while ``batch`` sequences decode."""

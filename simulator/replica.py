@@ -180,12 +180,7 @@ class Replica:
                 run.cut(self.env.now)
                 yield self.env.at(run.end)
             self._run = None
-            if self._pads:
-                decodes = run.iterations - run.mixed
-                self.cost.count_decode_keys(run.batch, self.cost.run_keys(run.batch, run.decode_context,
-                                                                          run.decode_longest, decodes))
-            else:
-                self.cost.count_decodes(run.batch, run.decode_context, run.iterations - run.mixed)
+            self.cost.count_run(run.batch, run.decode_context, run.decode_longest, run.iterations - run.mixed)
             self._complete(admitted, run.iterations, run.first_end, run.end)
 
     def _longest(self) -> int:

@@ -161,3 +161,26 @@ def test_paths_keep_the_rule_where_their_engine_pads() -> None:
     assert path_cost(cost, compressed, None).block_tokens == REAL_ENGINE_BLOCK_TOKENS
     assert path_cost(cost, None, SpPhysics(tiny, 2)).block_tokens is None
     assert path_cost(cost, compressed, SpPhysics(tiny, 2)).block_tokens is None
+
+
+def test_run_counts_in_closed_form_equal_counting_each_step() -> None:
+    """count_run's closed form (padded S is a staircase, not a progression) against counting step by step."""
+    rng = np.random.default_rng(7)
+
+    def decode(batch, total_context):
+        return 1.0 + batch + 0.01 * total_context
+
+    for _ in range(300):
+        lo, hi = sorted(float(x) for x in rng.integers(0, 3000, 2))
+        blo, bhi = sorted(int(x) for x in rng.integers(1, 12, 2))
+        batch, longest, n = int(rng.integers(1, 12)), int(rng.integers(1, 400)), int(rng.integers(0, 200))
+        for block in (None, 16, 5):
+            run = IterationCost(lambda t, c: 1.0 + t, decode, ((-np.inf, np.inf), (-np.inf, np.inf)),
+                                ((blo, bhi), (lo, hi)), block_tokens=block)
+            each = IterationCost(lambda t, c: 1.0 + t, decode, ((-np.inf, np.inf), (-np.inf, np.inf)),
+                                 ((blo, bhi), (lo, hi)), block_tokens=block)
+            total = batch * longest - int(rng.integers(0, batch))
+            run.count_run(batch, total, longest, n)
+            for s in run.run_keys(batch, total, longest, n).tolist():
+                each.count_decodes(batch, s, 1)
+            assert (run.decode_queries, run.decode_outside) == (each.decode_queries, each.decode_outside)
