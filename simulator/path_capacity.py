@@ -22,7 +22,9 @@ prompt P and output O tokens, with b the profile's KV bytes per token and C one 
 decode' and prefill' are the transformed cost model (compression's decode overhead; SP's split,
 speedup and merge: path_step.path_cost). paging(S) is TierPhysics.iteration for a decode
 iteration holding S live tokens that reads all of them and writes B* x E: in steady state the whole
-off-device share of the KV is paged in every iteration (tier_physics.py), with overlap 0. With
+off-device share of the KV is paged in every iteration (tier_physics.py), with overlap 0; where
+real_engine's tier rule applies (measured profiles), TierPhysics.engine_step of B* sequences at the
+mean context instead (the tiered read's extra plus page moves per step). With
 adaptive K the estimate takes the K in 1..K_max that maximises E(K) / f(K) (the controller's
 objective), or plain decoding (K = 0) when that best speedup is below the controller's exit
 threshold (1, or S*(fallback_acceptance)).
@@ -117,7 +119,13 @@ def path_saturation(scenario: Any, profile: Any, mean_prompt: float, mean_output
     paging_ms = 0.0
     if tiers is not None:
         live = round(context)
-        paging_ms = 1000.0 * tiers.iteration(live, live, round(batch * per_round))[0]
+        if tiers.rule is not None:
+            # real_engine's per-step rule (tier_engine_rule.py): every page of every sequence read each step,
+            # each sequence at the mean context
+            each = [max(1, round(context / batch))] * batch
+            paging_ms = 1000.0 * tiers.engine_step(each, each, live)[0]
+        else:
+            paging_ms = 1000.0 * tiers.iteration(live, live, round(batch * per_round))[0]
     round_ms = factor * float(cost._decode_ms(batch, context)) + paging_ms
     if cost._overhead_ms is not None:  # the profile's step_overhead: once per round (one engine step)
         round_ms += cost.overhead_ms(batch, round(batch * (1 + k)))

@@ -71,6 +71,9 @@ def test_compression_bytes_per_token_and_decode_overhead():
     if mode.decode_extra is not None:  # a (batch, context) fit: its extra ms is added instead (dequant_cost.py)
         q = {n: c.value for n, c in mode.decode_extra.coefficients.items()}
         decode = TINY.decode_ms(batch, s) + q["q0"] + q["q_seq"] * batch + q["q_ctx"] * s + q["q_len"] * s / batch
+    if "step_overhead" in TINY.costs:  # overhead_v1, once per decode step of B sequences adding B tokens
+        o = {n: c.value for n, c in TINY.costs["step_overhead"].coefficients.items()}
+        decode += o["o0"] + o["o_seq"] * batch + o["o_tok"] * batch
     ms = (O - 1) * decode + batch * pre * (TINY.prefill_ms(P, 0) - fixed)
     assert sat.requests_per_s_per_replica == pytest.approx(1000 * batch / ms, rel=1e-12)
 
@@ -161,3 +164,21 @@ def test_load_fraction_half_is_stable_and_one_and_a_half_is_not():
     assert last < service
     first, last, service = _queueing_fifths(1.5)
     assert last > 5 * max(first, service)
+
+
+def test_tiered_on_a_measured_profile_prices_the_engine_rule():
+    """cpu-tiny (measured: real_engine's tier rule): the estimate's paging per round is the tiered read's extra
+    of B* sequences at the mean context (6 layers, each read once per step), and nothing moves while every
+    page fits the device pool; by hand from paging.gather's paging_v1 fit."""
+    scenario = scenario_from_dict(_data("cpu-tiny", {"tiered": {"host_capacity_gib": 1.0, "ssd_capacity_gib": 0.0,
+                                                                   "chunk_tokens": 256}}))
+    sat = path_saturation(scenario, TINY, P, O, 1, 12, int(TINY.kv_capacity_bytes))  # max batch 12
+    batch = sat.batch
+    assert batch == 12
+    each = round(batch * (P + (O + 1) / 2) / batch)
+    layers, per_token = 6, 3072 / 6  # one layer's K and V of one token
+    device_pages = int(TINY.kv_capacity_bytes) // 3072 * layers // 256
+    assert layers * batch * math.ceil(each / 256) <= device_pages  # all resident: no misses, no moves
+    gather = TINY.paging["gather"].cost_for(256).coefficients
+    one_read = gather["setup_ms"].value + each * per_token / (gather["bandwidth_gbps"].value * 1e6)
+    assert sat.detail["paging_ms_per_round"] == pytest.approx(batch * layers * one_read, rel=1e-9)
