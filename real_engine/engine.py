@@ -127,6 +127,7 @@ class Engine:
         sampling_seqs: list[Sequence] = []
         prefill_seqs = prefill_tokens = decode_seqs = context = 0
         admitted: list[int] = []
+        shapes: list[tuple[int, int]] = []  # (cached, new) per sequence: StepRecord.chunk_shapes
         for ch in plan.chunks:
             seq, n = ch.seq, ch.num_new
             if not seq.admitted:
@@ -139,6 +140,7 @@ class Engine:
                 prefill_tokens += n
             token_ids += seq.token_slice(seq.num_computed, seq.num_computed + n)
             chunks.append(SequenceChunk(seq.num_computed, n, self.kv_manager.block_table(seq.request_id)))
+            shapes.append((seq.num_computed, n))
             context += seq.num_computed + n
             if seq.num_computed + n == seq.num_tokens:
                 sampled_rows.append(len(token_ids) - 1)
@@ -197,6 +199,7 @@ class Engine:
             admitted=tuple(admitted),
             first_tokens=tuple(first),
             finished=tuple(finished),
+            chunk_shapes=tuple(shapes),
             **paging,
         )
 
