@@ -45,7 +45,7 @@ CLOCK_TEXT = {"cuda-events": "CUDA events", "wall": "wall time (perf_counter)",
 GPU_MEMORY_UTILISATION = 0.9  # vLLM's default share of device memory for weights + KV
 SERVE_KV_TOKENS = 1024 * 16  # `tripath serve` defaults: --num-blocks 1024 x --block-size 16
 # --refresh NAME: the samples CSV rows (sweep-name prefixes) that sweep writes, and the job switch it needs
-REFRESH_PREFIXES = {"compression": ("comp_",), "seqpar": ("seqpar_",), "paging": ("paging", "tier_step"),
+REFRESH_PREFIXES = {"compression": ("comp_",), "seqpar": ("seqpar_",), "paging": ("paging", "tier_step", "tier_miss"),
                     "speculative": ("spec_",)}
 REFRESH_SWITCH = {"compression": "compression", "seqpar": "seqpar", "paging": "paging", "speculative": "draft"}
 
