@@ -125,8 +125,12 @@ def timed_step(engine: Any, clock: Callable[[], float], t0: float, steps: list[A
         times[rid]["admitted_s"] = start
     for rid in rec.first_tokens:
         times[rid]["first_token_s"] = end
+    counters = getattr(engine, "request_counters", None)  # the SpeculativeEngine's, per request
     for rid in rec.finished:
         times[rid]["finish_s"] = end
+        if counters is not None and rid in counters:  # read before release() drops them
+            times[rid]["draft_rounds"] = counters[rid].num_drafts
+            times[rid]["accepted_tokens"] = counters[rid].num_accepted_tokens
         engine.release(rid)
     return rec
 
@@ -142,5 +146,6 @@ def replay_records(specs: dict[int, RequestSpec], times: dict[int, dict[str, flo
             continue
         t = times[rid]
         out.append(RequestRecord(rid, s.task, s.arrival_s, s.prompt_tokens, s.output_tokens, 0, t["admitted_s"],
-                                 t["first_token_s"], t["finish_s"], COMPLETED, ""))
+                                 t["first_token_s"], t["finish_s"], COMPLETED, "",
+                                 int(t.get("draft_rounds", 0)), int(t.get("accepted_tokens", 0))))
     return out
