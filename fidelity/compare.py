@@ -142,6 +142,40 @@ def path_rows(sim: Mapping[str, tuple[float | None, str]],
     return rows
 
 
+ROUND_STATS = ("mean", "sd", "p10", "p90")
+
+
+def tokens_per_round(records: Sequence[RequestRecord]) -> np.ndarray:
+    """Per completed request with draft rounds: tokens it emitted per round, 1 + accepted / rounds.
+
+    Both sides count only rounds that proposed (K >= 1): the simulator's ledger and the engine's
+    per-request SpecCounters alike, so a last plain step (one token left) is in neither.
+    """
+    done = [r for r in records if r.completed and r.draft_rounds > 0]
+    return np.array([1.0 + r.accepted_tokens / r.draft_rounds for r in done], dtype=float)
+
+
+def round_rows(sim: Sequence[RequestRecord], real: Sequence[RequestRecord]) -> list[ErrorRow]:
+    """The spread over requests of tokens per round (mean, sd, P10, P90), sim vs real; [] unless both
+    sides recorded draft rounds (a speculative scenario whose engine side counted them per request).
+
+    What a request's TPOT spread rests on: a request accepting less pays more rounds per token, so a
+    simulated spread narrower than the served one shows up here before it does in the TPOT tail.
+    """
+    s, r = tokens_per_round(sim), tokens_per_round(real)
+    if s.size < 2 or r.size < 2:
+        return []
+
+    def stat(x: np.ndarray, name: str) -> float:
+        if name == "mean":
+            return float(x.mean())
+        if name == "sd":
+            return float(x.std(ddof=1))
+        return float(np.percentile(x, float(name[1:])))
+
+    return [row("tokens_per_round_request", name, "tokens", stat(s, name), stat(r, name)) for name in ROUND_STATS]
+
+
 def compare(sim: Sequence[RequestRecord], real: Sequence[RequestRecord],
             sim_paths: Mapping[str, tuple[float | None, str]] | None = None,
             real_paths: Mapping[str, tuple[float | None, str]] | None = None,
@@ -152,7 +186,8 @@ def compare(sim: Sequence[RequestRecord], real: Sequence[RequestRecord],
     attached to the rows it names; rows it does not name (path means) carry none.
     """
     check_same_requests(sim, real)
-    rows = latency_rows(sim, real) + throughput_rows(sim, real) + path_rows(sim_paths or {}, real_paths or {})
+    rows = (latency_rows(sim, real) + throughput_rows(sim, real) + path_rows(sim_paths or {}, real_paths or {})
+            + round_rows(sim, real))
     if not real_ci:
         return rows
     return [replace(r, real_ci=_finite_pair(real_ci.get((r.metric, r.stat)))) for r in rows]
