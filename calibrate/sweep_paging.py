@@ -14,7 +14,8 @@ index in ``LINKS``, x2 = bytes moved; times in ms (median / min / max of the rep
 Profile keys: the four directions, plus the simulator's two link names (``device_host``,
 ``host_ssd``; simulator/profile_schema.py) fitted to both directions' samples together, and
 ``gather`` (the tiered Engine's per-step read over the paged Engine's, calibrate/sweep_gather.py)
-where the sweep was given the model. Each
+and ``miss_host`` / ``miss_ssd`` / ``miss_direct`` (its steps that miss pages over the same steps all
+resident, calibrate/sweep_tier_miss.py) where the sweep was given the model. Each
 link's ``cost`` is fitted to the main chunk size; with more than one chunk size measured,
 ``by_chunk_tokens`` holds paging_v1 fitted per chunk size. At one chunk size the bytes of N pages
 are N x page bytes, so a per-page setup cost cannot be told from bandwidth: it shows as a lower
@@ -35,6 +36,7 @@ import torch
 from calibrate.fit import fit_formula
 from calibrate.samples import Sample, SampleLog
 from calibrate.sweep_gather import GATHER, gather_link, measure_gather
+from calibrate.sweep_tier_miss import measure_misses, miss_links
 from calibrate.timer import TimerConfig
 from real_engine.config import ModelConfig
 from real_engine.model import LlamaModel
@@ -101,6 +103,7 @@ def measure_paging(config: ModelConfig, dtype: torch.dtype, device: torch.device
     measured = 0
     if model is not None:
         measured += measure_gather(model, timer, log, chunk_tokens, more_chunks=more_chunks)
+        measured += measure_misses(model, timer, log, chunk_tokens, ssd_dir=ssd_dir)
     for chunk in dict.fromkeys((chunk_tokens, *more_chunks)):
         measured += _measure_chunk(config, dtype, device, timer, log, page_counts, chunk,
                                    sweep_name(chunk, chunk_tokens), ssd_dir)
@@ -201,4 +204,5 @@ def paging_sections(samples: list[Sample], kv_bytes_per_token: int, statistic: s
     gather = gather_link(samples, kv_bytes_per_token, what, main_chunk)
     if gather is not None:  # only where the sweep timed the Engine (measure_paging's model)
         out[GATHER] = gather
+    out.update(miss_links(samples, kv_bytes_per_token, main_chunk, what))  # likewise (sweep_tier_miss.py)
     return out

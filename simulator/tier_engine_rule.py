@@ -31,6 +31,14 @@ Measured on real_engine (docs/tiered_kv.md, "What the engine does per step"):
    ...) where present, else its simulator link (device_host, host_ssd) for both directions, at the
    scenario's chunk size. The paging sweep times cold pages (calibrate/sweep_paging.py), as the engine
    moves them. No overlap: on a CPU the fetch-ahead thread competes with the model for the same cores.
+5. **Measured misses replace the link copies** where the profile has them: ``paging.miss_{kind}``
+   (calibrate/sweep_tier_miss.py) times tiered Engine decode steps that miss a known number of pages
+   against the same steps with every page resident, wall clock, one fit per set of links a miss
+   crosses (kind ``host``: device<->host; ``ssd``: all four links, the host full; ``direct``: no host).
+   A step's moves then cost miss_{kind}(m x page bytes) = setup_ms + m x page bytes / bandwidth (one
+   setup per step that misses, none otherwise): the copies, the files, the eviction chain and the main
+   thread's wait on the fetch-ahead thread, which the bare copies of rule 4 leave out (a step with 12
+   misses stalled 5.7 ms in wall time against 0.4 ms priced by rule 4, docs/tiered_kv.md).
 """
 
 from __future__ import annotations
@@ -41,8 +49,14 @@ from typing import Any
 from simulator.strategy import DEVICE_HOST, HOST_SSD
 
 GATHER = "gather"  # calibrate/sweep_gather.py's profile key
+MISS_KINDS = ("host", "ssd", "direct")  # the links a miss crosses (rule 5)
 DIRECTIONS = {"device->host": DEVICE_HOST, "host->device": DEVICE_HOST, "host->ssd": HOST_SSD,
               "ssd->host": HOST_SSD}
+
+
+def miss_key(kind: str) -> str:
+    """The profile's paging key of the measured misses crossing ``kind``'s links (rule 5)."""
+    return f"miss_{kind}"
 
 
 class EngineTierRule:
@@ -59,6 +73,7 @@ class EngineTierRule:
         self.gather = paging[GATHER].cost_for(chunk) if GATHER in paging else None
         self.page_ms = {d: paging[d if d in paging else link].cost_for(chunk).evaluate(bytes=self.page_bytes)
                         for d, link in DIRECTIONS.items() if d in paging or link in paging}
+        self.miss = {kind: paging[miss_key(kind)].cost_for(chunk) for kind in MISS_KINDS if miss_key(kind) in paging}
 
     def pinned(self, n: int) -> int:
         """Chunks of one layer that hold a sink token or a window token (tiered_cache.TieredKVCache.pinned)."""
@@ -94,6 +109,12 @@ class EngineTierRule:
             out.update({"host->ssd": missed, "ssd->host": missed})
         return out
 
+    def miss_kind(self, off: int) -> str:
+        """Which links a miss crosses with ``off`` pages off the device (rule 3)."""
+        if self.host_pages == 0:
+            return "direct"
+        return "ssd" if off >= self.host_pages else "host"
+
     def step_ms(self, reads: Sequence[int], held: Sequence[int]) -> tuple[float, float, dict[str, int]]:
         """(read ms, move ms, bytes per simulator link) of one step; ranks move their shards in parallel."""
         missed, off = self.misses(reads, held)
@@ -101,6 +122,9 @@ class EngineTierRule:
         # a direction the profile lacks moves only where the scenario has no such tier (check_against_profile
         # requires host_ssd for an SSD tier): such a step would fault on the engine, it is not priced here
         move_ms = sum(count * self.page_ms.get(d, 0.0) for d, count in pages.items())
+        kind = self.miss_kind(off)
+        if missed > 0 and kind in self.miss:  # rule 5: the Engine's own step, measured
+            move_ms = self.miss[kind].evaluate(bytes=missed * self.page_bytes)
         moved: dict[str, int] = {}
         for d, count in pages.items():  # the replica's bytes (every rank's shard)
             moved[DIRECTIONS[d]] = moved.get(DIRECTIONS[d], 0) + round(count * self.ranks * self.page_bytes)
