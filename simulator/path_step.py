@@ -178,7 +178,8 @@ class PathStep:
             # prompt chunk attends over its own K/V and reads nothing from the cache
             held = [*decodes.contexts, *(p.context_before + p.new_tokens for p in prefills)]
             reads = [*decodes.contexts, *(p.context_before + p.new_tokens for p in prefills if p.context_before)]
-            paging_s, moved = self.tiers.engine_step(reads, held, live_tokens + written)
+            read_s, paging_s, moved = self.tiers.engine_step_split(reads, held, live_tokens + written)
+            compute_s += read_s  # the tiered attention's read extra is compute, paid with nothing moved: not paging
             stall_s = self.tiers.stall_s(paging_s, compute_s)
         elif self.tiers is not None:
             read = decodes.total_context + sum(p.context_before for p in prefills)
