@@ -160,10 +160,18 @@ class TierPhysics:
         """real_engine's tier work of one step (tier_engine_rule.py): paging seconds (the tiered read's extra
         plus page moves, before overlap) and bytes per link; ``reads``/``held``: tokens of each sequence read
         / holding pages after the step's appends; ``live``: tokens held after the step."""
+        read_s, move_s, moved = self.engine_step_split(reads, held, live)
+        return read_s + move_s, moved
+
+    def engine_step_split(self, reads: list[int], held: list[int], live: int) -> tuple[float, float, dict[str, int]]:
+        """``engine_step`` with its two parts apart: (the tiered read's extra over the paged read, s; the page
+        moves, s; bytes per link). The step loop books the read as the step's attention compute and only the
+        moves as paging, the part comparable with the engine's own paging stall beyond a step that moves
+        nothing (fidelity/tier_paging.py)."""
         assert self.rule is not None, "engine_step applies the real engine's rule (residency on)"
         read_ms, move_ms, moved = self.rule.step_ms(reads, held)
         self.live = live
-        return (read_ms + move_ms) / 1000.0, moved
+        return read_ms / 1000.0, move_ms / 1000.0, moved
 
     def stall_s(self, paging_s: float, compute_s: float) -> float:
         """Paging the engine cannot hide behind compute."""
