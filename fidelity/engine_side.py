@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from fidelity.tier_paging import move_stall_ms_per_request
 from fidelity.window_serving import serve_batched
 from real_engine.engine import Engine, EngineConfig
 from real_engine.model import LlamaModel
@@ -192,10 +193,9 @@ def measure(data: dict[str, Any], requests: list[RequestSpec], target: LlamaMode
                                        if counters.num_drafts else None, "draft tokens")
         paths["acceptance"] = (counters.per_token_acceptance, "fraction")
     if "tiered" in data.get("strategy", {}):
-        # as the simulator books it: every request in a step is stalled by that step's paging
+        # as the simulator books it: page moves' stall beyond a step that moves nothing (fidelity/tier_paging.py)
         done = sum(r.completed for r in result.records)
-        stalled = sum(getattr(st, "paging_stall_s", 0.0) * st.batch_size for st in result.steps)
-        paths["paging_ms_per_request"] = (stalled / done * 1000.0 if done else None, "ms")
+        paths["paging_ms_per_request"] = (move_stall_ms_per_request(result.steps, done), "ms")
     busy = sum(step.wall_s for step in result.steps)
     # the share of a core the engine's thread got while stepping: 1.0 on an idle core (contention gauge)
     share = cpu_s / busy if clock == "wall" and busy > 0 else None
