@@ -66,6 +66,12 @@ class StepProbe:
         totals = split_context(total_context, batch)
         return [SequenceChunk(total - 1, 1, table) for total, table in zip(totals, self._tables(totals), strict=True)]
 
+    def chunks_of(self, shapes: list[tuple[int, int]] | tuple[tuple[int, int], ...]) -> list[SequenceChunk]:
+        """A served step's shape, (cached, new) per sequence with the one-token chunks first (as
+        StepRecord.chunk_shapes gives it), on fresh contiguous block tables."""
+        tables = self._tables([cached + new for cached, new in shapes])
+        return [SequenceChunk(cached, new, table) for (cached, new), table in zip(shapes, tables, strict=True)]
+
     @torch.inference_mode()
     def run(self, chunks: list[SequenceChunk]) -> list[int]:
         """One forward as Engine.step runs it; returns the greedy next tokens (forces the device to finish)."""
