@@ -22,13 +22,20 @@ median / min / max over the repetitions:
 first degree's run and reused) and ``seqpar_merge`` (P > 1 only: time in the merge, the slowest rank).
 After each P > 1 prefill the ranks decode ``DECODE_STEPS`` tokens at that context (one query per
 layer: each rank attends its shard, the (out, lse) partials are all-gathered and merged):
-``seqpar_decode`` (ms of one decode step, thread CPU + wait, slowest rank, median over steps),
+``seqpar_decode`` (ms of one decode step, thread CPU + wait, slowest rank, mean over steps: the
+check on what the simulator composes from the split decode, the decode merge and decode_comm),
 ``seqpar_decode_merge`` (ms in the merge per decode step, the engine's merge timer, slowest rank,
 median over steps) and ``seqpar_decode_comm`` (wall ms inside the collectives per decode step,
 the engine's comm timer, mean of the ranks: the rank that computes faster waits longer, and the
-simulator prices the mean rank's compute). The decode merge combines P partials of one query per
-layer, not T = C queries as a prefill's does, so it gets its own fit (the profile's
-``decode_merge``) instead of reusing the prefill merge; ``decode_comm`` is fitted likewise.
+simulator prices the mean rank's compute; MEAN over the steps, and the profile fits the MEDIAN over
+the repetitions, not the minimum: a request's TPOT is the mean of its steps, and the waits vary
+between repetitions on an idle machine too (which core each rank and gloo thread wakes on), so the
+luckiest repetition is not what a served request sees. On the quiet 22:14 UTC calibration the
+repetitions gave 5.17 / 6.16 / 6.22 ms at 512 tokens; the minimum priced seqpar-2's TPOT P50 at
+9.9 ms where the engine took 11.75 ms, see docs/seqpar_wall_time.md).
+The decode merge combines P partials of one query per layer, not T = C queries as a prefill's does,
+so it gets its own fit (the profile's ``decode_merge``) instead of reusing the prefill merge;
+``decode_comm`` is fitted likewise.
 
 The speedup of a row is P = 1's prefill over P's prefill LESS its merge (minimum over the
 repetitions, merge median): the simulator adds merge_ms on top of work / speedup, so a speedup
@@ -73,7 +80,7 @@ def _plain_s(model: LlamaModel, prompt: list[int]) -> float:
 
 
 def _sp_s(model: LlamaModel, prompt: list[int], steps: int = 0) -> tuple[float, float, float, float, float]:
-    """(prefill s, prefill merge s, median decode-step s, median decode-step merge s, median decode-step comm s) on
+    """(prefill s, prefill merge s, mean decode-step s, median decode-step merge s, mean decode-step comm s) on
     this rank: prefill and step = thread CPU + wait in collectives; merge and comm on the engine's wall timers."""
     sp = SequenceParallel(model, SeqParConfig("zigzag"))
     times = sp.times
@@ -90,8 +97,9 @@ def _sp_s(model: LlamaModel, prompt: list[int], steps: int = 0) -> tuple[float, 
         comm_s.append(times.comm_s - talked)
     if not steps:
         return prefill_s, prefill_merge_s, 0.0, 0.0, 0.0
-    return (prefill_s, prefill_merge_s, statistics.median(step_s), statistics.median(merge_s),
-            statistics.median(comm_s))
+    # step and comm: the mean (a request's TPOT averages its steps, and the waits are heavy-tailed)
+    return (prefill_s, prefill_merge_s, statistics.fmean(step_s), statistics.median(merge_s),
+            statistics.fmean(comm_s))
 
 
 def seqpar_worker(rank: int, device: torch.device, config: ModelConfig, lengths: tuple[int, ...],
@@ -210,7 +218,7 @@ def _degree_section(samples: list[Sample], degree: int, what: str, cpus: int) ->
     decode_merge = _decode_model(by_key, "seqpar_decode_merge", "median_ms", degree, what, "merge",
                                  f"log-sum-exp merge of one P = {degree} decode step (one query per layer), "
                                  "slowest rank")
-    decode_comm = _decode_model(by_key, "seqpar_decode_comm", "min_ms", degree, what, "communication",
+    decode_comm = _decode_model(by_key, "seqpar_decode_comm", "median_ms", degree, what, "communication",
                                 f"wall time in the collectives of one P = {degree} decode step (all-gather of (out, "
                                 "lse) per layer, token broadcast), mean of the ranks")
     shared = (f" OVERSUBSCRIBED: {degree} ranks on {cpus} CPUs shared cores; their wall times include waiting "
@@ -224,7 +232,8 @@ def _degree_section(samples: list[Sample], degree: int, what: str, cpus: int) ->
                  f"{DECODE_STEPS} steps after each prefill, the engine's merge timer (wall clock).")
     if decode_comm is not None:
         note += (f" decode_comm: wall time inside the collectives of one decode step, the engine's comm timer, mean "
-                 f"of the ranks, median of {DECODE_STEPS} steps, minimum over the repetitions.")
+                 f"of the ranks, mean of {DECODE_STEPS} steps, median over the repetitions (a request's TPOT is the "
+                 f"mean of its steps; the waits vary between repetitions on an idle machine too).")
     return SpSection(degree, tuple(rows), merge, "measured", note, decode_merge, decode_comm)
 
 
