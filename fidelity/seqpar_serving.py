@@ -16,10 +16,20 @@ too, so the replay counts it; under contention it is inflated like any wall time
 Core share, per rank: thread CPU / wall of its steps OUTSIDE the collectives (inside them the rank
 blocks by design), the fewest of the ranks: 1.00 = every rank had a core of its own while computing.
 The parent process sleeps in spawn's join (0.2 s timeouts; ~0.01 s of CPU over a run, measured).
+That per-rank share barely sees contention in decode: a rank blocked in a collective needs a free
+core to wake on when its peer's data arrives, and that wake-up delay is counted as a wait, not as
+time off a core while computing. Measured at load average 5.9 (other jobs on the 2 cores, 22:43
+UTC, 30 requests): TPOT per request 11-56 ms (median 18 ms); the slowest 10 % of steps took 71 ms,
+62 ms of it inside the collectives with BOTH ranks waiting (thread CPU 8 ms); over the decode
+steps the per-rank share was 0.90-0.94 while their wall was 4.2x their thread CPU. So the
+served core share is also capped by the machine share: 1 - (CPU the rest of the machine used while
+the ranks served, from /proc/stat less the ranks' own process CPU) / (wall x P), the part of the P
+cores the ranks need that other processes left free (None off Linux).
 """
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -54,6 +64,19 @@ class SpReplayClock:
         self.idle += max(0.0, seconds)
 
 
+def machine_busy_s() -> float | None:
+    """CPU seconds every process on the machine has used since boot (/proc/stat, all CPUs; None off Linux).
+
+    Busy = user + nice + system + irq + softirq + steal (a hypervisor's steal is a core taken away too)."""
+    try:
+        with open("/proc/stat") as fh:
+            fields = [int(x) for x in fh.readline().split()[1:9]]
+    except (OSError, ValueError):
+        return None
+    user, nice, system, _idle, _iowait, irq, softirq, steal = fields
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
 @dataclass(frozen=True)
 class RankUse:
     """One rank's time over its steps (prefills and decodes): wall, thread CPU, and the collectives' share."""
@@ -62,6 +85,9 @@ class RankUse:
     cpu_s: float
     comm_s: float  # wall inside collectives (a rank other than 0 also waits there for rank 0 to start a request)
     comm_cpu_s: float  # thread CPU inside collectives
+    process_cpu_s: float = 0.0  # the whole process's CPU over the serving window (gloo's threads too)
+    window_s: float = 0.0  # wall seconds of the serving window (barrier to barrier)
+    machine_busy_s: float | None = None  # the machine's busy CPU seconds over the window (rank 0; else None)
 
     @property
     def core_share(self) -> float | None:
@@ -78,8 +104,21 @@ class SeqParServed:
     ranks: tuple[RankUse, ...]
 
     @property
+    def machine_share(self) -> float | None:
+        """1 - CPU used by other processes over the window / (window x P): the free part of the ranks' P cores."""
+        busy = next((r.machine_busy_s for r in self.ranks if r.machine_busy_s is not None), None)
+        window = max((r.window_s for r in self.ranks), default=0.0)
+        if busy is None or window <= 0:
+            return None
+        foreign = max(0.0, busy - sum(r.process_cpu_s for r in self.ranks))
+        return max(0.0, 1.0 - foreign / (window * len(self.ranks)))
+
+    @property
     def core_share(self) -> float | None:
+        """The fewest rank's share outside its collectives, capped by the machine share (see the module doc)."""
         shares = [s for r in self.ranks if (s := r.core_share) is not None]
+        if (machine := self.machine_share) is not None:
+            shares.append(machine)
         return min(shares) if shares else None
 
 
@@ -100,6 +139,7 @@ def _rank_main(rank: int, device: torch.device, checkpoint: str, degree: int,
     clock, sleep = (replay, replay.sleep) if clock_kind == "cpu" else (time.perf_counter, time.sleep)
     dist.barrier()
     t0 = clock()
+    window, process, busy = time.perf_counter(), time.process_time(), machine_busy_s() if rank == 0 else None
     out = []
     wall = cpu = comm = comm_cpu = 0.0
     for (rid, arrival, _, output_tokens, _), prompt in zip(requests, prompts, strict=True):
@@ -117,7 +157,11 @@ def _rank_main(rank: int, device: torch.device, checkpoint: str, degree: int,
         wall, cpu = wall + time.perf_counter() - w, cpu + time.thread_time() - c
         comm, comm_cpu = comm + sp.times.comm_s, comm_cpu + sp.times.comm_cpu_s
         out.append((rid, admitted, first, finish, sp.times.merge_s, sp.times.comm_wait_s))
-    return (out if rank == 0 else []), RankUse(wall, cpu, comm, comm_cpu)
+    dist.barrier()  # the ranks' windows end together, so the machine's busy time covers both
+    end_busy = machine_busy_s() if busy is not None else None
+    use = RankUse(wall, cpu, comm, comm_cpu, time.process_time() - process, time.perf_counter() - window,
+                  end_busy - busy if end_busy is not None and busy is not None else None)
+    return (out if rank == 0 else []), use
 
 
 def serve_seqpar(checkpoint: str, degree: int, requests: list[RequestSpec], prompts: list[list[int]],
