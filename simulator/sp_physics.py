@@ -27,8 +27,11 @@ same IterationCost arithmetic as the baseline (simulator/path_step.py: path_cost
   layer, the token broadcast), during which a rank waits for its peer and the transport: wall time
   that a compute cost measured in thread CPU time does not contain. Where the profile has a
   ``decode_comm`` model (the seqpar sweep's wall time inside the collectives of one decode step,
-  mean of the ranks, calibrate/sweep_seqpar.py) it is added to each decode iteration at the batch's
-  total context, like the decode merge; profiles without it charge no communication, and
+  mean of the ranks, mean over the steps, median over the repetitions: calibrate/sweep_seqpar.py) it
+  is added to each decode iteration at the batch's total context, like the decode merge. It is an
+  expected value: the engine's per-step waits are heavy-tailed (wake-ups on busy cores), so the
+  simulated per-request TPOT has no spread where the engine's does (docs/seqpar_wall_time.md);
+  profiles without it charge no communication, and
   ``comm_source`` says so. The prefill's collectives are inside its measured wall-clock speedup.
 - merge_ms(C) is the profile's fitted merge model (sp_merge_v1: m0 + m_ctx C) where it has one,
   else its rows' merge_ms interpolated like the speedup.
