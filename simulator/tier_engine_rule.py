@@ -38,7 +38,9 @@ Measured on real_engine (docs/tiered_kv.md, "What the engine does per step"):
    A step's moves then cost miss_{kind}(m x page bytes) = setup_ms + m x page bytes / bandwidth (one
    setup per step that misses, none otherwise): the copies, the files, the eviction chain and the main
    thread's wait on the fetch-ahead thread, which the bare copies of rule 4 leave out (a step with 12
-   misses stalled 5.7 ms in wall time against 0.4 ms priced by rule 4, docs/tiered_kv.md).
+   misses stalled 5.7 ms in wall time against 0.4 ms priced by rule 4, docs/tiered_kv.md). The sweep
+   runs at the main page size (256 tokens); at another chunk size the fit is evaluated at that size's
+   bytes, so a per-page cost that does not scale with bytes is carried as if it did.
 """
 
 from __future__ import annotations
