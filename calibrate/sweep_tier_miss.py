@@ -83,18 +83,20 @@ def measure_misses(model: LlamaModel, timer: TimerConfig, log: SampleLog, chunk_
     return measured
 
 
-def _pools(model: LlamaModel, batch: int, prompt: int, steps: int, chunk: int, kind: str) -> TierConfig:
+def _pools(model: LlamaModel, batch: int, prompt: int, steps: int, chunk: int, kind: str,
+           ssd_dir: str | None = None) -> TierConfig:
+    """A device pool at the admission minimum (so every step misses) and a host sized for ``kind``."""
     layers = model.config.num_layers
-    n = prompt + steps + 1
-    chunks = -(-n // chunk)
+    chunks = -(-(prompt + steps + 1) // chunk)  # per sequence and layer, at the longest length
     total = batch * chunks * layers
-    probe = TierConfig(chunk, device_pages=total + layers, host_pages=0, ssd_pages=0)
-    # the admission minimum (TieredStore.device_pages_needed) at the longest length, plus one spare page
-    pinned = min(chunks, -(-probe.sink_tokens // chunk) + -(-probe.window_tokens // chunk) + 1)
+    defaults = TierConfig(chunk)  # the Engine's sink and window (the validation's scenarios keep them)
+    # TieredStore.device_pages_needed at the longest length, plus one spare page
+    pinned = min(chunks, -(-defaults.sink_tokens // chunk) + -(-defaults.window_tokens // chunk) + 1)
     device = batch * pinned * layers + (chunks - pinned) + 1
-    off = total - device + layers
-    host = {"host": 2 * off, "ssd": max(1, off // 4), "direct": 0}[kind]
-    return TierConfig(chunk, device_pages=device, host_pages=host, ssd_pages=4 * total)
+    off = total - device  # pages off the device once every sequence is at its longest
+    # host: room for twice what is off (never full), a quarter of it (full: every miss goes on to SSD), none
+    host = {"host": 2 * off + layers, "ssd": max(1, off // 4), "direct": 0}[kind]
+    return TierConfig(chunk, device_pages=device, host_pages=host, ssd_pages=4 * total, ssd_dir=ssd_dir)
 
 
 def _engine(model: LlamaModel, batch: int, prompt: int, steps: int, tiers: TierConfig) -> Engine:
@@ -110,8 +112,7 @@ def _engine(model: LlamaModel, batch: int, prompt: int, steps: int, tiers: TierC
 def _interleaved(model: LlamaModel, batch: int, prompt: int, steps: int, chunk: int, kind: str,
                  ssd_dir: str | None) -> tuple[list[float], list[float], list[int]]:
     """(wall ms differences, thread-CPU ms differences, pages missed) per decode step pair."""
-    small = _pools(model, batch, prompt, steps, chunk, kind)
-    small = TierConfig(chunk, small.device_pages, small.host_pages, small.ssd_pages, ssd_dir)
+    small = _pools(model, batch, prompt, steps, chunk, kind, ssd_dir)
     total = batch * (-(-(prompt + steps + 1) // chunk)) * model.config.num_layers
     big = TierConfig(chunk, device_pages=total + model.config.num_layers, host_pages=0, ssd_pages=0)
     engines = [_engine(model, batch, prompt, steps, tiers) for tiers in (small, big)]
