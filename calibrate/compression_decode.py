@@ -40,8 +40,12 @@ from real_engine.model import LlamaModel
 from simulator.cost_model import Coefficient, FitQuality
 from simulator.dequant_cost import COEFFICIENTS, UNITS, DecodeDequant
 
-DECODE_BATCHES = (1, 4, 8)
-DECODE_CONTEXTS = (128, 512, 1024)  # tokens per sequence (the tiny target holds 2048)
+# Served batches are mostly 2-8 sequences of 128-800 tokens, and the extra is not linear between grid
+# points (B = 1 attends through a different path than B >= 2; the chunk loop steps every 256 tokens):
+# fitted on batches 1, 4, 8 x 128, 512, 1024 it priced B = 2 x 640 at 4.9 ms where 7.1 was measured and
+# B = 3 x 384 at 4.2 ms (5.6 measured), 22:45 UTC. The grid covers the served shapes instead.
+DECODE_BATCHES = (1, 2, 4, 8, 16)
+DECODE_CONTEXTS = (128, 384, 640, 1024)  # tokens per sequence (the tiny target holds 2048)
 DECODE_WARMUP = 2
 DECODE_STEPS = 16  # = the engine's block size: each sequence seals one block over the timed steps
 BLOCK = 16

@@ -18,6 +18,8 @@ reference) decodes the same eval prompts greedily at batch 1 through the mode's 
   through the compressed store (every token quantized into it), thread CPU time, median of
   PREFILL_REPS, ms; fitted per quantized mode as prefill_overhead_ratio (median over lengths of
   the mode's time / fp's);
+  ``comp_prefill_ref`` (x1 = the stored mode's index): full precision's prefill timed alternately with
+  the mode's at each length, the reference of its ratio (older sample logs: the fp pass's rows);
 - ``comp_accept`` (only with a draft): COUNTS of greedy speculative acceptance at K with the target
   reading compressed KV (real_engine.kv_quality.greedy_acceptance): median_ms = accepted,
   reps = accepted + rejections.
@@ -55,8 +57,13 @@ MEASURED_MODES = ("int8", "int4", "mixed-int4", "window")
 STORED_MODES = tuple(m for m in MEASURED_MODES if m in STORE_MODES)  # served through the compressed store
 COMP_SWEEPS = ("comp_bytes", "comp_step", "comp_agree", "comp_accept")  # comp_prefill: only fp and stored modes
 NEW_TOKENS = 32
-PREFILL_LENGTHS = (128, 512, 1024)  # prompt tokens of the prefill timing (the tiny target holds 2048)
+# prompt tokens of the prefill timing (the tiny target holds 2048). The ratio is not linear in length: the
+# store's chunked attention (256-key chunks) and the per-block sealing make it rise from ~1.3 at 128 tokens
+# to ~2 by 256 (measured 22:45 UTC: 1.32 at 128, 1.55 at 192, 1.9-2.0 at 256-384), so three lengths
+# interpolated linearly priced a 256-token prompt at 1.47; served prompts (median ~200) need the dense grid.
+PREFILL_LENGTHS = (64, 128, 192, 256, 384, 512, 768, 1024)
 PREFILL_REPS = 3
+REF_SWEEP = "comp_prefill_ref"  # fp prefill timed alternately with a stored mode's (x1 = the mode's index)
 
 
 class _StoreSequence:
@@ -126,13 +133,23 @@ def _stored(mode: KVCompression) -> bool:
 
 def _prefill_rows(model: LlamaModel, prompt: list[int], mode: KVCompression, index: int,
                   clock: Callable[[], float]) -> list[Sample]:
-    """comp_prefill rows of one mode: each PREFILL_LENGTHS prompt (the eval prompt repeated) PREFILL_REPS times."""
-    rows = []
+    """comp_prefill rows of one mode: each PREFILL_LENGTHS prompt (the eval prompt repeated) PREFILL_REPS times.
+    A stored mode's prompts alternate with full precision's (REF_SWEEP rows, x1 = the mode's index), so the
+    ratio is taken between times measured seconds apart, not minutes (the fp pass) on a drifting machine."""
+    rows, layers = [], model.config.num_layers
+    reference = _stored(mode)
+    fp = KVCompression("fp")
     for length in prefill_lengths(model):
         ids = (prompt * (length // len(prompt) + 1))[:length]
-        ms = [_prefill_ms(model, ids, mode, clock) for _ in range(PREFILL_REPS)]
-        rows.append(Sample("comp_prefill", model.config.num_layers, index, length, statistics.median(ms), min(ms),
-                           max(ms), len(ms)))
+        ms, ref = [], []
+        for _ in range(PREFILL_REPS):
+            if reference:
+                ref.append(_prefill_ms(model, ids, fp, clock))
+            ms.append(_prefill_ms(model, ids, mode, clock))
+        rows.append(Sample("comp_prefill", layers, index, length, statistics.median(ms), min(ms), max(ms), len(ms)))
+        if reference:
+            rows.append(Sample(REF_SWEEP, layers, index, length, statistics.median(ref), min(ref), max(ref),
+                               len(ref)))
     return rows
 
 
@@ -143,7 +160,8 @@ def prefill_lengths(model: LlamaModel) -> tuple[int, ...]:
 
 def _keys(index: int, layers: int, with_draft: bool, lengths: tuple[int, ...]) -> list[tuple[str, int, int, int]]:
     names = COMP_SWEEPS if with_draft else COMP_SWEEPS[:3]
-    return [(name, layers, index, 0) for name in names] + [("comp_prefill", layers, index, n) for n in lengths]
+    prefill = ("comp_prefill",) if index == MODES.index("fp") else ("comp_prefill", REF_SWEEP)
+    return [(name, layers, index, 0) for name in names] + [(p, layers, index, n) for n in lengths for p in prefill]
 
 
 def measure_compression(target: LlamaModel, draft: LlamaModel | None, prompts: list[list[int]], k: int,
@@ -200,6 +218,7 @@ def compression_section(samples: list[Sample], k: int | None, what: str) -> dict
     by_key = {(s.sweep, s.x1): s for s in samples if s.sweep in COMP_SWEEPS}
     prefill_ms = {(s.x1, s.x2): s.median_ms for s in samples if s.sweep == "comp_prefill"}
     fp = MODES.index("fp")
+    references = {(s.x1, s.x2): s.median_ms for s in samples if s.sweep == REF_SWEEP}
     if ("comp_bytes", fp) not in by_key:
         return {}
     fp_bytes, fp_step = by_key[("comp_bytes", fp)].median_ms, by_key[("comp_step", fp)].median_ms
@@ -231,8 +250,8 @@ def compression_section(samples: list[Sample], k: int | None, what: str) -> dict
                         "text) where the argmax differs from full precision"),
             Coefficient(drop, "acceptance", "measured" if k is not None and accept is not None else "derived",
                         drop_note),
-            prefill_overhead_ratio=prefill_ratio(prefill_ms, fp, index, name),
-            prefill_overhead_points=prefill_points(prefill_ms, fp, index),
+            prefill_overhead_ratio=prefill_ratio(_with_reference(prefill_ms, references, fp, index), fp, index, name),
+            prefill_overhead_points=prefill_points(_with_reference(prefill_ms, references, fp, index), fp, index),
             decode_extra=decode_extra(samples, name, what) if name in STORED_MODES else None,
             note=f"Measured by the calibration's compression sweep (calibrate/sweep_compression.py), "
                  f"real_engine.kv_compression defaults, batch 1, {what}.")
@@ -255,6 +274,15 @@ def prefill_ratio(prefill_ms: dict[tuple[int, int], float], fp: int, index: int,
                        f"prefill time of one prompt of {', '.join(map(str, lengths))} tokens written into the "
                        f"{name} compressed store / into the paged pool (full precision): median over the lengths "
                        "of the ratio of medians; quantization in PyTorch ops (no fused kernel)")
+
+
+def _with_reference(prefill_ms: dict[tuple[int, int], float], references: dict[tuple[int, int], float], fp: int,
+                    index: int) -> dict[tuple[int, int], float]:
+    """The comp_prefill times with fp's replaced, per length, by the fp prefill timed alternately with this mode
+    (REF_SWEEP rows) where the samples have them (older sample logs: the fp pass's rows, as before)."""
+    out = dict(prefill_ms)
+    out.update({(fp, n): ms for (i, n), ms in references.items() if i == index})
+    return out
 
 
 def prefill_points(prefill_ms: dict[tuple[int, int], float], fp: int, index: int) -> tuple[tuple[int, float], ...]:

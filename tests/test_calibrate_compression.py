@@ -9,12 +9,14 @@ import math
 
 import torch
 
+from calibrate.compression_decode import DECODE_BATCHES
 from calibrate.presets import Preset
 from calibrate.samples import read_samples
-from calibrate.sweep_compression import MEASURED_MODES
+from calibrate.sweep_compression import MEASURED_MODES, PREFILL_LENGTHS, REF_SWEEP, STORED_MODES
 from calibrate.timer import TimerConfig
 from real_engine.checkpoint import save_checkpoint
 from real_engine.config import PRESETS
+from real_engine.kv_compression import MODES
 from real_engine.model import LlamaModel
 from simulator.profile import load_profile
 from tripath.cli import main
@@ -51,15 +53,20 @@ def test_calibrate_compression_section_and_resume(tmp_path, monkeypatch, capsys)
         assert 0.0 <= mode.quality_loss.value <= 1.0 and -1.0 <= mode.acceptance_drop.value <= 1.0
     assert not any("compression" in n and "Not measured" in n for n in profile.notes)
     every = [s for s in read_samples(tmp_path / "cpu-t.samples.csv") if s.sweep.startswith("comp_")]
-    rows = [s for s in every if not s.sweep.startswith("comp_decode_")]
-    # the (batch, context) decode grid: a 512-position model holds only 128 tokens per sequence of it, 3 points
-    # on fp and the 3 store modes; one context cannot separate the per-step and per-length terms: no decode_extra
+    rows = [s for s in every if not s.sweep.startswith("comp_decode_") and s.sweep != REF_SWEEP]
+    # the (batch, context) decode grid: a 512-position model holds 128 and 384 tokens per sequence of it, on fp
+    # and the 3 store modes; two contexts separate the per-step and per-length terms: decode_extra is fitted
     grid = {(s.sweep, s.x1, s.x2) for s in every if s.sweep.startswith("comp_decode_")}
-    assert grid == {(f"comp_decode_{m}", b, 128 * b) for m in ("fp", "int8", "int4", "mixed-int4") for b in (1, 4, 8)}
-    assert all(comp[m].decode_extra is None for m in comp)
-    prefill = [s for s in rows if s.sweep == "comp_prefill"]  # fp and the 3 store modes at 128 and 512 tokens
+    assert grid == {(f"comp_decode_{m}", b, c * b) for m in ("fp", "int8", "int4", "mixed-int4")
+                    for b in DECODE_BATCHES for c in (128, 384)}
+    assert all((comp[m].decode_extra is not None) == (m in STORED_MODES) for m in comp)
+    prefill = [s for s in rows if s.sweep == "comp_prefill"]  # fp and the 3 store modes at each length <= 512
+    lengths = [n for n in PREFILL_LENGTHS if n <= 512]  # the test model holds 512
     assert len(rows) - len(prefill) == 4 * (1 + len(MEASURED_MODES))  # fp and each mode, four rows each
-    assert sorted({s.x2 for s in prefill}) == [128, 512] and len(prefill) == 2 * 4  # the test model holds 512
+    assert sorted({s.x2 for s in prefill}) == lengths and len(prefill) == len(lengths) * 4
+    # each store mode's fp reference, timed alternately with it at every length
+    refs = {(s.x1, s.x2) for s in every if s.sweep == REF_SWEEP}
+    assert refs == {(MODES.index(m), n) for m in STORED_MODES for n in lengths}
     assert all(comp[m].prefill_overhead_ratio.value > 0 for m in ("int8", "int4", "mixed-int4"))
     assert comp["window"].prefill_overhead_ratio is None  # not written through the compressed store
     assert main(argv) == 0  # rerun: every point is on disk, nothing is measured again

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from calibrate.samples import Sample
-from calibrate.sweep_compression import compression_section, prefill_points, prefill_ratio
+from calibrate.sweep_compression import REF_SWEEP, compression_section, prefill_points, prefill_ratio
 from real_engine.kv_compression import MODES
 from simulator.compression_physics import CompressionPhysics
 from simulator.cost_model import Coefficient
@@ -112,3 +112,18 @@ def test_per_length_points_are_fitted_and_interpolated_at_the_chunk_length():
     assert f(2000, 0) == pytest.approx(5.0 + 2.5 * 200.0)  # above the last: held at 2.5
     arr = f(np.array([200, 64]), np.array([120, 0]))  # the fast path's arrays: same numbers
     assert arr[0] == f(200, 120) and arr[1] == f(64, 0)
+
+
+def test_prefill_ratio_takes_the_reference_timed_with_the_mode():
+    # the fp pass timed 10 / 40 ms; fp timed alternately with int8 (comp_prefill_ref) 12 / 50 ms: the ratios
+    # are 15 / 12 and 100 / 50, not 15 / 10 and 100 / 40 (the machine drifted between the passes)
+    samples = _mode_rows(FP, 4.0) + _mode_rows(INT8, 6.0)
+    samples += [Sample("comp_prefill", 6, FP, 128, 10.0, 9.0, 11.0, 3),
+                Sample("comp_prefill", 6, FP, 512, 40.0, 39.0, 41.0, 3),
+                Sample("comp_prefill", 6, INT8, 128, 15.0, 14.0, 16.0, 3),
+                Sample("comp_prefill", 6, INT8, 512, 100.0, 99.0, 101.0, 3),
+                Sample(REF_SWEEP, 6, INT8, 128, 12.0, 11.0, 13.0, 3),
+                Sample(REF_SWEEP, 6, INT8, 512, 50.0, 49.0, 51.0, 3)]
+    section = compression_section(samples, None, "test")
+    assert section["int8"].prefill_overhead_points == ((128, pytest.approx(1.25)), (512, pytest.approx(2.0)))
+    assert section["int8"].prefill_overhead_ratio.value == pytest.approx((1.25 + 2.0) / 2, rel=1e-12)
