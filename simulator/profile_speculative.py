@@ -44,6 +44,9 @@ class Speculative:
     note: str = ""
     verify_by_k: dict[int, Coefficient] = field(default_factory=dict)
     draft_prefill_ratio: Coefficient | None = None
+    # extra batch-1 target decode steps each sequence beyond the first adds to a round at K = k (measured by
+    # calibrate/sweep_spec_batch.py); absent: a round at batch B is the batch-1 ratio x the batch's decode step
+    round_per_sequence: Coefficient | None = None
 
     def __post_init__(self) -> None:
         check_text("draft_model", self.draft_model)
@@ -61,6 +64,9 @@ class Speculative:
         if self.draft_prefill_ratio is not None:
             need_coefficient("draft_prefill_ratio", self.draft_prefill_ratio)
             check_number("draft_prefill_ratio.value", self.draft_prefill_ratio.value, positive=True)
+        if self.round_per_sequence is not None:
+            need_coefficient("round_per_sequence", self.round_per_sequence)
+            check_number("round_per_sequence.value", self.round_per_sequence.value)
 
     @property
     def prefill_ratio(self) -> float:
@@ -92,6 +98,8 @@ class Speculative:
             out["verify_by_k"] = {str(kk): c.to_dict() for kk, c in self.verify_by_k.items()}
         if self.draft_prefill_ratio is not None:  # likewise: only when measured
             out["draft_prefill_ratio"] = self.draft_prefill_ratio.to_dict()
+        if self.round_per_sequence is not None:  # likewise
+            out["round_per_sequence"] = self.round_per_sequence.to_dict()
         return out
 
     @classmethod
@@ -111,6 +119,9 @@ class Speculative:
         ratio = obj.get("draft_prefill_ratio", None)
         kwargs["draft_prefill_ratio"] = (None if ratio is None else
                                          Coefficient.parse(ratio, source, obj.where("draft_prefill_ratio")))
+        per_seq = obj.get("round_per_sequence", None)
+        kwargs["round_per_sequence"] = (None if per_seq is None else
+                                        Coefficient.parse(per_seq, source, obj.where("round_per_sequence")))
         obj.finish()
         return build(cls, source, path, **kwargs)
 
