@@ -12,6 +12,7 @@ from dataclasses import replace
 
 from calibrate.prompt_spread import between_prompt_sd
 from calibrate.samples import Sample
+from calibrate.sweep_spec_batch import BATCH_SWEEPS, batch_medians, round_per_sequence
 from real_engine.corpus import TASKS
 from simulator.profile import Coefficient, Speculative, TaskAcceptance
 
@@ -30,7 +31,20 @@ def prompt_sweep(k: int) -> str:
 
 
 def is_spec_sweep(name: str) -> bool:
-    return name in TIMED_SWEEPS or name in PREFILL_SWEEPS or name.startswith(("spec_accept_k", "spec_prompt_k"))
+    return (name in TIMED_SWEEPS or name in PREFILL_SWEEPS or name in BATCH_SWEEPS
+            or name.startswith(("spec_accept_k", "spec_prompt_k")))
+
+
+def _round_per_sequence(rows: list[Sample], k: int) -> Coefficient | None:
+    """w of calibrate/sweep_spec_batch.py from its rows at K = k; None where the batch sweep did not run."""
+    rounds, decodes = batch_medians(rows, k)
+    w = round_per_sequence(rounds, decodes)
+    if w is None:
+        return None
+    return Coefficient(w, "target steps", "measured",
+                       f"extra batch-1 target decode steps per additional sequence in a round at K = {k}: least "
+                       f"squares of round(B) - round(1) x decode(B) / decode(1) over B in {sorted(rounds)}, "
+                       "median full rounds and plain decode steps of B sequences (calibrate/sweep_spec_batch.py)")
 
 
 def _acceptance(by_key: dict[tuple[str, int, int, int], Sample], lay: int, task: int, k: int
@@ -140,5 +154,6 @@ def speculative_sections(samples: list[Sample], draft_name: str, k: int
              f"with a draft-model proposer at fixed K in {{{', '.join(map(str, ks))}}}; pass times by the job's clock "
              "(thread clock: CPU time of whole steps; draft pass = the draft's plain decode step, verify = a full-K "
              "round less its draft passes).",
-        verify_by_k=verify_by_k, draft_prefill_ratio=_prefill_ratio(by_key, runs))
+        verify_by_k=verify_by_k, draft_prefill_ratio=_prefill_ratio(by_key, runs),
+        round_per_sequence=_round_per_sequence(rows, k))
     return spec, acceptance
