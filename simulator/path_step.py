@@ -137,6 +137,12 @@ class PathStep:
             # every pass of the round (K_max draft steps at c, the verify at v) is a full (SP) step
             factor = 1.0 if self.spec is None else self.spec.round_factor(int(ks.max()))
             base_ms = factor * self._decode_ms(decodes)
+            if self.spec is not None and batch > 1:
+                # each sequence beyond the first: its own draft tokens, verify rows and bookkeeping, in batch-1
+                # decode steps at the batch's mean context (spec_physics.batch_extra; 0 without the coefficient)
+                extra = self.spec.batch_extra(batch, int(ks.max()))
+                if extra:
+                    base_ms += extra * float(self.cost._decode_ms(1, decodes.total_context // batch))
             decode_merge *= factor
             comp = self.transforms.compression
             if self.spec is not None and comp is not None and comp.decode_extra is not None and self.sp is None:
