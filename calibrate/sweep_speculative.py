@@ -46,6 +46,7 @@ from calibrate.spec_sections import (  # re-exported: the row names and the sect
     prompt_sweep,
     speculative_sections,
 )
+from calibrate.sweep_spec_batch import measure_batch
 from real_engine.corpus import TASKS
 from real_engine.engine import Engine, EngineConfig, StepRecord
 from real_engine.model import LlamaModel
@@ -234,6 +235,9 @@ def measure_speculative(target: LlamaModel, draft: LlamaModel, prompts: dict[str
             measured += 1
             if progress is not None:
                 progress(f"{name} K={k}")
+    if prompts:  # rounds at batch B > 1 (calibrate/sweep_spec_batch.py), on one task's prompts: a few seconds
+        task_prompts = prompts.get("math") or next(iter(prompts.values()))
+        measure_batch(target, draft, task_prompts, settings.k, log, settings.clock == "thread")
     return measured
 
 

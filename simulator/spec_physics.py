@@ -126,6 +126,11 @@ class SpeculativePhysics:
         # real_engine feeds the prompt to the draft in the first round (simulator/engine_rules.py)
         self.lazy_draft = not self.prompt_lookup and follows_real_engine(profile)
         self._verify = [1.0] + [profile.verify_cost_ratio(k) for k in range(1, self.k + 1)]
+        # measured profiles' extra per additional sequence in a round (batch_extra); prompt lookup has no draft
+        # pass but the coefficient was measured with one, so it is left out there too (its verify stays batch-1)
+        per_seq = getattr(profile.speculative, "round_per_sequence", None)
+        self.per_sequence = 0.0 if per_seq is None or self.prompt_lookup else float(per_seq.value)
+        self.per_sequence_k = int(profile.speculative.k)  # the K it was measured at
         entries = acceptance_entries(profile, tasks, self.k, self.prompt_lookup)
         self.probs = np.clip(_raw_table(entries, self.k) - acceptance_drop, 0.0, 1.0)
         self.survival = np.cumprod(self.probs, axis=1)  # C[t, j-1] = P(at least j drafts accepted)
@@ -150,6 +155,18 @@ class SpeculativePhysics:
     def round_factor(self, k_max: int) -> float:
         """Cost of the batch's round in target decode steps: K c + v(K); 1 for a plain step."""
         return 1.0 if k_max == 0 else k_max * self.c + self._verify[k_max]
+
+    def batch_extra(self, batch: int, k_max: int) -> float:
+        """What sequences beyond the first add to a round, in batch-1 target decode steps: (B - 1) w K / k.
+
+        w = the profile's round_per_sequence (measured at its K = k by calibrate/sweep_spec_batch.py): each
+        sequence's K draft tokens, K + 1 verify rows and bookkeeping, which the batch-1 ratio K c + v(K) times
+        the batch's decode step leaves out. Scaled by K_max / k: that work is per proposed token (an assumption
+        between measured Ks; docs/speculative.md). 0 without the coefficient (the rule before) or at K_max = 0.
+        """
+        if self.per_sequence == 0.0 or k_max == 0 or batch <= 1:
+            return 0.0
+        return (batch - 1) * self.per_sequence * k_max / self.per_sequence_k
 
     def choose(self, decodes: DecodeBatch) -> np.ndarray:
         """K per sequence: fixed or adaptive, capped so it never emits past its output length."""

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from calibrate.samples import Sample, SampleLog, read_samples
+from calibrate.sweep_spec_batch import BATCH_SWEEPS
 from calibrate.sweep_speculative import (
     PREFILL_SWEEPS,
     SpecSettings,
@@ -42,7 +43,8 @@ def test_rows_and_sections(swept):
     assert measured == 2 * 3  # 2 tasks x 3 Ks
     samples = read_samples(path)
     assert {s.sweep for s in samples} == {"spec_target", "spec_draft", "spec_verify", *PREFILL_SWEEPS,
-                                          *(accept_sweep(k) for k in (1, 2, 3)), *(prompt_sweep(k) for k in (1, 2, 3))}
+                                          *(accept_sweep(k) for k in (1, 2, 3)), *(prompt_sweep(k) for k in (1, 2, 3)),
+                                          *BATCH_SWEEPS}  # rounds at batch B (calibrate/sweep_spec_batch.py)
     spec, acceptance = speculative_sections(samples, "self", SETTINGS.k)
     assert set(acceptance) == {"code", "math"}
     for acc in acceptance.values():
@@ -74,7 +76,7 @@ def test_per_k_values_are_what_the_rows_say(swept):
     layers = samples[0].layers
     for k in (1, 2, 3):
         ratios = [rows[("spec_verify", layers, t, k)].median_ms / rows[("spec_target", layers, t, k)].median_ms
-                  for t in {s.x1 for s in samples}]
+                  for t in {s.x1 for s in samples if s.sweep == "spec_target"}]
         assert spec.verify_by_k[k].value == pytest.approx(statistics.median(ratios))
 
 
