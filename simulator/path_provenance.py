@@ -40,6 +40,8 @@ def _speculative(spec: Any, profile: Any, tasks: tuple[str, ...]) -> dict[str, A
         numbers.append(_coefficient("speculative.verify_cost_ratio", section.verify_cost_ratio))
     if getattr(section, "draft_prefill_ratio", None) is not None and not lookup:  # the draft's prompt pass
         numbers.append(_coefficient("speculative.draft_prefill_ratio", section.draft_prefill_ratio))
+    if getattr(section, "round_per_sequence", None) is not None and not lookup:  # rounds at batch > 1
+        numbers.append(_coefficient("speculative.round_per_sequence", section.round_per_sequence))
     for task in tasks:
         key = PROMPT_LOOKUP_PREFIX + task if lookup else task
         entry = profile.acceptance_for(key, k)
