@@ -19,7 +19,18 @@ from simulator.step_model import Decode, DecodeBatch
 from simulator.strategy import SpeculativeSpec
 
 SEED = resolve_profile("seed-llama2-70b-a100")  # i.i.d. acceptance per task (no per-position), K = 5
-TINY = resolve_profile("cpu-tiny")  # per-position acceptance at K = 1, 2, 4, 6
+SHIPPED = resolve_profile("cpu-tiny")  # per-position acceptance at K = 1, 2, 4, 6
+
+
+def without_spread(profile):
+    """The profile as calibrated before the spread was measured: no between_prompt_sd anywhere."""
+    def entry(e):
+        by_k = {k: dataclasses.replace(v, between_prompt_sd=None, n_prompts=None) for k, v in e.by_k.items()}
+        return dataclasses.replace(e, between_prompt_sd=None, n_prompts=None, by_k=by_k)
+    return dataclasses.replace(profile, acceptance={t: entry(e) for t, e in profile.acceptance.items()})
+
+
+TINY = without_spread(SHIPPED)  # each test adds the spread it needs
 
 
 def with_spread(profile, sd: float, tasks=None):
