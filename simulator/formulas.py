@@ -37,6 +37,19 @@ def decode_v1(*, batch: float, total_context: float, d0: float, d_seq: float, d_
     return d0 + d_seq * batch + d_ctx * total_context
 
 
+def decode_v2(*, batch: float, total_context: float, d0: float, d_multi: float, d_seq: float,
+              d_ctx: float) -> float:
+    """decode_v1 plus a step at batch 2: ms = d0 + d_multi*[B >= 2] + d_seq*B + d_ctx*S.
+
+    On CPU BLAS one decoding row runs the linear layers as matrix-vector products (gemv); from two
+    rows on they run as matrix-matrix products (gemm), whose fixed cost is higher (one thread: 60 us
+    at 1 row, 111 at 2, 135 at 4; scripts/measure_batch_jump.py). A straight line through all
+    batches overprices batch 1 and underprices 2-4; d_multi is that jump. ``batch`` may be a numpy
+    array ([B >= 2] is then elementwise). Still linear in its coefficients, so calibrate.fit fits it.
+    """
+    return d0 + d_multi * (batch >= 2) + d_seq * batch + d_ctx * total_context
+
+
 def paging_v1(*, bytes: float, setup_ms: float, bandwidth_gbps: float) -> float:
     """One transfer of ``bytes`` over a link: ms = setup_ms + bytes / bandwidth.
 
@@ -84,6 +97,7 @@ FORMULAS: dict[str, Formula] = {
     for f in (
         Formula("prefill_v1", ("new_tokens", "context_tokens"), ("c0", "c_tok", "c_attn"), prefill_v1),
         Formula("decode_v1", ("batch", "total_context"), ("d0", "d_seq", "d_ctx"), decode_v1),
+        Formula("decode_v2", ("batch", "total_context"), ("d0", "d_multi", "d_seq", "d_ctx"), decode_v2),
         Formula("paging_v1", ("bytes",), ("setup_ms", "bandwidth_gbps"), paging_v1,
                 frozenset({"bandwidth_gbps"})),
         Formula("sp_merge_v1", ("context_tokens",), ("m0", "m_ctx"), sp_merge_v1),
