@@ -125,6 +125,12 @@ class IterationCost:
 
             def decode(batch: Any, total_context: Any) -> Any:
                 return d0 + d_seq * batch + d_ctx_ms * total_context
+        elif dec.formula == "decode_v2":
+            # decode_v2's expression, operation for operation (bit for bit with profile.decode_ms)
+            d0, d_multi, d_seq, d_ctx_ms = (dec.values()[k] for k in ("d0", "d_multi", "d_seq", "d_ctx"))
+
+            def decode(batch: Any, total_context: Any) -> Any:
+                return d0 + d_multi * (batch >= 2) + d_seq * batch + d_ctx_ms * total_context
 
         return cls(
             prefill,
