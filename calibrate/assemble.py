@@ -73,12 +73,12 @@ def fit_cost(samples: list[Sample], sweep: Sweep, layers: int, *, coefficient_so
 
 
 def fit_all(samples: list[Sample], layers: int, *, coefficient_source: str, data: str,
-            note: str, statistic: str = "median") -> dict[str, FittedCost]:
-    """Every sweep present in the samples, fitted."""
+            note: str, statistic: str = "median", sweeps: dict[str, Sweep] | None = None) -> dict[str, FittedCost]:
+    """Every sweep present in the samples, fitted (``sweeps`` overrides SWEEPS, e.g. another decode formula)."""
     present = {s.sweep for s in samples}
     return {name: fit_cost(samples, sweep, layers, coefficient_source=coefficient_source, data=data, note=note,
                            statistic=statistic)
-            for name, sweep in SWEEPS.items() if name in present}
+            for name, sweep in (SWEEPS if sweeps is None else sweeps).items() if name in present}
 
 
 def refusals(fitted: dict[str, FittedCost], max_holdout_mape: float) -> list[str]:
