@@ -11,6 +11,7 @@ Each cost coefficient is scaled by the hardware ratio of the resource that bound
 | paging bandwidth_gbps | that link | dst / src link bandwidth (a bandwidth, not a time) |
 | sp merge m_ctx | interconnect | src / dst interconnect bandwidth |
 | c0, setup_ms, m0 | launch and driver latency, not a roofline | unchanged |
+| decode d_multi | kernel choice (gemv at 1 row, gemm from 2), not a roofline | unchanged |
 
 Ratios ignore everything a roofline does not see (kernel efficiency, clocks, cache sizes); the
 projected profile says so in every coefficient note and in its notes, and its fits are dropped
@@ -38,6 +39,7 @@ from simulator.profile import (
 
 FLOPS, MEMORY, FIXED = "flops", "memory", "fixed"
 BOUND_BY = {"c0": FIXED, "c_tok": FLOPS, "c_attn": FLOPS, "d0": MEMORY, "d_seq": FLOPS, "d_ctx": MEMORY,
+            "d_multi": FIXED,  # decode_v2's gemv -> gemm step: which kernel runs, not a roofline
             "setup_ms": FIXED, "m0": FIXED}
 TOKENS_2K = 2048
 
