@@ -11,10 +11,11 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from calibrate.assemble import FittedCost, fit_all
+from calibrate.assemble import SWEEPS, FittedCost, fit_all
 from calibrate.hardware import SPECS
 from calibrate.job import GPU_MEMORY_UTILISATION
 from calibrate.samples import Sample
+from calibrate.sweep_decode import DECODE_V1
 from calibrate.vidur import GPUS, MODELS, published_samples
 from real_engine.config import PRESETS
 from simulator.profile import (
@@ -89,7 +90,8 @@ def build_published_profile(root: Path, gpu: str, model: str) -> tuple[Profile, 
     data = (f"iteration times rebuilt from Vidur {GPUS[gpu]} operator medians (tp{vm.tp}, {attention_src}); "
             f"see data/peer-data/vidur/README.md")
     fitted = fit_all(rebuilt.samples, mspec.layers, coefficient_source="fitted", data=data,
-                     note="Fitted to Vidur's published operator timings (MIT), not measured by tripath.")
+                     note="Fitted to Vidur's published operator timings (MIT), not measured by tripath.",
+                     sweeps={**SWEEPS, "decode": DECODE_V1})  # GPU data: no CPU gemv -> gemm step
     costs = ({n: f.model for n, f in fitted.items()} if rebuilt.attention_scale is None
              else _label_projected(fitted, rebuilt.attention_scale))
     budget = int(vm.tp * spec.memory_bytes * GPU_MEMORY_UTILISATION) - mspec.weight_bytes
