@@ -65,7 +65,7 @@ def test_samples_and_plots_beside_the_profile(calibrated):
 
 
 def test_scaled_model_extrapolates_per_layer(tmp_path):
-    grid = Preset("t", (16, 32, 48), (0,), (1, 2, 4), (16,), TimerConfig(warmup=0, reps=1))
+    grid = Preset("t", (16, 32, 48), (0,), (1, 2, 4, 8), (16,), TimerConfig(warmup=0, reps=1))
     job = CalibrationJob(TargetSpec(preset="tiny-target", layers_timed=2), grid, str(tmp_path / "s.json"),
                          progress=False, force=True, plots=False, statistic="median")
     result = run_calibration(job)
@@ -111,7 +111,7 @@ def test_cli_calibrate_refusal_exit_code_and_show(tmp_path, capsys):
     assert summary["measured_points"] == 0 and summary["forced_despite"]
     assert main(["profile", "show", str(out)]) == 0
     text = capsys.readouterr().out
-    assert "source: measured" in text and "costs.decode: decode_v1" in text and "absent sections" in text
+    assert "source: measured" in text and "costs.decode: decode_v2" in text and "absent sections" in text
     assert main(["profile", "plot", str(out), "--out", str(tmp_path / "plots")]) == 0
     assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == ["c.decode.png", "c.prefill.png"]
 
