@@ -135,7 +135,7 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
     """Register `calibrate` and `profile` on the tripath parser."""
     cal = sub.add_parser("calibrate", help="time the real engine, fit the cost formulas, write a profile",
                          description="Sweep prefill (new tokens x cached context) and decode (batch x total "
-                         "context) on the real engine, fit prefill_v1 / decode_v1, write data/profiles/NAME.json "
+                         "context) on the real engine, fit prefill_v1 / decode_v2, write data/profiles/NAME.json "
                          "with NAME.samples.csv (resumable) and fit plots beside it.")
     cal.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     which = cal.add_mutually_exclusive_group(required=True)
