@@ -43,7 +43,7 @@ def test_profile_round_trip_and_wrong_inputs(tmp_path) -> None:
     save_profile(profile, tmp_path / "p.json")
     again = load_profile(tmp_path / "p.json")
     assert again.costs["step_overhead"] == profile.costs["step_overhead"]
-    wrong = CostModel("decode_v1", TINY.costs["decode"].coefficients, ("batch", "total_context"),
+    wrong = CostModel(TINY.costs["decode"].formula, TINY.costs["decode"].coefficients, ("batch", "total_context"),
                       TINY.costs["decode"].domain)
     with pytest.raises(InputError, match="costs.step_overhead.inputs"):
         dataclasses.replace(TINY, costs={**TINY.costs, "step_overhead": wrong})
