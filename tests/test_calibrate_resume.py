@@ -120,6 +120,7 @@ def test_k_sweep_interrupted_mid_grid_resumes_exactly(tmp_path):
     (a kill between two appends), finishes with every row once and the earlier rows untouched."""
     import torch
 
+    from calibrate.sweep_spec_batch import BATCH_SWEEPS, BATCHES
     from calibrate.sweep_speculative import SpecSettings, measure_speculative, unit_keys
     from real_engine.config import PRESETS
     from real_engine.corpus import TASKS
@@ -133,6 +134,8 @@ def test_k_sweep_interrupted_mid_grid_resumes_exactly(tmp_path):
     layers = model.config.num_layers
     tasks = (TASKS.index("code"), TASKS.index("math"))
     expected = {key for task in tasks for k in (1, 2, 3) for key in unit_keys(layers, task, k)}
+    # and once, after the (task, K) grid, the rounds at batch B > 1 at the sweep's K (sweep_spec_batch.py)
+    expected |= {(name, layers, b, settings.k) for b in BATCHES for name in BATCH_SWEEPS}
 
     def stop_after(n):
         seen = []
