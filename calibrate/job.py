@@ -41,7 +41,7 @@ from simulator.profile import Hardware, MemoryBudget, Profile, ProfileKey, Prove
 
 CLOCK_TEXT = {"cuda-events": "CUDA events", "wall": "wall time (perf_counter)",
               "thread": "CPU time of the single torch thread (time.thread_time: what the step costs on an idle "
-              "core; other processes cannot inflate it)"}
+              "core; other processes inflate it far less than wall time, not by nothing: calibrate on a quiet machine)"}
 GPU_MEMORY_UTILISATION = 0.9  # vLLM's default share of device memory for weights + KV
 SERVE_KV_TOKENS = 1024 * 16  # `tripath serve` defaults: --num-blocks 1024 x --block-size 16
 # --refresh NAME: the samples CSV rows (sweep-name prefixes) that sweep writes, and the job switch it needs
