@@ -3,12 +3,12 @@ to whole KV blocks on measured profiles, at the sum of contexts on others; every
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 
 import numpy as np
 import pytest
+from test_stepper_equivalence import bits, poisson  # tests/ is on sys.path (rootdir-less import)
 
 from simulator.batching import Continuous
 from simulator.cluster import ClusterConfig, simulate_requests
@@ -16,16 +16,10 @@ from simulator.costs import IterationCost
 from simulator.engine_rules import REAL_ENGINE_BLOCK_TOKENS, decode_block_tokens
 from simulator.profile import resolve_profile
 from simulator.replica import ReplicaConfig
-from simulator.request import RequestSpec
 from simulator.step_model import BaselineStep, Decode, PrefillChunk
 from simulator.stepper import StepperSetup
 
 ROOT = Path(__file__).resolve().parents[1]
-TICK = 1.0 / 1024.0
-
-
-def bits(records) -> list[tuple]:
-    return [tuple(v.hex() if isinstance(v, float) else v for v in dataclasses.astuple(r)) for r in records]
 
 
 def linear(block: int | None) -> IterationCost:
@@ -93,17 +87,6 @@ def test_block_size_is_the_engines_and_the_calibrations() -> None:
     assert REAL_ENGINE_BLOCK_TOKENS == EngineConfig().block_size
     meta = json.loads((ROOT / "data/profiles/cpu-tiny.samples.meta").read_text())
     assert meta["block_size"] == REAL_ENGINE_BLOCK_TOKENS
-
-
-def poisson(seed: int, n: int, rate: float, max_prompt: int, max_output: int, on_ticks: bool) -> list[RequestSpec]:
-    rng = np.random.default_rng(seed)
-    gaps = rng.exponential(1.0 / rate, n)
-    if on_ticks:
-        gaps = np.floor(gaps / TICK) * TICK
-    arrivals = np.cumsum(gaps)
-    prompts = rng.integers(1, max_prompt + 1, n)
-    outputs = rng.integers(1, max_output + 1, n)
-    return [RequestSpec(i, float(arrivals[i]), int(prompts[i]), int(outputs[i])) for i in range(n)]
 
 
 def measured_cost() -> IterationCost:
