@@ -9,25 +9,15 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_tier_engine_rule import PAGE, TINY, _link  # tests/ is on sys.path (rootdir-less import)
 
 from calibrate.samples import Sample, SampleLog
 from calibrate.sweep_tier_miss import measure_misses, miss_links, sweep_name
 from calibrate.timer import TimerConfig
 from real_engine.checkpoint import load_checkpoint
-from simulator.cost_model import Coefficient, CostModel
-from simulator.profile import PagingLink, resolve_profile
 from simulator.tier_engine_rule import EngineTierRule
 
-TINY = resolve_profile("cpu-tiny")  # 6 layers, 3,072 bytes of KV per token: a 256-token page is 131,072 bytes
-PAGE = 131_072
 MODEL = Path(__file__).resolve().parents[1] / "data/models/tiny-target"
-
-
-def _link(setup_ms: float, gbps: float) -> PagingLink:
-    cost = CostModel("paging_v1", {"setup_ms": Coefficient(setup_ms, "ms", "fitted"),
-                                   "bandwidth_gbps": Coefficient(gbps, "GB/s", "fitted")}, ("bytes",),
-                     {"bytes": (1.0, 1e9)})
-    return PagingLink(cost, 2048 * 3072 / (gbps * 1e6))
 
 
 DH, HS = _link(0.01, 1.0), _link(0.02, 0.5)
