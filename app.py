@@ -1,6 +1,6 @@
 """tripath's Streamlit app: `tripath app` (or `streamlit run app.py`).
 
-One page per file in app_pages/; every page calls the same typed functions as the CLI.
+One page per file in tripath/app/pages/; every page calls the same typed functions as the CLI.
 """
 
 from __future__ import annotations
@@ -11,16 +11,17 @@ from pathlib import Path
 import streamlit as st
 
 ROOT = Path(__file__).resolve().parent
-if str(ROOT) not in sys.path:  # app_pages lives beside this file; `streamlit run` from elsewhere still finds it
+# the tripath package lives beside this file; `streamlit run` from elsewhere still finds it
+if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 PAGES = [
-    st.Page("app_pages/explorer.py", title="Scenario explorer", icon=":material/tune:", default=True),
-    st.Page("app_pages/matrix.py", title="Decision matrix", icon=":material/grid_on:"),
-    st.Page("app_pages/capacity.py", title="Capacity planner", icon=":material/dns:"),
-    st.Page("app_pages/whatif.py", title="SLA what-if", icon=":material/ssid_chart:"),
-    st.Page("app_pages/calibration.py", title="Calibration", icon=":material/speed:"),
-    st.Page("app_pages/fidelity.py", title="Fidelity", icon=":material/fact_check:"),
+    st.Page("tripath/app/pages/explorer.py", title="Scenario explorer", icon=":material/tune:", default=True),
+    st.Page("tripath/app/pages/matrix.py", title="Decision matrix", icon=":material/grid_on:"),
+    st.Page("tripath/app/pages/capacity.py", title="Capacity planner", icon=":material/dns:"),
+    st.Page("tripath/app/pages/whatif.py", title="SLA what-if", icon=":material/ssid_chart:"),
+    st.Page("tripath/app/pages/calibration.py", title="Calibration", icon=":material/speed:"),
+    st.Page("tripath/app/pages/fidelity.py", title="Fidelity", icon=":material/fact_check:"),
 ]
 
 

@@ -23,9 +23,9 @@ from pathlib import Path
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from real_engine.config import PRESETS
-from real_engine.engine import Engine, EngineConfig
-from real_engine.model import LlamaModel
+from tripath.engine.engine import Engine, EngineConfig
+from tripath.engine.model.config import PRESETS
+from tripath.engine.model.model import LlamaModel
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from serving_comparison import ServingWorkload, print_serving, serving_run  # noqa: E402 - beside this script
@@ -143,7 +143,7 @@ def run(args: argparse.Namespace) -> dict:
     device = torch.device(args.device)
     dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[args.dtype]
     if args.checkpoint:
-        from real_engine.checkpoint import load_checkpoint
+        from tripath.engine.model.checkpoint import load_checkpoint
 
         config, model = load_checkpoint(args.checkpoint, dtype=dtype, device=device)
     else:

@@ -1,4 +1,4 @@
-"""Cost of the fidelity report's bootstrap intervals (fidelity/bootstrap.py), per scenario side.
+"""Cost of the fidelity report's bootstrap intervals (tripath/fidelity/bootstrap.py), per scenario side.
 
 Measures, in one run and in thread CPU time (time.thread_time: other jobs on a shared machine do
 not inflate it), bootstrap_ci (vectorised percentiles over a (resamples, n) index matrix) against
@@ -21,8 +21,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from fidelity.bootstrap import RESAMPLES, bootstrap_ci, ci_rng, per_request_ms
-from simulator.records import COMPLETED, RequestRecord
+from tripath.core.records import COMPLETED, RequestRecord
+from tripath.fidelity.bootstrap import RESAMPLES, bootstrap_ci, ci_rng, per_request_ms
 
 
 def records(n: int, seed: int = 0) -> list[RequestRecord]:

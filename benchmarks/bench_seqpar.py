@@ -27,12 +27,12 @@ from dataclasses import asdict, dataclass, replace
 import torch
 import torch.distributed as dist
 
-from real_engine.dist import DistConfig, spawn, subgroup
-from real_engine.model import LlamaModel
-from real_engine.seqpar import SeqParConfig, SequenceParallel, TieredShardCache
-from real_engine.tiered_cache import TieredKVCache
-from real_engine.tiers import TierConfig
-from real_engine.train import TARGET_CONFIG
+from tripath.engine.model.model import LlamaModel
+from tripath.engine.seqpar.dist import DistConfig, spawn, subgroup
+from tripath.engine.seqpar.parallel import SeqParConfig, SequenceParallel, TieredShardCache
+from tripath.engine.tiered.cache import TieredKVCache
+from tripath.engine.tiered.tiers import TierConfig
+from tripath.training.train import TARGET_CONFIG
 
 GOAL_SPEEDUP, GOAL_FROM_TOKENS = 1.8, 8192
 

@@ -1,6 +1,6 @@
 """Simulator speed: 10,000 and 100,000 requests with Azure LLM 2023 conversation lengths.
 
-Workload: Poisson arrivals at a fraction of the replica's saturation (simulator/capacity.py),
+Workload: Poisson arrivals at a fraction of the replica's saturation (tripath/simulator/capacity.py),
 prompt and output lengths bootstrapped from the shipped Azure conversation trace (measured,
 19,366 requests), continuous batching on the seed profile (seed-llama2-70b-a100, 1 GPU).
 Runs the fast path and the one-event-per-iteration reference on the same requests, checks that
@@ -10,7 +10,7 @@ Python memory (tracemalloc, a separate pass, since tracing slows the run) and th
     .venv/bin/python benchmarks/bench_simulator.py [--sizes 10000 100000] [--load 0.8] [--no-reference]
         [--stepper] [--stream 1000000] [--paths 100000]
 
---stepper adds the general per-iteration loop (simulator/stepper.py: one event per iteration)
+--stepper adds the general per-iteration loop (tripath/simulator/loop/stepper.py: one event per iteration)
 on the same requests, continuous (records checked bit-identical to the fast path) and chunked,
 against SimPy's bare rate (a process yielding env.timeout(1)) measured in the same run; times
 are wall and this thread's CPU time (time.thread_time: less disturbed by other processes).
@@ -18,11 +18,11 @@ are wall and this thread's CPU time (time.thread_time: less disturbed by other p
 --paths N runs N requests with speculative decoding (K 4), the tiered KV cache (device, host,
 SSD) and int8 KV compression on, on the calibrated CPU profile (cpu-tiny: the shipped profile
 that measured all three paths), Azure conversation lengths, Poisson arrivals at --load x the
-path-aware saturation estimate (simulator/path_capacity.py), through the per-iteration loop.
+path-aware saturation estimate (tripath/simulator/paths/capacity.py), through the per-iteration loop.
 It reports wall and thread CPU time, events/s and the ratio to SimPy's bare rate measured in the
 same run, and checks that a second run with the same seed gives the same records bit for bit.
 
---stream N runs N baseline requests through simulator/streaming.py (workload as arrays, records
+--stream N runs N baseline requests through tripath/simulator/loop/streaming.py (workload as arrays, records
 written to a CSV as requests finish, ledger of requests in flight) and reports time, events/s
 and the growth of the process's peak RSS during the run (getrusage), which stays flat in N.
 """
@@ -37,14 +37,14 @@ import tracemalloc
 
 import numpy as np
 
-from simulator.cluster import ClusterConfig, simulate_requests
-from simulator.costs import IterationCost
-from simulator.profile import resolve_profile
-from simulator.records import RunResult
-from simulator.request import RequestSpec
-from simulator.runner import arrival_rate, cluster_config
-from simulator.scenario import load_scenario
-from simulator.workload import generate_requests
+from tripath.core.records import RunResult
+from tripath.core.request import RequestSpec
+from tripath.profile.profile import resolve_profile
+from tripath.simulator.costs import IterationCost
+from tripath.simulator.loop.cluster import ClusterConfig, simulate_requests
+from tripath.simulator.runner import arrival_rate, cluster_config
+from tripath.simulator.scenario.scenario import load_scenario
+from tripath.simulator.scenario.workload import generate_requests
 
 
 def timed(requests: list[RequestSpec], config: ClusterConfig, profile: object, fast: bool,
@@ -91,9 +91,9 @@ def simpy_bare_rate(n: int = 1_000_000) -> tuple[float, float]:
 def stepper_run(requests: list[RequestSpec], config: ClusterConfig, profile: object,
                 policy: str) -> tuple[float, float, RunResult]:
     """(wall s, thread CPU s, result) of the per-iteration loop with this policy and the baseline physics."""
-    from simulator.batching import Chunked, Continuous
-    from simulator.step_model import BaselineStep
-    from simulator.stepper import StepperSetup
+    from tripath.simulator.loop.batching import Chunked, Continuous
+    from tripath.simulator.loop.stepper import StepperSetup
+    from tripath.simulator.step_model import BaselineStep
 
     replica = config.replica
 
@@ -119,8 +119,8 @@ def streamed(n: int, load: float, seed: int) -> None:
     import tempfile
     from pathlib import Path
 
-    from simulator.streaming import RequestArrays, stream_requests
-    from simulator.workload import generate_arrays
+    from tripath.simulator.loop.streaming import RequestArrays, stream_requests
+    from tripath.simulator.scenario.workload import generate_arrays
 
     profile = resolve_profile("seed-llama2-70b-a100")
     base = load_scenario("quickstart")
@@ -153,9 +153,9 @@ def paths_run(n: int, load: float, seed: int, bare_cpu: float) -> None:
     """N requests with speculative + tiered + compression through the per-iteration loop, timed."""
     import tomllib
 
-    from simulator.paths import SCENARIOS_DIR
-    from simulator.scenario import scenario_from_dict
-    from simulator.stepper_setup import stepper_setup
+    from tripath.core.data_dirs import SCENARIOS_DIR
+    from tripath.simulator.loop.stepper_setup import stepper_setup
+    from tripath.simulator.scenario.scenario import scenario_from_dict
 
     with open(SCENARIOS_DIR / "quickstart.toml", "rb") as fh:
         data = tomllib.load(fh)

@@ -24,14 +24,14 @@ from pathlib import Path
 
 import torch
 
-from real_engine.checkpoint import load_checkpoint
-from real_engine.corpus import TASKS, load_eval_prompts
-from real_engine.engine import Engine, EngineConfig
-from real_engine.proposers import DraftModelProposer
-from real_engine.spec_controller import FixedK, SpecCosts, expected_tokens, predicted_speedup
-from real_engine.speculative import SpecStepRecord, SpeculativeEngine
-from real_engine.tokenizer import ByteTokenizer
-from simulator.paths import MODELS_DIR
+from tripath.core.data_dirs import MODELS_DIR
+from tripath.engine.engine import Engine, EngineConfig
+from tripath.engine.model.checkpoint import load_checkpoint
+from tripath.engine.model.tokenizer import ByteTokenizer
+from tripath.engine.speculative.controller import FixedK, SpecCosts, expected_tokens, predicted_speedup
+from tripath.engine.speculative.engine import SpecStepRecord, SpeculativeEngine
+from tripath.engine.speculative.proposers import DraftModelProposer
+from tripath.training.corpus import TASKS, load_eval_prompts
 
 ENGINE = EngineConfig(num_blocks=256, block_size=16)
 

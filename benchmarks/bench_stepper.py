@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/bench_stepper.py [--against REV] [--requests 10000] [--repeats 3]
 
-Extracts REV's simulator/ package (``git archive``, read-only on the repository) into a temp folder
+Extracts REV's tripath/simulator/ package (``git archive``, read-only on the repository) into a temp folder
 next to a link to data/, then times the same cases in fresh subprocesses, alternating old and new
 ``--repeats`` times: the old side imports REV's simulator (PYTHONPATH first on sys.path), the new
 side this working tree's. Each case draws the same requests (fixed rate, same seed) and both sides
@@ -50,13 +50,13 @@ def worker(case: str, requests: int) -> dict:
 
     import numpy as np
 
-    from simulator.cluster import simulate_requests
-    from simulator.costs import IterationCost
-    from simulator.paths import SCENARIOS_DIR
-    from simulator.profile import resolve_profile
-    from simulator.runner import arrival_rate, cluster_config
-    from simulator.scenario import scenario_from_dict
-    from simulator.workload import generate_requests
+    from tripath.core.data_dirs import SCENARIOS_DIR
+    from tripath.profile.profile import resolve_profile
+    from tripath.simulator.costs import IterationCost
+    from tripath.simulator.loop.cluster import simulate_requests
+    from tripath.simulator.runner import arrival_rate, cluster_config
+    from tripath.simulator.scenario.scenario import scenario_from_dict
+    from tripath.simulator.scenario.workload import generate_requests
 
     with open(SCENARIOS_DIR / "quickstart.toml", "rb") as fh:
         data = tomllib.load(fh)
@@ -72,14 +72,14 @@ def worker(case: str, requests: int) -> dict:
     rate, _, _ = arrival_rate(scenario, profile, config)
     specs = generate_requests(scenario.workload, np.random.default_rng(0), rate)
     if case == "paths":
-        from simulator.stepper_setup import stepper_setup
+        from tripath.simulator.loop.stepper_setup import stepper_setup
 
         setup = stepper_setup(scenario, profile, config.replicas, config.replica.kv_capacity_bytes,
                               np.random.SeedSequence(0))
     else:
-        from simulator.batching import Continuous
-        from simulator.step_model import BaselineStep
-        from simulator.stepper import StepperSetup
+        from tripath.simulator.loop.batching import Continuous
+        from tripath.simulator.loop.stepper import StepperSetup
+        from tripath.simulator.step_model import BaselineStep
 
         r = config.replica
         setup = StepperSetup(lambda i: BaselineStep(IterationCost.from_profile(profile), r.kv_bytes_per_token,
@@ -92,7 +92,8 @@ def worker(case: str, requests: int) -> dict:
     wall, cpu = time.perf_counter() - wall, time.thread_time() - cpu
     gc.enable()
     import simulator
-    from simulator.paths import PROFILES_DIR
+
+    from tripath.core.data_dirs import PROFILES_DIR
 
     inputs = hashlib.sha256((PROFILES_DIR / f"{data['profile']}.json").read_bytes()).hexdigest()[:16]
     return {"cpu_s": cpu, "wall_s": wall, "events": result.events, "iterations": result.iterations,
@@ -105,7 +106,7 @@ def _extract(rev: str, into: Path) -> None:
                              capture_output=True).stdout
     with tarfile.open(fileobj=BytesIO(archive)) as tar:
         tar.extractall(into, filter="data")
-    (into / "data").symlink_to(REPO / "data")  # simulator/paths.py finds data/ next to the package
+    (into / "data").symlink_to(REPO / "data")  # tripath/core/data_dirs.py finds data/ next to the package
 
 
 def _run(case: str, requests: int, pythonpath: str | None) -> dict:

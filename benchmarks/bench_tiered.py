@@ -7,7 +7,7 @@ transfers: nothing else on the clock).  In the same run, one plain tensor copy a
 write / read of the same bytes give this machine's reference bandwidth.  Goal (issue 5): every
 link at >= 70% of its plain figure.
 
-Both sides are timed on two clocks (real_engine/paging_meter.py): wall time, and the transferring
+Both sides are timed on two clocks (tripath/engine/tiered/paging_meter.py): wall time, and the transferring
 thread's CPU time.  On a CPU shared with other jobs the wall clock also counts waits for a core, so
 each (context, repeat) gives a share of plain on each clock and the verdict uses the median share
 over all of them; the CPU-time share is the steadier one on a shared machine.
@@ -34,11 +34,11 @@ import time
 
 import torch
 
-from real_engine.config import PRESETS, ModelConfig
-from real_engine.engine import Engine, EngineConfig
-from real_engine.model import LlamaModel
-from real_engine.paging_meter import LINKS, measure_paging
-from real_engine.tiers import SSDTier, TierConfig, TransferStats
+from tripath.engine.engine import Engine, EngineConfig
+from tripath.engine.model.config import PRESETS, ModelConfig
+from tripath.engine.model.model import LlamaModel
+from tripath.engine.tiered.paging_meter import LINKS, measure_paging
+from tripath.engine.tiered.tiers import SSDTier, TierConfig, TransferStats
 
 GOAL = 0.70
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from simulator.traces import SHIPPED_TRACES, load_trace
+from tripath.simulator.scenario.traces import SHIPPED_TRACES, load_trace
 
 if TYPE_CHECKING:
     from bench_engine import Runner

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from real_engine.spec_controller import SpecCosts, break_even_acceptance
-from real_engine.spec_controller import predicted_speedup as formula_speedup
+from tripath.engine.speculative.controller import SpecCosts, break_even_acceptance
+from tripath.engine.speculative.controller import predicted_speedup as formula_speedup
 
 if TYPE_CHECKING:
     from measure_acceptance import Run, TaskCosts

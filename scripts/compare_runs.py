@@ -7,13 +7,16 @@ error line instead); ``--compare A B`` lists every pair whose files differ.
 
     python scripts/compare_runs.py --write /tmp/before            # in the old checkout
     python scripts/compare_runs.py --write /tmp/after             # in this one
-    python scripts/compare_runs.py --compare /tmp/before /tmp/after
+    python scripts/compare_runs.py --compare /tmp/before /tmp/after --renames docs/module_moves.md
+
+``--renames`` applies a table of moved source paths (``| `old.py` | `new.py` |`` rows) to the first
+folder's text before comparing: a summary cites the code path of an estimate, and a move renames it.
 """
 
 from __future__ import annotations
 
 import argparse
-import filecmp
+import re
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -39,11 +42,12 @@ def run_pair(root: Path, scenario: Path, profile: str, out: Path, replications: 
     """Simulate one pair through the CLI in a fresh process; keep its outputs and exit status."""
     target = out / pair_name(root, scenario, profile)
     target.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "tripath.cli", "simulate", str(scenario), "--profile", profile,
+    cmd = [sys.executable, "-m", "tripath.cli.main", "simulate", str(scenario), "--profile", profile,
            "--seed", "0", "--replications", str(replications), "--out", str(target)]
     proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True, check=False)
     # The checkout's own path is in file-naming errors: two checkouts differ there and nowhere else.
-    err = [line.replace(str(root), "<root>") for line in proc.stderr.strip().splitlines()[-1:]] if proc.returncode else []
+    last = proc.stderr.strip().splitlines()[-1:] if proc.returncode else []
+    err = [line.replace(str(root), "<root>") for line in last]
     (target / "exit.txt").write_text(f"{proc.returncode}\n" + "".join(line + "\n" for line in err))
 
 
@@ -56,13 +60,29 @@ def write(out: Path, replications: int, workers: int) -> int:
     return 0
 
 
-def compare(a: Path, b: Path) -> int:
+def read_renames(table: Path | None) -> list[tuple[str, str]]:
+    """The ``| `old` | `new` |`` rows of a markdown table, longest old path first."""
+    if table is None:
+        return []
+    rows = re.findall(r"^\| `([^`]+)` \| `([^`]+)` \|$", table.read_text(encoding="utf-8"), re.M)
+    return sorted(rows, key=lambda r: -len(r[0]))
+
+
+def renamed(data: bytes, renames: list[tuple[str, str]]) -> bytes:
+    if not renames:
+        return data
+    pattern = re.compile("|".join(re.escape(old) for old, _ in renames).encode())
+    lookup = {old.encode(): new.encode() for old, new in renames}
+    return pattern.sub(lambda m: lookup[m.group(0)], data)
+
+
+def compare(a: Path, b: Path, renames: list[tuple[str, str]]) -> int:
     names = sorted({p.name for p in a.iterdir()} | {p.name for p in b.iterdir()})
     differ = []
     for name in names:
         for f in OUTPUTS:
             fa, fb = a / name / f, b / name / f
-            if fa.exists() != fb.exists() or (fa.exists() and not filecmp.cmp(fa, fb, shallow=False)):
+            if fa.exists() != fb.exists() or (fa.exists() and renamed(fa.read_bytes(), renames) != fb.read_bytes()):
                 differ.append(f"{name}/{f}")
     ran = sum((a / n / "records.csv").exists() for n in names)
     print(f"{len(names)} pairs ({ran} simulated, {len(names) - ran} refused with the same error); "
@@ -77,12 +97,14 @@ def main(argv: list[str] | None = None) -> int:
     group = parser.add_mutually_exclusive_group(required=True)
     group.add_argument("--write", type=Path, metavar="DIR", help="run the grid here and write DIR/<pair>/")
     group.add_argument("--compare", type=Path, nargs=2, metavar=("A", "B"), help="compare two --write folders")
+    parser.add_argument("--renames", type=Path, metavar="TABLE",
+                        help="with --compare: a markdown table of moved source paths applied to A first")
     parser.add_argument("--replications", type=int, default=2, help="seeded replications per pair (default 2)")
     parser.add_argument("--workers", type=int, default=2, help="pairs run at once (default 2)")
     args = parser.parse_args(argv)
     if args.write:
         return write(args.write, args.replications, args.workers)
-    return compare(*args.compare)
+    return compare(*args.compare, read_renames(args.renames))
 
 
 if __name__ == "__main__":

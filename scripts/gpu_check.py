@@ -37,14 +37,14 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from real_engine.attention import PagedAttention, SequenceChunk
-from real_engine.config import PRESETS
-from real_engine.engine import Engine, EngineConfig
-from real_engine.model import LlamaModel
-from simulator.profile import Coefficient, load_profile, save_profile, write_atomic
+from tripath.engine.engine import Engine, EngineConfig
+from tripath.engine.kv.paged_attention import PagedAttention, SequenceChunk
+from tripath.engine.model.config import PRESETS
+from tripath.engine.model.model import LlamaModel
+from tripath.profile.profile import Coefficient, load_profile, save_profile, write_atomic
 
 if TYPE_CHECKING:
-    from calibrate.job import CalibrationJob
+    from tripath.calibrate.job import CalibrationJob
 
 
 def dense_greedy(model: LlamaModel, prompt: list[int], n: int, device: torch.device) -> list[int]:
@@ -112,14 +112,14 @@ def calibration_jobs(out_dir: Path, preset: str, dry_run: bool, device_name: str
     """The script's calibrations: LLaMA-2-7B shapes with paging per chunk size, and the tiny pair with the
     speculative sweep over tasks x K. A dry run: the same jobs on the CPU with tiny models and grids.
     ``device_name``: the GPU's name (default: asked of CUDA), which names the profiles."""
-    from calibrate.hardware import spec_for_device
-    from calibrate.job import CalibrationJob
-    from calibrate.presets import PRESETS as SWEEP_PRESETS
-    from calibrate.presets import Preset
-    from calibrate.sweep_speculative import SpecSettings
-    from calibrate.target import TargetSpec
-    from calibrate.timer import TimerConfig
-    from simulator.paths import MODELS_DIR
+    from tripath.calibrate.hardware import spec_for_device
+    from tripath.calibrate.job import CalibrationJob
+    from tripath.calibrate.presets import PRESETS as SWEEP_PRESETS
+    from tripath.calibrate.presets import Preset
+    from tripath.calibrate.sweeps.speculative import SpecSettings
+    from tripath.calibrate.target import TargetSpec
+    from tripath.calibrate.timer import TimerConfig
+    from tripath.core.data_dirs import MODELS_DIR
 
     if dry_run:
         grid = Preset("dry-run", (8, 32, 64), (0, 32), (1, 2, 4), (16, 64), TimerConfig(warmup=0, reps=2),
@@ -150,7 +150,7 @@ def calibration_jobs(out_dir: Path, preset: str, dry_run: bool, device_name: str
 
 def calibrate(job: CalibrationJob, h2d_gbps: float | None) -> dict[str, object]:
     """Run one calibration; a measured pinned-copy bandwidth replaces the published device_host link."""
-    from calibrate.job import run_calibration
+    from tripath.calibrate.job import run_calibration
 
     out = Path(job.out)
     start = time.perf_counter()

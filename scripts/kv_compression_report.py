@@ -72,7 +72,7 @@ def _findings(q_rows: list[dict], a_rows: list[dict], n_rows: list[dict], s_rows
     return [
         "## KV compression: findings (this run)",
         "",
-        f"- **Compressed KV really is smaller at run time** (`real_engine/compressed_store.py`, resident tensor "
+        f"- **Compressed KV really is smaller at run time** (`tripath/engine/kv/compressed_store.py`, resident tensor "
         f"storage of one {longest}-token sequence): int8 {at['int8']['bytes_per_token']:.0f} B per token, int4 "
         f"{at['int4']['bytes_per_token']:.0f} B, mixed-int4 {at['mixed-int4']['bytes_per_token']:.0f} B against "
         f"{at['paged']['bytes_per_token']:.0f} B for the fp32 paged pool ({at['int8']['vs_fp32']:.3f}, "
@@ -114,14 +114,14 @@ def render_compression(q_rows: list[dict], a_rows: list[dict], n_rows: list[dict
         "## Compressed KV at run time: resident bytes and decode-step time",
         "",
         "`EngineConfig(kv_compression=\"int8\" | \"int4\" | \"mixed-int8\" | \"mixed-int4\")` serves from "
-        "`real_engine/compressed_store.py` instead of the full-precision paged pool (default None: unchanged). "
+        "`tripath/engine/kv/compressed_store.py` instead of the full-precision paged pool (default None: unchanged). "
         "The store uses the engine's block tables. A block is full precision only while it is being filled (and, "
         "in mixed mode, while it holds the attention sinks or lies in the 64-token recent window); once complete it "
         "is sealed: uint8 codes (INT4 packed two per byte), keys per channel over the block's 16 tokens, values per "
         "token in groups of 32 channels, fp16 scale and zero point per group (rounded outward so every element "
         "stays within half a stored step), and in mixed mode the block's top ceil(5% x 16) = 1 token by H2O "
         "attention received kept exactly (left out of the block's min/max). Nothing else is resident: "
-        "`real_engine/compressed_attention.py` dequantizes 256 tokens of blocks at a time into a working buffer "
+        "`tripath/engine/kv/compressed_attention.py` dequantizes 256 tokens of blocks at a time into a working buffer "
         "and merges chunks with the online softmax (decodes of a step batched, prefill chunks per sequence). "
         "Tests: `tests/test_kv_store.py` (int8 cosine > 0.999, protected rows bit-exact, resident bytes equal to "
         "the hand-computed footprint, same numbers as the dequantize-on-read caches), `tests/test_kv_engine.py` "

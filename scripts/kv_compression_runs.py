@@ -12,13 +12,13 @@ import sys
 
 import torch
 
-from real_engine.corpus import TASKS, CorpusConfig, build_corpus
-from real_engine.engine import Engine, EngineConfig
-from real_engine.kv_compression import MODES, KVCompression
-from real_engine.kv_quality import compare, greedy_acceptance, perplexity, teacher_forced_logits
-from real_engine.kv_store_meter import measure_store
-from real_engine.needle import NeedleConfig, filler_pool, needle_cases
-from real_engine.tokenizer import ByteTokenizer
+from tripath.engine.engine import Engine, EngineConfig
+from tripath.engine.kv.modes import MODES, KVCompression
+from tripath.engine.kv.quality import compare, greedy_acceptance, perplexity, teacher_forced_logits
+from tripath.engine.kv.store_meter import measure_store
+from tripath.engine.model.tokenizer import ByteTokenizer
+from tripath.training.corpus import TASKS, CorpusConfig, build_corpus
+from tripath.training.needle import NeedleConfig, filler_pool, needle_cases
 
 TOK = ByteTokenizer()
 LONG_TOKENS = 1000  # the tiny target was trained on 1024-token windows

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from kv_compression_report import render_compression  # noqa: E402 - beside this script
 
-from real_engine.config import ModelConfig
+from tripath.engine.model.config import ModelConfig
 
 SEED_MS_PER_2K = 3.0  # SEEDS.md, Table 3.2 claim: about +3 ms per extra 2K tokens paged (A100, LLaMA-2-70B)
 
@@ -45,13 +45,13 @@ def render(step_rows: list[dict], link_rows: list[dict], fit: dict, q_rows: list
     out = [
         *head,
         *_findings(step_rows, fit),
-        "Code: `real_engine/tiers.py` (device pool, host tier, SSD tier of checksummed page files),",
-        "`real_engine/tiered_cache.py` (LRU paging, pinned sinks + recent window, per-layer prefetch),",
-        "`real_engine/tiered_attention.py` (attention over the tiered cache, bit-identical to the plain one),",
-        "`real_engine/tiered_engine.py` (serving loop; a tier fault fails only its request),",
-        "`real_engine/kv_quant.py`, `kv_compression.py`, `kv_window.py` (compression modes),",
-        "`real_engine/compressed_store.py`, `compressed_attention.py` (compressed KV resident at run time),",
-        "`real_engine/paging_meter.py`, `real_engine/kv_quality.py` (the measurements).",
+        "Code: `tripath/engine/tiered/tiers.py` (device pool, host tier, SSD tier of checksummed page files),",
+        "`tripath/engine/tiered/cache.py` (LRU paging, pinned sinks + recent window, per-layer prefetch),",
+        "`tripath/engine/tiered/attention.py` (attention over the tiered cache, bit-identical to the plain one),",
+        "`tripath/engine/tiered/reference_engine.py` (serving loop; a tier fault fails only its request),",
+        "`tripath/engine/kv/quant.py`, `kv_compression.py`, `kv_window.py` (compression modes),",
+        "`tripath/engine/kv/compressed_store.py`, `compressed_attention.py` (compressed KV resident at run time),",
+        "`tripath/engine/tiered/paging_meter.py`, `tripath/engine/kv/quality.py` (the measurements).",
         "",
         "## Paging cost per decode step",
         "",

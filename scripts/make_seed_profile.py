@@ -3,7 +3,7 @@
     .venv/bin/python scripts/make_seed_profile.py [--out-dir data/profiles]
 
 writes seed-llama2-70b-a100.json and seed-llama2-70b-a100.samples.csv (the table rows the fits
-used) through simulator.profile. The output is a pure function of the tables below: running it
+used) through tripath.profile.profile. The output is a pure function of the tables below: running it
 again gives byte-identical files (fitted values are rounded to 6 significant digits so that
 last-bit differences between scipy/BLAS builds cannot change the file).
 
@@ -36,8 +36,8 @@ from seed_fits import (
     sig6,
 )
 
-from simulator.paths import PROFILES_DIR
-from simulator.profile import (
+from tripath.core.data_dirs import PROFILES_DIR
+from tripath.profile.profile import (
     Coefficient,
     CostModel,
     Hardware,

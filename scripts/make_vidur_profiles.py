@@ -18,10 +18,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from calibrate.job import write_plots
-from calibrate.published import build_published_profile, profile_name
-from calibrate.samples import HEADER
-from calibrate.vidur import (
+from tripath.calibrate.job import write_plots
+from tripath.calibrate.published.builder import build_published_profile, profile_name
+from tripath.calibrate.published.vidur import (
     DECODE_BATCHES,
     DECODE_KV,
     GPUS,
@@ -31,8 +30,9 @@ from calibrate.vidur import (
     all_reduce_path,
     mlp_path,
 )
-from simulator.paths import DATA_DIR, PROFILES_DIR
-from simulator.profile import save_profile, save_samples
+from tripath.calibrate.samples import HEADER
+from tripath.core.data_dirs import DATA_DIR, PROFILES_DIR
+from tripath.profile.profile import save_profile, save_samples
 
 VIDUR_DIR = DATA_DIR / "peer-data" / "vidur"
 

@@ -34,11 +34,11 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     import torch
 
-    from calibrate.probe import StepProbe
-    from real_engine.checkpoint import load_checkpoint
-    from simulator.costs import IterationCost
-    from simulator.paths import MODELS_DIR
-    from simulator.profile import resolve_profile
+    from tripath.calibrate.probe import StepProbe
+    from tripath.core.data_dirs import MODELS_DIR
+    from tripath.engine.model.checkpoint import load_checkpoint
+    from tripath.profile.profile import resolve_profile
+    from tripath.simulator.costs import IterationCost
 
     batches = [int(b) for b in args.batches.split(",")]
     contexts = [int(c) for c in args.contexts.split(",")]

@@ -11,7 +11,7 @@ Two ratios: of the whole passes, and of their token-dependent work (each pass le
 (d(n) - d(1)) / (t(n) - t(1))), which is what the simulator multiplies: the draft's prompt pass rides in
 a round's draft step, whose fixed cost K c already counts, and the target side is the profile's
 prefill_ms(n, 0) - prefill_ms(0, 0). The calibration's speculative sweep measures the latter on the eval
-prompts (speculative.draft_prefill_ratio, calibrate/sweep_speculative.py); this script checks it per
+prompts (speculative.draft_prefill_ratio, tripath/calibrate/sweeps/speculative.py); this script checks it per
 prompt length.
 
     .venv/bin/python scripts/measure_draft_prefill.py [--repeats 15] [--tokens 64 160 400 800]
@@ -25,11 +25,11 @@ import time
 
 import torch
 
-from real_engine.checkpoint import load_checkpoint
-from real_engine.fusion import fuse_projections
-from real_engine.kv_cache import KVCacheManager, KVTensors
-from real_engine.model import LlamaModel
-from real_engine.proposers import PagedChunk, paged_forward
+from tripath.engine.kv.paged import KVCacheManager, KVTensors
+from tripath.engine.model.checkpoint import load_checkpoint
+from tripath.engine.model.fusion import fuse_projections
+from tripath.engine.model.model import LlamaModel
+from tripath.engine.speculative.proposers import PagedChunk, paged_forward
 
 WARMUP = 3
 

@@ -28,12 +28,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from real_engine.checkpoint import load_checkpoint
-from real_engine.config import PRESETS, ModelConfig
-from real_engine.corpus import load_eval_prompts
-from real_engine.kv_quant import bytes_per_token
-from real_engine.paging_meter import measure_paging
-from simulator.paths import MODELS_DIR
+from tripath.core.data_dirs import MODELS_DIR
+from tripath.engine.kv.quant import bytes_per_token
+from tripath.engine.model.checkpoint import load_checkpoint
+from tripath.engine.model.config import PRESETS, ModelConfig
+from tripath.engine.tiered.paging_meter import measure_paging
+from tripath.training.corpus import load_eval_prompts
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from kv_compression_report import render_compression, splice  # noqa: E402 - beside this script

@@ -2,12 +2,12 @@
 
 real_engine's PagedAttention gathers B x ceil(longest / block) x block keys for a decode batch (the rest
 masked). This times, in one run and interleaved, three batches of B decoding sequences on the calibration
-probe's forward (calibrate/probe.StepProbe, thread CPU time, one torch thread: the calibration's clock):
+probe's forward (tripath/calibrate/probe.StepProbe, thread CPU time, one torch thread: the calibration's clock):
 
     mixed     the contexts given (one long, the rest short, or a spread)
     sum       B equal contexts with the same Σ as mixed (what the simulator charged before)
     padded    B equal contexts of the mixed batch's longest in whole blocks (what it charges on measured
-              profiles now, simulator/engine_rules.decode_block_tokens)
+              profiles now, tripath/simulator/engine_rules.decode_block_tokens)
 
 and prints mixed/sum and mixed/padded: near 1 for the rule that holds. Equal-context batches are what the
 decode sweep fits, so the comparison needs no profile and is immune to how loaded the machine was when the
@@ -24,11 +24,11 @@ import time
 
 import torch
 
-from calibrate.probe import StepProbe
-from real_engine.attention import SequenceChunk
-from real_engine.checkpoint import load_checkpoint
-from simulator.engine_rules import REAL_ENGINE_BLOCK_TOKENS
-from simulator.paths import MODELS_DIR
+from tripath.calibrate.probe import StepProbe
+from tripath.core.data_dirs import MODELS_DIR
+from tripath.engine.kv.paged_attention import SequenceChunk
+from tripath.engine.model.checkpoint import load_checkpoint
+from tripath.profile.engine_rules import REAL_ENGINE_BLOCK_TOKENS
 
 BLOCK = REAL_ENGINE_BLOCK_TOKENS
 # (label, contexts): attended tokens per sequence (cached + the new one), as the simulator counts them

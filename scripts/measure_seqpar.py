@@ -77,10 +77,11 @@ def render_report(summary: list[dict], bench: SeqParBench, command: str, measure
         "a load above "
         f"{p} means another process competed with the ranks for the {os.cpu_count()} cores.",
         "",
-        "How it works (real_engine/seqpar.py): each rank embeds and runs every layer on its own positions; per "
+        "How it works (tripath/engine/seqpar/parallel.py): each rank embeds and runs every layer on its own "
+        "positions; per "
         "layer the ranks all-gather K/V (gloo), each attends its queries over all keys with the fused CPU "
-        "flash kernel that also returns the log-sum-exp (real_engine/seqpar_attention.py), and merges the "
-        "partials in fp32 (real_engine/lse_merge.py). In decode the K/V stays on the rank that produced it; "
+        "flash kernel that also returns the log-sum-exp (tripath/engine/seqpar/attention.py), and merges the "
+        "partials in fp32 (tripath/engine/seqpar/lse_merge.py). In decode the K/V stays on the rank that produced it; "
         "every rank attends its shard and the (out, LSE) pairs are all-gathered and merged. Tests: "
         "tests/test_seqpar_*.py (equal to single-device attention for P = 1, 2, 4; greedy P = 2 equals P = 1).",
         "",
@@ -126,7 +127,7 @@ def render_report(summary: list[dict], bench: SeqParBench, command: str, measure
             "",
             "## With the tiered KV cache on each rank",
             "",
-            "Each rank's K/V in real_engine/tiered_cache.py with a device pool of half of the whole "
+            "Each rank's K/V in tripath/engine/tiered/cache.py with a device pool of half of the whole "
             "sequence's K/V (chunks of 256 tokens; sinks and a 256-token window pinned; the rest in host "
             "memory): P = 1 pages half its K/V in every decode step, a P = 2 shard nearly fits. One run each.",
             "",

@@ -25,10 +25,10 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from real_engine.checkpoint import load_checkpoint
-from real_engine.dist import DistConfig, spawn
-from real_engine.seqpar import SeqParConfig, SequenceParallel
-from simulator.paths import MODELS_DIR
+from tripath.core.data_dirs import MODELS_DIR
+from tripath.engine.model.checkpoint import load_checkpoint
+from tripath.engine.seqpar.dist import DistConfig, spawn
+from tripath.engine.seqpar.parallel import SeqParConfig, SequenceParallel
 
 COLUMNS = ("wall", "thread_cpu", "process_cpu", "comm_wall", "comm_cpu", "merge", "attention")
 

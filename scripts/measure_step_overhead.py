@@ -1,9 +1,9 @@
 """How much a whole Engine.step costs beyond the forward pass the profile was calibrated on.
 
-calibrate/probe.py times one engine forward (paged attention, fused projections) without the
+tripath/calibrate/probe.py times one engine forward (paged attention, fused projections) without the
 scheduler, the input packing and the sampler; the serving loop runs Engine.step, which has them.
 This script times, in the same run, decode-only and prefill-only Engine.steps and the
-calibration's own probe forward (calibrate.probe.StepProbe) of the same shape, on the tiny target
+calibration's own probe forward (tripath.calibrate.probe.StepProbe) of the same shape, on the tiny target
 in this thread's CPU time (time.thread_time, one torch thread: the calibration's clock), and
 prints both against the profile's prediction. probe / profile shows how much this machine's state
 (other jobs sharing caches and cores) inflates even CPU time right now; step / probe is the cost
@@ -24,11 +24,11 @@ import time
 
 import torch
 
-from calibrate.probe import StepProbe
-from real_engine.checkpoint import load_checkpoint
-from real_engine.engine import Engine, EngineConfig
-from simulator.paths import MODELS_DIR
-from simulator.profile import resolve_profile
+from tripath.calibrate.probe import StepProbe
+from tripath.core.data_dirs import MODELS_DIR
+from tripath.engine.engine import Engine, EngineConfig
+from tripath.engine.model.checkpoint import load_checkpoint
+from tripath.profile.profile import resolve_profile
 
 
 def decode_step_ms(engine: Engine, batch: int, context: int, repeats: int) -> float:

@@ -14,10 +14,10 @@ import tomllib
 
 import numpy as np
 
-from simulator.paths import SCENARIOS_DIR
-from simulator.profile import resolve_profile
-from simulator.runner import simulate
-from simulator.scenario import scenario_from_dict
+from tripath.core.data_dirs import SCENARIOS_DIR
+from tripath.profile.profile import resolve_profile
+from tripath.simulator.runner import simulate
+from tripath.simulator.scenario.scenario import scenario_from_dict
 
 # scenario -> variants: label -> the strategy tables to drop from the shipped file
 EXAMPLES = {

@@ -1,5 +1,6 @@
 """What the tiered Engine does per decode step: pages moved per link, main-thread stall, and step time against
-the paged Engine. The evidence behind simulator/tier_engine_rule.py (docs/tiered_kv.md, "What the engine does
+the paged Engine. The evidence behind tripath/simulator/paths/tiered_engine_rule.py (docs/tiered_kv.md, "What the
+engine does
 per step").
 
     .venv/bin/python scripts/probe_tiered_steps.py [--model data/models/tiny-target] [--json]
@@ -20,10 +21,10 @@ import time
 
 import torch
 
-from real_engine.checkpoint import load_checkpoint
-from real_engine.engine import Engine, EngineConfig
-from real_engine.model import LlamaModel
-from real_engine.tiers import TierConfig
+from tripath.engine.engine import Engine, EngineConfig
+from tripath.engine.model.checkpoint import load_checkpoint
+from tripath.engine.model.model import LlamaModel
+from tripath.engine.tiered.tiers import TierConfig
 
 LINKS = ("device_host", "host_device", "host_ssd", "ssd_host")
 

@@ -2,7 +2,7 @@
 
 Setting (SEEDS.md, 000_3cff22d029debaea.txt): LLaMA-2-70B on one A100 80GB, draft LLaMA-2-7B,
 K = 5, batch 1, lengths 4K-64K. The seed's figures are per-token (decode) latencies, so each model
-figure is a per-token latency at batch 1 through simulator/path_step.py's PathStep:
+figure is a per-token latency at batch 1 through tripath/simulator/paths/step.py's PathStep:
 
 - tiered rows: one sequence decoding the 256 tokens up to the length (seconds / tokens emitted):
   a chunk is paged out once per 256 tokens written, so the window holds the tiered cache's steady
@@ -26,11 +26,11 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from simulator.costs import IterationCost
-from simulator.path_step import PathStep
-from simulator.profile import Profile, resolve_profile
-from simulator.step_model import Decode
-from simulator.strategy import SequenceParallelSpec, SpeculativeSpec, StrategySpec, TieredSpec
+from tripath.profile.profile import Profile, resolve_profile
+from tripath.simulator.costs import IterationCost
+from tripath.simulator.paths.step import PathStep
+from tripath.simulator.scenario.strategy import SequenceParallelSpec, SpeculativeSpec, StrategySpec, TieredSpec
+from tripath.simulator.step_model import Decode
 
 PROFILE = "seed-llama2-70b-a100"
 TOLERANCE = 0.10

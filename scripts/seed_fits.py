@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 from scipy.optimize import brentq, lsq_linear
 
-from simulator.formulas import speculative_latency_ratio
-from simulator.profile import FitQuality, ModelSpec
+from tripath.profile.formulas import speculative_latency_ratio
+from tripath.profile.profile import FitQuality, ModelSpec
 
 SEED_DOCUMENT = "000_3cff22d029debaea.txt"
 SPEC_K = 5

@@ -1,7 +1,7 @@
 """Per-step residuals of the plain engine: which served iterations the profile underprices, and by how much.
 
-Serves a validation scenario's requests (the list fidelity.sim_side.requests_for draws, the engine
-fidelity.engine_side.build_engine builds) on the real Engine with one torch thread, and for every step
+Serves a validation scenario's requests (the list tripath.fidelity.sim_side.requests_for draws, the engine
+tripath.fidelity.engine_side.build_engine builds) on the real Engine with one torch thread, and for every step
 records its shape (StepRecord.chunk_shapes: cached and new tokens per sequence), its thread CPU time
 and wall time, and the price the simulator gives that same iteration on the profile (BaselineStep.step,
 the simulator's own pricing code, called with the step's decodes and prefill chunks). Then, per step
@@ -31,9 +31,9 @@ from typing import Any
 
 import numpy as np
 
-from simulator.costs import IterationCost
-from simulator.errors import InputError
-from simulator.step_model import BaselineStep, DecodeBatch, PrefillChunk
+from tripath.core.errors import InputError
+from tripath.simulator.costs import IterationCost
+from tripath.simulator.step_model import BaselineStep, DecodeBatch, PrefillChunk
 
 BANDS = ((1, 1), (2, 4), (5, 8), (9, 16), (17, 32), (33, 1 << 30))
 
@@ -127,10 +127,10 @@ def serve_steps(data: dict[str, Any], source: str, profile: Any, target: Any, se
                 requests: int | None) -> tuple[list[tuple[Any, float, float]], float]:
     """Serve the scenario on the plain engine: ((StepRecord, thread s, wall s) per timed step, thread s of
     the serving loop outside Engine.step: arrivals, prompts, booking; the simulator has no such cost)."""
-    from fidelity.engine_side import build_engine
-    from fidelity.sim_side import requests_for
-    from fidelity.window_serving import serve_batched
-    from real_engine.workload_replay import PromptSource, serve
+    from tripath.engine.workload_replay import PromptSource, serve
+    from tripath.fidelity.engine_side import build_engine
+    from tripath.fidelity.sim_side import requests_for
+    from tripath.fidelity.window_serving import serve_batched
 
     if data.get("strategy"):
         raise InputError(source, "strategy", "step residuals price the plain engine only (BaselineStep)")
@@ -162,10 +162,10 @@ def serve_steps(data: dict[str, Any], source: str, profile: Any, target: Any, se
 
 
 def replay(target: Any, shapes: list[tuple[tuple[int, int], ...]], repeats: int) -> tuple[list[float], list[float]]:
-    """Thread seconds of each shape's forward on calibrate.probe.StepProbe: (its first run right after the
+    """Thread seconds of each shape's forward on tripath.calibrate.probe.StepProbe: (its first run right after the
     previous step's shape, the median of ``repeats`` runs after one more warm-up, as the sweeps time a point).
     The two are taken alternately, step by step, so the machine's state over the minutes is shared."""
-    from calibrate.probe import StepProbe
+    from tripath.calibrate.probe import StepProbe
 
     tokens = max(sum(c + n for c, n in sh) for sh in shapes)
     probe = StepProbe(target, tokens, max_sequences=max(len(sh) for sh in shapes))
@@ -209,9 +209,9 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     import torch
 
-    from real_engine.checkpoint import load_checkpoint
-    from simulator.paths import MODELS_DIR, SCENARIOS_DIR
-    from simulator.profile import resolve_profile
+    from tripath.core.data_dirs import MODELS_DIR, SCENARIOS_DIR
+    from tripath.engine.model.checkpoint import load_checkpoint
+    from tripath.profile.profile import resolve_profile
 
     path = Path(args.scenario)
     if not path.suffix:
@@ -237,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
         write_csv(rows, args.steps_csv)
     summary = {"scenario": data.get("name", path.stem), "profile": args.profile, "steps": len(rows),
                "numbers_from": "measured now on this machine (thread_time / perf_counter around Engine.step, 1 "
-                               "torch thread) over priced by simulator.step_model.BaselineStep on the profile",
+                               "torch thread) over priced by tripath.simulator.step_model.BaselineStep on the profile",
                "kinds": summarize(rows), "loop_thread_s": loop_s,
                "loop_over_steps_thread": loop_s / max(sum(r.thread_s for r in rows), 1e-12)}
     if args.json:

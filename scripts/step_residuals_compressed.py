@@ -1,10 +1,10 @@
 """Per-step residuals of the compressed-KV engine: each served iteration's time against the simulator's price.
 
-Serves a validation scenario's requests (fidelity/sim_side.py::requests_for, the engine the scenario
-describes: fidelity/engine_side.py::engine_config) on the CPU-time clock (fidelity.engine_side.CpuClock:
+Serves a validation scenario's requests (tripath/fidelity/sim_side.py::requests_for, the engine the scenario
+describes: tripath/fidelity/engine_side.py::engine_config) on the CPU-time clock (tripath.fidelity.engine_side.CpuClock:
 arrivals replayed, idle gaps skipped), records every step's shape (per sequence: cached tokens, new
 tokens) and its thread CPU time and wall time, and prices the same iteration with the simulator's step
-model on the profile (simulator/path_step.py: compression physics included). Steps are grouped by kind:
+model on the profile (tripath/simulator/paths/step.py: compression physics included). Steps are grouped by kind:
 
     decode      every sequence decodes one token
     fresh       prompt chunks with no cached context (plus decodes, if any)
@@ -32,16 +32,16 @@ from typing import Any
 import numpy as np
 import torch
 
-from fidelity.engine_side import CpuClock, engine_config
-from fidelity.sim_side import requests_for
-from real_engine.checkpoint import load_checkpoint
-from real_engine.engine import Engine
-from real_engine.workload_replay import PromptSource, serve
-from simulator.costs import IterationCost
-from simulator.path_step import build_step_model
-from simulator.profile import load_profile
-from simulator.scenario import scenario_from_dict
-from simulator.step_model import Decode, PrefillChunk
+from tripath.engine.engine import Engine
+from tripath.engine.model.checkpoint import load_checkpoint
+from tripath.engine.workload_replay import PromptSource, serve
+from tripath.fidelity.engine_side import CpuClock, engine_config
+from tripath.fidelity.sim_side import requests_for
+from tripath.profile.profile import load_profile
+from tripath.simulator.costs import IterationCost
+from tripath.simulator.paths.step import build_step_model
+from tripath.simulator.scenario.scenario import scenario_from_dict
+from tripath.simulator.step_model import Decode, PrefillChunk
 
 
 def instrument(engine: Engine) -> list[dict[str, Any]]:

@@ -11,15 +11,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from simulator import metrics
-from simulator.adaptive_batching import Adaptive, AimdController, AimdSettings
-from simulator.batching import Windowed
-from simulator.cluster import ClusterConfig, simulate_requests
-from simulator.costs import IterationCost
-from simulator.replica import ReplicaConfig
-from simulator.request import RequestSpec
-from simulator.step_model import BaselineStep
-from simulator.stepper import StepperSetup
+from tripath.core import metrics
+from tripath.core.request import RequestSpec
+from tripath.simulator.costs import IterationCost
+from tripath.simulator.loop.adaptive_batching import Adaptive, AimdController, AimdSettings
+from tripath.simulator.loop.batching import Windowed
+from tripath.simulator.loop.cluster import ClusterConfig, simulate_requests
+from tripath.simulator.loop.replica import ReplicaConfig
+from tripath.simulator.loop.stepper import StepperSetup
+from tripath.simulator.step_model import BaselineStep
 
 
 def serve(requests: list[RequestSpec], policy) -> list:

@@ -71,7 +71,7 @@ def app_url(tmp_path: Path):
     log = tmp_path / "server.log"
     with open(log, "w") as out:
         # `tripath app` execs `streamlit run app.py --server.headless true --server.port PORT`: same pid
-        server = subprocess.Popen([sys.executable, "-m", "tripath.cli", "app", "--port", str(port),
+        server = subprocess.Popen([sys.executable, "-m", "tripath.cli.main", "app", "--port", str(port),
                                    "--address", "127.0.0.1"], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:

@@ -22,10 +22,10 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # the pages import app_pages, which lives beside app.py (not installed)
     sys.path.insert(0, str(ROOT))
 
-from app_pages import profiles, validation  # noqa: E402
-from simulator.profile import resolve_profile  # noqa: E402
-from simulator.runner import simulate, summary  # noqa: E402
-from simulator.scenario import scenario_from_dict  # noqa: E402
+from tripath.app.widgets import profiles, validation  # noqa: E402
+from tripath.profile.profile import resolve_profile  # noqa: E402
+from tripath.simulator.runner import simulate, summary  # noqa: E402
+from tripath.simulator.scenario.scenario import scenario_from_dict  # noqa: E402
 
 TIMEOUT_S = 120  # the machine is shared: generous, never part of what is asserted
 
@@ -33,7 +33,7 @@ TIMEOUT_S = 120  # the machine is shared: generous, never part of what is assert
 def _app(page: str | None = None) -> AppTest:
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT_S).run()
     if page:
-        at.switch_page(f"app_pages/{page}.py").run()
+        at.switch_page(f"tripath/app/pages/{page}.py").run()
     assert not at.exception, at.exception
     return at
 
@@ -188,7 +188,7 @@ def test_calibration_good_upload_is_selected_and_offered_to_the_explorer() -> No
     assert not at.exception and not at.error
     assert at.selectbox(key="calibration_profile").value == "uploaded: mine.json"
     pd.testing.assert_frame_equal(_coefficients(at), _coefficients(_app("calibration")))  # same as shipped cpu-tiny
-    at.switch_page("app_pages/explorer.py").run()
+    at.switch_page("tripath/app/pages/explorer.py").run()
     assert "uploaded: mine.json" in at.selectbox(key="explorer_profile").options
 
 
@@ -203,9 +203,9 @@ def test_fidelity_without_a_report_says_so(monkeypatch: pytest.MonkeyPatch, tmp_
 
 
 def test_fidelity_shows_the_latest_report(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """A report written by fidelity.report.write_report (issue 10's writer), read back by the page."""
-    from fidelity.compare import row
-    from fidelity.report import ScenarioResult, write_report
+    """A report written by tripath.fidelity.report.write_report (issue 10's writer), read back by the page."""
+    from tripath.fidelity.compare import row
+    from tripath.fidelity.report import ScenarioResult, write_report
 
     meta = {"numbers_from": "real_engine on this CPU (test)", "profile": "cpu-tiny", "profile_source": "measured",
             "seed": 0, "quick": True, "created_utc": "2026-11-29T19:00:00Z"}
@@ -253,7 +253,7 @@ def test_explorer_strategy_tables_reach_the_simulator() -> None:
 
 
 def test_tripath_app_subcommand_is_registered() -> None:
-    from tripath.cli import build_parser
+    from tripath.cli.main import build_parser
 
     args = build_parser().parse_args(["app", "--port", "8600"])
     assert args.port == 8600 and args.address == "localhost"

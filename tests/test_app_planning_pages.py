@@ -1,6 +1,6 @@
 """The planning pages of the Streamlit app (decision matrix, capacity planner, SLA what-if) through AppTest.
 
-Each page must show what planning/'s function computes for the same inputs (small cases; the
+Each page must show what tripath/planning/'s function computes for the same inputs (small cases; the
 on-disk result cache is switched off so every number is computed in the test), and change when
 its inputs change.
 """
@@ -18,14 +18,14 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # the pages import app_pages, which lives beside app.py (not installed)
     sys.path.insert(0, str(ROOT))
 
-from simulator.profile import resolve_profile  # noqa: E402
+from tripath.profile.profile import resolve_profile  # noqa: E402
 
 TIMEOUT_S = 120  # the machine is shared: generous, never part of what is asserted
 
 
 def _app(page: str) -> AppTest:
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT_S).run()
-    at.switch_page(f"app_pages/{page}.py").run()
+    at.switch_page(f"tripath/app/pages/{page}.py").run()
     assert not at.exception, at.exception
     return at
 
@@ -40,7 +40,7 @@ def _frame(at: AppTest, column: str) -> pd.DataFrame:
 
 
 def test_matrix_page_shows_planning_decision_matrix() -> None:
-    from planning.matrix import decision_matrix
+    from tripath.planning.matrix import decision_matrix
 
     at = _app("matrix")
     at.number_input(key="matrix_requests").set_value(20)
@@ -73,8 +73,8 @@ def _capacity(at: AppTest, qps: float) -> pd.DataFrame:
 
 
 def test_capacity_page_more_load_more_gpus() -> None:
-    from planning.capacity import plan
-    from planning.scenario_dict import load_scenario_dict
+    from tripath.planning.capacity import plan
+    from tripath.planning.scenario_dict import load_scenario_dict
 
     at = _app("capacity")
     at.number_input(key="capacity_requests").set_value(40)
@@ -122,8 +122,8 @@ def test_whatif_sla_sweep_changes_attainment_not_latency() -> None:
 
 
 def test_whatif_load_step_fixed_and_adaptive() -> None:
-    from planning.scenario_dict import load_scenario_dict
-    from planning.whatif import load_step
+    from tripath.planning.scenario_dict import load_scenario_dict
+    from tripath.planning.whatif import load_step
 
     at = _app("whatif")
     at.number_input(key="whatif_requests").set_value(60)

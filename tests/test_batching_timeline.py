@@ -11,13 +11,13 @@ import math
 
 import pytest
 
-from simulator.batching import Chunked, Continuous, Windowed
-from simulator.cluster import ClusterConfig, simulate_requests
-from simulator.costs import IterationCost
-from simulator.replica import ReplicaConfig
-from simulator.request import RequestSpec
-from simulator.step_model import BaselineStep
-from simulator.stepper import StepperConfig, StepperSetup
+from tripath.core.request import RequestSpec
+from tripath.simulator.costs import IterationCost
+from tripath.simulator.loop.batching import Chunked, Continuous, Windowed
+from tripath.simulator.loop.cluster import ClusterConfig, simulate_requests
+from tripath.simulator.loop.replica import ReplicaConfig
+from tripath.simulator.loop.stepper import StepperConfig, StepperSetup
+from tripath.simulator.step_model import BaselineStep
 
 T = pytest.approx  # the hand sums are decimal; the simulator's are binary floats
 
@@ -119,10 +119,10 @@ def test_preemption_swap() -> None:
 
 
 def test_swap_without_a_paging_cost_is_bad_input() -> None:
-    from simulator.errors import InputError
-    from simulator.profile import resolve_profile
-    from simulator.runner import simulate
-    from simulator.scenario import scenario_from_dict
+    from tripath.core.errors import InputError
+    from tripath.profile.profile import resolve_profile
+    from tripath.simulator.runner import simulate
+    from tripath.simulator.scenario.scenario import scenario_from_dict
 
     profile = resolve_profile("published-llama2-70b-tp2-a100")
     bare = type(profile).from_dict({**profile.to_dict(), "paging": {}})
@@ -162,7 +162,7 @@ class TwoTokens(BaselineStep):
     def step(self, prefills, decodes, live_tokens):
         import numpy as np
 
-        from simulator.step_model import StepResult
+        from tripath.simulator.step_model import StepResult
 
         base = super().step(prefills, decodes, live_tokens)
         if not decodes:

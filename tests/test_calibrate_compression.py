@@ -9,17 +9,17 @@ import math
 
 import torch
 
-from calibrate.compression_decode import DECODE_BATCHES
-from calibrate.presets import Preset
-from calibrate.samples import read_samples
-from calibrate.sweep_compression import MEASURED_MODES, PREFILL_LENGTHS, REF_SWEEP, STORED_MODES
-from calibrate.timer import TimerConfig
-from real_engine.checkpoint import save_checkpoint
-from real_engine.config import PRESETS
-from real_engine.kv_compression import MODES
-from real_engine.model import LlamaModel
-from simulator.profile import load_profile
-from tripath.cli import main
+from tripath.calibrate.presets import Preset
+from tripath.calibrate.samples import read_samples
+from tripath.calibrate.sweeps.compression import MEASURED_MODES, PREFILL_LENGTHS, REF_SWEEP, STORED_MODES
+from tripath.calibrate.sweeps.compression_decode import DECODE_BATCHES
+from tripath.calibrate.timer import TimerConfig
+from tripath.cli.main import main
+from tripath.engine.kv.modes import MODES
+from tripath.engine.model.checkpoint import save_checkpoint
+from tripath.engine.model.config import PRESETS
+from tripath.engine.model.model import LlamaModel
+from tripath.profile.profile import load_profile
 
 GRID = Preset("test", prefill_new=(8, 32, 64), prefill_context=(0, 32), decode_batch=(1, 2, 4),
               decode_context=(16, 64), timer=TimerConfig(warmup=0, reps=2))
@@ -33,7 +33,7 @@ def test_calibrate_compression_section_and_resume(tmp_path, monkeypatch, capsys)
     # prompts longer than a quantization group (32 tokens), so int8/int4 groups are really stored quantized
     prompts.write_text("".join(json.dumps({"task": t, "prompt": p * 12, "reference": "x"}) + "\n"
                                for t, p in (("code", "def f(x): "), ("math", "2 + 2 = 4. "))))
-    monkeypatch.setattr("calibrate.presets.PRESETS", {"quick": GRID})
+    monkeypatch.setattr("tripath.calibrate.presets.PRESETS", {"quick": GRID})
     out = tmp_path / "cpu-t.json"
     argv = ["calibrate", "--model", str(tmp_path / "target"), "--draft", str(tmp_path / "draft"), "--compression",
             "--threads", "1", "--eval-prompts", str(prompts), "--out", str(out), "--force", "--no-progress", "--json"]

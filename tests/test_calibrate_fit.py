@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from calibrate.fit import FitRefused, fit_formula, refusal_reason
-from calibrate.target import full_depth_ms
-from simulator.formulas import decode_v1, paging_v1, prefill_v1
+from tripath.calibrate.fit import FitRefused, fit_formula, refusal_reason
+from tripath.calibrate.target import full_depth_ms
+from tripath.profile.formulas import decode_v1, paging_v1, prefill_v1
 
 
 def _grid(rng):

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from simulator.paths import REPO_ROOT
-from simulator.profile import load_profile
+from tripath.core.data_dirs import REPO_ROOT
+from tripath.profile.profile import load_profile
 
 
 def _script():  # noqa: ANN202 (a module object)

@@ -7,16 +7,16 @@ import json
 import numpy as np
 import pytest
 
-from calibrate.assemble import full_depth_points
-from calibrate.fit import FitRefused
-from calibrate.job import CalibrationJob, run_calibration
-from calibrate.presets import Preset
-from calibrate.samples import read_samples
-from calibrate.target import TargetSpec
-from calibrate.timer import TimerConfig
-from real_engine.config import PRESETS
-from simulator.profile import load_profile
-from tripath.cli import main
+from tripath.calibrate.assemble import full_depth_points
+from tripath.calibrate.fit import FitRefused
+from tripath.calibrate.job import CalibrationJob, run_calibration
+from tripath.calibrate.presets import Preset
+from tripath.calibrate.samples import read_samples
+from tripath.calibrate.target import TargetSpec
+from tripath.calibrate.timer import TimerConfig
+from tripath.cli.main import main
+from tripath.engine.model.config import PRESETS
+from tripath.profile.profile import load_profile
 
 GRID = Preset("test", prefill_new=(8, 32, 64), prefill_context=(0, 32), decode_batch=(1, 2, 4),
               decode_context=(16, 64), timer=TimerConfig(warmup=1, reps=2))
@@ -117,8 +117,8 @@ def test_cli_calibrate_refusal_exit_code_and_show(tmp_path, capsys):
 
 
 def test_gpu_memory_budget_and_override():
-    from calibrate.hardware import SPECS
-    from calibrate.job import _memory
+    from tripath.calibrate.hardware import SPECS
+    from tripath.calibrate.job import _memory
 
     hw = SPECS["a100-80gb"].hardware()
     job = CalibrationJob(TargetSpec(preset="llama2-7b"), GRID, "x.json", device="cuda")

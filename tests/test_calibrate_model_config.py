@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from calibrate.assemble import full_depth_points
-from calibrate.presets import Preset
-from calibrate.samples import read_samples
-from calibrate.target import LoadedTarget, TargetSpec, model_spec
-from calibrate.timer import TimerConfig
-from real_engine.config import PRESETS
-from simulator.profile import load_profile
-from tripath.cli import main
+from tripath.calibrate.assemble import full_depth_points
+from tripath.calibrate.presets import Preset
+from tripath.calibrate.samples import read_samples
+from tripath.calibrate.target import LoadedTarget, TargetSpec, model_spec
+from tripath.calibrate.timer import TimerConfig
+from tripath.cli.main import main
+from tripath.engine.model.config import PRESETS
+from tripath.profile.profile import load_profile
 
 TINY = Preset("quick", prefill_new=(8, 16, 32), prefill_context=(0, 16), decode_batch=(1, 2),
               decode_context=(8, 16), timer=TimerConfig(warmup=0, reps=1))
@@ -32,7 +32,7 @@ def test_llama2_70b_model_section_is_the_full_model() -> None:
 
 @pytest.mark.slow
 def test_llama2_7b_model_config_calibrates_on_cpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("calibrate.presets.PRESETS", {"quick": TINY})
+    monkeypatch.setattr("tripath.calibrate.presets.PRESETS", {"quick": TINY})
     out = tmp_path / "cpu-7b.json"
     rc = main(["calibrate", "--model-config", "llama2-7b", "--layers-timed", "2", "--dtype", "bfloat16",
                "--out", str(out), "--force", "--no-progress"])

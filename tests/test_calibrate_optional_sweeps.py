@@ -8,14 +8,14 @@ import json
 
 import torch
 
-from calibrate.presets import Preset
-from calibrate.samples import read_samples
-from calibrate.timer import TimerConfig
-from real_engine.checkpoint import save_checkpoint
-from real_engine.config import PRESETS
-from real_engine.model import LlamaModel
-from simulator.profile import load_profile
-from tripath.cli import main
+from tripath.calibrate.presets import Preset
+from tripath.calibrate.samples import read_samples
+from tripath.calibrate.timer import TimerConfig
+from tripath.cli.main import main
+from tripath.engine.model.checkpoint import save_checkpoint
+from tripath.engine.model.config import PRESETS
+from tripath.engine.model.model import LlamaModel
+from tripath.profile.profile import load_profile
 
 GRID = Preset("test", prefill_new=(8, 32, 64), prefill_context=(0, 32), decode_batch=(1, 2, 4),
               decode_context=(16, 64), timer=TimerConfig(warmup=0, reps=2), spec_k=(2, 4), paging_chunks=(64, 256))
@@ -28,7 +28,7 @@ def test_calibrate_with_draft_and_paging(tmp_path, monkeypatch, capsys):
     prompts = tmp_path / "eval.jsonl"
     prompts.write_text("".join(json.dumps({"task": t, "prompt": p, "reference": "x"}) + "\n"
                                for t, p in (("code", "def f(x):"), ("math", "2 + 2 ="), ("math", "3 * 7 ="))))
-    monkeypatch.setattr("calibrate.presets.PRESETS", {"quick": GRID})
+    monkeypatch.setattr("tripath.calibrate.presets.PRESETS", {"quick": GRID})
     out = tmp_path / "cpu-t.json"
     rc = main(["calibrate", "--model", str(tmp_path / "target"), "--draft", str(tmp_path / "draft"), "--paging",
                "--seqpar", "--eval-prompts", str(prompts), "--out", str(out), "--force", "--no-progress"])

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from calibrate.samples import SampleLog, read_samples
-from calibrate.sweep_paging import LINKS, measure_paging, paging_sections
-from calibrate.timer import TimerConfig
-from real_engine.config import PRESETS
+from tripath.calibrate.samples import SampleLog, read_samples
+from tripath.calibrate.sweeps.paging import LINKS, measure_paging, paging_sections
+from tripath.calibrate.timer import TimerConfig
+from tripath.engine.model.config import PRESETS
 
 CONFIG = PRESETS["tiny-gqa"]
 
@@ -83,7 +83,7 @@ def test_per_chunk_fits_recover_a_per_page_setup_by_hand():
     """Synthetic transfers: N pages cost N x (s + page_bytes / B) with s = 0.01 ms and B = 20 GB/s. Within a chunk
     size the fit sees a line through 0 whose slope is 1 / B_eff, B_eff = page_bytes / (s + page_bytes / B) (hand
     formula); small pages get the lower effective bandwidth, and the main fit is the 256-token chunk's."""
-    from calibrate.samples import Sample
+    from tripath.calibrate.samples import Sample
 
     s_ms, bw = 0.01, 20.0
     samples = []

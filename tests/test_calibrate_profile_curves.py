@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from calibrate.inspect import format_show
-from simulator.cost_model import Coefficient, CostModel
-from simulator.errors import InputError
-from simulator.profile import PagingLink, Profile, Speculative, TaskAcceptance, load_profile, resolve_profile
+from tripath.core.errors import InputError
+from tripath.profile.cost_model import Coefficient, CostModel
+from tripath.profile.inspect import format_show
+from tripath.profile.profile import PagingLink, Profile, Speculative, TaskAcceptance, load_profile, resolve_profile
 
 
 def _coef(v: float) -> Coefficient:

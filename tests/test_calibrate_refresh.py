@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from calibrate.job import REFRESH_PREFIXES, CalibrationJob
-from calibrate.presets import PRESETS
-from calibrate.samples import Sample, SampleLog, read_samples
-from calibrate.target import TargetSpec
-from simulator.errors import InputError
+from tripath.calibrate.job import REFRESH_PREFIXES, CalibrationJob
+from tripath.calibrate.presets import PRESETS
+from tripath.calibrate.samples import Sample, SampleLog, read_samples
+from tripath.calibrate.target import TargetSpec
+from tripath.core.errors import InputError
 
 ROWS = [Sample("decode", 1, 1, 64, 1.5, 1.0, 2.0, 3), Sample("comp_step", 6, 1, 0, 6.0, 5.0, 7.0, 64),
         Sample("seqpar_merge", 0, 512, 2, 3.0, 2.0, 4.0, 3), Sample("comp_bytes", 6, 1, 0, 1056.0, 1000.0, 1100.0, 2),

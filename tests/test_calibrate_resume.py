@@ -10,13 +10,13 @@ import time
 
 import pytest
 
-from calibrate.job import CalibrationJob, run_calibration
-from calibrate.presets import Preset
-from calibrate.samples import HEADER, Sample, SampleLog, read_samples
-from calibrate.target import TargetSpec
-from calibrate.timer import TimerConfig
-from simulator.errors import InputError
-from simulator.paths import REPO_ROOT
+from tripath.calibrate.job import CalibrationJob, run_calibration
+from tripath.calibrate.presets import Preset
+from tripath.calibrate.samples import HEADER, Sample, SampleLog, read_samples
+from tripath.calibrate.target import TargetSpec
+from tripath.calibrate.timer import TimerConfig
+from tripath.core.data_dirs import REPO_ROOT
+from tripath.core.errors import InputError
 
 GRID = Preset("test", prefill_new=(8, 16, 32), prefill_context=(0, 16), decode_batch=(1, 2, 4),
               decode_context=(8, 32), timer=TimerConfig(warmup=0, reps=1))
@@ -80,10 +80,10 @@ def test_interrupted_job_resumes_exactly(tmp_path):
 
 SCRIPT = """
 import sys
-from calibrate.job import CalibrationJob, run_calibration
-from calibrate.presets import Preset
-from calibrate.target import TargetSpec
-from calibrate.timer import TimerConfig
+from tripath.calibrate.job import CalibrationJob, run_calibration
+from tripath.calibrate.presets import Preset
+from tripath.calibrate.target import TargetSpec
+from tripath.calibrate.timer import TimerConfig
 grid = Preset("kill", prefill_new=(32, 64, 128), prefill_context=(0, 64), decode_batch=(1, 2, 4),
               decode_context=(8, 32), timer=TimerConfig(warmup=0, reps=int(sys.argv[2])))
 run_calibration(CalibrationJob(TargetSpec(preset="tiny-mha"), grid, sys.argv[1], progress=False, plots=False,
@@ -120,11 +120,11 @@ def test_k_sweep_interrupted_mid_grid_resumes_exactly(tmp_path):
     (a kill between two appends), finishes with every row once and the earlier rows untouched."""
     import torch
 
-    from calibrate.sweep_spec_batch import BATCH_SWEEPS, BATCHES
-    from calibrate.sweep_speculative import SpecSettings, measure_speculative, unit_keys
-    from real_engine.config import PRESETS
-    from real_engine.corpus import TASKS
-    from real_engine.model import LlamaModel
+    from tripath.calibrate.sweeps.spec_batch import BATCH_SWEEPS, BATCHES
+    from tripath.calibrate.sweeps.speculative import SpecSettings, measure_speculative, unit_keys
+    from tripath.engine.model.config import PRESETS
+    from tripath.engine.model.model import LlamaModel
+    from tripath.training.corpus import TASKS
 
     torch.set_num_threads(1)
     model = LlamaModel(PRESETS["tiny-gqa"], torch.Generator().manual_seed(1)).eval()

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from calibrate.samples import SampleLog, read_samples
-from calibrate.sweep_seqpar import measure_seqpar, seqpar_section, speedup
-from real_engine.config import PRESETS
+from tripath.calibrate.samples import SampleLog, read_samples
+from tripath.calibrate.sweeps.seqpar import measure_seqpar, seqpar_section, speedup
+from tripath.engine.model.config import PRESETS
 
 CONFIG = PRESETS["tiny-gqa"]
 

@@ -10,9 +10,9 @@ import statistics
 import pytest
 import torch
 
-from calibrate.samples import Sample, SampleLog, read_samples
-from calibrate.sweep_spec_batch import BATCH_SWEEPS
-from calibrate.sweep_speculative import (
+from tripath.calibrate.samples import Sample, SampleLog, read_samples
+from tripath.calibrate.sweeps.spec_batch import BATCH_SWEEPS
+from tripath.calibrate.sweeps.speculative import (
     PREFILL_SWEEPS,
     SpecSettings,
     accept_sweep,
@@ -20,8 +20,8 @@ from calibrate.sweep_speculative import (
     prompt_sweep,
     speculative_sections,
 )
-from real_engine.config import PRESETS
-from real_engine.model import LlamaModel
+from tripath.engine.model.config import PRESETS
+from tripath.engine.model.model import LlamaModel
 
 SETTINGS = SpecSettings(k=3, prompts=2, new_tokens=12, ks=(1, 2))  # K grid 1, 2, 3
 
@@ -44,7 +44,7 @@ def test_rows_and_sections(swept):
     samples = read_samples(path)
     assert {s.sweep for s in samples} == {"spec_target", "spec_draft", "spec_verify", *PREFILL_SWEEPS,
                                           *(accept_sweep(k) for k in (1, 2, 3)), *(prompt_sweep(k) for k in (1, 2, 3)),
-                                          *BATCH_SWEEPS}  # rounds at batch B (calibrate/sweep_spec_batch.py)
+                                          *BATCH_SWEEPS}  # rounds at batch B (tripath/calibrate/sweeps/spec_batch.py)
     spec, acceptance = speculative_sections(samples, "self", SETTINGS.k)
     assert set(acceptance) == {"code", "math"}
     for acc in acceptance.values():

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from simulator.paths import PROFILES_DIR, SCENARIOS_DIR
-from tripath.cli import main
+from tripath.cli.main import main
+from tripath.core.data_dirs import PROFILES_DIR, SCENARIOS_DIR
 
 SMALL = """
 name = "small"
@@ -56,7 +56,7 @@ def test_json_output_has_summary_counts_and_profile(tmp_path, capsys):
         est = ttft[level]
         assert est["ci_low"] <= est["mean"] <= est["ci_high"]
     # One request alone on the replica pays exactly the profile's prefill of 512 tokens.
-    from simulator.profile import resolve_profile
+    from tripath.profile.profile import resolve_profile
 
     floor_ms = resolve_profile("seed-llama2-70b-a100").prefill_ms(512, 0)
     assert ttft["p50"]["mean"] >= floor_ms * (1 - 1e-9)
@@ -96,7 +96,7 @@ def test_bad_scenario_exits_2_names_file_and_field_writes_nothing(tmp_path, muta
     scenario = _write(tmp_path, SMALL.replace(*mutation))
     out = tmp_path / "run"
     proc = subprocess.run(
-        [sys.executable, "-m", "tripath.cli", "simulate", str(scenario), "--out", str(out)],
+        [sys.executable, "-m", "tripath.cli.main", "simulate", str(scenario), "--out", str(out)],
         capture_output=True, text=True, check=False,
     )
     assert proc.returncode == 2
@@ -133,7 +133,7 @@ def test_shipped_quickstart_runs_by_name(capsys):
 
 def test_help_works_for_every_command():
     for argv in (["--help"], ["simulate", "--help"]):
-        proc = subprocess.run([sys.executable, "-m", "tripath.cli", *argv], capture_output=True, text=True,
+        proc = subprocess.run([sys.executable, "-m", "tripath.cli.main", *argv], capture_output=True, text=True,
                               check=False)
         assert proc.returncode == 0 and "usage" in proc.stdout
 

@@ -11,19 +11,19 @@ import numpy as np
 import pytest
 import torch
 
-from calibrate.compression_decode import PREFIX, decode_extra, measure_decode_grid
-from calibrate.samples import Sample, SampleLog
-from real_engine.config import PRESETS
-from real_engine.model import LlamaModel
-from simulator.compression_physics import CompressionPhysics
-from simulator.cost_model import Coefficient
-from simulator.costs import IterationCost
-from simulator.dequant_cost import COEFFICIENTS, UNITS, DecodeDequant
-from simulator.errors import InputError
-from simulator.path_step import PathStep
-from simulator.profile import CompressionMode, resolve_profile
-from simulator.step_model import Decode
-from simulator.strategy import CompressionSpec, SpeculativeSpec, StrategySpec
+from tripath.calibrate.samples import Sample, SampleLog
+from tripath.calibrate.sweeps.compression_decode import PREFIX, decode_extra, measure_decode_grid
+from tripath.core.errors import InputError
+from tripath.engine.model.config import PRESETS
+from tripath.engine.model.model import LlamaModel
+from tripath.profile.cost_model import Coefficient
+from tripath.profile.dequant import COEFFICIENTS, UNITS, DecodeDequant
+from tripath.profile.profile import CompressionMode, resolve_profile
+from tripath.simulator.costs import IterationCost
+from tripath.simulator.paths.compression import CompressionPhysics
+from tripath.simulator.paths.step import PathStep
+from tripath.simulator.scenario.strategy import CompressionSpec, SpeculativeSpec, StrategySpec
+from tripath.simulator.step_model import Decode
 
 TINY = resolve_profile("cpu-tiny")
 Q = {"q0": 1.0, "q_seq": 0.5, "q_ctx": 0.002, "q_len": 0.004}

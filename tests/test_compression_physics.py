@@ -8,14 +8,14 @@ import math
 import numpy as np
 import pytest
 
-from simulator.compression_physics import CompressionPhysics
-from simulator.cost_model import Coefficient
-from simulator.costs import IterationCost
-from simulator.errors import InputError
-from simulator.path_step import PathStep
-from simulator.profile import resolve_profile
-from simulator.step_model import Decode
-from simulator.strategy import CompressionSpec, SpeculativeSpec, StrategySpec, TieredSpec
+from tripath.core.errors import InputError
+from tripath.profile.cost_model import Coefficient
+from tripath.profile.profile import resolve_profile
+from tripath.simulator.costs import IterationCost
+from tripath.simulator.paths.compression import CompressionPhysics
+from tripath.simulator.paths.step import PathStep
+from tripath.simulator.scenario.strategy import CompressionSpec, SpeculativeSpec, StrategySpec, TieredSpec
+from tripath.simulator.step_model import Decode
 
 TINY = resolve_profile("cpu-tiny")  # measured modes: int8, int4, mixed-int4, window
 SEED = resolve_profile("seed-llama2-70b-a100")

@@ -7,17 +7,17 @@ import dataclasses
 import numpy as np
 import pytest
 
-from calibrate.samples import Sample
-from calibrate.sweep_compression import REF_SWEEP, compression_section, prefill_points, prefill_ratio
-from real_engine.kv_compression import MODES
-from simulator.compression_physics import CompressionPhysics
-from simulator.cost_model import Coefficient
-from simulator.costs import IterationCost
-from simulator.path_step import PathStep
-from simulator.profile import resolve_profile
-from simulator.profile_paths import CompressionMode
-from simulator.step_model import Decode, PrefillChunk
-from simulator.strategy import CompressionSpec, StrategySpec
+from tripath.calibrate.samples import Sample
+from tripath.calibrate.sweeps.compression import REF_SWEEP, compression_section, prefill_points, prefill_ratio
+from tripath.engine.kv.modes import MODES
+from tripath.profile.cost_model import Coefficient
+from tripath.profile.profile import resolve_profile
+from tripath.profile.sections import CompressionMode
+from tripath.simulator.costs import IterationCost
+from tripath.simulator.paths.compression import CompressionPhysics
+from tripath.simulator.paths.step import PathStep
+from tripath.simulator.scenario.strategy import CompressionSpec, StrategySpec
+from tripath.simulator.step_model import Decode, PrefillChunk
 
 SEED = resolve_profile("seed-llama2-70b-a100")
 FP, INT8, WINDOW = MODES.index("fp"), MODES.index("int8"), MODES.index("window")

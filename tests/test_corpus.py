@@ -8,7 +8,9 @@ import re
 
 import pytest
 
-from real_engine.corpus import (
+from tripath.core.data_dirs import MODELS_DIR
+from tripath.core.errors import InputError
+from tripath.training.corpus import (
     TASKS,
     CorpusConfig,
     build_corpus,
@@ -17,9 +19,7 @@ from real_engine.corpus import (
     load_eval_prompts,
     write_eval_prompts,
 )
-from real_engine.corpus_tasks import Sample, entity_split
-from simulator.errors import InputError
-from simulator.paths import MODELS_DIR
+from tripath.training.corpus_tasks import Sample, entity_split
 
 SHIPPED = MODELS_DIR / "eval_prompts.jsonl"
 

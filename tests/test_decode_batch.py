@@ -5,11 +5,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from simulator.costs import IterationCost
-from simulator.path_step import PathStep, TransformedStep, _Transforms
-from simulator.profile import resolve_profile
-from simulator.step_model import BaselineStep, Decode, DecodeBatch, PrefillChunk, ones
-from simulator.strategy import CompressionSpec, SequenceParallelSpec, SpeculativeSpec, StrategySpec, TieredSpec
+from tripath.profile.profile import resolve_profile
+from tripath.simulator.costs import IterationCost
+from tripath.simulator.paths.step import PathStep, TransformedStep, _Transforms
+from tripath.simulator.scenario.strategy import (
+    CompressionSpec,
+    SequenceParallelSpec,
+    SpeculativeSpec,
+    StrategySpec,
+    TieredSpec,
+)
+from tripath.simulator.step_model import BaselineStep, Decode, DecodeBatch, PrefillChunk, ones
 
 SEED = resolve_profile("seed-llama2-70b-a100")
 TINY = resolve_profile("cpu-tiny")

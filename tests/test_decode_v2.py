@@ -8,15 +8,15 @@ import numpy as np
 import pytest
 from test_fast_path import assert_same, poisson_requests  # tests/ is on sys.path (pytest rootdir-less import)
 
-from calibrate.fit import fit_formula
-from calibrate.hardware import SPECS
-from calibrate.projection import project_profile
-from calibrate.sweep_decode import DECODE
-from simulator.cluster import ClusterConfig
-from simulator.costs import IterationCost
-from simulator.formulas import FORMULAS, decode_v1, decode_v2
-from simulator.profile import Coefficient, CostModel, Profile, load_profile, resolve_profile, save_profile
-from simulator.replica import ReplicaConfig
+from tripath.calibrate.fit import fit_formula
+from tripath.calibrate.hardware import SPECS
+from tripath.calibrate.published.projection import project_profile
+from tripath.calibrate.sweeps.decode import DECODE
+from tripath.profile.formulas import FORMULAS, decode_v1, decode_v2
+from tripath.profile.profile import Coefficient, CostModel, Profile, load_profile, resolve_profile, save_profile
+from tripath.simulator.costs import IterationCost
+from tripath.simulator.loop.cluster import ClusterConfig
+from tripath.simulator.loop.replica import ReplicaConfig
 
 COEF = {"d0": 3.2, "d_multi": 0.62, "d_seq": 0.35, "d_ctx": 2.5e-4}
 

@@ -11,10 +11,10 @@ import torch
 from safetensors.torch import load_file, save_file
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from real_engine.checkpoint import INDEX_FILE, WEIGHTS_FILE, load_checkpoint, save_checkpoint
-from real_engine.config import PRESETS
-from real_engine.model import LlamaModel
-from simulator.errors import InputError
+from tripath.core.errors import InputError
+from tripath.engine.model.checkpoint import INDEX_FILE, WEIGHTS_FILE, load_checkpoint, save_checkpoint
+from tripath.engine.model.config import PRESETS
+from tripath.engine.model.model import LlamaModel
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from real_engine.kv_cache import BlockPool, KVCacheManager, OutOfBlocks
+from tripath.engine.kv.paged import BlockPool, KVCacheManager, OutOfBlocks
 
 NUM_BLOCKS, BLOCK = 12, 4
 

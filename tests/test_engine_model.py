@@ -8,10 +8,10 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from real_engine.attention import PagedAttention, SequenceChunk
-from real_engine.config import PRESETS, ModelConfig
-from real_engine.kv_cache import KVCacheManager, KVTensors
-from real_engine.model import LlamaModel
+from tripath.engine.kv.paged import KVCacheManager, KVTensors
+from tripath.engine.kv.paged_attention import PagedAttention, SequenceChunk
+from tripath.engine.model.config import PRESETS, ModelConfig
+from tripath.engine.model.model import LlamaModel
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -149,8 +149,8 @@ def test_same_generator_seed_same_weights():
 
 
 def test_fused_projections_same_logits_and_state_dict(tmp_path):
-    from real_engine.checkpoint import load_checkpoint, save_checkpoint
-    from real_engine.fusion import fuse_projections
+    from tripath.engine.model.checkpoint import load_checkpoint, save_checkpoint
+    from tripath.engine.model.fusion import fuse_projections
 
     config = CONFIGS["gqa-theta5e5"]
     plain = LlamaModel(config, torch.Generator().manual_seed(3)).eval()

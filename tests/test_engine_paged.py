@@ -7,12 +7,12 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from real_engine.attention import PagedAttention, SequenceChunk
-from real_engine.config import PRESETS
-from real_engine.engine import Engine, EngineConfig, RequestRejected
-from real_engine.kv_cache import KVCacheManager, KVTensors
-from real_engine.model import LlamaModel, dense_causal_attention
-from real_engine.sampling import SamplingParams, sample, top_p_filter
+from tripath.engine.engine import Engine, EngineConfig, RequestRejected
+from tripath.engine.kv.paged import KVCacheManager, KVTensors
+from tripath.engine.kv.paged_attention import PagedAttention, SequenceChunk
+from tripath.engine.model.config import PRESETS
+from tripath.engine.model.model import LlamaModel, dense_causal_attention
+from tripath.engine.sampling import SamplingParams, sample, top_p_filter
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -10,14 +10,14 @@ import numpy as np
 import pytest
 import torch
 
-from real_engine.config import PRESETS
-from real_engine.engine import Engine, EngineConfig
-from real_engine.model import LlamaModel
-from real_engine.serving import PromptSource, main, serve, write_records_csv
-from simulator.errors import InputError
-from simulator.records import COMPLETED, REJECTED
-from simulator.scenario import load_scenario
-from simulator.workload import generate_requests
+from tripath.core.errors import InputError
+from tripath.core.records import COMPLETED, REJECTED
+from tripath.engine.engine import Engine, EngineConfig
+from tripath.engine.model.config import PRESETS
+from tripath.engine.model.model import LlamaModel
+from tripath.engine.serving import PromptSource, main, serve, write_records_csv
+from tripath.simulator.scenario.scenario import load_scenario
+from tripath.simulator.scenario.workload import generate_requests
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -159,7 +159,7 @@ class FakeClock:
 
 
 def test_idle_engine_sleeps_until_the_next_arrival():
-    from simulator.request import RequestSpec
+    from tripath.core.request import RequestSpec
 
     model = LlamaModel(PRESETS["tiny-mha"]).eval()
     engine = Engine(model, EngineConfig(block_size=8, num_blocks=64))

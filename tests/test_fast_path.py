@@ -9,11 +9,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from simulator.cluster import ClusterConfig, simulate_requests
-from simulator.costs import IterationCost
-from simulator.profile import resolve_profile
-from simulator.replica import ReplicaConfig
-from simulator.request import RequestSpec
+from tripath.core.request import RequestSpec
+from tripath.profile.profile import resolve_profile
+from tripath.simulator.costs import IterationCost
+from tripath.simulator.loop.cluster import ClusterConfig, simulate_requests
+from tripath.simulator.loop.replica import ReplicaConfig
 
 TICK = 1.0 / 1024.0  # seconds; costs below are whole ticks, so boundaries and arrivals collide exactly
 

@@ -9,11 +9,11 @@ import tomllib
 import numpy as np
 import pytest
 
-from simulator.paths import SCENARIOS_DIR
-from simulator.profile import resolve_profile
-from simulator.runner import simulate
-from simulator.scenario import scenario_from_dict
-from simulator.summary import summary
+from tripath.core.data_dirs import SCENARIOS_DIR
+from tripath.profile.profile import resolve_profile
+from tripath.simulator.runner import simulate
+from tripath.simulator.scenario.scenario import scenario_from_dict
+from tripath.simulator.summary import summary
 
 
 def _scenario(profile: str, strategy: dict, gpus: int = 1, requests: int = 120, rate: float = 2.0):

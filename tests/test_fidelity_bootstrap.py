@@ -1,4 +1,4 @@
-"""fidelity/bootstrap.py and the noise fields of the report, on synthetic records of known distribution.
+"""tripath/fidelity/bootstrap.py and the noise fields of the report, on synthetic records of known distribution.
 
 Coverage is checked against theory: over independent seeds, the 95 % interval of a P50 / P90
 should contain the distribution's true percentile about 95 % of the time. The percentile bootstrap
@@ -16,11 +16,11 @@ import warnings
 import numpy as np
 import pytest
 
-from fidelity.bootstrap import bootstrap_ci, ci_rng, per_request_ms, row_percentiles
-from fidelity.compare import ErrorRow, compare, row
-from fidelity.report import NOISE_MARK, ScenarioResult, dkw_epsilon, markdown
-from simulator import metrics
-from simulator.records import COMPLETED, RequestRecord, rejected_record
+from tripath.core import metrics
+from tripath.core.records import COMPLETED, RequestRecord, rejected_record
+from tripath.fidelity.bootstrap import bootstrap_ci, ci_rng, per_request_ms, row_percentiles
+from tripath.fidelity.compare import ErrorRow, compare, row
+from tripath.fidelity.report import NOISE_MARK, ScenarioResult, dkw_epsilon, markdown
 
 COVERAGE_SLACK = 0.02
 MEAN_TTFT_S = 0.050  # TTFT ~ exponential(mean 50 ms): true P_q = -50 ln(1 - q) ms

@@ -1,4 +1,4 @@
-"""fidelity/compare.py on synthetic records whose differences are known: errors computed by hand."""
+"""tripath/fidelity/compare.py on synthetic records whose differences are known: errors computed by hand."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from fidelity.compare import FIRST_BAR, SECOND_BAR, check_same_requests, compare, row, signed_error, worst
-from simulator.records import COMPLETED, RequestRecord, rejected_record
+from tripath.core.records import COMPLETED, RequestRecord, rejected_record
+from tripath.fidelity.compare import FIRST_BAR, SECOND_BAR, check_same_requests, compare, row, signed_error, worst
 
 
 def rec(rid: int, arrival: float, ttft: float, per_token: float, out: int = 11, prompt: int = 100) -> RequestRecord:

@@ -1,4 +1,4 @@
-"""Per-request draft rounds: the engine side records them, fidelity/compare.py compares their spread.
+"""Per-request draft rounds: the engine side records them, tripath/fidelity/compare.py compares their spread.
 
 Engine side on tiny random models (the draft IS the target, so every draft token is accepted and the
 counts follow from the lengths by hand); compare on synthetic records with hand-computed statistics.
@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 import torch
 
-from fidelity.compare import compare, round_rows, tokens_per_round
-from fidelity.engine_side import measure
-from real_engine.config import PRESETS
-from real_engine.model import LlamaModel
-from simulator.records import COMPLETED, RequestRecord, rejected_record
-from simulator.request import RequestSpec
+from tripath.core.records import COMPLETED, RequestRecord, rejected_record
+from tripath.core.request import RequestSpec
+from tripath.engine.model.config import PRESETS
+from tripath.engine.model.model import LlamaModel
+from tripath.fidelity.compare import compare, round_rows, tokens_per_round
+from tripath.fidelity.engine_side import measure
 
 
 def rec(rid: int, rounds: int, accepted: int, out: int = 21) -> RequestRecord:

@@ -7,11 +7,11 @@ import time
 
 import pytest
 
-from fidelity.compare import check_same_requests
-from fidelity.engine_side import SSD_PAGES_CAP, CpuClock, engine_config, unsupported
-from fidelity.sim_side import requests_for, simulate_case, tier_tokens
-from simulator.profile import resolve_profile
-from simulator.records import rejected_record
+from tripath.core.records import rejected_record
+from tripath.fidelity.compare import check_same_requests
+from tripath.fidelity.engine_side import SSD_PAGES_CAP, CpuClock, engine_config, unsupported
+from tripath.fidelity.sim_side import requests_for, simulate_case, tier_tokens
+from tripath.profile.profile import resolve_profile
 
 SCENARIO = {
     "name": "t",
@@ -60,7 +60,7 @@ def test_unsupported_combinations_are_named() -> None:
     assert unsupported(SCENARIO) is None
     both = {**SCENARIO, "strategy": {"speculative": {"k": 4}, "tiered": {}}}
     assert "SpeculativeEngine" in (unsupported(both) or "")
-    # the SpeculativeEngine serves with its target's KV compressed (real_engine/spec_compressed.py)
+    # the SpeculativeEngine serves with its target's KV compressed (tripath/engine/speculative/compressed.py)
     assert unsupported({**SCENARIO, "strategy": {"speculative": {"k": 4}, "compression": {"mode": "int8"}}}) is None
     sp = {**SCENARIO, "strategy": {"sequence_parallel": {"degree": 2}}}
     assert "max_batch_size = 1" in (unsupported(sp) or "")

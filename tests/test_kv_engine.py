@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from real_engine.checkpoint import load_checkpoint
-from real_engine.corpus import TASKS, load_eval_prompts
-from real_engine.engine import Engine, EngineConfig
-from real_engine.tokenizer import ByteTokenizer
-from simulator.paths import MODELS_DIR
+from tripath.core.data_dirs import MODELS_DIR
+from tripath.engine.engine import Engine, EngineConfig
+from tripath.engine.model.checkpoint import load_checkpoint
+from tripath.engine.model.tokenizer import ByteTokenizer
+from tripath.training.corpus import TASKS, load_eval_prompts
 
 TOK = ByteTokenizer()
 NEW_TOKENS = 64
@@ -47,7 +47,7 @@ def test_int8_kv_generation_agrees_with_full_precision(prompts):
 
 
 def model_kv_bytes_per_token() -> int:
-    from real_engine.checkpoint import load_config
+    from tripath.engine.model.checkpoint import load_config
 
     return load_config(MODELS_DIR / "tiny-target").kv_bytes_per_token(4)
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from real_engine.checkpoint import load_checkpoint
-from real_engine.corpus import CorpusConfig, build_corpus
-from real_engine.kv_compression import KVCompression
-from real_engine.kv_quality import teacher_forced_logits
-from real_engine.model import LlamaModel
-from real_engine.needle import NeedleCase, NeedleConfig, filler_pool, needle_cases
-from simulator.paths import MODELS_DIR
+from tripath.core.data_dirs import MODELS_DIR
+from tripath.engine.kv.modes import KVCompression
+from tripath.engine.kv.quality import teacher_forced_logits
+from tripath.engine.model.checkpoint import load_checkpoint
+from tripath.engine.model.model import LlamaModel
+from tripath.training.corpus import CorpusConfig, build_corpus
+from tripath.training.needle import NeedleCase, NeedleConfig, filler_pool, needle_cases
 
 CONTEXT = 768  # tokens: the fact ends by token 21, > 700 tokens back, outside a 256-token window and the 4 sinks
 CASES = 24

@@ -6,10 +6,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from real_engine.config import PRESETS
-from real_engine.dense_cache import DenseKVCache
-from real_engine.kv_compression import CompressedKVCache, KVCompression, cache_bytes_per_token, make_cache
-from real_engine.kv_quant import (
+from tripath.engine.kv.dense import DenseKVCache
+from tripath.engine.kv.modes import CompressedKVCache, KVCompression, cache_bytes_per_token, make_cache
+from tripath.engine.kv.quant import (
     bytes_per_token,
     dequantize,
     pack4,
@@ -18,9 +17,10 @@ from real_engine.kv_quant import (
     quantize_values,
     unpack4,
 )
-from real_engine.kv_window import SinkWindowCache, sink_window_mask
-from real_engine.model import LlamaModel
-from real_engine.tiered_attention import dense_attention
+from tripath.engine.kv.window import SinkWindowCache, sink_window_mask
+from tripath.engine.model.config import PRESETS
+from tripath.engine.model.model import LlamaModel
+from tripath.engine.tiered.attention import dense_attention
 
 CFG = PRESETS["tiny-gqa"]  # 2 layers, 8 query heads, 2 KV heads, head_dim 8
 

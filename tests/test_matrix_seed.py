@@ -1,8 +1,8 @@
 """The seed profile against the seed's decision matrix (SEEDS.md Section 4), row by row.
 
-The cells' SLAs, load and batch size are derived (planning/seed_sla.py) from the seed's tables
+The cells' SLAs, load and batch size are derived (tripath/planning/seed_sla.py) from the seed's tables
 and the profile, not chosen; the shipped scenario files must carry the derived values. Each
-seed row is compared with the part of the answer that addresses its claim (planning/matrix.py):
+seed row is compared with the part of the answer that addresses its claim (tripath/planning/matrix.py):
 rows 1, 2, 4 (gain claims) with the primary path, rows 3, 5 (memory claims) with the paths
 needed for memory. Rows 1, 3, 4, 5 agree. Row 2 does not (at the default one replication), and
 stays a strict xfail whose reason is the physics: on the seed's 8K-token budget (derived from its
@@ -21,10 +21,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from planning.matrix import SEED_MATRIX, decision_matrix
-from planning.scenario_dict import load_scenario_dict
-from planning.seed_sla import CELL_UPPER, LOAD_FRACTION, MAX_BATCH_SIZE, cell_sla, residual_quantile, service_samples
-from simulator.profile import resolve_profile
+from tripath.planning.matrix import SEED_MATRIX, decision_matrix
+from tripath.planning.scenario_dict import load_scenario_dict
+from tripath.planning.seed_sla import (
+    CELL_UPPER,
+    LOAD_FRACTION,
+    MAX_BATCH_SIZE,
+    cell_sla,
+    residual_quantile,
+    service_samples,
+)
+from tripath.profile.profile import resolve_profile
 
 SEED = resolve_profile("seed-llama2-70b-a100")
 BUDGET_TOKENS = SEED.kv_capacity_bytes // SEED.model.kv_bytes_per_token

@@ -10,11 +10,11 @@ import math
 import numpy as np
 import pytest
 
-from simulator import metrics
-from simulator.profile import resolve_profile
-from simulator.records import COMPLETED, ReplicaStats, RequestRecord, rejected_record
-from simulator.runner import estimate, simulate, summary, write_outputs
-from simulator.scenario import load_scenario
+from tripath.core import metrics
+from tripath.core.records import COMPLETED, ReplicaStats, RequestRecord, rejected_record
+from tripath.profile.profile import resolve_profile
+from tripath.simulator.runner import estimate, simulate, summary, write_outputs
+from tripath.simulator.scenario.scenario import load_scenario
 
 
 def rec(i: int, arrival: float, admitted: float, first: float, finish: float, output: int) -> RequestRecord:

@@ -10,14 +10,14 @@ import numpy as np
 import pytest
 from test_stepper_equivalence import bits, poisson  # tests/ is on sys.path (rootdir-less import)
 
-from simulator.batching import Continuous
-from simulator.cluster import ClusterConfig, simulate_requests
-from simulator.costs import IterationCost
-from simulator.engine_rules import REAL_ENGINE_BLOCK_TOKENS, decode_block_tokens
-from simulator.profile import resolve_profile
-from simulator.replica import ReplicaConfig
-from simulator.step_model import BaselineStep, Decode, PrefillChunk
-from simulator.stepper import StepperSetup
+from tripath.profile.engine_rules import REAL_ENGINE_BLOCK_TOKENS, decode_block_tokens
+from tripath.profile.profile import resolve_profile
+from tripath.simulator.costs import IterationCost
+from tripath.simulator.loop.batching import Continuous
+from tripath.simulator.loop.cluster import ClusterConfig, simulate_requests
+from tripath.simulator.loop.replica import ReplicaConfig
+from tripath.simulator.loop.stepper import StepperSetup
+from tripath.simulator.step_model import BaselineStep, Decode, PrefillChunk
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -82,7 +82,7 @@ def test_which_profiles_pad() -> None:
 
 
 def test_block_size_is_the_engines_and_the_calibrations() -> None:
-    from real_engine.engine_config import EngineConfig
+    from tripath.engine.engine_config import EngineConfig
 
     assert REAL_ENGINE_BLOCK_TOKENS == EngineConfig().block_size
     meta = json.loads((ROOT / "data/profiles/cpu-tiny.samples.meta").read_text())
@@ -134,9 +134,9 @@ def test_padding_never_cheaper_and_changes_mixed_batches() -> None:
 def test_paths_keep_the_rule_where_their_engine_pads() -> None:
     """Compression (the store's batched decode loops to the longest table) keeps the padding; real_engine's SP
     engine keeps a dense cache per sequence, so SP prices Σ contexts."""
-    from simulator.compression_physics import CompressionPhysics
-    from simulator.path_step import path_cost
-    from simulator.sp_physics import SpPhysics
+    from tripath.simulator.paths.compression import CompressionPhysics
+    from tripath.simulator.paths.seqpar import SpPhysics
+    from tripath.simulator.paths.step import path_cost
 
     tiny = resolve_profile(str(ROOT / "data/profiles/cpu-tiny.json"))
     cost = IterationCost.from_profile(tiny)

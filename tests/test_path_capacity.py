@@ -13,13 +13,13 @@ import tomllib
 import numpy as np
 import pytest
 
-from simulator import metrics
-from simulator.capacity import saturation
-from simulator.path_capacity import path_saturation
-from simulator.paths import SCENARIOS_DIR
-from simulator.profile import resolve_profile
-from simulator.runner import simulate
-from simulator.scenario import scenario_from_dict
+from tripath.core import metrics
+from tripath.core.data_dirs import SCENARIOS_DIR
+from tripath.profile.profile import resolve_profile
+from tripath.simulator.capacity import saturation
+from tripath.simulator.paths.capacity import path_saturation
+from tripath.simulator.runner import simulate
+from tripath.simulator.scenario.scenario import scenario_from_dict
 
 SEED = resolve_profile("seed-llama2-70b-a100")
 TINY = resolve_profile("cpu-tiny")

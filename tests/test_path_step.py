@@ -10,15 +10,14 @@ import tomllib
 import numpy as np
 import pytest
 
-from simulator.costs import IterationCost
-from simulator.errors import InputError
-from simulator.path_step import PathStep, build_step_model, fast_path_model, replica_gpus
-from simulator.paths import SCENARIOS_DIR
-from simulator.profile import resolve_profile
-from simulator.runner import simulate
-from simulator.scenario import load_scenario, scenario_from_dict
-from simulator.step_model import BaselineStep, Decode, PrefillChunk
-from simulator.strategy import (
+from tripath.core.data_dirs import SCENARIOS_DIR
+from tripath.core.errors import InputError
+from tripath.profile.profile import resolve_profile
+from tripath.simulator.costs import IterationCost
+from tripath.simulator.paths.step import PathStep, build_step_model, fast_path_model, replica_gpus
+from tripath.simulator.runner import simulate
+from tripath.simulator.scenario.scenario import load_scenario, scenario_from_dict
+from tripath.simulator.scenario.strategy import (
     CompressionSpec,
     SpeculativeSpec,
     StrategySpec,
@@ -26,6 +25,7 @@ from simulator.strategy import (
     strategy_from_dict,
     strategy_to_dict,
 )
+from tripath.simulator.step_model import BaselineStep, Decode, PrefillChunk
 
 SEED = resolve_profile("seed-llama2-70b-a100")
 TINY = resolve_profile("cpu-tiny")
@@ -252,10 +252,10 @@ def test_compression_admits_more_sequences_end_to_end():
 def test_deterministic_paths_keep_the_exact_fast_path(name, strategy):
     """Compression and SP alone are a transformed cost model: the fast replica given path_cost's model,
     bytes per token and capacity serves the same records, bit for bit, as the loop with TransformedStep."""
-    from simulator.cluster import ClusterConfig, simulate_requests
-    from simulator.replica import ReplicaConfig
-    from simulator.stepper_setup import stepper_setup
-    from simulator.workload import generate_requests
+    from tripath.simulator.loop.cluster import ClusterConfig, simulate_requests
+    from tripath.simulator.loop.replica import ReplicaConfig
+    from tripath.simulator.loop.stepper_setup import stepper_setup
+    from tripath.simulator.scenario.workload import generate_requests
 
     profile = resolve_profile(name)
     data = _quickstart(requests=150, profile=name, strategy=strategy)

@@ -1,6 +1,6 @@
-"""planning/attribution.py and the matrix's seed comparison on hand-made outcomes (rules, not physics).
+"""tripath/planning/attribution.py and the matrix's seed comparison on hand-made outcomes (rules, not physics).
 
-The outcomes are plain dicts in the shape planning/sweep.py's run_job returns, with margins and
+The outcomes are plain dicts in the shape tripath/planning/sweep.py's run_job returns, with margins and
 rejection shares chosen so each rule's answer is known by hand.
 """
 
@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import pytest
 
-from planning.attribution import GAIN, MEMORY, NO_GAIN, UNKNOWN, WITHIN_NOISE, PathRole, attribute
-from planning.candidates import BASELINE, Candidate
-from planning.matrix import CandidateResult, Cell
-from planning.sweep import Outcome
+from tripath.planning.attribution import GAIN, MEMORY, NO_GAIN, UNKNOWN, WITHIN_NOISE, PathRole, attribute
+from tripath.planning.candidates import BASELINE, Candidate
+from tripath.planning.matrix import CandidateResult, Cell
+from tripath.planning.sweep import Outcome
 
 SPEC, TIER, SP = {"speculative": {}}, {"tiered": {}}, {"sequence_parallel": {"degree": 2}}
 

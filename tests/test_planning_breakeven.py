@@ -6,9 +6,9 @@ import math
 
 import pytest
 
-from planning.breakeven import breakeven, breakeven_acceptance, effective_verify_ratio
-from simulator.formulas import expected_tokens_per_round
-from simulator.profile import resolve_profile
+from tripath.planning.breakeven import breakeven, breakeven_acceptance, effective_verify_ratio
+from tripath.profile.formulas import expected_tokens_per_round
+from tripath.profile.profile import resolve_profile
 
 SEED = resolve_profile("seed-llama2-70b-a100")
 

@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from planning.candidates import BASELINE
-from planning.capacity import SearchSpec, _job, goodput_curve, plan, search_rate, search_replicas
-from planning.sweep import run_cached
-from simulator.profile import resolve_profile
+from tripath.planning.candidates import BASELINE
+from tripath.planning.capacity import SearchSpec, _job, goodput_curve, plan, search_rate, search_replicas
+from tripath.planning.sweep import run_cached
+from tripath.profile.profile import resolve_profile
 
 PROFILE = resolve_profile("seed-llama2-70b-a100")
 

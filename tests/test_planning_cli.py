@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from tripath.cli import main
+from tripath.cli.main import main
 
 SCENARIO = """
 name = "cli-small"

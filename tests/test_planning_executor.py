@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from planning.cache import ResultCache
-from planning.executor import LocalPoolExecutor, make_executor
-from planning.sweep import make_job, run_job, run_sweep
-from simulator.profile import resolve_profile
+from tripath.planning.cache import ResultCache
+from tripath.planning.executor import LocalPoolExecutor, make_executor
+from tripath.planning.sweep import make_job, run_job, run_sweep
+from tripath.profile.profile import resolve_profile
 
 PROFILE = resolve_profile("seed-llama2-70b-a100")
 
@@ -46,7 +46,7 @@ def test_process_pool_equals_in_process_and_keeps_order():
 
 def test_ray_local_instance_equals_process_pool():
     pytest.importorskip("ray", reason="ray is not installed for this Python")
-    from planning.executor import RayExecutor
+    from tripath.planning.executor import RayExecutor
 
     pooled = [o.data for o in run_sweep(jobs(), LocalPoolExecutor(2))]
     executor = RayExecutor(num_cpus=2)

@@ -7,8 +7,8 @@ import itertools
 
 import pytest
 
-from planning.stack import INTERACTIONS, order_classes, stack
-from simulator.profile import Profile, resolve_profile
+from tripath.planning.stack import INTERACTIONS, order_classes, stack
+from tripath.profile.profile import Profile, resolve_profile
 
 SEED = resolve_profile("seed-llama2-70b-a100")
 

@@ -7,11 +7,11 @@ import json
 import numpy as np
 import pytest
 
-from planning.scenario_dict import build, with_fields
-from planning.sweep import make_job, run_job
-from planning.whatif import load_step, parse_value, parse_vary, step_trace, whatif
-from simulator.profile import resolve_profile
-from simulator.workload import generate_requests
+from tripath.planning.scenario_dict import build, with_fields
+from tripath.planning.sweep import make_job, run_job
+from tripath.planning.whatif import load_step, parse_value, parse_vary, step_trace, whatif
+from tripath.profile.profile import resolve_profile
+from tripath.simulator.scenario.workload import generate_requests
 
 PROFILE = resolve_profile("seed-llama2-70b-a100")
 
@@ -59,7 +59,7 @@ def test_step_trace_compresses_arrivals_after_the_step(tmp_path):
     path = step_trace(data, None, PROFILE, factor=4.0, at_s=100.0, seed=7, folder=tmp_path)
     rows = [json.loads(line) for line in path.read_text().splitlines()]
     sc = build(data, None)
-    from planning.whatif import rate_of
+    from tripath.planning.whatif import rate_of
 
     original = generate_requests(sc.workload, np.random.default_rng(7), rate_of(data, None, PROFILE))
     assert len(rows) == len(original) == 200
@@ -71,7 +71,7 @@ def test_step_trace_compresses_arrivals_after_the_step(tmp_path):
 
 
 def test_load_step_reports_windows_for_fixed_and_adaptive(tmp_path):
-    from planning.cache import ResultCache
+    from tripath.planning.cache import ResultCache
 
     result = load_step(scenario(), None, PROFILE, factor=3.0, at_s=60.0, window_s=30.0, replications=2,
                        cache=ResultCache(tmp_path))

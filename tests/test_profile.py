@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from simulator import profile as profile_module
-from simulator.errors import InputError
-from simulator.formulas import (
+from tripath.core.errors import InputError
+from tripath.profile import profile as profile_module
+from tripath.profile.formulas import (
     FORMULAS,
     decode_v1,
     expected_tokens_per_round,
@@ -23,7 +23,7 @@ from simulator.formulas import (
     sp_merge_v1,
     speculative_latency_ratio,
 )
-from simulator.profile import (
+from tripath.profile.profile import (
     Coefficient,
     CompressionMode,
     CostModel,

@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from calibrate.hardware import SPECS
-from calibrate.projection import project_profile
-from simulator.errors import InputError
-from simulator.profile import load_profile, resolve_profile
-from tripath.cli import main
+from tripath.calibrate.hardware import SPECS
+from tripath.calibrate.published.projection import project_profile
+from tripath.cli.main import main
+from tripath.core.errors import InputError
+from tripath.profile.profile import load_profile, resolve_profile
 
 A100, H100 = SPECS["a100-80gb"], SPECS["h100-sxm"]
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from simulator.errors import InputError
-from simulator.paths import SCENARIOS_DIR
-from simulator.scenario import (
+from tripath.core.data_dirs import SCENARIOS_DIR
+from tripath.core.errors import InputError
+from tripath.simulator.scenario.scenario import (
     ArrivalSpec,
     BatchingSpec,
     LengthSpec,

@@ -9,9 +9,9 @@ import sys
 import numpy as np
 import pytest
 
-from simulator.formulas import expected_tokens_per_round
-from simulator.paths import PROFILES_DIR, REPO_ROOT
-from simulator.profile import load_profile, load_samples, resolve_profile, save_profile
+from tripath.core.data_dirs import PROFILES_DIR, REPO_ROOT
+from tripath.profile.formulas import expected_tokens_per_round
+from tripath.profile.profile import load_profile, load_samples, resolve_profile, save_profile
 
 NAME = "seed-llama2-70b-a100"
 JSON_PATH = PROFILES_DIR / f"{NAME}.json"

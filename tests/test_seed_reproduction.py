@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from simulator.profile import resolve_profile
+from tripath.profile.profile import resolve_profile
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "reproduce_seed.py"
 

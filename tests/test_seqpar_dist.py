@@ -19,17 +19,17 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from real_engine.checkpoint import load_checkpoint
-from real_engine.corpus import load_eval_prompts
-from real_engine.dense_cache import greedy_generate
-from real_engine.dist import DistConfig, RankFailure, spawn, subgroup
-from real_engine.seqpar import SeqParConfig, SequenceParallel, TieredShardCache
-from real_engine.seqpar_attention import PhaseTimes, sharded_causal_attention
-from real_engine.sharding import ShardLayout
-from real_engine.tiered_cache import TieredKVCache
-from real_engine.tiers import TierConfig
-from real_engine.tokenizer import ByteTokenizer
-from simulator.paths import MODELS_DIR
+from tripath.core.data_dirs import MODELS_DIR
+from tripath.engine.kv.dense import greedy_generate
+from tripath.engine.model.checkpoint import load_checkpoint
+from tripath.engine.model.tokenizer import ByteTokenizer
+from tripath.engine.seqpar.attention import PhaseTimes, sharded_causal_attention
+from tripath.engine.seqpar.dist import DistConfig, RankFailure, spawn, subgroup
+from tripath.engine.seqpar.parallel import SeqParConfig, SequenceParallel, TieredShardCache
+from tripath.engine.seqpar.sharding import ShardLayout
+from tripath.engine.tiered.cache import TieredKVCache
+from tripath.engine.tiered.tiers import TierConfig
+from tripath.training.corpus import load_eval_prompts
 
 LENGTH, HQ, HKV, D = 53, 4, 2, 16
 NEW_TOKENS = 10

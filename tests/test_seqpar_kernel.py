@@ -11,14 +11,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from real_engine.seqpar_attention import (
+from tripath.engine.seqpar.attention import (
     PhaseTimes,
     fused_kernel_available,
     local_causal_attention,
     relation,
     segment_attention,
 )
-from real_engine.sharding import Segment, ShardLayout
+from tripath.engine.seqpar.sharding import Segment, ShardLayout
 
 FUSED = fused_kernel_available(torch.device("cpu"))
 

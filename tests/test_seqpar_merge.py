@@ -10,8 +10,8 @@ import math
 import pytest
 import torch
 
-from real_engine.lse_merge import empty_partial, merge_pair, merge_partials
-from real_engine.sharding import Segment, ShardLayout, split_evenly
+from tripath.engine.seqpar.lse_merge import empty_partial, merge_pair, merge_partials
+from tripath.engine.seqpar.sharding import Segment, ShardLayout, split_evenly
 
 
 def _attend64(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

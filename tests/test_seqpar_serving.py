@@ -1,11 +1,11 @@
-"""fidelity/seqpar_serving.py end to end: two gloo ranks serve three short requests FCFS, batch 1, on both
+"""tripath/fidelity/seqpar_serving.py end to end: two gloo ranks serve three short requests FCFS, batch 1, on both
 replay clock; records are complete and ordered, and each rank's time splits into collectives and the rest."""
 
 from __future__ import annotations
 
-from fidelity.seqpar_serving import serve_seqpar
-from simulator.paths import MODELS_DIR
-from simulator.request import RequestSpec
+from tripath.core.data_dirs import MODELS_DIR
+from tripath.core.request import RequestSpec
+from tripath.fidelity.seqpar_serving import serve_seqpar
 
 REQUESTS = [RequestSpec(0, 0.0, 40, 3, "code"), RequestSpec(1, 0.05, 24, 4, "code"), RequestSpec(2, 0.3, 33, 2, "code")]
 PROMPTS = [[(7 * i + j) % 200 + 3 for j in range(r.prompt_tokens)] for i, r in enumerate(REQUESTS)]

@@ -9,9 +9,9 @@ import sys
 
 import pytest
 
-from calibrate.samples import read_samples
-from simulator.paths import DATA_DIR, PROFILES_DIR, REPO_ROOT
-from simulator.profile import load_profile, resolve_profile
+from tripath.calibrate.samples import read_samples
+from tripath.core.data_dirs import DATA_DIR, PROFILES_DIR, REPO_ROOT
+from tripath.profile.profile import load_profile, resolve_profile
 
 VIDUR = DATA_DIR / "peer-data" / "vidur"
 PUBLISHED = ("published-llama2-7b-a100", "published-llama2-70b-tp2-a100", "published-llama2-7b-h100",

@@ -10,14 +10,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulator.cluster import ClusterConfig, simulate_requests
-from simulator.costs import IterationCost
-from simulator.errors import InputError
-from simulator.profile import resolve_profile
-from simulator.replica import ReplicaConfig
-from simulator.request import RequestSpec
-from simulator.runner import simulate
-from simulator.scenario import load_scenario
+from tripath.core.errors import InputError
+from tripath.core.request import RequestSpec
+from tripath.profile.profile import resolve_profile
+from tripath.simulator.costs import IterationCost
+from tripath.simulator.loop.cluster import ClusterConfig, simulate_requests
+from tripath.simulator.loop.replica import ReplicaConfig
+from tripath.simulator.runner import simulate
+from tripath.simulator.scenario.scenario import load_scenario
 
 
 def bits(records) -> list[tuple]:

@@ -1,7 +1,7 @@
 """Every policy through the runner: Little's law, conservation and determinism.
 
 Little's law L = lambda x W is checked with two independent measurements: L from the time
-series (queue + running sampled every few ms by simulator/timeseries.py, averaged), lambda x W
+series (queue + running sampled every few ms by tripath/simulator/loop/timeseries.py, averaged), lambda x W
 from the records (requests / span x mean time in system). They agree within the sampling error
 of a left Riemann sum; a loop whose state disagreed with its records would break it.
 """
@@ -13,9 +13,9 @@ import dataclasses
 import numpy as np
 import pytest
 
-from simulator.profile import resolve_profile
-from simulator.runner import simulate
-from simulator.scenario import scenario_from_dict
+from tripath.profile.profile import resolve_profile
+from tripath.simulator.runner import simulate
+from tripath.simulator.scenario.scenario import scenario_from_dict
 
 PROFILE = resolve_profile("published-llama2-70b-tp2-a100")
 POLICIES = [
@@ -86,7 +86,7 @@ def test_same_seed_same_records_and_stream_independence() -> None:
 def test_cli_writes_timeseries_csv(tmp_path, capsys) -> None:
     import json
 
-    from tripath.cli import main
+    from tripath.cli.main import main
 
     path = tmp_path / "s.toml"
     path.write_text("""

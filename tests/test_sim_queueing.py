@@ -17,13 +17,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from simulator import metrics
-from simulator.capacity import saturation
-from simulator.cluster import ClusterConfig, simulate_requests
-from simulator.costs import IterationCost
-from simulator.replica import ReplicaConfig
-from simulator.request import RequestSpec
-from simulator.runner import estimate
+from tripath.core import metrics
+from tripath.core.request import RequestSpec
+from tripath.simulator.capacity import saturation
+from tripath.simulator.costs import IterationCost
+from tripath.simulator.loop.cluster import ClusterConfig, simulate_requests
+from tripath.simulator.loop.replica import ReplicaConfig
+from tripath.simulator.runner import estimate
 
 PREFILL_MS, DECODE_MS = 10.0, 5.0
 

@@ -1,6 +1,6 @@
 """Hand-computed timelines with a round-number cost model, on both the reference and the fast path.
 
-Costs used unless a test says otherwise (simulator/costs.py composition):
+Costs used unless a test says otherwise (tripath/simulator/costs.py composition):
   prefill ms = 10 + 0.01 * T          (a 1000-token prompt alone: 20 ms; its variable part: 10 ms)
   decode  ms = 5 + 1 * B              (one sequence: 6 ms, two: 7 ms)
 """
@@ -11,11 +11,11 @@ import math
 
 import pytest
 
-from simulator.cluster import ClusterConfig, simulate_requests
-from simulator.costs import IterationCost
-from simulator.records import COMPLETED, REJECTED
-from simulator.replica import ReplicaConfig
-from simulator.request import RequestSpec
+from tripath.core.records import COMPLETED, REJECTED
+from tripath.core.request import RequestSpec
+from tripath.simulator.costs import IterationCost
+from tripath.simulator.loop.cluster import ClusterConfig, simulate_requests
+from tripath.simulator.loop.replica import ReplicaConfig
 
 MS = 1e-3
 BOTH_PATHS = pytest.mark.parametrize("fast", [True, False], ids=["fast", "reference"])

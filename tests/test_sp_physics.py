@@ -7,14 +7,14 @@ import tomllib
 import numpy as np
 import pytest
 
-from simulator.costs import IterationCost
-from simulator.path_step import PathStep, TransformedStep, build_step_model, path_cost
-from simulator.paths import SCENARIOS_DIR
-from simulator.profile import resolve_profile
-from simulator.scenario import scenario_from_dict
-from simulator.sp_physics import SpPhysics
-from simulator.step_model import Decode, PrefillChunk
-from simulator.strategy import SequenceParallelSpec, StrategySpec
+from tripath.core.data_dirs import SCENARIOS_DIR
+from tripath.profile.profile import resolve_profile
+from tripath.simulator.costs import IterationCost
+from tripath.simulator.paths.seqpar import SpPhysics
+from tripath.simulator.paths.step import PathStep, TransformedStep, build_step_model, path_cost
+from tripath.simulator.scenario.scenario import scenario_from_dict
+from tripath.simulator.scenario.strategy import SequenceParallelSpec, StrategySpec
+from tripath.simulator.step_model import Decode, PrefillChunk
 
 SEED = resolve_profile("seed-llama2-70b-a100")  # P = 2: speedup 1.8 at 4K-32K, merge m0 + m_ctx C
 TINY = resolve_profile("cpu-tiny")  # P = 2 measured at 512, 1024, 2048 tokens

@@ -1,4 +1,4 @@
-"""A speculative round at batch B > 1: the per-sequence extra w (calibrate/sweep_spec_batch.py), the profile
+"""A speculative round at batch B > 1: the per-sequence extra w (tripath/calibrate/sweeps/spec_batch.py), the profile
 field that carries it, and what PathStep charges with it; hand-computed values."""
 
 from __future__ import annotations
@@ -8,15 +8,15 @@ import dataclasses
 import numpy as np
 import pytest
 
-from calibrate.samples import Sample
-from calibrate.spec_sections import is_spec_sweep
-from calibrate.sweep_spec_batch import BATCH_SWEEPS, batch_medians, round_per_sequence
-from simulator.costs import IterationCost
-from simulator.errors import InputError
-from simulator.path_step import PathStep
-from simulator.profile import Coefficient, Speculative, resolve_profile
-from simulator.step_model import Decode
-from simulator.strategy import SpeculativeSpec, StrategySpec
+from tripath.calibrate.samples import Sample
+from tripath.calibrate.sweeps.spec_batch import BATCH_SWEEPS, batch_medians, round_per_sequence
+from tripath.calibrate.sweeps.spec_sections import is_spec_sweep
+from tripath.core.errors import InputError
+from tripath.profile.profile import Coefficient, Speculative, resolve_profile
+from tripath.simulator.costs import IterationCost
+from tripath.simulator.paths.step import PathStep
+from tripath.simulator.scenario.strategy import SpeculativeSpec, StrategySpec
+from tripath.simulator.step_model import Decode
 
 SEED = resolve_profile("seed-llama2-70b-a100")  # speculative.k = 5
 W = Coefficient(0.3, "target steps", "measured", "test")

@@ -1,4 +1,4 @@
-"""SpeculativeEngine with the target's KV compressed (real_engine/spec_compressed.py): greedy speculation
+"""SpeculativeEngine with the target's KV compressed (tripath/engine/speculative/compressed.py): greedy speculation
 reproduces plain greedy decoding on the same compressed store, and after every round the store holds
 exactly the accepted prefix (full blocks sealed, the tail block staged with zero rows past the end)."""
 
@@ -7,13 +7,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from real_engine.config import PRESETS
-from real_engine.engine import Engine, EngineConfig
-from real_engine.model import LlamaModel
-from real_engine.proposers import DraftModelProposer, Proposal, _pack
-from real_engine.sequence import Sequence
-from real_engine.spec_controller import FixedK
-from real_engine.speculative import SpeculativeEngine
+from tripath.engine.engine import Engine, EngineConfig
+from tripath.engine.model.config import PRESETS
+from tripath.engine.model.model import LlamaModel
+from tripath.engine.sequence import Sequence
+from tripath.engine.speculative.controller import FixedK
+from tripath.engine.speculative.engine import SpeculativeEngine
+from tripath.engine.speculative.proposers import DraftModelProposer, Proposal, _pack
 
 V = 256
 BS = 4

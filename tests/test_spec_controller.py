@@ -7,12 +7,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from real_engine.config import PRESETS
-from real_engine.engine import Engine, EngineConfig
-from real_engine.model import LlamaModel
-from real_engine.proposers import DraftModelProposer
-from real_engine.sampling import SamplingParams
-from real_engine.spec_controller import (
+from tripath.engine.engine import Engine, EngineConfig
+from tripath.engine.model.config import PRESETS
+from tripath.engine.model.model import LlamaModel
+from tripath.engine.sampling import SamplingParams
+from tripath.engine.speculative.controller import (
     AdaptiveK,
     ControllerConfig,
     SpecCosts,
@@ -21,8 +20,9 @@ from real_engine.spec_controller import (
     expected_tokens,
     predicted_speedup,
 )
-from real_engine.spec_metrics import SpecCounters
-from real_engine.speculative import SpeculativeEngine
+from tripath.engine.speculative.engine import SpeculativeEngine
+from tripath.engine.speculative.metrics import SpecCounters
+from tripath.engine.speculative.proposers import DraftModelProposer
 
 CFG = EngineConfig(num_blocks=64, block_size=4)
 

@@ -9,12 +9,12 @@ import dataclasses
 import numpy as np
 import pytest
 
-from simulator.costs import IterationCost
-from simulator.path_step import PathStep
-from simulator.profile import resolve_profile
-from simulator.spec_physics import SpeculativePhysics
-from simulator.step_model import Decode, DecodeBatch, PrefillChunk
-from simulator.strategy import SpeculativeSpec, StrategySpec
+from tripath.profile.profile import resolve_profile
+from tripath.simulator.costs import IterationCost
+from tripath.simulator.paths.speculative import SpeculativePhysics
+from tripath.simulator.paths.step import PathStep
+from tripath.simulator.scenario.strategy import SpeculativeSpec, StrategySpec
+from tripath.simulator.step_model import Decode, DecodeBatch, PrefillChunk
 
 SEED = resolve_profile("seed-llama2-70b-a100")  # c = 0.265262, v = 1; a vLLM-style engine (source "seed")
 MEASURED = dataclasses.replace(SEED, source="measured")  # the same numbers, as if calibrated on real_engine
@@ -91,8 +91,8 @@ def test_prompt_lookup_has_no_draft_prefill():
 
 def _one_request(profile, prompt: int = 2000, output: int = 3):
     """One request of ``prompt`` tokens and ``output`` outputs, K = 4, every draft accepted (a = 1)."""
-    from simulator.runner import simulate
-    from simulator.scenario import scenario_from_dict
+    from tripath.simulator.runner import simulate
+    from tripath.simulator.scenario.scenario import scenario_from_dict
 
     certain = dataclasses.replace(profile.acceptance["code"], mean=1.0, per_position=None, note="test: a = 1")
     profile = dataclasses.replace(profile, acceptance={"code": certain})
@@ -105,7 +105,7 @@ def _one_request(profile, prompt: int = 2000, output: int = 3):
 
 
 def _with_ratio(profile, r: float):
-    from simulator.cost_model import Coefficient
+    from tripath.profile.cost_model import Coefficient
 
     speculative = dataclasses.replace(profile.speculative,
                                       draft_prefill_ratio=Coefficient(r, "target prompt passes", "measured", "test"))

@@ -8,16 +8,16 @@ import numpy as np
 import pytest
 import torch
 
-from real_engine.config import PRESETS
-from real_engine.engine import Engine, EngineConfig
-from real_engine.model import LlamaModel
-from real_engine.proposers import DraftModelProposer, PromptLookupProposer, Proposal, _pack
-from real_engine.sampling import SamplingParams
-from real_engine.sequence import Sequence
-from real_engine.serving import PromptSource, serve
-from real_engine.spec_controller import FixedK
-from real_engine.speculative import SpeculativeEngine
-from simulator.request import RequestSpec
+from tripath.core.request import RequestSpec
+from tripath.engine.engine import Engine, EngineConfig
+from tripath.engine.model.config import PRESETS
+from tripath.engine.model.model import LlamaModel
+from tripath.engine.sampling import SamplingParams
+from tripath.engine.sequence import Sequence
+from tripath.engine.serving import PromptSource, serve
+from tripath.engine.speculative.controller import FixedK
+from tripath.engine.speculative.engine import SpeculativeEngine
+from tripath.engine.speculative.proposers import DraftModelProposer, PromptLookupProposer, Proposal, _pack
 
 CFG = EngineConfig(num_blocks=64, block_size=4)
 V = 256

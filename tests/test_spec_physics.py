@@ -8,12 +8,12 @@ import math
 import numpy as np
 import pytest
 
-from simulator.costs import IterationCost
-from simulator.path_step import PathStep
-from simulator.profile import resolve_profile
-from simulator.spec_physics import SpeculativePhysics, acceptance_table
-from simulator.step_model import Decode, DecodeBatch
-from simulator.strategy import SpeculativeSpec, StrategySpec
+from tripath.profile.profile import resolve_profile
+from tripath.simulator.costs import IterationCost
+from tripath.simulator.paths.speculative import SpeculativePhysics, acceptance_table
+from tripath.simulator.paths.step import PathStep
+from tripath.simulator.scenario.strategy import SpeculativeSpec, StrategySpec
+from tripath.simulator.step_model import Decode, DecodeBatch
 
 SEED = resolve_profile("seed-llama2-70b-a100")  # i.i.d. acceptance per task, K = 5, c = 0.265, v = 1
 TINY = resolve_profile("cpu-tiny")  # measured per-position acceptance at K = 4
@@ -163,7 +163,7 @@ def test_accepted_tokens_follow_the_per_position_law():
 
 
 def test_round_cost_reads_the_profiles_per_k_verify_cost():
-    from simulator.cost_model import Coefficient
+    from tripath.profile.cost_model import Coefficient
 
     measured = {2: Coefficient(1.2, "target steps", "measured"), 5: Coefficient(1.8, "target steps", "measured")}
     profile = dataclasses.replace(SEED, speculative=dataclasses.replace(SEED.speculative, verify_by_k=measured))

@@ -9,8 +9,8 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from real_engine.rejection import greedy_verify, rejection_sample, sampling_probs
-from real_engine.sampling import SamplingParams
+from tripath.engine.sampling import SamplingParams
+from tripath.engine.speculative.rejection import greedy_verify, rejection_sample, sampling_probs
 
 N = 200_000
 ALPHA = 1e-3

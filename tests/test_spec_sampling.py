@@ -9,14 +9,14 @@ import pytest
 import torch
 from scipy.stats import chi2_contingency
 
-from real_engine.checkpoint import load_checkpoint
-from real_engine.engine import Engine, EngineConfig
-from real_engine.proposers import DraftModelProposer
-from real_engine.sampling import SamplingParams
-from real_engine.spec_controller import FixedK
-from real_engine.speculative import SpeculativeEngine
-from real_engine.tokenizer import ByteTokenizer
-from simulator.paths import MODELS_DIR
+from tripath.core.data_dirs import MODELS_DIR
+from tripath.engine.engine import Engine, EngineConfig
+from tripath.engine.model.checkpoint import load_checkpoint
+from tripath.engine.model.tokenizer import ByteTokenizer
+from tripath.engine.sampling import SamplingParams
+from tripath.engine.speculative.controller import FixedK
+from tripath.engine.speculative.engine import SpeculativeEngine
+from tripath.engine.speculative.proposers import DraftModelProposer
 
 BATCH, BATCHES = 400, 3
 PROMPT = ByteTokenizer().encode("Summary: ", add_bos=True)  # an uncertain continuation: many tokens share the mass

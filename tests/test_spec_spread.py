@@ -1,4 +1,5 @@
-"""Per-request acceptance (simulator/acceptance_spread.py): the Beta's moments, the law of tokens per round
+"""Per-request acceptance (tripath/simulator/paths/acceptance_spread.py): the Beta's moments, the law of tokens per
+round
 it implies, determinism, and the profile without the field behaving exactly as before."""
 
 from __future__ import annotations
@@ -10,13 +11,13 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from simulator.acceptance_spread import AcceptanceSpread, beta_parameters
-from simulator.profile import resolve_profile
-from simulator.runner import simulate
-from simulator.scenario import load_scenario
-from simulator.spec_physics import SpeculativePhysics
-from simulator.step_model import Decode, DecodeBatch
-from simulator.strategy import SpeculativeSpec
+from tripath.profile.profile import resolve_profile
+from tripath.simulator.paths.acceptance_spread import AcceptanceSpread, beta_parameters
+from tripath.simulator.paths.speculative import SpeculativePhysics
+from tripath.simulator.runner import simulate
+from tripath.simulator.scenario.scenario import load_scenario
+from tripath.simulator.scenario.strategy import SpeculativeSpec
+from tripath.simulator.step_model import Decode, DecodeBatch
 
 SEED = resolve_profile("seed-llama2-70b-a100")  # i.i.d. acceptance per task (no per-position), K = 5
 SHIPPED = resolve_profile("cpu-tiny")  # per-position acceptance at K = 1, 2, 4, 6
@@ -154,7 +155,7 @@ def test_simulated_records_absent_field_identical_and_spread_widens_tpot(scenari
 
 def test_expected_survival_is_the_mean_of_the_per_request_draws():
     """The saturation estimate's tokens per round (path_capacity) = the mean of what the simulator draws."""
-    from simulator.spec_physics import expected_survival
+    from tripath.simulator.paths.speculative import expected_survival
 
     k, n = 4, 40_000
     profile = with_spread(TINY, 0.11, tasks={"code"})

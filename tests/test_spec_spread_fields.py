@@ -9,12 +9,12 @@ import math
 
 import pytest
 
-from calibrate.prompt_spread import between_prompt_sd
-from calibrate.samples import Sample
-from calibrate.sweep_speculative import accept_sweep, prompt_sweep, speculative_sections
-from simulator.cost_model import Coefficient
-from simulator.errors import InputError
-from simulator.profile import Profile, Speculative, TaskAcceptance, resolve_profile
+from tripath.calibrate.samples import Sample
+from tripath.calibrate.sweeps.prompt_spread import between_prompt_sd
+from tripath.calibrate.sweeps.speculative import accept_sweep, prompt_sweep, speculative_sections
+from tripath.core.errors import InputError
+from tripath.profile.cost_model import Coefficient
+from tripath.profile.profile import Profile, Speculative, TaskAcceptance, resolve_profile
 
 SHIPPED = resolve_profile("cpu-tiny")
 # the shipped profile as calibrated before these fields existed (a fresh calibration has both)

@@ -7,15 +7,15 @@ from __future__ import annotations
 import pytest
 import torch
 
-from real_engine.checkpoint import load_checkpoint
-from real_engine.corpus import TASKS, load_eval_prompts
-from real_engine.engine import Engine, EngineConfig
-from real_engine.model import LlamaModel
-from real_engine.proposers import DraftModelProposer, PromptLookupProposer
-from real_engine.spec_controller import AdaptiveK, ControllerConfig, FixedK, SpecCosts
-from real_engine.speculative import SpeculativeEngine
-from real_engine.tokenizer import ByteTokenizer
-from simulator.paths import MODELS_DIR
+from tripath.core.data_dirs import MODELS_DIR
+from tripath.engine.engine import Engine, EngineConfig
+from tripath.engine.model.checkpoint import load_checkpoint
+from tripath.engine.model.model import LlamaModel
+from tripath.engine.model.tokenizer import ByteTokenizer
+from tripath.engine.speculative.controller import AdaptiveK, ControllerConfig, FixedK, SpecCosts
+from tripath.engine.speculative.engine import SpeculativeEngine
+from tripath.engine.speculative.proposers import DraftModelProposer, PromptLookupProposer
+from tripath.training.corpus import TASKS, load_eval_prompts
 
 CFG = EngineConfig(num_blocks=320, block_size=16)
 NEW = 32

@@ -8,17 +8,17 @@ import dataclasses
 import numpy as np
 import pytest
 
-from simulator.cost_model import Coefficient, CostModel
-from simulator.costs import IterationCost
-from simulator.errors import InputError
-from simulator.formulas import overhead_v1
-from simulator.path_provenance import one_line, strategies
-from simulator.path_step import PathStep
-from simulator.profile import load_profile, resolve_profile, save_profile
-from simulator.runner import simulate
-from simulator.scenario import scenario_from_dict
-from simulator.step_model import Decode, PrefillChunk
-from simulator.strategy import SpeculativeSpec, StrategySpec, TieredSpec
+from tripath.core.errors import InputError
+from tripath.profile.cost_model import Coefficient, CostModel
+from tripath.profile.formulas import overhead_v1
+from tripath.profile.profile import load_profile, resolve_profile, save_profile
+from tripath.simulator.costs import IterationCost
+from tripath.simulator.paths.provenance import one_line, strategies
+from tripath.simulator.paths.step import PathStep
+from tripath.simulator.runner import simulate
+from tripath.simulator.scenario.scenario import scenario_from_dict
+from tripath.simulator.scenario.strategy import SpeculativeSpec, StrategySpec, TieredSpec
+from tripath.simulator.step_model import Decode, PrefillChunk
 
 SHIPPED = resolve_profile("cpu-tiny")
 # the shipped profile without its measured overhead: each test adds the overhead it computes by hand
@@ -142,7 +142,7 @@ def test_provenance_lists_the_overhead_only_when_present() -> None:
 
 
 def test_saturation_estimate_counts_the_overhead_once_per_iteration() -> None:
-    from simulator.capacity import saturation
+    from tripath.simulator.capacity import saturation
 
     plain = saturation(TINY, 200, 50, 1, 8, TINY.kv_capacity_bytes)
     over = saturation(with_overhead(TINY, 0.5, 0.1, 0.01), 200, 50, 1, 8, TINY.kv_capacity_bytes)

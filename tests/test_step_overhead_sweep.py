@@ -1,4 +1,5 @@
-"""The step-overhead sweep (calibrate/sweep_overhead.py) on a tiny model: rows, resume, the fit, the profile."""
+"""The step-overhead sweep (tripath/calibrate/sweeps/overhead.py) on a tiny model: rows, resume, the fit, the
+profile."""
 
 from __future__ import annotations
 
@@ -8,11 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-from calibrate.job import CalibrationJob, run_calibration
-from calibrate.presets import Preset
-from calibrate.probe import StepProbe
-from calibrate.samples import Sample, SampleLog, read_samples
-from calibrate.sweep_overhead import (
+from tripath.calibrate.job import CalibrationJob, run_calibration
+from tripath.calibrate.presets import Preset
+from tripath.calibrate.probe import StepProbe
+from tripath.calibrate.samples import Sample, SampleLog, read_samples
+from tripath.calibrate.sweeps.overhead import (
     REPS_FACTOR,
     fit_overhead,
     measure_overhead,
@@ -20,13 +21,13 @@ from calibrate.sweep_overhead import (
     overhead_points,
     overhead_rows,
 )
-from calibrate.target import TargetSpec
-from calibrate.timer import TimerConfig
-from real_engine.config import PRESETS
-from real_engine.model import LlamaModel
-from simulator.costs import IterationCost
-from simulator.profile import load_profile
-from tripath.cli import main
+from tripath.calibrate.target import TargetSpec
+from tripath.calibrate.timer import TimerConfig
+from tripath.cli.main import main
+from tripath.engine.model.config import PRESETS
+from tripath.engine.model.model import LlamaModel
+from tripath.profile.profile import load_profile
+from tripath.simulator.costs import IterationCost
 
 GRID = Preset("test", prefill_new=(8, 32, 64, 1024), prefill_context=(0, 32), decode_batch=(1, 2, 4),
               decode_context=(16, 64), timer=TimerConfig(warmup=1, reps=2))
@@ -106,7 +107,7 @@ def test_job_and_cli_write_a_profile_the_simulator_prices(tmp_path, monkeypatch,
     cost = IterationCost.from_profile(profile)
     assert cost.overhead_ms(2, 2) == pytest.approx(profile.costs["step_overhead"].evaluate(sequences=2, new_tokens=2))
     # the CLI flag: the rows are on disk, so it only refits, and says so in the command line it records
-    monkeypatch.setattr("calibrate.presets.PRESETS", {"quick": GRID})
+    monkeypatch.setattr("tripath.calibrate.presets.PRESETS", {"quick": GRID})
     assert main(["calibrate", "--model-config", "tiny-mha", "--step-overhead", "--out", str(out), "--force",
                  "--no-progress", "--json"]) == 0
     assert '"measured_points": 0' in capsys.readouterr().out

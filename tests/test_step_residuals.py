@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from real_engine.config import PRESETS
-from real_engine.engine import Engine, EngineConfig
-from real_engine.model import LlamaModel
-from simulator.costs import IterationCost
-from simulator.step_model import BaselineStep
+from tripath.engine.engine import Engine, EngineConfig
+from tripath.engine.model.config import PRESETS
+from tripath.engine.model.model import LlamaModel
+from tripath.simulator.costs import IterationCost
+from tripath.simulator.step_model import BaselineStep
 
 _spec = importlib.util.spec_from_file_location(
     "step_residuals", Path(__file__).resolve().parents[1] / "scripts" / "step_residuals.py")

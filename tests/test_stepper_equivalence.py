@@ -1,4 +1,4 @@
-"""The general loop (simulator/stepper.py) with continuous batching, no preemption and BaselineStep
+"""The general loop (tripath/simulator/loop/stepper.py) with continuous batching, no preemption and BaselineStep
 reproduces the fast Replica's records bit for bit: the "all options off equals the baseline" guarantee."""
 
 from __future__ import annotations
@@ -8,15 +8,15 @@ import dataclasses
 import numpy as np
 import pytest
 
-from simulator.batching import Continuous
-from simulator.cluster import ClusterConfig, simulate_requests
-from simulator.costs import IterationCost
-from simulator.replica import ReplicaConfig
-from simulator.request import RequestSpec
-from simulator.scenario import scenario_from_dict
-from simulator.step_model import BaselineStep
-from simulator.stepper import StepperSetup
-from simulator.workload import generate_requests
+from tripath.core.request import RequestSpec
+from tripath.simulator.costs import IterationCost
+from tripath.simulator.loop.batching import Continuous
+from tripath.simulator.loop.cluster import ClusterConfig, simulate_requests
+from tripath.simulator.loop.replica import ReplicaConfig
+from tripath.simulator.loop.stepper import StepperSetup
+from tripath.simulator.scenario.scenario import scenario_from_dict
+from tripath.simulator.scenario.workload import generate_requests
+from tripath.simulator.step_model import BaselineStep
 
 TICK = 1.0 / 1024.0
 
@@ -98,8 +98,8 @@ def test_rejections_and_token_budget() -> None:
 
 def test_trace_replay_on_the_seed_profile() -> None:
     """A shipped trace (Azure conversation) on the seed profile's fitted costs."""
-    from simulator.profile import resolve_profile
-    from simulator.runner import cluster_config
+    from tripath.profile.profile import resolve_profile
+    from tripath.simulator.runner import cluster_config
 
     profile = resolve_profile("published-llama2-70b-tp2-a100")
     scenario = scenario_from_dict({

@@ -8,14 +8,14 @@ import itertools
 import numpy as np
 import pytest
 
-from simulator.adaptive_batching import Adaptive, AimdController, AimdSettings
-from simulator.batching import Chunked, Continuous, Windowed
-from simulator.cluster import ClusterConfig, simulate_requests
-from simulator.costs import IterationCost
-from simulator.replica import ReplicaConfig
-from simulator.request import RequestSpec
-from simulator.step_model import BaselineStep
-from simulator.stepper import StepperConfig, StepperSetup
+from tripath.core.request import RequestSpec
+from tripath.simulator.costs import IterationCost
+from tripath.simulator.loop.adaptive_batching import Adaptive, AimdController, AimdSettings
+from tripath.simulator.loop.batching import Chunked, Continuous, Windowed
+from tripath.simulator.loop.cluster import ClusterConfig, simulate_requests
+from tripath.simulator.loop.replica import ReplicaConfig
+from tripath.simulator.loop.stepper import StepperConfig, StepperSetup
+from tripath.simulator.step_model import BaselineStep
 
 CAPACITY = 400  # KV tokens per replica; prompts up to 300 and outputs up to 60 make it bind often
 POLICIES = {

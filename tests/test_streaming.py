@@ -8,15 +8,15 @@ import dataclasses
 import numpy as np
 import pytest
 
-from simulator.cluster import ClusterConfig, simulate_requests
-from simulator.costs import IterationCost
-from simulator.profile import resolve_profile
-from simulator.replica import ReplicaConfig
-from simulator.request import RequestSpec
-from simulator.runner import arrival_rate, cluster_config
-from simulator.scenario import load_scenario
-from simulator.streaming import RequestArrays, StreamingCluster, stream_requests
-from simulator.workload import generate_arrays, generate_requests
+from tripath.core.request import RequestSpec
+from tripath.profile.profile import resolve_profile
+from tripath.simulator.costs import IterationCost
+from tripath.simulator.loop.cluster import ClusterConfig, simulate_requests
+from tripath.simulator.loop.replica import ReplicaConfig
+from tripath.simulator.loop.streaming import RequestArrays, StreamingCluster, stream_requests
+from tripath.simulator.runner import arrival_rate, cluster_config
+from tripath.simulator.scenario.scenario import load_scenario
+from tripath.simulator.scenario.workload import generate_arrays, generate_requests
 
 
 def bits(records) -> list[tuple]:

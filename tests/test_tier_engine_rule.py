@@ -1,4 +1,5 @@
-"""real_engine's tiered rule in the simulator (simulator/tier_engine_rule.py): the per-step read overhead and
+"""real_engine's tiered rule in the simulator (tripath/simulator/paths/tiered_engine_rule.py): the per-step read
+overhead and
 LRU page moves, by hand on one request, the link choice (host, SSD, no host), and the invariants."""
 
 from __future__ import annotations
@@ -11,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from simulator.cost_model import Coefficient, CostModel
-from simulator.profile import PagingLink, resolve_profile
-from simulator.runner import simulate
-from simulator.scenario import scenario_from_dict
-from simulator.strategy import TieredSpec
-from simulator.tier_engine_rule import EngineTierRule
-from simulator.tier_physics import TierPhysics
+from tripath.profile.cost_model import Coefficient, CostModel
+from tripath.profile.profile import PagingLink, resolve_profile
+from tripath.simulator.paths.tiered import TierPhysics
+from tripath.simulator.paths.tiered_engine_rule import EngineTierRule
+from tripath.simulator.runner import simulate
+from tripath.simulator.scenario.scenario import scenario_from_dict
+from tripath.simulator.scenario.strategy import TieredSpec
 
 TINY = resolve_profile("cpu-tiny")  # 6 layers, 3,072 bytes of KV per token: a 256-token page is 131,072 bytes
 PAGE = 131_072
@@ -95,9 +96,9 @@ def test_pinned_chunks_match_the_cache() -> None:
     window starts there); 1,025 also pin chunk 3 and the new chunk 4; and the real cache agrees."""
     import torch
 
-    from real_engine.config import PRESETS
-    from real_engine.tiered_cache import TieredKVCache
-    from real_engine.tiers import TierConfig
+    from tripath.engine.model.config import PRESETS
+    from tripath.engine.tiered.cache import TieredKVCache
+    from tripath.engine.tiered.tiers import TierConfig
 
     rule = _rule(24)
     lengths = (100, 256, 257, 600, 1024, 1025, 1279, 1280, 4096)

@@ -1,4 +1,4 @@
-"""The gather sweep (calibrate/sweep_gather.py): tiered and paged Engines stepped side by side, rows per
+"""The gather sweep (tripath/calibrate/sweeps/gather.py): tiered and paged Engines stepped side by side, rows per
 (batch, context), resume, and the paging_v1 fit of the per-read difference recovering known coefficients."""
 
 from __future__ import annotations
@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from calibrate.samples import Sample, SampleLog, read_samples
-from calibrate.sweep_gather import GATHER, REPS_FACTOR, gather_link, measure_gather, sweep_names
-from calibrate.sweep_paging import paging_sections
-from calibrate.timer import TimerConfig
-from real_engine.config import PRESETS
-from real_engine.model import LlamaModel
+from tripath.calibrate.samples import Sample, SampleLog, read_samples
+from tripath.calibrate.sweeps.gather import GATHER, REPS_FACTOR, gather_link, measure_gather, sweep_names
+from tripath.calibrate.sweeps.paging import paging_sections
+from tripath.calibrate.timer import TimerConfig
+from tripath.engine.model.config import PRESETS
+from tripath.engine.model.model import LlamaModel
 
 CONFIG = PRESETS["tiny-gqa"]  # 2 layers, 2 KV heads of 8 dims: 2 * 2 * 8 * 4 = 128 bytes per token and layer
 POINTS = ((1, 40), (2, 100))

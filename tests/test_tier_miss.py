@@ -1,4 +1,5 @@
-"""Measured page misses (simulator/tier_engine_rule.py rule 5, calibrate/sweep_tier_miss.py): the cost the
+"""Measured page misses (tripath/simulator/paths/tiered_engine_rule.py rule 5,
+tripath/calibrate/sweeps/tier_miss.py): the cost the
 rule charges for a step with N misses, by hand per link set, and the sweep on the tiny model (its miss counts
 are the Engine's own and equal the rule's prediction)."""
 
@@ -11,11 +12,11 @@ import pytest
 import torch
 from test_tier_engine_rule import PAGE, TINY, _link  # tests/ is on sys.path (rootdir-less import)
 
-from calibrate.samples import Sample, SampleLog
-from calibrate.sweep_tier_miss import measure_misses, miss_links, sweep_name
-from calibrate.timer import TimerConfig
-from real_engine.checkpoint import load_checkpoint
-from simulator.tier_engine_rule import EngineTierRule
+from tripath.calibrate.samples import Sample, SampleLog
+from tripath.calibrate.sweeps.tier_miss import measure_misses, miss_links, sweep_name
+from tripath.calibrate.timer import TimerConfig
+from tripath.engine.model.checkpoint import load_checkpoint
+from tripath.simulator.paths.tiered_engine_rule import EngineTierRule
 
 MODEL = Path(__file__).resolve().parents[1] / "data/models/tiny-target"
 

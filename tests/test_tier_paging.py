@@ -1,12 +1,12 @@
-"""The engine side's tiered paging per request (fidelity/tier_paging.py): the stall of page moves beyond the
+"""The engine side's tiered paging per request (tripath/fidelity/tier_paging.py): the stall of page moves beyond the
 stall of a step that moves nothing, fitted in the same run, by hand."""
 
 from __future__ import annotations
 
 import pytest
 
-from fidelity.tier_paging import move_stall_ms_per_request, resident_baseline
-from real_engine.step_record import StepRecord
+from tripath.engine.step_record import StepRecord
+from tripath.fidelity.tier_paging import move_stall_ms_per_request, resident_baseline
 
 
 def _step(batch: int, context: int, stall_s: float, moved_bytes: int = 0) -> StepRecord:

@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from simulator.costs import IterationCost
-from simulator.path_step import PathStep
-from simulator.profile import resolve_profile
-from simulator.step_model import Decode, PrefillChunk
-from simulator.strategy import GIB, SequenceParallelSpec, StrategySpec, TieredSpec
-from simulator.tier_physics import TierPhysics
+from tripath.profile.profile import resolve_profile
+from tripath.simulator.costs import IterationCost
+from tripath.simulator.paths.step import PathStep
+from tripath.simulator.paths.tiered import TierPhysics
+from tripath.simulator.scenario.strategy import GIB, SequenceParallelSpec, StrategySpec, TieredSpec
+from tripath.simulator.step_model import Decode, PrefillChunk
 
 SEED = resolve_profile("seed-llama2-70b-a100")
 B = 327_680  # LLaMA-2-70B fp16 KV bytes per token

@@ -1,5 +1,5 @@
 """Tiered KV: the engine's device residency rule (sinks + window of every live sequence on the device)
-bounds how many sequences run at once (simulator/tier_physics.py, real_engine/tiered_store.py)."""
+bounds how many sequences run at once (tripath/simulator/paths/tiered.py, tripath/engine/tiered/store.py)."""
 
 from __future__ import annotations
 
@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from simulator.errors import InputError
-from simulator.path_capacity import path_saturation
-from simulator.profile import resolve_profile
-from simulator.runner import kv_capacity, simulate
-from simulator.scenario import scenario_from_dict
-from simulator.strategy import TieredSpec
-from simulator.tier_physics import TierPhysics
+from tripath.core.errors import InputError
+from tripath.profile.profile import resolve_profile
+from tripath.simulator.paths.capacity import path_saturation
+from tripath.simulator.paths.tiered import TierPhysics
+from tripath.simulator.runner import kv_capacity, simulate
+from tripath.simulator.scenario.scenario import scenario_from_dict
+from tripath.simulator.scenario.strategy import TieredSpec
 
 SEED = resolve_profile("seed-llama2-70b-a100")  # 80 layers
 B = 327_680  # LLaMA-2-70B fp16 KV bytes per token

@@ -7,13 +7,13 @@ import os
 import pytest
 import torch
 
-from real_engine.config import PRESETS
-from real_engine.dense_cache import DenseKVCache, _step
-from real_engine.engine import Engine, EngineConfig
-from real_engine.model import LlamaModel
-from real_engine.tiered_cache import TieredKVCache
-from real_engine.tiered_engine import TieredEngine
-from real_engine.tiers import SSDTier, TierConfig, TransferStats
+from tripath.engine.engine import Engine, EngineConfig
+from tripath.engine.kv.dense import DenseKVCache, _step
+from tripath.engine.model.config import PRESETS
+from tripath.engine.model.model import LlamaModel
+from tripath.engine.tiered.cache import TieredKVCache
+from tripath.engine.tiered.reference_engine import TieredEngine
+from tripath.engine.tiered.tiers import SSDTier, TierConfig, TransferStats
 
 CFG = PRESETS["tiny-gqa"]  # 2 layers, 2 KV heads x 8 dims: a page of 16 tokens is 2 KiB in fp32
 TIERS = TierConfig(chunk_tokens=16, device_pages=30, host_pages=6, ssd_pages=1000)

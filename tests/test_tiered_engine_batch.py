@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from real_engine.config import PRESETS
-from real_engine.engine import Engine, EngineConfig, StepRecord
-from real_engine.model import LlamaModel
-from real_engine.tiers import TierConfig
+from tripath.engine.engine import Engine, EngineConfig, StepRecord
+from tripath.engine.model.config import PRESETS
+from tripath.engine.model.model import LlamaModel
+from tripath.engine.tiered.tiers import TierConfig
 
 CFG = PRESETS["tiny-gqa"]  # 2 layers, 2 KV heads x 8 dims: a page of 16 tokens is 2 KiB in fp32
 LENGTHS = (300, 170, 90, 40)  # different lengths, admitted together

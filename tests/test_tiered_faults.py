@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from real_engine.config import PRESETS
-from real_engine.dense_cache import greedy_generate
-from real_engine.model import LlamaModel
-from real_engine.tiered_engine import TieredEngine
-from real_engine.tiers import TierConfig
+from tripath.engine.kv.dense import greedy_generate
+from tripath.engine.model.config import PRESETS
+from tripath.engine.model.model import LlamaModel
+from tripath.engine.tiered.reference_engine import TieredEngine
+from tripath.engine.tiered.tiers import TierConfig
 
 CFG = PRESETS["tiny-gqa"]
 NEW = 6

@@ -5,11 +5,17 @@ from __future__ import annotations
 import pytest
 import torch
 
-from real_engine.config import PRESETS
-from real_engine.kv_compression import KVCompression
-from real_engine.kv_quality import compare, greedy_acceptance, greedy_with_cache, needle_prompts, teacher_forced_logits
-from real_engine.model import LlamaModel
-from real_engine.paging_meter import LINKS, measure_paging
+from tripath.engine.kv.modes import KVCompression
+from tripath.engine.kv.quality import (
+    compare,
+    greedy_acceptance,
+    greedy_with_cache,
+    needle_prompts,
+    teacher_forced_logits,
+)
+from tripath.engine.model.config import PRESETS
+from tripath.engine.model.model import LlamaModel
+from tripath.engine.tiered.paging_meter import LINKS, measure_paging
 
 CFG = PRESETS["tiny-gqa"]
 

@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 import torch
 
-from real_engine.config import PRESETS
-from real_engine.engine import Engine, EngineConfig
-from real_engine.model import LlamaModel
-from real_engine.serving import PromptSource, main, serve
-from real_engine.tiers import TierConfig
-from simulator.records import COMPLETED, REJECTED
-from simulator.scenario import load_scenario
-from simulator.workload import generate_requests
+from tripath.core.records import COMPLETED, REJECTED
+from tripath.engine.engine import Engine, EngineConfig
+from tripath.engine.model.config import PRESETS
+from tripath.engine.model.model import LlamaModel
+from tripath.engine.serving import PromptSource, main, serve
+from tripath.engine.tiered.tiers import TierConfig
+from tripath.simulator.scenario.scenario import load_scenario
+from tripath.simulator.scenario.workload import generate_requests
 
 SCENARIO = """
 name = "tiered-replay"
@@ -75,7 +75,7 @@ def test_cli_serves_with_tiering_and_reports_paging_per_step(scenario_path, tmp_
 
 
 def test_bad_tier_flags_are_input_errors(scenario_path, tmp_path):
-    from simulator.errors import InputError
+    from tripath.core.errors import InputError
 
     with pytest.raises(InputError, match="device_pages"):
         main([str(scenario_path), "--preset", "tiny-gqa", "--device", "cpu", "--tiered", "--device-pages", "-3",

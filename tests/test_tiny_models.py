@@ -12,14 +12,14 @@ import numpy as np
 import pytest
 import torch
 
-from real_engine.checkpoint import load_checkpoint
-from real_engine.config import ModelConfig
-from real_engine.corpus import TASKS, CorpusConfig, build_corpus, load_eval_prompts
-from real_engine.dense_cache import DenseKVCache, greedy_generate
-from real_engine.model import LlamaModel
-from real_engine.tokenizer import BOS_ID, EOS_ID, VOCAB_SIZE, ByteTokenizer
-from real_engine.train import DRAFT_CONFIG, TARGET_CONFIG, TokenStreams, TrainConfig, evaluate, learning_rate
-from simulator.paths import MODELS_DIR
+from tripath.core.data_dirs import MODELS_DIR
+from tripath.engine.kv.dense import DenseKVCache, greedy_generate
+from tripath.engine.model.checkpoint import load_checkpoint
+from tripath.engine.model.config import ModelConfig
+from tripath.engine.model.model import LlamaModel
+from tripath.engine.model.tokenizer import BOS_ID, EOS_ID, VOCAB_SIZE, ByteTokenizer
+from tripath.training.corpus import TASKS, CorpusConfig, build_corpus, load_eval_prompts
+from tripath.training.train import DRAFT_CONFIG, TARGET_CONFIG, TokenStreams, TrainConfig, evaluate, learning_rate
 
 TOK = ByteTokenizer()
 UNIFORM_NATS = math.log(VOCAB_SIZE)

@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from simulator.errors import InputError
-from simulator.paths import TRACES_DIR
-from simulator.traces import SHIPPED_TRACES, load_trace, resolve_trace_path
+from tripath.core.data_dirs import TRACES_DIR
+from tripath.core.errors import InputError
+from tripath.simulator.scenario.traces import SHIPPED_TRACES, load_trace, resolve_trace_path
 
 # From data/traces/*/README.md (P99 with linear interpolation, numpy's default).
 DOCUMENTED = {

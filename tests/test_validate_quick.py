@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from fidelity.compare import LATENCY_METRICS, LEVELS, THROUGHPUT
-from fidelity.validate import QUICK_REQUESTS, QUICK_SCENARIOS, ValidateConfig, run_validation
-from tripath.cli import main
+from tripath.cli.main import main
+from tripath.fidelity.compare import LATENCY_METRICS, LEVELS, THROUGHPUT
+from tripath.fidelity.validate import QUICK_REQUESTS, QUICK_SCENARIOS, ValidateConfig, run_validation
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -1,4 +1,5 @@
-"""fidelity/window_serving.py: static and dynamic groups form exactly when simulator/batching.py's rule says.
+"""tripath/fidelity/window_serving.py: static and dynamic groups form exactly when
+tripath/simulator/loop/batching.py's rule says.
 
 The engine is real (a random-weight tiny preset); only time is virtual: every engine step costs
 0.1 s of a clock the loop reads, and sleeping advances that clock, so the timeline is exact.
@@ -10,12 +11,12 @@ import numpy as np
 import pytest
 import torch
 
-from fidelity.window_serving import serve_batched
-from real_engine.config import PRESETS
-from real_engine.engine import Engine, EngineConfig, StepRecord
-from real_engine.model import LlamaModel
-from real_engine.serving import PromptSource
-from simulator.request import RequestSpec
+from tripath.core.request import RequestSpec
+from tripath.engine.engine import Engine, EngineConfig, StepRecord
+from tripath.engine.model.config import PRESETS
+from tripath.engine.model.model import LlamaModel
+from tripath.engine.serving import PromptSource
+from tripath.fidelity.window_serving import serve_batched
 
 STEP_S = 0.1
 

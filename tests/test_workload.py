@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulator.errors import InputError
-from simulator.scenario import ArrivalSpec, LengthSpec, WorkloadSpec, load_scenario
-from simulator.traces import load_trace
-from simulator.workload import generate_requests, mean_lengths
+from tripath.core.errors import InputError
+from tripath.simulator.scenario.scenario import ArrivalSpec, LengthSpec, WorkloadSpec, load_scenario
+from tripath.simulator.scenario.traces import load_trace
+from tripath.simulator.scenario.workload import generate_requests, mean_lengths
 
 FIXED = LengthSpec(kind="fixed", value=100)
 

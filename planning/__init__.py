@@ -1,6 +1,0 @@
-"""Planning analyses on top of the simulator: which path, how many GPUs, what if (issue 9).
-
-One concept per module: executor (where jobs run), cache (results on disk), sweep (jobs and
-their outcomes), candidates (the optimization paths as scenario transforms), matrix, capacity,
-whatif, stack, breakeven. docs/planning.md lists the public API.
-"""

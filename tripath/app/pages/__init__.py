@@ -1,0 +1,1 @@
+"""One Streamlit page per file; app.py lists them in its navigation."""

@@ -1,0 +1,107 @@
+"""Page 2 — Decision matrix: per scenario cell, the cheapest candidate path meeting the SLA.
+
+Calls tripath.planning.matrix.decision_matrix, the function behind `tripath matrix`, over the seed's
+Section 4 cells; shows a heatmap of SLA margins with the recommendation marked, and on selecting
+a cell its numbers and the runner-up.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pandas as pd
+import streamlit as st
+
+from tripath.app.widgets import charts, planning_runs, profiles
+from tripath.planning.matrix import SEED_MATRIX, decision_matrix
+from tripath.planning.sweep import MAX_REJECTED
+
+RESULT = "matrix_result"
+
+
+def main() -> None:
+    st.title("Decision matrix")
+    st.caption("Every candidate path simulated in every cell of the seed's decision matrix; per cell, the "
+               "cheapest candidate meeting the SLA (fewest GPUs, then the largest margin) — `tripath matrix`.")
+    choices = profiles.choices()
+    cols = st.columns([2, 1])
+    name = cols[0].selectbox("profile", choices, index=choices.index("seed-llama2-70b-a100")
+                             if "seed-llama2-70b-a100" in choices else 0, key="matrix_profile")
+    requests = int(cols[1].number_input("requests per cell", 10, 100_000, 60, key="matrix_requests",
+                                        help="the CLI's --requests: fewer for a quick look"))
+    settings = planning_runs.controls("matrix")
+    profile = profiles.load_shown(name)
+    if profile is None:
+        return
+    if st.button("Build the matrix", type="primary", key="matrix_run"):
+        text = profiles.profile_text(name)
+        result = planning_runs.run(
+            "decision matrix", {"profile": text, "requests": requests}, settings,
+            lambda executor, cache: decision_matrix(profile, SEED_MATRIX, settings.seed, settings.replications,
+                                                    executor, cache, requests).to_dict())
+        st.session_state[RESULT] = result
+    result = st.session_state.get(RESULT)
+    if result is None:
+        st.info("Pick a profile and **Build the matrix** (five cells x every candidate).")
+        return
+    _show(result)
+
+
+def _marks(cell: dict[str, Any], candidate: str, row: dict[str, Any]) -> str:
+    if "not_applicable" in row:
+        return "n/a"
+    if row.get("meets_sla") is None:
+        return "x"
+    if candidate == cell["recommended"]:
+        return "★"
+    if candidate == cell["runner_up"]:
+        return "2"
+    share = row.get("rejected_share") or 0.0
+    return f"rej {share:.0%}" if share > MAX_REJECTED else ""  # grey squares: nothing completed to measure
+
+
+def _show(result: dict[str, Any]) -> None:
+    st.caption(f"{result['numbers_from']}. Colour: SLA margin; ★ recommended, 2 runner-up, n/a not applicable, "
+               "rej N% = that share of requests rejected (over the 1% a candidate may reject).")
+    cells = result["cells"]
+    names = [row["candidate"] for row in cells[0]["candidates"]]
+    margins = [[next(r for r in c["candidates"] if r["candidate"] == n).get("sla_margin") for n in names]
+               for c in cells]
+    marks = [[_marks(c, n, next(r for r in c["candidates"] if r["candidate"] == n)) for n in names] for c in cells]
+    fig = charts.matrix_heatmap([c["scenario"] for c in cells], names, margins, marks,
+                                f"decision matrix — {result['numbers_from']}")
+    st.pyplot(fig)
+    st.download_button("heatmap (PNG)", charts.png_bytes(fig), "decision_matrix.png", "image/png", key="matrix_png")
+    summary = [{"cell": c["scenario"], "GPUs": c["gpus"], "rate req/s": c["rate_per_s"],
+                "recommended": c["recommended"] or "none meets the SLA", "runner-up": c["runner_up"] or "-",
+                "seed recommends": c["seed_recommends"], "seed agrees": c["seed_agrees"]} for c in cells]
+    st.dataframe(pd.DataFrame(summary), hide_index=True, key="matrix_summary")
+    chosen = st.selectbox("cell", [c["scenario"] for c in cells], key="matrix_cell")
+    cell = next(c for c in cells if c["scenario"] == chosen)
+    left, right = st.columns(2)
+    left.metric("recommended", cell["recommended"] or "none meets the SLA")
+    right.metric("runner-up", cell["runner_up"] or "-")
+    sla = ", ".join(f"{t} {v:g} ms" for t, v in cell["sla_ms"].items() if v is not None)
+    rate = "trace timestamps" if cell["rate_per_s"] is None else f"{cell['rate_per_s']:.4g} req/s"
+    st.caption(f"SLA P99: {sla}; {cell['gpus']} GPU(s); arrivals {rate} (the baseline's, for every candidate). "
+               "Best single path: "
+               f"{cell['best_single_path'] or '-'} (closest: {cell['closest_single_path'] or '-'}).")
+    if cell["why_not_seed"]:
+        st.warning(f"Differs from the seed's row: {cell['why_not_seed']}")
+    st.dataframe(pd.DataFrame([_row(r) for r in cell["candidates"]]), hide_index=True, key="matrix_cell_table")
+    st.download_button("matrix (JSON)", json.dumps(result, indent=2), "decision_matrix.json", "application/json",
+                       key="matrix_json")
+
+
+def _row(r: dict[str, Any]) -> dict[str, Any]:
+    p99 = r.get("p99_ms") or {}
+    peak = r.get("peak_kv_bytes")
+    return {"candidate": r["candidate"], "meets SLA": r.get("meets_sla"),
+            "TTFT P99 ms": (p99.get("ttft") or {}).get("mean"), "TPOT P99 ms": (p99.get("tpot") or {}).get("mean"),
+            "E2E P99 ms": (p99.get("e2e") or {}).get("mean"), "margin": r.get("sla_margin"), "GPUs": r.get("gpus"),
+            "rejected": r.get("rejected_share"), "peak KV GiB": None if peak is None else peak / 2**30,
+            "not applicable / refused": r.get("not_applicable", ""), "note": r.get("note", "")}
+
+
+main()

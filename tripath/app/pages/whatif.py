@@ -1,0 +1,193 @@
+"""Page 4 — SLA what-if: sweeps of the batching window, the load and the SLA thresholds; a load step
+under fixed vs adaptive batching.
+
+Calls tripath.planning.whatif.whatif and load_step, the functions behind `tripath whatif --vary ...` and
+`tripath whatif --load-step FACTOR@SECONDS`.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+from tripath.app.widgets import charts, planning_runs, profiles, scenario_form
+from tripath.core.errors import InputError
+from tripath.planning.scenario_dict import load_scenario_dict
+from tripath.planning.whatif import load_step, parse_value, whatif
+
+FIELDS = {"batching window (batching.max_wait_ms)": "batching.max_wait_ms",
+          "load (workload.arrival.rate_per_s)": "workload.arrival.rate_per_s",
+          "load fraction (workload.arrival.load_fraction)": "workload.arrival.load_fraction",
+          "max batch size (batching.max_batch_size)": "batching.max_batch_size",
+          "TTFT SLA (sla.ttft_p99_ms)": "sla.ttft_p99_ms", "TPOT SLA (sla.tpot_p99_ms)": "sla.tpot_p99_ms",
+          "E2E SLA (sla.e2e_p99_ms)": "sla.e2e_p99_ms"}
+DEFAULTS = {"batching.max_wait_ms": "0, 50, 200, 1000", "workload.arrival.rate_per_s": "0.05, 0.1, 0.2, 0.3",
+            "workload.arrival.load_fraction": "0.3, 0.6, 0.9", "batching.max_batch_size": "8, 32, 64",
+            "sla.ttft_p99_ms": "1000, 2000, 5000", "sla.tpot_p99_ms": "50, 100, 200",
+            "sla.e2e_p99_ms": "10000, 30000, 60000"}
+TERMS = ("ttft", "tpot", "e2e")
+SWEEP, STEP = "whatif_sweep", "whatif_step"
+
+
+def _values(field: str, key: str) -> list[Any]:
+    text = st.text_input(f"values of {field} (comma-separated)", DEFAULTS[field], key=key)
+    values = [parse_value(v) for v in text.split(",") if v.strip()]
+    if not values:
+        raise ValueError(f"{field}: give at least one value")
+    return values
+
+
+def main() -> None:
+    st.title("SLA what-if")
+    st.caption("What happens to P99 if the batching window, the load or the SLA changes (`tripath whatif`). "
+               "Every point sees the same seeded draws, so differences come from the change.")
+    names = scenario_form.shipped_scenarios()
+    cols = st.columns(3)
+    scenario = cols[0].selectbox("scenario", names, index=names.index("quickstart"), key="whatif_scenario")
+    data, source = load_scenario_dict(scenario)
+    data = {k: v for k, v in data.items() if k != "profile"}
+    choices = profiles.choices()
+    name = cols[1].selectbox("profile", choices, index=choices.index("seed-llama2-70b-a100")
+                             if "seed-llama2-70b-a100" in choices else 0, key="whatif_profile")
+    if "requests" in data["workload"]:
+        requests = int(cols[2].number_input("requests per simulation", 10, 1_000_000,
+                                            int(data["workload"]["requests"]), key="whatif_requests"))
+        data = {**data, "workload": {**data["workload"], "requests": requests}}
+    profile = profiles.load_shown(name)
+    if profile is None:
+        return
+    settings = planning_runs.controls("whatif", replications=2)
+    text = profiles.profile_text(name)
+    sweep_tab, step_tab = st.tabs(["Sweep", "Load step: fixed vs adaptive batching"])
+    with sweep_tab:
+        _sweep(data, source, profile, text, settings)
+    with step_tab:
+        _step(data, source, profile, text, settings)
+
+
+def _sweep(data: dict[str, Any], source: str, profile: Any, text: str, settings: planning_runs.SweepSettings) -> None:
+    labels = list(FIELDS)
+    cols = st.columns(2)
+    first = FIELDS[cols[0].selectbox("vary", labels, key="whatif_field")]
+    second_label = cols[1].selectbox("and (optional)", ["nothing else", *labels], index=0, key="whatif_field2")
+    try:
+        vary = [(first, _values(first, "whatif_values"))]
+        if second_label != "nothing else" and FIELDS[second_label] != first:
+            second = FIELDS[second_label]
+            vary.append((second, _values(second, "whatif_values2")))
+    except ValueError as err:
+        st.error(str(err))
+        return
+    policies = ("as in the scenario", *scenario_form.POLICIES)
+    policy = st.selectbox("batching policy for the sweep", policies, key="whatif_policy",
+                          help="the window (max_wait_ms) only matters for static, dynamic and adaptive batching")
+    if policy != policies[0]:
+        data = {**data, "batching": {**data.get("batching", {}), "policy": policy}}
+    if first == "batching.max_wait_ms" and data.get("batching", {}).get("policy", "continuous") in ("continuous",
+                                                                                                    "chunked"):
+        st.caption(f"Note: under {data.get('batching', {}).get('policy', 'continuous')} batching nothing waits "
+                   "for a window, so every point gives the same latencies; pick dynamic, static or adaptive.")
+    if st.button("Run the sweep", type="primary", key="whatif_run"):
+        try:
+            result = planning_runs.run("what-if", {"scenario": data, "profile": text, "vary": vary}, settings,
+                                       lambda executor, cache: whatif(data, source, profile, vary, settings.seed,
+                                                                      settings.replications, executor,
+                                                                      cache).to_dict())
+        except (InputError, ValueError) as err:
+            st.error(str(err))
+            return
+        st.session_state[SWEEP] = result
+    result = st.session_state.get(SWEEP)
+    if result is None:
+        st.info("Choose what to vary and **Run the sweep**.")
+        return
+    st.caption(result["numbers_from"])
+    rows = [_point(p) for p in result["points"]]
+    st.dataframe(pd.DataFrame(rows), hide_index=True, key="whatif_table")
+    term = st.radio("plot", TERMS, horizontal=True, key="whatif_term", format_func=str.upper)
+    fig = _sweep_figure(result, term, data.get("sla", {}).get(f"{term}_p99_ms"))
+    st.pyplot(fig)
+    st.download_button("sweep (PNG)", charts.png_bytes(fig), "whatif.png", "image/png", key="whatif_png")
+    st.download_button("sweep (JSON)", json.dumps(result, indent=2), "whatif.json", "application/json",
+                       key="whatif_json")
+
+
+def _point(p: dict[str, Any]) -> dict[str, Any]:
+    row: dict[str, Any] = dict(p["settings"])
+    if "error" in p:
+        row["refused"] = p["error"]
+        return row
+    for term in TERMS:
+        est = p["p99_ms"][term] or {}
+        row[f"{term.upper()} P99 ms"] = est.get("mean")
+        row[f"{term.upper()} 95% CI"] = (None if est.get("ci_low") is None
+                                         else f"[{est['ci_low']:,.1f}, {est['ci_high']:,.1f}]")
+    row["meets SLA"] = p["meets_sla"]
+    row["share meeting every term"] = (p.get("attainment") or {}).get("all")
+    return row
+
+
+def _sweep_figure(result: dict[str, Any], term: str, target_ms: float | None) -> Any:
+    fields = result["fields"]
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for p in result["points"]:
+        label = "P99" if len(fields) == 1 else f"{fields[1]} = {p['settings'][fields[1]]}"
+        groups.setdefault(label, []).append(p)
+    x = [p["settings"][fields[0]] for p in next(iter(groups.values()))]
+    ys, bands = {}, {}
+    for label, points in groups.items():
+        est = [(p.get("p99_ms") or {}).get(term) or {} for p in points]
+        ys[label] = [np.nan if e.get("mean") is None else e["mean"] for e in est]
+        bands[label] = ([np.nan if e.get("ci_low") is None else e["ci_low"] for e in est],
+                        [np.nan if e.get("ci_high") is None else e["ci_high"] for e in est])
+    target = None if f"sla.{term}_p99_ms" in fields else target_ms  # a swept target has no single line
+    return charts.lines(x, ys, fields[0], f"{term.upper()} P99 (ms)", f"what-if — {result['numbers_from']}",
+                        bands, target, "SLA")
+
+
+def _step(data: dict[str, Any], source: str, profile: Any, text: str, settings: planning_runs.SweepSettings) -> None:
+    st.caption("The scenario's arrivals with the rate multiplied by FACTOR after T seconds; served once with the "
+               "scenario's batching policy (fixed) and once with policy = adaptive.")
+    cols = st.columns(3)
+    factor = cols[0].number_input("FACTOR (load multiplier)", 0.1, 100.0, 2.0, key="step_factor")
+    at_s = cols[1].number_input("at T (simulated s)", 0.0, 1e7, 600.0, key="step_at")
+    window = cols[2].number_input("window (s; 0 = T / 5)", 0.0, 1e7, 0.0, key="step_window")
+    if st.button("Run the load step", type="primary", key="step_run"):
+        inputs = {"scenario": data, "profile": text, "factor": factor, "at": at_s, "window": window}
+        try:
+            result = planning_runs.run("load step", inputs, settings,
+                                       lambda executor, cache: load_step(data, source, profile, factor, at_s,
+                                                                         window or None, settings.seed,
+                                                                         settings.replications, executor,
+                                                                         cache).to_dict())
+        except (InputError, ValueError) as err:
+            st.error(str(err))
+            return
+        st.session_state[STEP] = result
+    result = st.session_state.get(STEP)
+    if result is None:
+        st.info("Set the step and **Run the load step**.")
+        return
+    st.caption(result["numbers_from"])
+    ok = {label: s["windows"] for label, s in result["series"].items() if "windows" in s}
+    for label, s in result["series"].items():
+        if "error" in s:
+            st.error(f"{label} (policy {s['policy']}): the simulator refused it: {s['error']}")
+    if not ok:
+        return
+    term = st.radio("plot", TERMS, horizontal=True, key="step_term", format_func=str.upper)
+    fig = charts.windows(ok, term, result["load_step"]["at_s"], f"load step x{result['load_step']['factor']:g} — "
+                                                                 f"{result['numbers_from']}")
+    st.pyplot(fig)
+    st.download_button("transient (PNG)", charts.png_bytes(fig), "load_step.png", "image/png", key="step_png")
+    rows = [{"policy": label, "window": f"{w['start_s']:.0f}-{w['end_s']:.0f} s", "arrived": w["arrived"],
+             **{f"{t.upper()} P99 ms": w[f"{t}_p99_ms"]["mean"] for t in TERMS}}
+            for label, windows in ok.items() for w in windows]
+    st.dataframe(pd.DataFrame(rows), hide_index=True, key="step_table")
+
+
+main()

@@ -1,0 +1,1 @@
+"""Forms, tables and charts the app's pages share."""

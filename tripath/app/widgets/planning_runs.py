@@ -1,0 +1,92 @@
+"""How the planning pages run tripath/planning/'s sweeps: the CLI's functions, with a progress bar and caches.
+
+Two caches, as the CLI has one: planning's own on-disk ResultCache (``.tripath-cache/``, keyed by a
+hash of scenario + profile + seed + replications + code version; what `tripath matrix|plan|whatif`
+use by default) and, per browser session, the last answers by their full inputs, so moving between
+pages never re-runs a sweep. ``ProgressExecutor`` wraps planning's executor and moves an
+st.progress bar as jobs finish (the CLI's tqdm bar still ticks: it is passed along).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import streamlit as st
+
+from tripath.planning.cache import DEFAULT_CACHE_DIR, ResultCache
+from tripath.planning.executor import LocalPoolExecutor
+
+MEMO = "planning_memo"  # session_state: {inputs as canonical JSON: JSON-ready result}
+
+
+class _Ticker:
+    """Anything with update(n): counts finished jobs onto the page's bar and the CLI's tqdm bar."""
+
+    def __init__(self, bar: Any, total: int, label: str, inner: Any) -> None:
+        self.bar, self.total, self.label, self.inner, self.done = bar, max(total, 1), label, inner, 0
+
+    def update(self, n: int = 1) -> None:
+        self.done += n
+        self.bar.progress(min(self.done / self.total, 1.0), text=f"{self.label}: {self.done}/{self.total} jobs")
+        if self.inner is not None:
+            self.inner.update(n)
+
+
+@dataclass
+class ProgressExecutor:
+    """tripath.planning.executor's interface (name, map) around another executor, with a visible bar."""
+
+    inner: Any
+    bar: Any
+    label: str
+
+    @property
+    def name(self) -> str:
+        return self.inner.name
+
+    def map(self, fn: Callable[[Any], Any], specs: Sequence[Any], progress: Any = None) -> list[Any]:
+        return self.inner.map(fn, specs, _Ticker(self.bar, len(specs), self.label, progress))
+
+
+@dataclass(frozen=True)
+class SweepSettings:
+    seed: int
+    replications: int
+    workers: int
+    disk_cache: bool
+
+
+def controls(prefix: str, replications: int = 1) -> SweepSettings:
+    """The sweep options every planning page offers (the CLI's --seed --replications --workers --no-cache)."""
+    with st.expander("sweep options (seed, replications, workers, cache)"):
+        cols = st.columns(4)
+        seed = int(cols[0].number_input("seed", 0, 2**31 - 1, 0, key=f"{prefix}.seed"))
+        reps = int(cols[1].number_input("replications", 1, 50, replications, key=f"{prefix}.replications",
+                                        help="confidence intervals need at least 2"))
+        workers = int(cols[2].number_input("local workers", 1, 256, 1, key=f"{prefix}.workers",
+                                           help="processes in planning's local pool (the CLI's --workers)"))
+        disk = cols[3].checkbox("use the result cache", True, key=f"{prefix}.cache",
+                                help=f"planning's on-disk cache ({DEFAULT_CACHE_DIR}/), as the CLI uses it")
+    return SweepSettings(seed, reps, workers, disk)
+
+
+def run(label: str, inputs: dict[str, Any], settings: SweepSettings,
+        call: Callable[[Any, ResultCache | None], dict[str, Any]]) -> dict[str, Any]:
+    """``call(executor, cache)`` once per distinct inputs this session; a bar shows progress while it runs."""
+    key = json.dumps({"label": label, **inputs, "seed": settings.seed, "replications": settings.replications},
+                     sort_keys=True, default=str)
+    memo = st.session_state.setdefault(MEMO, {})
+    if key in memo:
+        return memo[key]
+    bar = st.progress(0.0, text=f"{label}: starting")
+    executor = ProgressExecutor(LocalPoolExecutor(settings.workers), bar, label)
+    cache = ResultCache(DEFAULT_CACHE_DIR) if settings.disk_cache else None
+    try:
+        result = call(executor, cache)
+    finally:
+        bar.empty()
+    memo[key] = result
+    return result

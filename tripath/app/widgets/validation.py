@@ -1,0 +1,81 @@
+"""Finding and reading the latest fidelity report that `tripath validate` wrote (issue 10).
+
+A report is a folder holding error_table.json (tripath/fidelity/report.py documents its fields),
+error_table.md, cdf_<scenario>.png and records_{real,sim}_<scenario>.csv. The report writer
+swaps whole folders in by rename, so a folder either has a complete error_table.json or none.
+This module only reads: it never imports the fidelity package (which loads torch).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tripath.core.data_dirs import DATA_DIR, REPO_ROOT
+from tripath.core.errors import InputError
+
+# where `tripath validate` writes by default (data/validation/), and its documented alternatives
+SEARCH_ROOTS = (DATA_DIR / "validation", REPO_ROOT / "docs" / "fidelity", DATA_DIR / "fidelity")
+TABLE = "error_table.json"
+
+
+@dataclass(frozen=True)
+class Report:
+    folder: Path
+    table: dict[str, Any]
+
+    @property
+    def created(self) -> str:
+        return str(self.table.get("created_utc", "unknown time"))
+
+
+def report_folders(roots: tuple[Path, ...] | None = None) -> list[Path]:
+    """Folders holding an error_table.json under the roots (the root itself or one level down), newest first."""
+    found: list[Path] = []
+    for root in SEARCH_ROOTS if roots is None else roots:
+        if not root.is_dir():
+            continue
+        for folder in (root, *sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))):
+            if (folder / TABLE).is_file():
+                found.append(folder)
+    return sorted(found, key=lambda f: (f / TABLE).stat().st_mtime, reverse=True)
+
+
+def read_report(folder: Path) -> Report:
+    path = folder / TABLE
+    try:
+        table = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as err:
+        raise InputError(str(path), None, f"cannot read: {err}") from None
+    except json.JSONDecodeError as err:
+        raise InputError(str(path), f"line {err.lineno}", f"malformed JSON: {err.msg}") from None
+    if not isinstance(table, dict) or not isinstance(table.get("scenarios"), list):
+        raise InputError(str(path), "scenarios", "missing list of scenarios: not a tripath validate report")
+    return Report(folder, table)
+
+
+def error_rows(report: Report) -> list[dict[str, Any]]:
+    """One row per compared quantity per scenario; errors as signed fractions, (sim - real) / real."""
+    rows = []
+    for scenario in report.table["scenarios"]:
+        for row in scenario.get("rows", []):
+            rows.append({"scenario": scenario.get("name"), "quantity": f"{row.get('metric')} {row.get('stat')}",
+                         "unit": row.get("unit"), "simulated": row.get("sim"), "measured": row.get("real"),
+                         "error": row.get("error"), "within first bar": row.get("within_first_bar"),
+                         "within second bar": row.get("within_second_bar"),
+                         # older reports have no bootstrap interval: None, not False
+                         "measured 95% CI": row.get("real_ci"), "within noise": row.get("within_noise")})
+    return rows
+
+
+def status_rows(report: Report) -> list[dict[str, Any]]:
+    out = []
+    for scenario in report.table["scenarios"]:
+        worst = scenario.get("worst") or {}
+        out.append({"scenario": scenario.get("name"), "status": scenario.get("status"),
+                    "reason": scenario.get("reason") or "", "requests": scenario.get("requests"),
+                    "worst quantity": f"{worst.get('metric', '')} {worst.get('stat', '')}".strip(),
+                    "worst error": worst.get("error")})
+    return out

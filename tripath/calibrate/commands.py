@@ -1,0 +1,203 @@
+"""`tripath calibrate` and `tripath profile {show,compare,plot,project}`: thin wrappers over typed functions.
+
+Only argparse is imported at module level, so building the parser (``tripath --help``) never
+loads torch or matplotlib; each command imports what it runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from tripath.core.data_dirs import PROFILES_DIR
+
+EXIT_REFUSED = 3  # a fit exceeded the threshold: nothing written (samples kept)
+
+
+def profile_path(name_or_path: str) -> Path:
+    """A bare name means data/profiles/NAME.json; anything with a slash or .json is a path."""
+    if "/" in name_or_path or os.sep in name_or_path or name_or_path.endswith(".json"):
+        return Path(name_or_path)
+    return PROFILES_DIR / f"{name_or_path}.json"
+
+
+def _cmd_calibrate(args: argparse.Namespace) -> int:
+    from tripath.calibrate.fit import FitRefused
+    from tripath.calibrate.job import CalibrationJob, run_calibration
+    from tripath.calibrate.presets import PRESETS
+    from tripath.calibrate.target import TargetSpec
+
+    target = TargetSpec(checkpoint=args.model, preset=args.model_config, layers_timed=args.layers_timed,
+                        dtype=args.dtype or ("bfloat16" if args.device == "cuda" else "float32"))
+    out = args.out or str(PROFILES_DIR / f"{args.device}-{target.name}.json")
+    source = f"--model {args.model}" if args.model else f"--model-config {args.model_config} --layers-timed " \
+        f"{args.layers_timed}"
+    command = f"tripath calibrate --device {args.device} {source} --preset {args.preset} --dtype {target.dtype}"
+    if args.draft:
+        command += f" --draft {args.draft}"
+    if args.paging:
+        command += " --paging"
+    if args.seqpar:
+        command += " --seqpar"
+    if args.compression:
+        command += " --compression"
+    if args.step_overhead:
+        command += " --step-overhead"
+    job = CalibrationJob(target, PRESETS[args.preset], out, device=args.device, threads=args.threads,
+                         force=args.force, max_holdout_mape=args.max_holdout_mape, command=command,
+                         statistic=args.statistic, cpu_clock=args.cpu_clock,
+                         kv_capacity_bytes=None if args.kv_capacity_gib is None else int(args.kv_capacity_gib * 2**30),
+                         progress=not args.no_progress, draft=args.draft, eval_prompts=args.eval_prompts,
+                         paging=args.paging, seqpar=args.seqpar, compression=args.compression,
+                         step_overhead=args.step_overhead,
+                         refresh=tuple(args.refresh or ()))
+    try:
+        result = run_calibration(job)
+    except FitRefused as err:
+        print(f"tripath: calibration refused: {err}", file=sys.stderr)
+        return EXIT_REFUSED
+    summary = {"profile": str(result.profile_path), "samples": str(result.samples_path),
+               "plots": [str(p) for p in result.plots], "measured_points": result.measured_points,
+               "key": result.profile.key_str(), "forced_despite": list(result.refusals),
+               "fits": {n: c.fit.to_dict() if c.fit else None for n, c in result.profile.costs.items()}}
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        print(f"wrote {result.profile_path} ({result.profile.key_str()}); samples {result.samples_path}")
+        for name, cost in result.profile.costs.items():
+            if cost.fit is not None:
+                holdout = "n/a" if cost.fit.holdout_mape is None else f"{cost.fit.holdout_mape:.1%}"
+                print(f"  costs.{name}: n={cost.fit.n_samples}, train MAPE {cost.fit.train_mape:.1%}, "
+                      f"holdout MAPE {holdout}")
+        for reason in result.refusals:
+            print(f"  written with --force despite: {reason}")
+    return 0
+
+
+def _cmd_show(args: argparse.Namespace) -> int:
+    from tripath.profile.inspect import describe, format_show
+    from tripath.profile.profile import load_profile
+
+    profile = load_profile(profile_path(args.name))
+    print(json.dumps(describe(profile), indent=2) if args.json else format_show(profile))
+    return 0
+
+
+def _cmd_compare(args: argparse.Namespace) -> int:
+    from tripath.profile.inspect import compare, format_compare
+    from tripath.profile.profile import load_profile
+
+    a, b = load_profile(profile_path(args.a)), load_profile(profile_path(args.b))
+    print(json.dumps(compare(a, b), indent=2) if args.json else format_compare(a, b))
+    return 0
+
+
+def _cmd_plot(args: argparse.Namespace) -> int:
+    from tripath.calibrate.assemble import full_depth_points
+    from tripath.calibrate.plots import plot_fit
+    from tripath.calibrate.samples import read_samples, samples_path_for
+    from tripath.profile.profile import load_profile
+
+    path = profile_path(args.name)
+    profile = load_profile(path)
+    samples = read_samples(samples_path_for(path))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    for name, model in profile.costs.items():
+        # the statistic the fit used is named in its data line, e.g. "cpu-tiny.samples.csv (min_ms): ..."
+        statistic = "min" if model.fit is not None and "(min_ms)" in model.fit.data else "median"
+        x1, x2, ms = full_depth_points(samples, name, profile.model.layers, statistic)
+        if len(ms) == 0:
+            continue
+        written = plot_fit(name, model, x1, x2, ms, out / f"{path.stem}.{name}.png", profile.key_str())
+        print(f"wrote {written}")
+    return 0
+
+
+def _cmd_project(args: argparse.Namespace) -> int:
+    from tripath.calibrate.hardware import spec_named
+    from tripath.calibrate.published.projection import project_profile
+    from tripath.profile.profile import load_profile, save_profile
+
+    src = profile_path(args.src)
+    projected = project_profile(load_profile(src), spec_named(args.to),
+                                command=f"tripath profile project {args.src} --to {args.to}")
+    out = Path(args.out) if args.out else src.with_name(f"projected-{src.stem}-to-{args.to}.json")
+    save_profile(projected, out)
+    print(f"wrote {out} ({projected.key_str()}): {projected.notes[0]}")
+    return 0
+
+
+def add_subcommands(sub: argparse._SubParsersAction) -> None:
+    """Register `calibrate` and `profile` on the tripath parser."""
+    cal = sub.add_parser("calibrate", help="time the real engine, fit the cost formulas, write a profile",
+                         description="Sweep prefill (new tokens x cached context) and decode (batch x total "
+                         "context) on the real engine, fit prefill_v1 / decode_v2, write data/profiles/NAME.json "
+                         "with NAME.samples.csv (resumable) and fit plots beside it.")
+    cal.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    which = cal.add_mutually_exclusive_group(required=True)
+    which.add_argument("--model", metavar="DIR", help="HF-layout checkpoint folder (timed whole)")
+    which.add_argument("--model-config", metavar="NAME", help="config preset with random weights (e.g. llama2-70b)")
+    cal.add_argument("--layers-timed", type=int, default=2, help="presets: decoder layers instantiated; the "
+                     "full depth is extrapolated per layer from 1 and this many (default 2)")
+    cal.add_argument("--preset", choices=("quick", "full"), default="quick")
+    cal.add_argument("--out", help="profile path (default data/profiles/DEVICE-MODEL.json)")
+    cal.add_argument("--force", action="store_true", help="write the profile even if a fit exceeds the threshold")
+    cal.add_argument("--max-holdout-mape", type=float, default=0.20, help="refusal threshold (fraction)")
+    cal.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1: steadier timings)")
+    cal.add_argument("--dtype", choices=("float32", "bfloat16", "float16"),
+                     help="default float32 on cpu, bfloat16 on cuda")
+    cal.add_argument("--statistic", choices=("median", "min"),
+                     help="repetition statistic fitted (default: min for CPU wall time, where other processes "
+                     "only add time; else median)")
+    cal.add_argument("--cpu-clock", choices=("wall", "thread"),
+                     help="CPU timing clock (default: thread CPU time when --threads 1, else wall)")
+    cal.add_argument("--kv-capacity-gib", type=float, help="KV budget of one replica (default: derived; needed "
+                     "when the full model's weights do not fit the device that times a few of its layers)")
+    cal.add_argument("--draft", metavar="DIR", help="draft checkpoint folder: adds the speculative sweep "
+                     "(per task and K of the preset's grid, quick {1,2,4,6}, full 1..8: acceptance, cost ratio c, "
+                     "verify cost v(K); needs --model)")
+    cal.add_argument("--eval-prompts", metavar="JSONL", help="prompts by task for the speculative sweep "
+                     "(default data/models/eval_prompts.jsonl)")
+    cal.add_argument("--paging", action="store_true", help="add the paging sweep: N pages over each link "
+                     "(device<->host, host<->SSD) through the tiered cache's tiers, pages of 64/256/1024 tokens; "
+                     "fits paging_v1 per link and per chunk size")
+    cal.add_argument("--seqpar", action="store_true", help="add the sequence-parallel sweep: P vs P = 1 "
+                     "prefill speedup and merge ms at 512/1024/2048 tokens, P in quick {2}, full {2, 4} (gloo ranks; "
+                     "a P above the CPU count is skipped with a printed reason)")
+    cal.add_argument("--compression", action="store_true", help="add the KV-compression sweep: int8, int4, "
+                     "mixed-int4, window vs full precision on two eval prompts (bytes, decode time, top-1 "
+                     "agreement; acceptance drop with --draft; needs --model)")
+    cal.add_argument("--step-overhead", action="store_true", help="add the step-overhead sweep: a served "
+                     "Engine.step() minus its forward at each decode batch of the preset and a few prefills "
+                     "(costs.step_overhead, overhead_v1; under a minute on the quick preset)")
+    cal.add_argument("--refresh", action="append", choices=("compression", "seqpar", "paging", "speculative"),
+                     help="measure this optional sweep afresh (repeatable): its rows are dropped from the samples "
+                     "CSV first; the other sweeps' rows are kept and refitted, not re-measured")
+    cal.add_argument("--no-progress", action="store_true")
+    cal.add_argument("--json", action="store_true")
+    cal.set_defaults(func=_cmd_calibrate)
+
+    prof = sub.add_parser("profile", help="inspect, compare, plot or project calibration profiles")
+    psub = prof.add_subparsers(dest="profile_command", required=True, metavar="ACTION")
+    show = psub.add_parser("show", help="coefficients, domains, fit errors and sources of one profile")
+    show.add_argument("name", help="profile name (data/profiles/NAME.json) or path")
+    show.add_argument("--json", action="store_true")
+    show.set_defaults(func=_cmd_show)
+    cmp_ = psub.add_parser("compare", help="two profiles side by side (ratios B / A)")
+    cmp_.add_argument("a")
+    cmp_.add_argument("b")
+    cmp_.add_argument("--json", action="store_true")
+    cmp_.set_defaults(func=_cmd_compare)
+    plot = psub.add_parser("plot", help="samples against fits, one PNG per cost model")
+    plot.add_argument("name")
+    plot.add_argument("--out", required=True, help="folder for the PNGs")
+    plot.set_defaults(func=_cmd_plot)
+    proj = psub.add_parser("project", help="scale a profile to other hardware by roofline ratios (projected)")
+    proj.add_argument("src")
+    proj.add_argument("--to", required=True, help="target hardware: a100-80gb, h100-sxm or h200")
+    proj.add_argument("--out", help="default: data/profiles/projected-SRC-to-SPEC.json beside the source")
+    proj.set_defaults(func=_cmd_project)

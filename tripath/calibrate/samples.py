@@ -1,0 +1,150 @@
+"""The raw samples CSV beside a profile: append-only, so an interrupted job resumes where it stopped.
+
+Each measured point is one row, written and fsynced before the next point starts, so a job
+killed at any moment loses at most the point in flight, and a restart skips every point already
+on disk (no point is measured twice, none is lost). A kill in the middle of a write leaves a last
+line without its newline: ``SampleLog.open`` cuts it off before appending again.
+
+A sidecar ``NAME.samples.meta`` holds the job's fingerprint (model, device, dtype, grid,
+repetitions): resuming with other settings would mix incomparable numbers, so it is refused.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from tripath.core.errors import InputError
+from tripath.profile.profile import write_atomic
+
+HEADER = ("sweep", "layers", "x1", "x2", "median_ms", "min_ms", "max_ms", "reps")
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One measured point: ``layers`` decoder layers timed at inputs (x1, x2); times in ms."""
+
+    sweep: str
+    layers: int
+    x1: int
+    x2: int
+    median_ms: float
+    min_ms: float
+    max_ms: float
+    reps: int
+
+    @property
+    def key(self) -> tuple[str, int, int, int]:
+        return (self.sweep, self.layers, self.x1, self.x2)
+
+    def row(self) -> list[object]:
+        return [self.sweep, self.layers, self.x1, self.x2, f"{self.median_ms:.6g}", f"{self.min_ms:.6g}",
+                f"{self.max_ms:.6g}", self.reps]
+
+
+def _sig6(x: float) -> float:
+    return float(f"{x:.6g}")
+
+
+def samples_path_for(profile_path: str | os.PathLike[str]) -> Path:
+    """``data/profiles/NAME.json`` -> ``data/profiles/NAME.samples.csv``."""
+    path = Path(profile_path)
+    return path.with_name(f"{path.stem}.samples.csv")
+
+
+def read_samples(path: str | os.PathLike[str]) -> list[Sample]:
+    """Every complete row of a samples CSV (a torn last line, without its newline, is ignored)."""
+    where = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(where, None, "no such samples file") from None
+    if text and not text.endswith("\n"):
+        text = text[: text.rfind("\n") + 1]
+    rows = list(csv.reader(text.splitlines()))
+    if not rows or tuple(rows[0]) != HEADER:
+        raise InputError(where, "header", f"must be {','.join(HEADER)}")
+    out = []
+    for i, row in enumerate(rows[1:], start=2):
+        try:
+            out.append(Sample(row[0], int(row[1]), int(row[2]), int(row[3]), float(row[4]), float(row[5]),
+                              float(row[6]), int(row[7])))
+        except (ValueError, IndexError) as err:
+            raise InputError(where, f"line {i}", f"malformed sample row: {err}") from None
+    return out
+
+
+class SampleLog:
+    """Append-only writer over a samples CSV; ``done`` holds the keys already measured."""
+
+    def __init__(self, path: Path, handle: Any, samples: list[Sample]) -> None:
+        self.path = path
+        self._handle = handle
+        self.samples = samples
+        self.done = {s.key for s in samples}
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str], fingerprint: dict[str, Any]) -> SampleLog:
+        """Open (creating, or resuming) the log; refuse to resume one taken with other settings."""
+        path = Path(path)
+        # not .json: every data/profiles/*.json is taken for a profile
+        meta_path = path.with_name(path.name.removesuffix(".csv") + ".meta")
+        wanted = json.dumps(fingerprint, indent=2, sort_keys=True) + "\n"
+        if path.exists():
+            # compare as JSON sees them (tuples come back as lists)
+            if not meta_path.exists() or json.loads(meta_path.read_text(encoding="utf-8")) != json.loads(wanted):
+                raise InputError(str(path), None, f"these samples were taken with other settings (see "
+                                 f"{meta_path.name}); delete both files or choose another --out to start afresh")
+            raw = path.read_bytes()
+            if raw and not raw.endswith(b"\n"):  # killed mid-write: drop the torn line
+                with open(path, "r+b") as handle:
+                    handle.truncate(raw.rfind(b"\n") + 1)
+            samples = read_samples(path)
+        else:
+            write_atomic(meta_path, wanted)
+            write_atomic(path, ",".join(HEADER) + "\n")
+            samples = []
+        handle = open(path, "a", encoding="utf-8", newline="")  # noqa: SIM115 (closed by close())
+        return cls(path, handle, samples)
+
+    def append(self, sample: Sample) -> None:
+        """Write one row and push it to disk before returning: the point survives any later kill."""
+        if sample.key in self.done:
+            raise ValueError(f"sample {sample.key} is already in {self.path}")
+        # keep in memory exactly what a resumed job will read back (6 significant digits)
+        sample = replace(sample, median_ms=_sig6(sample.median_ms), min_ms=_sig6(sample.min_ms),
+                         max_ms=_sig6(sample.max_ms))
+        csv.writer(self._handle, lineterminator="\n").writerow(sample.row())
+        self._handle.flush()
+        os.fsync(self._handle.fileno())
+        self.samples.append(sample)
+        self.done.add(sample.key)
+
+    def drop(self, prefixes: tuple[str, ...]) -> int:
+        """Remove every row whose sweep name starts with one of ``prefixes`` (so the job measures that sweep
+        afresh while the other sweeps' rows are kept); the CSV is rewritten atomically. Returns rows dropped."""
+        if not prefixes:
+            return 0
+        kept = [s for s in self.samples if not s.sweep.startswith(prefixes)]
+        dropped = len(self.samples) - len(kept)
+        if dropped:
+            self._handle.close()
+            lines = [",".join(HEADER)] + [",".join(str(v) for v in s.row()) for s in kept]
+            write_atomic(self.path, "\n".join(lines) + "\n")
+            self._handle = open(self.path, "a", encoding="utf-8", newline="")  # noqa: SIM115 (closed by close())
+            self.samples = kept
+            self.done = {s.key for s in kept}
+        return dropped
+
+    def close(self) -> None:
+        self._handle.close()
+
+    def __enter__(self) -> SampleLog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

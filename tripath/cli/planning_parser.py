@@ -1,0 +1,82 @@
+"""Argument parsing of `tripath matrix | plan | whatif | stack | breakeven` (commands: tripath/cli/planning_cli.py)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from tripath.cli.arg_types import positive_float, positive_int
+from tripath.cli.planning_cli import _cmd_breakeven, _cmd_matrix, _cmd_plan, _cmd_stack, _cmd_whatif
+
+
+def _sweep_options(parser: argparse.ArgumentParser, replications: int) -> None:
+    parser.add_argument("--seed", type=int, default=0, help="base seed (every candidate sees the same draws)")
+    parser.add_argument("--replications", type=positive_int, default=replications,
+                        help="seeded replications per simulation (confidence intervals need >= 2)")
+    parser.add_argument("--executor", choices=("local", "ray"), default="local",
+                        help="local: a process pool on this machine; ray: a Ray cluster (or a local instance)")
+    parser.add_argument("--workers", type=positive_int, default=None, help="local pool size (default: every core)")
+    parser.add_argument("--address", default=None, help="Ray address (e.g. auto, ray://head:10001); default: local")
+    parser.add_argument("--cache-dir", default=".tripath-cache", help="where results are cached")
+    parser.add_argument("--no-cache", action="store_true", help="simulate everything again, cache nothing")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+
+
+def add_subcommands(sub: Any) -> None:
+    """Register matrix, plan, whatif, stack and breakeven on the `tripath` subparsers."""
+    matrix = sub.add_parser("matrix", help="decision matrix: per seed scenario cell, the cheapest path meeting the SLA",
+                            description="Simulate every candidate path (and sensible combination) in each cell of "
+                            "the seed's Section 4 matrix and recommend, per cell, the cheapest meeting the SLA.")
+    matrix.add_argument("--profile", required=True, help="profile name (data/profiles/NAME.json) or path")
+    matrix.add_argument("--requests", type=positive_int, default=None,
+                        help="override each cell's request count (quicker, wider intervals)")
+    _sweep_options(matrix, replications=1)
+    matrix.set_defaults(func=_cmd_matrix)
+
+    plan = sub.add_parser("plan", help="capacity plan: fewest replicas per candidate meeting the SLA at a load",
+                          description="Per candidate, search the fewest replicas meeting the SLA at --qps "
+                          "(exponential then binary search), its goodput curve and cost.")
+    plan.add_argument("scenario", help="scenario TOML path or shipped name")
+    plan.add_argument("--profile", help="profile name or path (default: the scenario's)")
+    plan.add_argument("--qps", type=positive_float, required=True, help="arrival rate, requests per second")
+    plan.add_argument("--sla-ttft-ms", type=positive_float, help="P99 TTFT target (overrides the scenario's)")
+    plan.add_argument("--sla-tpot-ms", type=positive_float, help="P99 TPOT target (overrides the scenario's)")
+    plan.add_argument("--sla-e2e-ms", type=positive_float, help="P99 end-to-end target (overrides the scenario's)")
+    plan.add_argument("--gpu-price", type=positive_float, help="USD per GPU-hour (your price) for the cost columns")
+    plan.add_argument("--candidates", nargs="+", help="candidate names (default: all; e.g. baseline speculative)")
+    plan.add_argument("--max-replicas", type=positive_int, default=256, help="search bound")
+    _sweep_options(plan, replications=1)
+    plan.set_defaults(func=_cmd_plan)
+
+    what = sub.add_parser("whatif", help="what-ifs: P99 over a cross product of scenario fields, or a load step",
+                          description="Simulate the cross product of --vary fields with confidence intervals, "
+                          "or with --load-step the transient (P99 per window) under fixed and adaptive batching.")
+    what.add_argument("scenario", help="scenario TOML path or shipped name")
+    what.add_argument("--profile", help="profile name or path (default: the scenario's)")
+    what.add_argument("--vary", action="append", default=[],
+                      help="FIELD=V1,V2,... (repeatable), e.g. batching.max_wait_ms=0,5,10 or workload.rate=0.5,1")
+    what.add_argument("--load-step", help="FACTOR@SECONDS: the arrival rate times FACTOR from SECONDS on")
+    what.add_argument("--window-s", type=positive_float, default=None, help="window width for the load step")
+    _sweep_options(what, replications=2)
+    what.set_defaults(func=_cmd_whatif)
+
+    stk = sub.add_parser("stack", help="stacking validation: marginal gain of each path in every order; couplings",
+                         description="Add optimizations one at a time in every order; report each marginal gain "
+                         "and flag negative coupling (e.g. compression lowering acceptance until speculation "
+                         "stops paying).")
+    stk.add_argument("scenario", help="scenario TOML path or shipped name")
+    stk.add_argument("--profile", help="profile name or path (default: the scenario's)")
+    stk.add_argument("--compression-mode", help="which of the profile's compression modes to stack (default: first)")
+    stk.add_argument("--metric", choices=("ttft", "tpot", "e2e"), default="e2e", help="metric of the order table")
+    _sweep_options(stk, replications=2)
+    stk.set_defaults(func=_cmd_stack)
+
+    be = sub.add_parser("breakeven", help="break-even acceptance of speculative decoding vs K, c and batch",
+                        description="The acceptance below which speculation stops paying, from the profile's costs, "
+                        "compared with the seeds' 50-60%% claims.")
+    be.add_argument("--profile", required=True, help="profile name or path")
+    be.add_argument("--k", type=positive_int, nargs="+", default=[1, 2, 3, 4, 5, 6, 8], help="proposal lengths")
+    be.add_argument("--batch", type=positive_int, nargs="+", default=[1, 8, 32, 64], help="batch sizes (load)")
+    be.add_argument("--context-tokens", type=positive_float, default=8192.0, help="context per sequence")
+    be.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    be.set_defaults(func=_cmd_breakeven)

@@ -1,0 +1,12 @@
+"""Where the shipped data lives: data/ at the repository root (the project installs editable)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DATA_DIR = REPO_ROOT / "data"
+PROFILES_DIR = DATA_DIR / "profiles"
+SCENARIOS_DIR = DATA_DIR / "scenarios"
+TRACES_DIR = DATA_DIR / "traces"
+MODELS_DIR = DATA_DIR / "models"

@@ -1,0 +1,144 @@
+"""Metrics: pure functions over request records (no SimPy), as Ciw computes from get_all_records().
+
+Per completed request (seconds):
+  TTFT        = first_token - arrival
+  TPOT        = (finish - first_token) / (output_tokens - 1), only for requests with >= 2 output tokens
+                (the mean time between consecutive output tokens after the first)
+  end-to-end  = finish - arrival
+  queueing    = admitted - arrival
+Percentiles are numpy's default (linear interpolation between order statistics); P99.9 is 99.9.
+
+SLA attainment (targets in ms, as scenario.sla gives them): the fraction of *arrived* requests
+that completed and met the term; a rejected request meets no term. A request with one output
+token has no TPOT and meets the TPOT term vacuously. ``all`` requires every given term.
+
+Throughput is over the makespan: from the first arrival to the last finish. Utilisation is each
+replica's busy time (an iteration in progress) over the same makespan.
+
+Across replications (``estimate``): the mean with a 95% Student-t confidence interval,
+mean +- t(0.975, R - 1) * sd / sqrt(R); no interval when R = 1.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+from scipy import stats
+
+from tripath.core.records import COMPLETED, REJECTED, ReplicaStats, RequestRecord
+
+PERCENTILES: dict[str, float] = {"p50": 50.0, "p90": 90.0, "p99": 99.0, "p999": 99.9}
+LATENCY_METRICS = ("ttft", "tpot", "e2e", "queueing")
+SLA_TERMS = {"ttft": "ttft_p99_ms", "tpot": "tpot_p99_ms", "e2e": "e2e_p99_ms"}
+
+
+def completed(records: Sequence[RequestRecord]) -> list[RequestRecord]:
+    return [r for r in records if r.status == COMPLETED]
+
+
+def latencies(records: Sequence[RequestRecord], metric: str) -> np.ndarray:
+    """Per-request values of one latency metric, in seconds, for completed requests (request order)."""
+    done = completed(records)
+    if metric == "tpot":
+        done = [r for r in done if r.output_tokens >= 2]
+    arrival = np.array([r.arrival_s for r in done], dtype=float)
+    admitted = np.array([r.admitted_s for r in done], dtype=float)
+    first = np.array([r.first_token_s for r in done], dtype=float)
+    finish = np.array([r.finish_s for r in done], dtype=float)
+    if metric == "ttft":
+        return first - arrival
+    if metric == "tpot":
+        return (finish - first) / (np.array([r.output_tokens for r in done], dtype=float) - 1.0)
+    if metric == "e2e":
+        return finish - arrival
+    if metric == "queueing":
+        return admitted - arrival
+    raise ValueError(f"unknown metric {metric!r}; known: {', '.join(LATENCY_METRICS)}")
+
+
+def percentiles(values: np.ndarray) -> dict[str, float]:
+    """P50/P90/P99/P99.9 of ``values``; NaN for every level when there are none."""
+    if values.size == 0:
+        return {name: math.nan for name in PERCENTILES}
+    points = np.percentile(values, list(PERCENTILES.values()))
+    return {name: float(v) for name, v in zip(PERCENTILES, points, strict=True)}
+
+
+def latency_percentiles(records: Sequence[RequestRecord]) -> dict[str, dict[str, float]]:
+    """{metric: {p50, p90, p99, p999}} in seconds for TTFT, TPOT, end-to-end and queueing delay."""
+    return {metric: percentiles(latencies(records, metric)) for metric in LATENCY_METRICS}
+
+
+def counts(records: Sequence[RequestRecord]) -> dict[str, int]:
+    done = sum(1 for r in records if r.status == COMPLETED)
+    rejected = sum(1 for r in records if r.status == REJECTED)
+    return {"arrived": len(records), "completed": done, "rejected": rejected}
+
+
+def sla_attainment(records: Sequence[RequestRecord], ttft_ms: float | None = None,
+                   tpot_ms: float | None = None, e2e_ms: float | None = None) -> dict[str, float | None]:
+    """Fraction of arrived requests meeting each given term, and all given terms; None for absent terms."""
+    targets = {"ttft": ttft_ms, "tpot": tpot_ms, "e2e": e2e_ms}
+    n = len(records)
+    met_all = np.array([r.status == COMPLETED for r in records], dtype=bool)
+    result: dict[str, float | None] = {}
+    for term, target_ms in targets.items():
+        if target_ms is None:
+            result[term] = None
+            continue
+        met = np.array([_meets(r, term, target_ms / 1000.0) for r in records], dtype=bool)
+        met_all &= met
+        result[term] = float(met.mean()) if n else math.nan
+    given = any(t is not None for t in targets.values())
+    result["all"] = (float(met_all.mean()) if n else math.nan) if given else None
+    return result
+
+
+def _meets(record: RequestRecord, term: str, target_s: float) -> bool:
+    if record.status != COMPLETED:
+        return False
+    if term == "ttft":
+        return record.first_token_s - record.arrival_s <= target_s
+    if term == "e2e":
+        return record.finish_s - record.arrival_s <= target_s
+    if record.output_tokens < 2:  # tpot: no inter-token interval to miss
+        return True
+    return (record.finish_s - record.first_token_s) / (record.output_tokens - 1) <= target_s
+
+
+def makespan(records: Sequence[RequestRecord]) -> float:
+    """Seconds from the first arrival to the last finish (0 when nothing completed)."""
+    done = completed(records)
+    if not done:
+        return 0.0
+    return max(r.finish_s for r in done) - min(r.arrival_s for r in records)
+
+
+def throughput(records: Sequence[RequestRecord]) -> dict[str, float]:
+    """Completed requests and generated tokens per second over the makespan."""
+    span = makespan(records)
+    done = completed(records)
+    tokens = sum(r.output_tokens for r in done)
+    if span <= 0.0:
+        return {"requests_per_s": math.nan, "output_tokens_per_s": math.nan}
+    return {"requests_per_s": len(done) / span, "output_tokens_per_s": tokens / span}
+
+
+def utilisation(records: Sequence[RequestRecord], replicas: Sequence[ReplicaStats]) -> list[float]:
+    """Busy fraction of each replica over the run's makespan."""
+    span = makespan(records)
+    return [r.busy_s / span if span > 0.0 else math.nan for r in replicas]
+
+
+def estimate(values: Sequence[float]) -> dict[str, float | None]:
+    """Mean over replications with a 95% Student-t interval; NaN replications are left out."""
+    finite = np.array([v for v in values if v is not None and math.isfinite(v)], dtype=float)
+    if finite.size == 0:
+        return {"mean": None, "ci_low": None, "ci_high": None}
+    mean = float(finite.mean())
+    if finite.size < 2:
+        return {"mean": mean, "ci_low": None, "ci_high": None}
+    half = float(stats.t.ppf(0.975, finite.size - 1) * finite.std(ddof=1) / math.sqrt(finite.size))
+    return {"mean": mean, "ci_low": mean - half, "ci_high": mean + half}

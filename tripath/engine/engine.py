@@ -1,0 +1,251 @@
+"""The serving engine: continuous batching over a paged KV cache, one forward pass per step.
+
+``add_request`` queues a prompt; ``step`` schedules, runs the model once over every
+scheduled sequence's new tokens, samples, retires finished sequences and returns a
+StepRecord with the wall time measured after device synchronisation: the raw material
+for calibration (prefill tokens, decode sequences, total context -> latency).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import torch
+
+from tripath.engine.engine_config import EngineConfig, RequestRejected
+from tripath.engine.kv.compressed_attention import CompressedAttention
+from tripath.engine.kv.compressed_store import CompressedKVStore, StoreConfig
+from tripath.engine.kv.paged import KVCacheManager, KVTensors
+from tripath.engine.kv.paged_attention import PagedAttention, SequenceChunk
+from tripath.engine.model.fusion import fuse_projections
+from tripath.engine.model.model import LlamaModel
+from tripath.engine.sampling import SamplingParams, sample
+from tripath.engine.scheduler import Scheduler, SchedulerConfig
+from tripath.engine.sequence import Sequence
+from tripath.engine.step_record import StepRecord
+from tripath.engine.tiered.batch_attention import TieredBatchAttention
+from tripath.engine.tiered.store import TieredStore
+
+__all__ = ["Engine", "EngineConfig", "RequestRejected", "StepRecord", "run_to_completion"]
+
+
+class Engine:
+    def __init__(self, model: LlamaModel, config: EngineConfig, generator: torch.Generator | None = None) -> None:
+        self.model = fuse_projections(model.eval()) if config.fuse_projections else model.eval()
+        self.config = config
+        param = next(model.parameters())
+        self.device, self.dtype = param.device, param.dtype
+        self.tiered: TieredStore | None = None
+        self.errors: dict[int, str] = {}  # request id -> why a tier fault ended it
+        self.kv_store: CompressedKVStore | None = None
+        if config.kv_compression is not None:
+            self.kv_manager = KVCacheManager(config.num_blocks, config.block_size)
+            # values grouped per token over channels: a head narrower than 32 channels is one group
+            store = StoreConfig(config.kv_compression, config.block_size, math.gcd(32, int(model.config.head_dim)))
+            self.kv_store = CompressedKVStore(model.config, config.num_blocks, store, self.dtype, self.device)
+        elif config.tiered is None:
+            self.kv_manager = KVCacheManager(config.num_blocks, config.block_size)
+            self.kv = KVTensors.allocate(model.config, config.num_blocks, config.block_size, self.dtype, self.device)
+        else:
+            self.tiered = TieredStore(model.config, config.tiered, self.dtype, self.device)
+            self.kv_manager = self.tiered.accounting
+        sched = SchedulerConfig(config.max_batch_size, config.max_batched_tokens, config.chunked_prefill)
+        self.scheduler = Scheduler(sched, self.kv_manager)
+        self.generator = generator
+        self.sequences: dict[int, Sequence] = {}
+        self._next_id = 0
+        self._steps = 0
+
+    def check_request(self, prompt_len: int, max_new_tokens: int) -> str | None:
+        """Why a request of this size can never run here, or None if it can."""
+        total = prompt_len + max_new_tokens
+        if total > self.model.config.max_position_embeddings:
+            return (
+                f"prompt + output = {total} tokens exceeds max_position_embeddings "
+                f"{self.model.config.max_position_embeddings}"
+            )
+        if self.tiered is not None:
+            reason = self.tiered.check_request(total - 1)
+            if reason is not None:
+                return reason
+        elif total - 1 > self.config.kv_capacity_tokens:
+            return f"needs {total - 1} KV slots, the pool holds {self.config.kv_capacity_tokens}"
+        if not self.config.chunked_prefill and total - 1 > self.config.max_batched_tokens:
+            limit = self.config.max_batched_tokens
+            return f"needs a {total - 1}-token (re)compute step, max_batched_tokens is {limit}"
+        return None
+
+    def add_request(
+        self,
+        prompt_ids: list[int],
+        max_new_tokens: int,
+        sampling: SamplingParams | None = None,
+        request_id: int | None = None,
+    ) -> int:
+        """Queue a request; raises RequestRejected when it can never run (reason in the message)."""
+        if request_id is None:
+            request_id = self._next_id
+        if request_id in self.sequences:
+            raise ValueError(f"request_id {request_id} is already in use")
+        self._next_id = max(self._next_id, request_id + 1)
+        reason = self.check_request(len(prompt_ids), max_new_tokens)
+        if reason is not None:
+            raise RequestRejected(f"request {request_id}: {reason}")
+        vocab = self.model.config.vocab_size
+        if prompt_ids and not all(0 <= t < vocab for t in prompt_ids):
+            raise ValueError(f"request {request_id}: prompt token ids must be in [0, {vocab})")
+        seq = Sequence(request_id, list(prompt_ids), max_new_tokens, sampling or SamplingParams())
+        self.errors.pop(request_id, None)  # a reused id starts clean
+        self.sequences[request_id] = seq
+        self.scheduler.add(seq)
+        return request_id
+
+    @property
+    def has_unfinished(self) -> bool:
+        return self.scheduler.has_unfinished
+
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    @torch.inference_mode()
+    def step(self) -> StepRecord:
+        start = time.perf_counter()
+        plan = self.scheduler.schedule()
+        if not plan.chunks:
+            raise RuntimeError("step() with nothing schedulable; check has_unfinished first")
+        if self.kv_store is not None:
+            self.kv_store.drop_free(self.kv_manager.pool.refcount)  # staging of finished/preempted sequences
+            self.kv_store.copy_blocks(plan.copies)
+        elif self.tiered is None:
+            self.kv.copy_blocks(plan.copies)
+        token_ids: list[int] = []
+        chunks: list[SequenceChunk] = []
+        sampled_rows: list[int] = []  # packed index of the last token of chunks that reach the end
+        sampling_seqs: list[Sequence] = []
+        prefill_seqs = prefill_tokens = decode_seqs = context = 0
+        admitted: list[int] = []
+        shapes: list[tuple[int, int]] = []  # (cached, new) per sequence: StepRecord.chunk_shapes
+        for ch in plan.chunks:
+            seq, n = ch.seq, ch.num_new
+            if not seq.admitted:
+                seq.admitted = True
+                admitted.append(seq.request_id)
+            if seq.is_decode:
+                decode_seqs += 1
+            else:
+                prefill_seqs += 1
+                prefill_tokens += n
+            token_ids += seq.token_slice(seq.num_computed, seq.num_computed + n)
+            chunks.append(SequenceChunk(seq.num_computed, n, self.kv_manager.block_table(seq.request_id)))
+            shapes.append((seq.num_computed, n))
+            context += seq.num_computed + n
+            if seq.num_computed + n == seq.num_tokens:
+                sampled_rows.append(len(token_ids) - 1)
+                sampling_seqs.append(seq)
+        if self.kv_store is not None:
+            attention = CompressedAttention(self.kv_store, chunks, self.model.config.kv_group_size)
+        elif self.tiered is None:
+            attention = PagedAttention(self.kv, chunks, self.model.config.kv_group_size)
+        else:
+            attention = TieredBatchAttention(
+                self.tiered.cache, [ch.seq.request_id for ch in plan.chunks], [c.num_cached for c in chunks],
+                [c.num_new for c in chunks], self.config.block_size, self.model.config.kv_group_size, self.device,
+            )
+        ids = torch.tensor(token_ids, dtype=torch.int64).to(self.device, non_blocking=True).unsqueeze(0)  # [1, N]
+        rows = torch.tensor(sampled_rows, dtype=torch.int64).to(self.device, non_blocking=True)
+        logits = self.model(ids, attention.positions, attention, logits_index=rows)[0]  # [S, V]
+        new_tokens = sample(logits, [s.sampling for s in sampling_seqs], self.generator).tolist()
+        first, finished = [], []
+        failed = getattr(attention, "failed", {})  # tier faults: those requests end here, the rest go on
+        for ch in plan.chunks:
+            ch.seq.num_computed += ch.num_new
+            if ch.seq.request_id in failed:
+                self.errors[ch.seq.request_id] = failed[ch.seq.request_id]
+                self.scheduler.finish(ch.seq)
+        for seq, tok in zip(sampling_seqs, new_tokens, strict=True):
+            if seq.request_id in failed:
+                continue
+            if not seq.output_ids:
+                first.append(seq.request_id)
+            seq.output_ids.append(int(tok))
+            if seq.finished:
+                self.scheduler.finish(seq)
+                finished.append(seq.request_id)
+        self._sync()  # .tolist() already waited for the device; this also covers non-CUDA-stream backends
+        wall = time.perf_counter() - start
+        self._steps += 1
+        paging: dict[str, Any] = {}
+        if self.tiered is not None:
+            moved = self.tiered.since_last()  # from the end of the previous step: fetch-ahead runs between steps
+            for link, nbytes, seconds in zip(("device_host", "host_device", "host_ssd", "ssd_host"), moved.bytes,
+                                             moved.seconds, strict=True):
+                paging[f"paging_bytes_{link}"], paging[f"paging_s_{link}"] = nbytes, seconds
+            paging.update(paging_stall_s=moved.stall_s, failed=tuple(failed))
+        return StepRecord(
+            step=self._steps - 1,
+            start_s=start,
+            wall_s=wall,
+            batch_size=len(plan.chunks),
+            num_tokens=len(token_ids),
+            prefill_seqs=prefill_seqs,
+            prefill_tokens=prefill_tokens,
+            decode_seqs=decode_seqs,
+            total_context=context,
+            num_preempted=len(plan.preempted),
+            blocks_used=self.kv_manager.blocks_used,
+            admitted=tuple(admitted),
+            first_tokens=tuple(first),
+            finished=tuple(finished),
+            chunk_shapes=tuple(shapes),
+            **paging,
+        )
+
+    def output(self, request_id: int) -> list[int]:
+        return list(self.sequences[request_id].output_ids)
+
+    def release(self, request_id: int) -> None:
+        """Forget a finished request (its blocks are already free); a tier fault's reason stays in errors."""
+        self.sequences.pop(request_id, None)
+
+    def close(self) -> None:
+        """Release what outlives a step: with tiering, the prefetch thread and the SSD tier's files."""
+        if self.tiered is not None:
+            self.tiered.close()
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def generate(
+        self,
+        prompts: list[list[int]],
+        max_new_tokens: int | list[int],
+        sampling: SamplingParams | None = None,
+    ) -> list[list[int]]:
+        """Run prompts to completion with continuous batching; outputs in prompt order."""
+        return run_to_completion(self, prompts, max_new_tokens, sampling)
+
+
+def run_to_completion(
+    engine: Engine | Any,
+    prompts: list[list[int]],
+    max_new_tokens: int | list[int],
+    sampling: SamplingParams | None = None,
+) -> list[list[int]]:
+    """Add every prompt, step until all finish, return outputs in prompt order and release them.
+
+    Shared by Engine and SpeculativeEngine (same add_request / step / output / release API).
+    """
+    limits = max_new_tokens if isinstance(max_new_tokens, list) else [max_new_tokens] * len(prompts)
+    ids = [engine.add_request(p, m, sampling) for p, m in zip(prompts, limits, strict=True)]
+    while engine.has_unfinished:
+        engine.step()
+    outs = [engine.output(i) for i in ids]
+    for i in ids:
+        engine.release(i)
+    return outs

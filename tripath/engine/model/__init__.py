@@ -1,0 +1,1 @@
+"""The LLaMA network, its config, HF-layout checkpoints, the byte tokenizer and inference fusion."""

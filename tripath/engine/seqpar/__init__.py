@@ -1,0 +1,1 @@
+"""Sequence parallelism over torch.distributed: sharding, partial attention and the LSE merge."""

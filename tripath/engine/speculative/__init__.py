@@ -1,0 +1,1 @@
+"""Speculative decoding: proposers, lossless verification, the K controller and vLLM-style counters."""

@@ -1,0 +1,141 @@
+"""The continuous-batching Engine's KV store when tiering is on: a TieredKVCache plus the block
+accounting the Scheduler admits and preempts against.
+
+The Scheduler only asks a KVCacheManager ``can_reserve`` / ``reserve`` / ``free``.  Here its blocks are
+the tiered cache's chunks (block_size = chunk_tokens), and there are as many as one layer's share of
+all three tiers (device + host + SSD pages less one spare, divided by the layers), so a reservation that
+succeeds can never run the tiers out of pages: the SSD tier's quota is never what fails (fetch-ahead
+stops before it would take the spare page: TieredKVCache.free_slots).  One more limit applies on
+the device: every live sequence keeps its sinks and recent window there, and one sequence's whole layer
+context must be paged in at once for full attention.  ``can_reserve`` refuses (and the Scheduler then
+preempts by recompute, or queues) when the device could not hold that, so a device pool that is too
+small shows up as waiting, not as a fault.  ``free`` (finish and preemption alike) drops the sequence's
+pages from every tier.
+"""
+
+from __future__ import annotations
+
+import shutil
+import weakref
+from dataclasses import dataclass
+
+import torch
+
+from tripath.engine.kv.paged import KVCacheManager
+from tripath.engine.model.config import ModelConfig
+from tripath.engine.tiered.cache import TieredKVCache
+from tripath.engine.tiered.tiers import TierConfig
+
+LINKS = ("device->host", "host->device", "host->ssd", "ssd->host")
+
+
+def _ceil(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@dataclass(frozen=True)
+class PagingSnapshot:
+    """Cumulative per-link bytes and seconds and the main thread's paging stall, at one moment."""
+
+    bytes: tuple[int, ...]  # in LINKS order
+    seconds: tuple[float, ...]
+    stall_s: float
+
+    def minus(self, before: PagingSnapshot) -> PagingSnapshot:
+        return PagingSnapshot(
+            tuple(a - b for a, b in zip(self.bytes, before.bytes, strict=True)),
+            tuple(a - b for a, b in zip(self.seconds, before.seconds, strict=True)),
+            self.stall_s - before.stall_s,
+        )
+
+
+class TieredAccounting(KVCacheManager):
+    """KVCacheManager over chunks of the tiered cache, with the device-pool admission limit."""
+
+    def __init__(self, store: TieredStore, num_blocks: int, chunk_tokens: int) -> None:
+        super().__init__(num_blocks, chunk_tokens)
+        self.store = store
+
+    def can_reserve(self, seq_id: int, num_tokens: int) -> bool:
+        if not super().can_reserve(seq_id, num_tokens):
+            return False
+        sizes = {sid: t.num_tokens for sid, t in self.tables.items()}
+        sizes[seq_id] = max(sizes.get(seq_id, 0), num_tokens)
+        return self.store.device_pages_needed(list(sizes.values())) <= self.store.config.device_pages
+
+    def free(self, seq_id: int) -> None:
+        super().free(seq_id)
+        self.store.cache.free(seq_id)
+
+
+class TieredStore:
+    """A TieredKVCache for one Engine, its accounting, and per-step paging counters."""
+
+    def __init__(self, model_config: ModelConfig, tier_config: TierConfig, dtype: torch.dtype,
+                 device: torch.device) -> None:
+        self.config = tier_config
+        self.num_layers = model_config.num_layers
+        self.cache = TieredKVCache(model_config, tier_config, dtype, device, tier_config.sink_tokens,
+                                   tier_config.window_tokens, tier_config.prefetch)
+        total_pages = tier_config.device_pages + tier_config.host_pages + tier_config.ssd_pages
+        # per layer (a chunk needs a page in every layer), less one page: paging a page in when every tier
+        # is full needs one free slot for the chain of evictions (device -> host -> SSD) it starts
+        self.capacity_chunks = (total_pages - 1) // self.num_layers
+        self.accounting = TieredAccounting(self, max(self.capacity_chunks, 1), tier_config.chunk_tokens)
+        self._mark = self.snapshot()
+        # the SSD directory goes even if close() is never called (interpreter exit, garbage collection)
+        self._finalizer = weakref.finalize(self, _remove_dir, self.cache.tiers.ssd)
+
+    # ---- admission ----------------------------------------------------------------------------
+    def pinned_chunks(self, tokens: int) -> int:
+        """Upper bound of one layer's chunks pinned on the device for a sequence of this length: the
+        sink chunks and the window's chunks (the window can straddle one more chunk boundary)."""
+        chunk, total = self.config.chunk_tokens, _ceil(tokens, self.config.chunk_tokens)
+        bound = _ceil(self.config.sink_tokens, chunk) + _ceil(self.config.window_tokens, chunk) + 1
+        return min(total, bound)
+
+    def device_pages_needed(self, lengths: list[int]) -> int:
+        """Device pages for these live sequences: every layer's pinned chunks of each, plus the unpinned
+        rest of the longest one layer's context (paged in together for full attention)."""
+        if not lengths:
+            return 0
+        pinned = sum(self.pinned_chunks(n) for n in lengths) * self.num_layers
+        working = max(_ceil(n, self.config.chunk_tokens) - self.pinned_chunks(n) for n in lengths)
+        return pinned + working
+
+    def check_request(self, total_tokens: int) -> str | None:
+        """Why a sequence of total_tokens KV slots can never run on these tiers, or None."""
+        chunks = _ceil(total_tokens, self.config.chunk_tokens)
+        if chunks > self.capacity_chunks:
+            return (f"needs {chunks * self.num_layers} KV pages of {self.config.chunk_tokens} tokens, the tiers "
+                    f"hold {self.capacity_chunks * self.num_layers} (device + host + SSD)")
+        need = self.device_pages_needed([total_tokens])
+        if need > self.config.device_pages:
+            return (f"needs {need} device pages (sinks and window of every layer plus one layer's context), "
+                    f"the device pool holds {self.config.device_pages}")
+        return None
+
+    # ---- counters -----------------------------------------------------------------------------
+    def snapshot(self) -> PagingSnapshot:
+        stats = self.cache.tiers.stats
+        with stats.lock:
+            links = [stats.get(link) for link in LINKS]
+            return PagingSnapshot(tuple(s.bytes for s in links), tuple(s.seconds for s in links),
+                                  self.cache.stall_s)
+
+    def since_last(self) -> PagingSnapshot:
+        """What moved since the previous call: a fetch-ahead that lands between two steps counts in the next."""
+        now = self.snapshot()
+        moved, self._mark = now.minus(self._mark), now
+        return moved
+
+    def close(self) -> None:
+        """Stop the prefetch thread and remove the SSD tier's directory and page files."""
+        self.cache.close()
+        self._finalizer.detach()
+
+
+def _remove_dir(ssd: object) -> None:
+    directory = getattr(ssd, "directory", None)
+    if directory is not None:
+        shutil.rmtree(directory, ignore_errors=True)

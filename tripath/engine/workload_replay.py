@@ -1,0 +1,151 @@
+"""Serving loop: replay a scenario's timed workload through the real engine in wall-clock time.
+
+The same [workload] section the simulator reads becomes RequestSpecs (tripath.simulator.scenario.workload);
+each request is handed to the engine once its arrival time has passed, and every request
+ends as a RequestRecord with the simulator's fields, so one workload runs through both and
+their records compare directly.  Times are seconds from the start of the replay (measured).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tripath.core.data_dirs import MODELS_DIR
+from tripath.core.errors import InputError
+from tripath.core.records import COMPLETED, RequestRecord, rejected_record
+from tripath.core.request import RequestSpec
+from tripath.engine.engine import Engine, StepRecord
+
+EVAL_PROMPTS = MODELS_DIR / "eval_prompts.jsonl"
+
+
+class PromptSource:
+    """Prompt ids for a task and length: held-out task prompts (bytes) if shipped, else seeded random ids."""
+
+    def __init__(self, rng: np.random.Generator, vocab_size: int, path: Path | None = EVAL_PROMPTS) -> None:
+        self.rng = rng
+        self.vocab = min(vocab_size, 256)  # byte-level ids; random ids stay in the byte range too
+        self.by_task: dict[str, list[list[int]]] = {}
+        if path is not None and path.is_file():
+            for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                    task, prompt = row["task"], row["prompt"]
+                except (json.JSONDecodeError, KeyError, TypeError) as exc:
+                    raise InputError(
+                        str(path), f"line {number}", f"needs a JSON object with task and prompt: {exc}"
+                    ) from exc
+                ids = list(str(prompt).encode("utf-8"))  # byte-level tokenizer: token id = byte value
+                if ids:
+                    self.by_task.setdefault(str(task), []).append(ids)
+
+    @property
+    def source(self) -> str:
+        return "eval_prompts" if self.by_task else "random"
+
+    def prompt(self, task: str, length: int) -> list[int]:
+        pool = self.by_task.get(task) or [p for ps in self.by_task.values() for p in ps]
+        if not pool:
+            return self.rng.integers(0, self.vocab, size=length).tolist()
+        ids = pool[int(self.rng.integers(len(pool)))]
+        repeats = -(-length // len(ids))  # cut or repeat the text to exactly `length` tokens
+        return (ids * repeats)[:length]
+
+
+@dataclass(frozen=True)
+class ServeResult:
+    records: list[RequestRecord]  # in request order
+    steps: list[StepRecord]
+    prompt_source: str
+
+
+def serve(
+    engine: Engine,
+    requests: list[RequestSpec],
+    prompts: PromptSource,
+    clock: Callable[[], float] = time.perf_counter,
+    sleep: Callable[[float], None] = time.sleep,
+    warmup: bool = True,
+) -> ServeResult:
+    """Replay requests at their arrival times; generate exactly output_tokens each (greedy, EOS ignored).
+
+    With ``warmup`` one short request runs before the clock starts, so one-time costs (RoPE
+    tables, allocator growth, kernel selection) do not land on the first measured request.
+    """
+    if warmup:
+        engine.generate([[0] * 8], 2)
+    pending = deque(sorted(requests, key=lambda r: (r.arrival_s, r.request_id)))
+    specs = {r.request_id: r for r in requests}
+    times: dict[int, dict[str, float]] = {r.request_id: {} for r in requests}
+    rejected: dict[int, str] = {}
+    failed: dict[int, str] = {}  # ended by a tier fault mid-flight (tiered KV); recorded as rejected with the reason
+    steps: list[StepRecord] = []
+    t0 = clock()
+    while pending or engine.has_unfinished:
+        now = clock() - t0
+        while pending and pending[0].arrival_s <= now:
+            spec = pending.popleft()
+            reason = engine.check_request(spec.prompt_tokens, spec.output_tokens)
+            if reason is not None:
+                rejected[spec.request_id] = reason
+                continue
+            ids = prompts.prompt(spec.task, spec.prompt_tokens)
+            engine.add_request(ids, spec.output_tokens, request_id=spec.request_id)
+        if not engine.has_unfinished:
+            if pending:  # idle until the next arrival
+                sleep(max(0.0, pending[0].arrival_s - (clock() - t0)))
+            continue
+        rec = timed_step(engine, clock, t0, steps, times)
+        for rid in getattr(rec, "failed", ()):
+            failed[rid] = f"tier fault: {engine.errors.get(rid, 'unknown')}"
+            engine.release(rid)
+    for rid, reason in failed.items():
+        rejected.setdefault(rid, reason)
+    return ServeResult(replay_records(specs, times, rejected), steps, prompts.source)
+
+
+def timed_step(engine: Any, clock: Callable[[], float], t0: float, steps: list[Any],
+               times: dict[int, dict[str, float]]) -> Any:
+    """One engine step, timed on ``clock`` from ``t0``; books admissions, first tokens and finishes."""
+    start = clock() - t0
+    rec = engine.step()  # returns after device sync: tokens exist when `end` is read
+    end = clock() - t0
+    steps.append(rec)
+    for rid in rec.admitted:
+        times[rid]["admitted_s"] = start
+    for rid in rec.first_tokens:
+        times[rid]["first_token_s"] = end
+    counters = getattr(engine, "request_counters", None)  # the SpeculativeEngine's, per request
+    for rid in rec.finished:
+        times[rid]["finish_s"] = end
+        if counters is not None and rid in counters:  # read before release() drops them
+            times[rid]["draft_rounds"] = counters[rid].num_drafts
+            times[rid]["accepted_tokens"] = counters[rid].num_accepted_tokens
+        engine.release(rid)
+    return rec
+
+
+def replay_records(specs: dict[int, RequestSpec], times: dict[int, dict[str, float]],
+                   rejected: dict[int, str]) -> list[RequestRecord]:
+    """Records in request order: rejected ones with their reason, the rest with their booked times."""
+    out = []
+    for rid in sorted(specs):
+        s = specs[rid]
+        if rid in rejected:
+            out.append(rejected_record(rid, s.task, s.arrival_s, s.prompt_tokens, s.output_tokens, rejected[rid]))
+            continue
+        t = times[rid]
+        out.append(RequestRecord(rid, s.task, s.arrival_s, s.prompt_tokens, s.output_tokens, 0, t["admitted_s"],
+                                 t["first_token_s"], t["finish_s"], COMPLETED, "",
+                                 int(t.get("draft_rounds", 0)), int(t.get("accepted_tokens", 0))))
+    return out

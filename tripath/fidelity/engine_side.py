@@ -1,0 +1,223 @@
+"""The measured side: a validation scenario's requests served by the real engine on this machine.
+
+The engine is built from the same scenario tables the simulator reads (names shared on purpose):
+[batching] -> EngineConfig (max_batch_size, max_batched_tokens; the KV pool holds the tokens the
+simulator's KV budget holds), [strategy.speculative] -> SpeculativeEngine with the tiny draft at
+fixed K (with [strategy.compression]: the target's KV compressed, the draft's exact). Policies
+continuous/chunked go through tripath.engine.serving.serve; static/dynamic through
+tripath.fidelity.window_serving. A path the engine cannot serve in a timed loop yet raises NotAvailable
+with what is missing: the report says "not run: <reason>", never a made-up number.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from tripath.core.records import RequestRecord
+from tripath.core.request import RequestSpec
+from tripath.engine.engine import Engine, EngineConfig
+from tripath.engine.model.model import LlamaModel
+from tripath.engine.serving import PromptSource, serve
+from tripath.engine.speculative.controller import FixedK
+from tripath.engine.speculative.engine import SpeculativeEngine
+from tripath.engine.speculative.metrics import SpecCounters
+from tripath.engine.speculative.proposers import DraftModelProposer
+from tripath.fidelity.tier_paging import move_stall_ms_per_request
+from tripath.fidelity.window_serving import serve_batched
+
+SSD_PAGES_CAP = 16  # SSD tier of at most 16x the device pool's pages (it is preallocated; the workloads need less)
+BLOCK_SIZE = 16  # tripath serve's default block size (the profile's KV budget is 1024 such blocks)
+Paths = dict[str, tuple[float | None, str]]
+
+
+class CpuClock:
+    """Contention-free time: this thread's CPU time while it works, plus the idle gaps it skips.
+
+    With one torch thread the engine computes on the calling thread, so time.thread_time() is what a
+    step costs on an idle core (the clock the profile was calibrated with); other jobs on the shared
+    cores inflate it far less than wall time, but not by nothing (shared caches and memory bandwidth:
+    8-40 % at load 4-8 here, scripts/step_residuals.py). Waiting for the next arrival advances the clock
+    without sleeping.
+    """
+
+    def __init__(self) -> None:
+        self.base = time.thread_time()
+        self.idle = 0.0
+
+    def __call__(self) -> float:
+        return time.thread_time() - self.base + self.idle
+
+    def sleep(self, seconds: float) -> None:
+        self.idle += max(0.0, seconds)
+
+
+CLOCKS = ("wall", "cpu")
+
+
+class NotAvailable(Exception):
+    """One side of a scenario cannot run yet; the message says what is missing."""
+
+
+@dataclass(frozen=True)
+class Measured:
+    records: list[RequestRecord]
+    paths: Paths  # per-path quantities: name -> (value, unit)
+    steps: int
+    prompt_source: str
+    wall_s: float  # wall time of the whole replay
+    core_share: float | None = None  # thread CPU s / wall s of its steps (wall clock only; idle core: ~1)
+    mean_batch: float | None = None  # sequences per engine step, averaged over steps
+
+
+def engine_config(data: dict[str, Any], kv_tokens: int, layers: int,
+                  tier_tokens: tuple[int, int] = (0, 0)) -> EngineConfig:
+    """The engine the scenario describes; ``kv_tokens`` is the device KV the simulator's budget holds.
+
+    Tiered: the engine's tiers are counted in pages of chunk_tokens tokens of ONE layer, so each tier
+    gets (its tokens // chunk_tokens) x layers pages; ``tier_tokens`` = (host, SSD) tokens as the
+    simulator sizes them from the scenario (SSD capped: the engine preallocates its tiers).
+    """
+    batching = data.get("batching", {})
+    strategy = data.get("strategy", {})
+    extra: dict[str, Any] = {}
+    if "compression" in strategy:
+        extra["kv_compression"] = str(strategy["compression"]["mode"])
+    if "tiered" in strategy:
+        from tripath.engine.tiered.tiers import TierConfig
+
+        chunk = int(strategy["tiered"].get("chunk_tokens", 256))
+        device = max(1, kv_tokens // chunk) * layers
+        host, ssd = (max(0, t // chunk) * layers for t in tier_tokens)
+        tiered = strategy["tiered"]  # sinks and window: the simulator's TieredSpec defaults are TierConfig's
+        extra["tiered"] = TierConfig(chunk, device, host, min(ssd, SSD_PAGES_CAP * device),
+                                     sink_tokens=int(tiered.get("sink_tokens", 4)),
+                                     window_tokens=int(tiered.get("window_tokens", 256)))
+    return EngineConfig(int(batching.get("max_batch_size", 256)), int(batching.get("max_batched_tokens", 8192)),
+                        BLOCK_SIZE, max(1, kv_tokens // BLOCK_SIZE), **extra)
+
+
+def unsupported(data: dict[str, Any]) -> str | None:
+    """What the engine side lacks for this scenario, or None when it can be served."""
+    strategy = data.get("strategy", {})
+    missing = []
+    fields_ = {f.name for f in dataclasses.fields(EngineConfig)}
+    if "tiered" in strategy and "tiered" not in fields_:
+        missing.append("the Engine has no tiered KV option (EngineConfig.tiered)")
+    if "compression" in strategy and "kv_compression" not in fields_:
+        missing.append("the Engine has no compressed-KV option (EngineConfig.kv_compression)")
+    if "speculative" in strategy and "tiered" in strategy:
+        missing.append("the SpeculativeEngine has no tiered KV: EngineConfig.tiered is the plain Engine's only")
+    if {"tiered", "compression"} <= set(strategy):
+        missing.append("EngineConfig cannot combine tiered with kv_compression")
+    if "sequence_parallel" in strategy:
+        if len(strategy) > 1:
+            missing.append("sequence parallelism is served alone (tripath/fidelity/seqpar_serving.py), not combined")
+        if int(data.get("batching", {}).get("max_batch_size", 256)) != 1:
+            missing.append("tripath/engine/seqpar/parallel.py holds one sequence at a time: set "
+                           "batching.max_batch_size = 1")
+    spec = strategy.get("speculative")
+    if spec is not None and spec.get("proposer", "draft") != "draft":
+        missing.append(f"proposer {spec.get('proposer')!r} is not wired into the validation runner")
+    if spec is not None and spec.get("adaptive", False):
+        missing.append("adaptive K needs SpecCosts from the profile; the validation runner uses fixed K")
+    policy = data.get("batching", {}).get("policy", "continuous")
+    if spec is not None and policy in ("static", "dynamic"):
+        missing.append("the speculative engine batches continuously only")
+    if data.get("batching", {}).get("preemption", "none") != "none":
+        missing.append("preemption modes other than the engine's own are not configurable")
+    return "; ".join(missing) or None
+
+
+def build_engine(data: dict[str, Any], target: LlamaModel, draft: LlamaModel | None, kv_tokens: int, seed: int,
+                 default_k: int, tier_tokens: tuple[int, int] = (0, 0)) -> tuple[Engine | SpeculativeEngine,
+                                                                                 SpecCounters | None]:
+    reason = unsupported(data)
+    if reason is not None:
+        raise NotAvailable(f"engine: {reason}")
+    try:  # settings the engine refuses (EngineConfig / TierConfig validation) end this scenario only
+        cfg = engine_config(data, kv_tokens, target.config.num_layers, tier_tokens)
+    except ValueError as exc:
+        raise NotAvailable(f"engine: {exc}") from None
+    gen = torch.Generator().manual_seed(seed)
+    spec = data.get("strategy", {}).get("speculative")
+    if spec is None:
+        return Engine(target, cfg, gen), None
+    if draft is None:
+        raise NotAvailable("engine: speculative decoding needs the draft checkpoint")
+    proposer = DraftModelProposer(draft, cfg.num_blocks, cfg.block_size, torch.Generator().manual_seed(seed + 1))
+    engine = SpeculativeEngine(target, proposer, cfg, FixedK(int(spec.get("k", default_k))), gen)
+    return engine, engine.counters
+
+
+def measure(data: dict[str, Any], requests: list[RequestSpec], target: LlamaModel, draft: LlamaModel | None,
+            kv_tokens: int, seed: int, default_k: int, clock: str = "wall", target_path: str | None = None,
+            tier_tokens: tuple[int, int] = (0, 0)) -> Measured:
+    """Serve ``requests`` on the engine this scenario describes (greedy, EOS ignored).
+
+    clock "wall": real time, what users see on this (shared) machine; "cpu": CpuClock, the replay
+    an idle core would give (the difference between the two is the machine's contention).
+    """
+    if clock not in CLOCKS:
+        raise ValueError(f"clock: must be one of {CLOCKS}, got {clock!r}")
+    reason = unsupported(data)
+    if reason is not None:
+        raise NotAvailable(f"engine: {reason}")
+    prompts = PromptSource(np.random.default_rng(seed + 1), target.config.vocab_size)
+    sp = data.get("strategy", {}).get("sequence_parallel")
+    if sp is not None:
+        return _measure_seqpar(data, requests, prompts, target_path, int(sp.get("degree", 2)), clock)
+    engine, counters = build_engine(data, target, draft, kv_tokens, seed, default_k, tier_tokens)
+    timing: dict[str, Any] = {}
+    if clock == "cpu":
+        cpu = CpuClock()
+        timing = {"clock": cpu, "sleep": cpu.sleep}
+    batching = data.get("batching", {})
+    policy = batching.get("policy", "continuous")
+    t0, cpu0 = time.perf_counter(), time.thread_time()
+    if policy in ("static", "dynamic"):
+        result = serve_batched(engine, requests, prompts, int(batching.get("max_batch_size", 256)),
+                               float(batching.get("max_wait_ms", 0.0)) / 1000.0, policy == "dynamic", **timing)
+    elif policy in ("continuous", "chunked"):
+        result = serve(engine, requests, prompts, **timing)
+    else:
+        raise NotAvailable(f"engine: batching policy {policy!r} has no engine-side loop (adaptive tunes the "
+                           "window from the SLA; not replayed)")
+    wall, cpu_s = time.perf_counter() - t0, time.thread_time() - cpu0
+    paths: Paths = {}
+    if counters is not None:
+        # serve()'s warm-up asks 2 tokens: K is capped at 0 for it, so it adds no draft round here
+        paths["accepted_per_round"] = (counters.num_accepted_tokens / counters.num_drafts
+                                       if counters.num_drafts else None, "draft tokens")
+        paths["acceptance"] = (counters.per_token_acceptance, "fraction")
+    if "tiered" in data.get("strategy", {}):
+        # as the simulator books it: page moves' stall beyond a step that moves nothing
+        # (tripath/fidelity/tier_paging.py)
+        done = sum(r.completed for r in result.records)
+        paths["paging_ms_per_request"] = (move_stall_ms_per_request(result.steps, done), "ms")
+    busy = sum(step.wall_s for step in result.steps)
+    # the share of a core the engine's thread got while stepping: 1.0 on an idle core (contention gauge)
+    share = cpu_s / busy if clock == "wall" and busy > 0 else None
+    batch = sum(step.batch_size for step in result.steps) / len(result.steps) if result.steps else None
+    return Measured(result.records, paths, len(result.steps), result.prompt_source, wall, share, batch)
+
+
+def _measure_seqpar(data: dict[str, Any], requests: list[RequestSpec], prompts: PromptSource,
+                    target_path: str | None, degree: int, clock: str) -> Measured:
+    """Sequence parallelism: ``degree`` spawned gloo ranks load the checkpoint and serve FCFS, batch 1."""
+    from tripath.fidelity.seqpar_serving import serve_seqpar
+
+    if target_path is None:
+        raise NotAvailable("engine: sequence parallelism needs the target checkpoint path (ranks load it)")
+    ids = [prompts.prompt(r.task, r.prompt_tokens) for r in requests]
+    t0 = time.perf_counter()
+    served = serve_seqpar(target_path, degree, requests, ids, clock)
+    # core share: the ranks' thread CPU / wall outside their collectives, the fewest (wall clock only)
+    return Measured(served.records, {"merge_ms_per_request": (served.merge_s * 1000.0, "ms")},
+                    sum(r.output_tokens for r in requests), prompts.source, time.perf_counter() - t0,
+                    served.core_share if clock == "wall" else None)

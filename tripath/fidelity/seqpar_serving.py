@@ -1,0 +1,186 @@
+"""Sequence parallelism served in real time: P gloo ranks (tripath.engine.seqpar.parallel), one request at a time, FCFS.
+
+tripath.engine.seqpar.parallel.SequenceParallel holds one sequence across P processes (batch 1 by design), so
+this loop serves requests one after another: rank 0 keeps the clock and waits for each arrival,
+every rank makes the same prefill/decode calls (the collectives keep them in step), and rank 0
+records admission, first token and finish with the simulator's fields. The validation scenario
+sets max_batch_size = 1, so the simulator serves the same way.
+
+Clock "cpu" (SpReplayClock) replays in rank 0's thread CPU time plus the wall time its collectives
+waited (for the peer, the socket, a core), plus idle gaps. Thread CPU alone cannot see a rank
+blocked in a collective: measured here (tiny target, 900-token prompt, quiet machine) a decode step
+is ~5 ms of thread CPU but ~10-12 ms of wall, ~6 ms of it inside the 7 collectives per step (6
+all-gathers of (out, lse) and the token broadcast). That wait is real time on an idle machine
+too, so the replay counts it; under contention it is inflated like any wall time.
+
+Core share, per rank: thread CPU / wall of its steps OUTSIDE the collectives (inside them the rank
+blocks by design), the fewest of the ranks: 1.00 = every rank had a core of its own while computing.
+The parent process sleeps in spawn's join (0.2 s timeouts; ~0.01 s of CPU over a run, measured).
+That per-rank share barely sees contention in decode: a rank blocked in a collective needs a free
+core to wake on when its peer's data arrives, and that wake-up delay is counted as a wait, not as
+time off a core while computing. Measured at load average 5.9 (other jobs on the 2 cores, 22:43
+UTC, 30 requests): TPOT per request 11-56 ms (median 18 ms); the slowest 10 % of steps took 71 ms,
+62 ms of it inside the collectives with BOTH ranks waiting (thread CPU 8 ms); over the decode
+steps the per-rank share was 0.90-0.94 while their wall was 4.2x their thread CPU. So the
+served core share is also capped by the machine share: 1 - (CPU the rest of the machine used while
+the ranks served, from /proc/stat less the ranks' own process CPU) / (wall x P), the part of the P
+cores the ranks need that other processes left free (None off Linux).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from tripath.core.records import COMPLETED, RequestRecord
+from tripath.core.request import RequestSpec
+from tripath.engine.seqpar.attention import PhaseTimes
+
+
+class SpReplayClock:
+    """Thread CPU time + the wall time spent waiting in collectives + skipped idle gaps (see the module doc)."""
+
+    def __init__(self) -> None:
+        self.base = time.thread_time()
+        self.idle = 0.0
+        self.waited = 0.0  # comm waits of the finished sequences
+        self.live: PhaseTimes | None = None  # the sequence being served
+
+    def attach(self, times: PhaseTimes) -> None:
+        """Count ``times``' comm waits from now on (the previous sequence's waits are kept)."""
+        if self.live is not None:
+            self.waited += self.live.comm_wait_s
+        self.live = times
+
+    def __call__(self) -> float:
+        live = self.live.comm_wait_s if self.live is not None else 0.0
+        return time.thread_time() - self.base + self.waited + live + self.idle
+
+    def sleep(self, seconds: float) -> None:
+        self.idle += max(0.0, seconds)
+
+
+def machine_busy_s() -> float | None:
+    """CPU seconds every process on the machine has used since boot (/proc/stat, all CPUs; None off Linux).
+
+    Busy = user + nice + system + irq + softirq + steal (a hypervisor's steal is a core taken away too)."""
+    try:
+        with open("/proc/stat") as fh:
+            fields = [int(x) for x in fh.readline().split()[1:9]]
+    except (OSError, ValueError):
+        return None
+    user, nice, system, _idle, _iowait, irq, softirq, steal = fields
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+@dataclass(frozen=True)
+class RankUse:
+    """One rank's time over its steps (prefills and decodes): wall, thread CPU, and the collectives' share."""
+
+    wall_s: float
+    cpu_s: float
+    comm_s: float  # wall inside collectives (a rank other than 0 also waits there for rank 0 to start a request)
+    comm_cpu_s: float  # thread CPU inside collectives
+    process_cpu_s: float = 0.0  # the whole process's CPU over the serving window (gloo's threads too)
+    window_s: float = 0.0  # wall seconds of the serving window (barrier to barrier)
+    machine_busy_s: float | None = None  # the machine's busy CPU seconds over the window (rank 0; else None)
+
+    @property
+    def core_share(self) -> float | None:
+        """Thread CPU / wall outside the collectives (1.0: a core of its own while computing)."""
+        wall = self.wall_s - self.comm_s
+        return (self.cpu_s - self.comm_cpu_s) / wall if wall > 0 else None
+
+
+@dataclass(frozen=True)
+class SeqParServed:
+    records: list[RequestRecord]  # in request-id order
+    merge_s: float  # mean merge seconds per request (prefill and decode), rank 0
+    comm_wait_s: float  # mean seconds per request that rank 0 waited in collectives
+    ranks: tuple[RankUse, ...]
+
+    @property
+    def machine_share(self) -> float | None:
+        """1 - CPU used by other processes over the window / (window x P): the free part of the ranks' P cores."""
+        busy = next((r.machine_busy_s for r in self.ranks if r.machine_busy_s is not None), None)
+        window = max((r.window_s for r in self.ranks), default=0.0)
+        if busy is None or window <= 0:
+            return None
+        foreign = max(0.0, busy - sum(r.process_cpu_s for r in self.ranks))
+        return max(0.0, 1.0 - foreign / (window * len(self.ranks)))
+
+    @property
+    def core_share(self) -> float | None:
+        """The fewest rank's share outside its collectives, capped by the machine share (see the module doc)."""
+        shares = [s for r in self.ranks if (s := r.core_share) is not None]
+        if (machine := self.machine_share) is not None:
+            shares.append(machine)
+        return min(shares) if shares else None
+
+
+def _rank_main(rank: int, device: torch.device, checkpoint: str, degree: int,
+               requests: list[tuple[int, float, int, int, str]], prompts: list[list[int]],
+               clock_kind: str) -> tuple[list[tuple[int, float, float, float, float, float]], RankUse]:
+    """One rank's loop: rank 0's (request_id, admitted_s, first_token_s, finish_s, merge_s, comm_wait_s) per
+    request (other ranks: []), and this rank's RankUse."""
+    import torch.distributed as dist
+
+    from tripath.engine.model.checkpoint import load_checkpoint
+    from tripath.engine.seqpar.parallel import SeqParConfig, SequenceParallel
+
+    _, model = load_checkpoint(checkpoint, device=str(device))
+    config = SeqParConfig()
+    SequenceParallel(model, config).generate([0] * 16, 2)  # warm-up: kernels, gloo buffers, allocator
+    replay = SpReplayClock()
+    clock, sleep = (replay, replay.sleep) if clock_kind == "cpu" else (time.perf_counter, time.sleep)
+    dist.barrier()
+    t0 = clock()
+    window, process, busy = time.perf_counter(), time.process_time(), machine_busy_s() if rank == 0 else None
+    out = []
+    wall = cpu = comm = comm_cpu = 0.0
+    for (rid, arrival, _, output_tokens, _), prompt in zip(requests, prompts, strict=True):
+        if rank == 0:  # the other ranks wait inside the first collective of the prefill
+            sleep(max(0.0, arrival - (clock() - t0)))
+        admitted = clock() - t0
+        sp = SequenceParallel(model, config)  # one sequence per instance
+        replay.attach(sp.times)
+        w, c = time.perf_counter(), time.thread_time()
+        token = sp.prefill(prompt)
+        first = clock() - t0
+        for _ in range(output_tokens - 1):  # greedy, EOS ignored: exactly output_tokens tokens
+            token = sp.decode(token)
+        finish = clock() - t0
+        wall, cpu = wall + time.perf_counter() - w, cpu + time.thread_time() - c
+        comm, comm_cpu = comm + sp.times.comm_s, comm_cpu + sp.times.comm_cpu_s
+        out.append((rid, admitted, first, finish, sp.times.merge_s, sp.times.comm_wait_s))
+    dist.barrier()  # the ranks' windows end together, so the machine's busy time covers both
+    end_busy = machine_busy_s() if busy is not None else None
+    use = RankUse(wall, cpu, comm, comm_cpu, time.process_time() - process, time.perf_counter() - window,
+                  end_busy - busy if end_busy is not None and busy is not None else None)
+    return (out if rank == 0 else []), use
+
+
+def serve_seqpar(checkpoint: str, degree: int, requests: list[RequestSpec], prompts: list[list[int]],
+                 clock: str = "wall", deadline_s: float = 1200.0) -> SeqParServed:
+    """Serve ``requests`` over ``degree`` spawned ranks (records in request-id order, merge, waits, rank use)."""
+    from tripath.engine.seqpar.dist import DistConfig, spawn
+
+    order = sorted(range(len(requests)), key=lambda i: (requests[i].arrival_s, requests[i].request_id))
+    rows = [(r.request_id, r.arrival_s, r.prompt_tokens, r.output_tokens, r.task) for r in
+            (requests[i] for i in order)]
+    results: list[Any] = spawn(_rank_main, DistConfig(degree, "gloo", threads_per_rank=1), checkpoint, degree, rows,
+                               [prompts[i] for i in order], clock, deadline_s=deadline_s)
+    served = results[0][0]
+    times = {rid: (a, f, e) for rid, a, f, e, _, _ in served}
+    merge = sum(row[4] for row in served) / max(1, len(served))
+    waited = sum(row[5] for row in served) / max(1, len(served))
+    records = []
+    for r in sorted(requests, key=lambda r: r.request_id):
+        admitted, first, finish = times[r.request_id]
+        records.append(RequestRecord(r.request_id, r.task, r.arrival_s, r.prompt_tokens, r.output_tokens, 0,
+                                     admitted, first, finish, COMPLETED, ""))
+    return SeqParServed(records, merge, waited, tuple(use for _, use in results))

@@ -1,0 +1,68 @@
+"""Sweep results cached on disk, keyed by what determines them.
+
+The key is a sha256 over the canonical scenario dict, the profile's canonical JSON, the seed,
+the replications, the job's options and the code version (a hash of the simulator's and
+planning's source files, so an edited simulator never serves stale numbers). Entries are JSON
+files written through a temp file and os.replace: a killed sweep leaves whole entries or none.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+PACKAGE_ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_CACHE_DIR = Path(".tripath-cache")
+
+
+@functools.lru_cache(maxsize=1)
+def code_version() -> str:
+    """sha256 of every tripath/simulator/ and tripath/planning/ source file (path and bytes), in sorted order."""
+    digest = hashlib.sha256()
+    for folder in ("simulator", "planning"):
+        for path in sorted((PACKAGE_ROOT / folder).glob("*.py")):
+            digest.update(f"{folder}/{path.name}\0".encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def cache_key(parts: dict[str, Any]) -> str:
+    """sha256 of the canonical JSON of ``parts`` plus the code version."""
+    text = json.dumps({**parts, "code_version": code_version()}, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+class ResultCache:
+    """JSON results in ``directory/<key[:2]>/<key>.json``."""
+
+    def __init__(self, directory: str | os.PathLike[str] = DEFAULT_CACHE_DIR) -> None:
+        self.directory = Path(directory)
+
+    def _path(self, key: str) -> Path:
+        return self.directory / key[:2] / f"{key}.json"
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        try:
+            with open(self._path(key), encoding="utf-8") as fh:
+                return json.load(fh)
+        except (FileNotFoundError, json.JSONDecodeError):  # absent, or a foreign partial file: recompute
+            return None
+
+    def put(self, key: str, value: dict[str, Any]) -> None:
+        path = self._path(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        text = json.dumps(value, sort_keys=True, allow_nan=False)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(text)
+            os.replace(tmp, path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise

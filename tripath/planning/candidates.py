@@ -1,0 +1,129 @@
+"""The candidate paths as scenario-dict transforms: baseline, each path, the sensible combinations.
+
+A candidate sets the scenario's ``[strategy.*]`` tables (the agreed issue-8 format) and knows how
+many GPUs one replica of it occupies (tp x sequence-parallel degree). ``applicability`` says why a
+profile or cluster cannot support it ("no acceptance for task 'math'", ...), so an analysis can
+report "not applicable: <why>" instead of silently dropping the candidate.
+
+Combinations are the seed's (SEEDS.md section 4): speculative + tiered combine well; speculative
++ compression and tiered + compression are the stacking document's pairs; sequence parallel +
+tiered is included but flagged: the seed does not recommend it (paging traffic across GPUs).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from tripath.planning.scenario_dict import with_fields
+from tripath.profile.profile import Profile
+
+SP_DEGREE = 2
+PATH_ORDER = ("speculative", "tiered", "sequence_parallel", "compression")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One optimization path or combination: its strategy tables and what it needs."""
+
+    name: str
+    strategy: dict[str, dict[str, Any]] = field(default_factory=dict)
+    note: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise ValueError("candidate name must be non-empty")
+        unknown = set(self.strategy) - set(PATH_ORDER)
+        if unknown:
+            raise ValueError(f"candidate {self.name!r}: unknown strategy tables {sorted(unknown)}")
+
+    @property
+    def paths(self) -> tuple[str, ...]:
+        return tuple(p for p in PATH_ORDER if p in self.strategy)
+
+    def gpus_per_replica(self, profile: Profile) -> int:
+        degree = int(self.strategy.get("sequence_parallel", {}).get("degree", 1))
+        return int(profile.key.tp) * degree
+
+    def apply(self, data: dict[str, Any]) -> dict[str, Any]:
+        """The scenario dict with this candidate's strategy tables (replacing any the scenario had)."""
+        return with_fields(data, {"strategy": self.strategy or None})
+
+    def applicability(self, profile: Profile, data: dict[str, Any]) -> str | None:
+        """None when the profile and cluster support this candidate, else why not."""
+        tasks = list(data.get("workload", {}).get("tasks") or {"default": 1.0})
+        gpus = int(data.get("cluster", {}).get("gpus", 1))
+        reasons = []
+        spec = self.strategy.get("speculative")
+        if spec is not None:
+            if profile.speculative is None:
+                reasons.append("the profile has no speculative section (draft cost ratio, verify cost)")
+            prefix = "prompt_lookup:" if spec.get("proposer") == "prompt_lookup" else ""
+            missing = [t for t in tasks if prefix + t not in profile.acceptance]
+            if missing:
+                reasons.append(f"no acceptance for task {', '.join(repr(t) for t in missing)} in the profile")
+        if "tiered" in self.strategy and "device_host" not in profile.paging:
+            reasons.append("the profile has no paging.device_host link")
+        sp = self.strategy.get("sequence_parallel")
+        if sp is not None:
+            degree = int(sp.get("degree", SP_DEGREE))
+            rows = profile.sequence_parallel.get(degree)
+            if rows is None or not rows.rows:
+                reasons.append(f"the profile has no sequence-parallel rows for degree {degree}")
+        comp = self.strategy.get("compression")
+        if comp is not None and comp.get("mode") not in profile.compression:
+            have = ", ".join(profile.compression) or "none"
+            reasons.append(f"compression mode {comp.get('mode')!r} not in the profile (it has: {have})")
+        need = self.gpus_per_replica(profile)
+        if need > gpus:
+            reasons.append(f"needs {need} GPUs per replica, the cluster has {gpus}")
+        return "; ".join(reasons) or None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "paths": list(self.paths), "strategy": self.strategy, "note": self.note}
+
+
+BASELINE = Candidate("baseline", {}, "no optimization path")
+
+
+def candidates(profile: Profile) -> list[Candidate]:
+    """Every candidate for this profile, in a fixed order; compression once per measured mode
+    (or once, as "compression", when the profile has none, so it is reported as not applicable)."""
+    modes = sorted(profile.compression) or [None]
+
+    def comp(mode: str | None) -> tuple[str, dict[str, Any]]:
+        return (f"compression:{mode}" if mode else "compression"), {"mode": mode or "int8"}
+
+    spec: dict[str, Any] = {}
+    tiered: dict[str, Any] = {}
+    sp = {"degree": SP_DEGREE}
+    out = [BASELINE, Candidate("speculative", {"speculative": spec}),
+           Candidate("tiered", {"tiered": tiered}),
+           Candidate("sequence_parallel", {"sequence_parallel": sp})]
+    for mode in modes:
+        name, table = comp(mode)
+        out.append(Candidate(name, {"compression": table}))
+    out.append(Candidate("speculative+tiered", {"speculative": spec, "tiered": tiered},
+                         "the seed: speculative and tiered combine well"))
+    for mode in modes:
+        name, table = comp(mode)
+        out.append(Candidate(f"speculative+{name}", {"speculative": spec, "compression": table},
+                             "the stacking seed: compression lowers acceptance (negative coupling)"))
+    for mode in modes:
+        name, table = comp(mode)
+        out.append(Candidate(f"tiered+{name}", {"tiered": tiered, "compression": table}))
+    out.append(Candidate("sequence_parallel+tiered", {"sequence_parallel": sp, "tiered": tiered},
+                         "not recommended by the seed: paging traffic costs more across GPUs"))
+    return out
+
+
+def by_names(profile: Profile, names: list[str] | None) -> list[Candidate]:
+    """The named candidates (all when ``names`` is None); unknown names are a ValueError listing the known."""
+    every = candidates(profile)
+    if not names:
+        return every
+    known = {c.name: c for c in every}
+    missing = [n for n in names if n not in known]
+    if missing:
+        raise ValueError(f"unknown candidate(s) {', '.join(missing)}; known: {', '.join(known)}")
+    return [known[n] for n in names]

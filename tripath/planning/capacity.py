@@ -1,0 +1,234 @@
+"""Capacity planning: per candidate, the fewest replicas meeting the SLA at a load, its goodput, its cost.
+
+Replica search: exponential (1, 2, 4, ... replicas) until the SLA is met, then binary search
+between the last miss and the first hit. It assumes more replicas never hurt (true of the
+simulator's load balancing for the same arrivals; tests/test_planning_capacity.py checks the
+answer against a scan of every count on a small case).
+
+Goodput at attainment X: the highest arrival rate at which at least X of the arrived requests
+meet every SLA term. Search: from the planned load, double (or halve) until the SLA flips, then
+bisect to a relative width of ``rel_tol``. Every rate is simulated with the same seed (common
+random numbers), so a tighter SLA can only lower the answer.
+
+Cost: GPUs x price per GPU-hour (``gpu_price`` USD, the user's number); per 1,000 requests at the
+planned load: GPUs x price / (qps x 3600) x 1000.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tripath.planning.cache import ResultCache
+from tripath.planning.candidates import Candidate, by_names
+from tripath.planning.executor import Executor, LocalPoolExecutor
+from tripath.planning.scenario_dict import with_fields, with_rate
+from tripath.planning.sweep import Job, Outcome, run_cached
+from tripath.profile.profile import Profile
+
+ATTAINMENT_LEVELS = (0.9, 0.95, 0.99)
+
+
+@dataclass(frozen=True)
+class SearchSpec:
+    """One candidate's whole search (a picklable job: searches run in parallel, one per candidate)."""
+
+    scenario_json: str
+    source: str | None
+    profile_json: str
+    candidate: Candidate
+    qps: float
+    seed: int = 0
+    replications: int = 1
+    max_replicas: int = 256
+    attainment_levels: tuple[float, ...] = ATTAINMENT_LEVELS
+    rel_tol: float = 0.02
+    cache_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.qps > 0:
+            raise ValueError(f"qps must be > 0, got {self.qps}")
+        if self.max_replicas < 1:
+            raise ValueError(f"max_replicas must be >= 1, got {self.max_replicas}")
+        for level in self.attainment_levels:
+            if not 0.0 < level <= 1.0:
+                raise ValueError(f"attainment levels must be in (0, 1], got {level}")
+
+
+def _job(spec: SearchSpec, replicas: int, rate: float) -> Job:
+    profile = json.loads(spec.profile_json)
+    tp = int(profile["key"]["tp"])
+    degree = int(spec.candidate.strategy.get("sequence_parallel", {}).get("degree", 1))
+    data = spec.candidate.apply(json.loads(spec.scenario_json))
+    data = with_fields(with_rate(data, rate), {"cluster.gpus": replicas * tp * degree})
+    scenario_json = json.dumps(data, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return Job(scenario_json, spec.source, spec.profile_json, spec.seed, spec.replications)
+
+
+def search_replicas(meets: Any, max_replicas: int) -> tuple[int | None, list[tuple[int, bool]]]:
+    """Smallest n in [1, max_replicas] with meets(n), assuming meets is monotone; (None, trace) if none.
+
+    Exponential then binary search: O(log n) evaluations. ``trace`` lists (n, met) in order."""
+    trace: list[tuple[int, bool]] = []
+
+    def check(n: int) -> bool:
+        ok = bool(meets(n))
+        trace.append((n, ok))
+        return ok
+
+    miss, n = 0, 1
+    while not check(n):
+        miss = n
+        if n >= max_replicas:
+            return None, trace
+        n = min(2 * n, max_replicas)
+    hit = n
+    while hit - miss > 1:
+        mid = (miss + hit) // 2
+        if check(mid):
+            hit = mid
+        else:
+            miss = mid
+    return hit, trace
+
+
+def search_rate(meets: Any, start: float, rel_tol: float = 0.02, max_steps: int = 40) -> float | None:
+    """Highest rate with meets(rate) (monotone: true below, false above), to relative width rel_tol.
+
+    None when even start / 2**20 fails. A rate that meets at start * 2**20 is returned as that bound."""
+    lo: float | None = None
+    hi: float | None = None
+    rate = start
+    if meets(rate):
+        lo = rate
+        for _ in range(20):
+            rate *= 2.0
+            if not meets(rate):
+                hi = rate
+                break
+            lo = rate
+        if hi is None:
+            return lo
+    else:
+        hi = rate
+        for _ in range(20):
+            rate /= 2.0
+            if meets(rate):
+                lo = rate
+                break
+            hi = rate
+        if lo is None:
+            return None
+    for _ in range(max_steps):
+        if (hi - lo) <= rel_tol * hi:
+            break
+        mid = 0.5 * (lo + hi)
+        if meets(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def plan_candidate(spec: SearchSpec) -> dict[str, Any]:
+    """The replica search and goodput curve of one candidate (module level: runs in a worker)."""
+    candidate = spec.candidate
+    profile = Profile.from_dict(json.loads(spec.profile_json))
+    base = json.loads(spec.scenario_json)
+    reason = candidate.applicability(profile, with_fields(base, {"cluster.gpus": 10**6}))
+    out: dict[str, Any] = {"candidate": candidate.to_dict(), "not_applicable": reason,
+                           "gpus_per_replica": candidate.gpus_per_replica(profile)}
+    if reason is not None:
+        return out
+    outcomes: dict[int, Outcome] = {}
+
+    def meets(n: int) -> bool:
+        outcomes[n] = run_cached(_job(spec, n, spec.qps), spec.cache_dir)
+        if outcomes[n].error is not None:
+            raise _Refused(outcomes[n].error)
+        return outcomes[n].meets_sla
+
+    try:
+        replicas, trace = search_replicas(meets, spec.max_replicas)
+    except _Refused as err:
+        out["not_applicable"] = f"the simulator refused it: {err}"
+        return out
+    out["search"] = [{"replicas": n, "meets_sla": ok} for n, ok in trace]
+    out["replicas"] = replicas
+    if replicas is None:
+        out["outcome"] = outcomes[spec.max_replicas].to_dict()
+        return out
+    out["gpus"] = replicas * out["gpus_per_replica"]
+    out["outcome"] = outcomes[replicas].to_dict()
+    out["goodput_rps"] = goodput_curve(spec, replicas)
+    return out
+
+
+def goodput_curve(spec: SearchSpec, replicas: int) -> dict[str, float | None]:
+    """Goodput (req/s) at each attainment level of ``spec``, for ``replicas`` replicas of its candidate."""
+    curve: dict[str, float | None] = {}
+    for level in spec.attainment_levels:
+        def meets_rate(rate: float, level: float = level) -> bool:
+            outcome = run_cached(_job(spec, replicas, rate), spec.cache_dir)
+            attained = None if outcome.error else outcome.data["attainment"]["all"]
+            return attained is not None and attained >= level
+        curve[str(level)] = search_rate(meets_rate, spec.qps, spec.rel_tol)
+    return curve
+
+
+class _Refused(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Per candidate: replicas, GPUs, the outcome at that size, goodput curve, cost; and the cheapest."""
+
+    scenario: str
+    profile_key: str
+    profile_source: str
+    qps: float
+    sla_ms: dict[str, float | None]
+    gpu_price: float | None
+    rows: tuple[dict[str, Any], ...]
+
+    @property
+    def recommended(self) -> dict[str, Any] | None:
+        ok = [r for r in self.rows if r.get("gpus") is not None]
+        if not ok:
+            return None
+        return min(ok, key=lambda r: (r["gpus"], -(r["outcome"].get("sla_margin") or 0.0)))
+
+    def to_dict(self) -> dict[str, Any]:
+        best = self.recommended
+        return {"scenario": self.scenario, "profile": {"key": self.profile_key, "source": self.profile_source},
+                "numbers_from": f"simulated on a '{self.profile_source}' profile ({self.profile_key})",
+                "qps": self.qps, "sla_ms": self.sla_ms, "gpu_price_usd_per_gpu_hour": self.gpu_price,
+                "candidates": list(self.rows), "recommended": None if best is None else best["candidate"]["name"]}
+
+
+def plan(data: dict[str, Any], source: str | None, profile: Profile, qps: float,
+         sla_ms: dict[str, float | None] | None = None, gpu_price: float | None = None,
+         candidate_names: Sequence[str] | None = None, seed: int = 0, replications: int = 1,
+         max_replicas: int = 256, executor: Executor | None = None, cache: ResultCache | None = None,
+         attainment_levels: tuple[float, ...] = ATTAINMENT_LEVELS) -> Plan:
+    """Capacity plan of the scenario (a TOML dict) at ``qps``; ``sla_ms`` overrides the scenario's SLA terms."""
+    changes = {f"sla.{term}_p99_ms": value for term, value in (sla_ms or {}).items() if value is not None}
+    data = with_fields(data, changes)
+    sla = {term: data.get("sla", {}).get(f"{term}_p99_ms") for term in ("ttft", "tpot", "e2e")}
+    if all(v is None for v in sla.values()):
+        raise ValueError("no SLA term: give the scenario an [sla] table or --sla-ttft-ms/--sla-tpot-ms/--sla-e2e-ms")
+    chosen = by_names(profile, list(candidate_names) if candidate_names else None)
+    cache_dir = None if cache is None else str(cache.directory)
+    text = json.dumps(data, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    specs = [SearchSpec(text, source, profile.to_json(), c, qps, seed, replications, max_replicas,
+                        attainment_levels, cache_dir=cache_dir) for c in chosen]
+    executor = executor or LocalPoolExecutor(1)
+    rows = executor.map(plan_candidate, specs)
+    for row in rows:
+        if row.get("gpus") is not None and gpu_price is not None:
+            row["cost_usd_per_hour"] = row["gpus"] * gpu_price
+            row["cost_usd_per_1k_requests"] = row["gpus"] * gpu_price / (qps * 3600.0) * 1000.0
+    return Plan(data.get("name", "scenario"), profile.key_str(), profile.source, qps, sla, gpu_price, tuple(rows))

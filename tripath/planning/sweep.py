@@ -1,0 +1,209 @@
+"""A sweep: simulation jobs, their compact outcomes, run on an executor through the cache.
+
+A ``Job`` is everything one simulation depends on, as plain text and numbers (picklable for a
+process pool or Ray, hashable for the cache). ``run_job`` simulates it and keeps what planning
+reads: P50/P99 per SLA term with 95% confidence intervals, SLA attainment, rejections, GPU-hours
+per 1,000 requests, peak KV memory and, optionally, P99 per window of arrival time (transients).
+
+Meeting the SLA (``Outcome.meets_sla``): every given term's P99 (mean over replications) is at
+or under its target, and at most 1% of arrived requests were rejected (a rejected request has
+no latency to put in a percentile, but it did not meet the SLA either).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from tqdm import tqdm
+
+from tripath.core import metrics
+from tripath.core.errors import InputError
+from tripath.planning.cache import ResultCache, cache_key
+from tripath.planning.executor import Executor, LocalPoolExecutor
+from tripath.profile.profile import Profile
+from tripath.simulator.runner import simulate
+from tripath.simulator.scenario.scenario import scenario_from_dict
+from tripath.simulator.summary import summary
+
+TERMS = ("ttft", "tpot", "e2e")
+MAX_REJECTED = 0.01
+
+
+@dataclass(frozen=True)
+class Job:
+    """One simulation: scenario (canonical JSON of the TOML dict), profile (canonical JSON), seed."""
+
+    scenario_json: str
+    source: str | None
+    profile_json: str
+    seed: int = 0
+    replications: int = 1
+    window_s: float | None = None  # P99 per window of arrival time, for transients
+
+    def key(self) -> str:
+        return cache_key({"scenario": json.loads(self.scenario_json), "profile": json.loads(self.profile_json),
+                          "seed": self.seed, "replications": self.replications, "window_s": self.window_s})
+
+
+def make_job(data: dict[str, Any], source: str | None, profile: Profile, seed: int = 0, replications: int = 1,
+             window_s: float | None = None) -> Job:
+    scenario_json = json.dumps(data, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return Job(scenario_json, source, profile.to_json(), seed, replications, window_s)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What planning reads from one simulation (``data`` is the JSON-ready dict run_job made)."""
+
+    data: dict[str, Any]
+
+    @property
+    def error(self) -> str | None:
+        """Why the simulator refused this scenario (None when it ran)."""
+        return self.data.get("error")
+
+    def p99_ms(self, term: str) -> float | None:
+        return self.data["p99_ms"][term]["mean"]
+
+    @property
+    def meets_sla(self) -> bool:
+        return self.error is None and bool(self.data["meets_sla"])
+
+    @property
+    def gpus(self) -> int:
+        return int(self.data["gpus"])
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.data
+
+
+def _finite(value: float) -> float | None:
+    return float(value) if value is not None and math.isfinite(value) else None
+
+
+def _windows(runs_records: list[Sequence[metrics.RequestRecord]], window_s: float) -> list[dict[str, Any]]:
+    """P99 per window of arrival time (requests grouped by when they arrived), estimated over replications."""
+    end = max((r.arrival_s for records in runs_records for r in records), default=0.0)
+    count = max(1, math.ceil(end / window_s)) if end > 0 else 1
+    out = []
+    for i in range(count):
+        lo, hi = i * window_s, (i + 1) * window_s
+        per_run = [[r for r in records if lo <= r.arrival_s < hi or (i == count - 1 and r.arrival_s == hi)]
+                   for records in runs_records]
+        row: dict[str, Any] = {"start_s": lo, "end_s": hi, "arrived": sum(len(p) for p in per_run)}
+        for term in TERMS:
+            values = [metrics.percentiles(metrics.latencies(p, term))["p99"] * 1000.0 for p in per_run]
+            row[f"{term}_p99_ms"] = metrics.estimate(values)
+        out.append(row)
+    return out
+
+
+def run_job(job: Job) -> dict[str, Any]:
+    """Simulate one job and return its JSON-ready outcome (a module-level function: picklable).
+
+    A scenario the simulator refuses (a strategy the profile cannot support, a field this
+    simulator does not know yet) gives ``{"error": "<file: field: problem>"}``, not an exception:
+    one unsupported candidate must not sink a whole sweep, and the reason is what gets reported.
+    """
+    profile = Profile.from_dict(json.loads(job.profile_json))
+    try:
+        scenario = scenario_from_dict(json.loads(job.scenario_json), job.source)
+        result = simulate(scenario, profile, seed=job.seed, replications=job.replications)
+    except InputError as err:
+        return {"error": str(err)}
+    report = summary(result)
+    records = [run.records for run in result.runs]
+    latency = report["latency_ms"]
+    targets = report["sla"]["targets_ms"]
+    counts = report["counts"]
+    rejected_share = counts["rejected"] / counts["arrived"] if counts["arrived"] else 0.0
+    p99 = {term: latency[term]["p99"] for term in TERMS}
+    margins = {term: (None if targets[term] is None or p99[term]["mean"] is None
+                      else (targets[term] - p99[term]["mean"]) / targets[term]) for term in TERMS}
+    given = [m for term, m in margins.items() if targets[term] is not None]
+    meets = rejected_share <= MAX_REJECTED and all(m is not None and m >= 0.0 for m in given)
+    gpus = int(scenario.cluster.gpus)
+    gpu_hours = []
+    for recs in records:
+        done = len(metrics.completed(recs))
+        span = metrics.makespan(recs)
+        gpu_hours.append(gpus * span / 3600.0 / done * 1000.0 if done else math.nan)
+    data = {
+        "scenario": scenario.name,
+        "profile": {"key": result.profile_key, "source": result.profile_source},
+        "numbers_from": f"simulated on a '{result.profile_source}' profile ({result.profile_key})",
+        "seed": job.seed,
+        "replications": job.replications,
+        "gpus": gpus,
+        "replicas": result.replicas,
+        "rate_per_s": _finite(result.rate_per_s) if result.rate_per_s is not None else None,
+        "p50_ms": {term: latency[term]["p50"] for term in TERMS},
+        "p99_ms": p99,
+        # per replication (same seeds across candidates), so a difference can be judged pairwise
+        "p99_ms_by_replication": {term: [metrics.latency_percentiles(recs)[term]["p99"] * 1000.0 for recs in records]
+                                  for term in TERMS},
+        "sla_targets_ms": {term: targets[term] for term in TERMS},
+        "attainment": {term: (a or {}).get("mean") for term, a in report["sla"]["attainment"].items()},
+        "counts": counts,
+        "rejected_share": rejected_share,
+        "reject_reasons": report["reject_reasons"],
+        "sla_margin": min(given) if given and all(m is not None for m in given) else None,
+        "meets_sla": meets,
+        "throughput_rps": report["throughput"]["requests_per_s"]["mean"],
+        "gpu_hours_per_1k": metrics.estimate(gpu_hours)["mean"],
+        "kv_capacity_bytes": result.kv_capacity_bytes,
+        "peak_kv_bytes": max((rs.peak_kv_bytes for run in result.runs for rs in run.replicas), default=0),
+        "windows": None if job.window_s is None else _windows(records, job.window_s),
+    }
+    return _json_ready(data)
+
+
+def _json_ready(value: Any) -> Any:
+    if isinstance(value, float | np.floating):
+        return float(value) if math.isfinite(value) else None
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _json_ready(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_ready(v) for v in value]
+    return value
+
+
+def run_sweep(jobs: Sequence[Job], executor: Executor | None = None, cache: ResultCache | None = None,
+              desc: str = "simulating") -> list[Outcome]:
+    """Outcomes in job order; identical jobs run once; cached ones are not rerun. Progress on stderr."""
+    executor = executor or LocalPoolExecutor(1)
+    keys = [job.key() for job in jobs]
+    found: dict[str, dict[str, Any]] = {}
+    if cache is not None:
+        for key in dict.fromkeys(keys):
+            hit = cache.get(key)
+            if hit is not None:
+                found[key] = hit
+    todo = {key: job for key, job in zip(keys, jobs, strict=True) if key not in found}
+    with tqdm(total=len(todo), desc=desc, file=sys.stderr, disable=None, leave=False) as bar:
+        results = executor.map(run_job, list(todo.values()), progress=bar)
+    for key, value in zip(todo, results, strict=True):
+        found[key] = value
+        if cache is not None:
+            cache.put(key, value)
+    return [Outcome(found[key]) for key in keys]
+
+
+def run_cached(job: Job, cache_dir: str | None = None) -> Outcome:
+    """One job through the cache in this process (searches whose next job depends on the last)."""
+    cache = None if cache_dir is None else ResultCache(cache_dir)
+    key = job.key()
+    hit = cache.get(key) if cache is not None else None
+    if hit is None:
+        hit = run_job(job)
+        if cache is not None:
+            cache.put(key, hit)
+    return Outcome(hit)

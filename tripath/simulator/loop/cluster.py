@@ -1,0 +1,193 @@
+"""A cluster of identical replicas behind a router, fed by the workload's arrivals.
+
+- Replicas: cluster.gpus // (tp x sequence-parallel degree) copies of the model (tripath/simulator/loop/replica.py),
+  each with its own FCFS queue, continuous batching and KV budget.
+- Arrivals: one SimPy process walks the sorted RequestSpecs and fires each at exactly its
+  arrival_s, with URGENT priority, so every arrival of an instant is routed before any replica
+  handles an iteration boundary at that instant.
+- Router: a request whose KV reservation ((prompt + output) * kv_bytes_per_token) exceeds a
+  replica's whole KV capacity can never be served and is rejected at arrival. Any other goes to
+  the replica with the fewest outstanding requests (routed, not yet finished; a request finishing
+  at the very instant of the arrival still counts), ties to the lowest index — deterministic.
+
+With a StepperSetup (tripath/simulator/loop/stepper.py) the replicas are Steppers: any batching policy,
+preemption and path physics, one event per iteration; capacity is then the StepModel's
+kv_capacity_tokens (all tiers). Without one they are the fast baseline Replicas.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass
+
+import simpy
+
+from tripath.core.records import COMPLETED, Extrapolations, ReplicaStats, RequestRecord, RunResult, rejected_record
+from tripath.core.request import RequestSpec
+from tripath.simulator.costs import IterationCost
+from tripath.simulator.loop.clock import URGENT, Clock
+from tripath.simulator.loop.replica import Ledger, Replica, ReplicaConfig
+from tripath.simulator.loop.stepper import PathLedger, Stepper, StepperSetup
+from tripath.simulator.loop.timeseries import Sampler
+from tripath.simulator.paths.seqpar import SpPhysics
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    """How many replicas, and the limits each one runs with."""
+
+    replicas: int
+    replica: ReplicaConfig
+
+    def __post_init__(self) -> None:
+        if self.replicas < 1:
+            raise ValueError(f"replicas must be >= 1, got {self.replicas}")
+
+
+class Cluster:
+    """Replicas, router and arrivals on one clock; ``run()`` simulates until every request is done."""
+
+    def __init__(self, requests: Sequence[RequestSpec], config: ClusterConfig, cost: IterationCost,
+                 fast: bool = True, setup: StepperSetup | None = None, sp: SpPhysics | None = None) -> None:
+        for before, after in zip(requests, requests[1:], strict=False):
+            if after.arrival_s < before.arrival_s:
+                raise ValueError(f"requests must be sorted by arrival_s (request {after.request_id})")
+        self.requests = requests
+        self.config = config
+        self.cost = cost
+        self.env = Clock()
+        prompts, outputs = [r.prompt_tokens for r in requests], [r.output_tokens for r in requests]
+        self.reject_reason: dict[int, str] = {}
+        self.next_arrival_s = requests[0].arrival_s if requests else float("inf")
+        self.setup = setup
+        self.sp = sp  # the fast replicas' SP physics (its cost is inside ``cost``): merge time and counts
+        self.sampler: Sampler | None = None
+        self.replicas: list[Replica] | list[Stepper]
+        if setup is None:
+            self.ledger = Ledger(prompts, outputs, config.replica.kv_bytes_per_token, merge=sp is not None)
+            merge = None if sp is None else sp.decode_merge_array
+            prefill_merge = None if sp is None else sp.merge_array
+            self.replicas = [
+                Replica(self.env, i, config.replica, cost, self.ledger, self._next_arrival, self._expects, fast,
+                        merge, prefill_merge)
+                for i in range(config.replicas)
+            ]
+        else:
+            self.ledger = PathLedger(prompts, outputs, config.replica.kv_bytes_per_token,
+                                     setup.task_indexes([r.task for r in requests]))
+            self.replicas = [Stepper(self.env, i, setup.model_for(i), setup.policy_for(i), self.ledger, setup.config)
+                             for i in range(config.replicas)]
+            if setup.timeseries_interval_s is not None:
+                self.sampler = Sampler(self.env, self.replicas, setup.timeseries_interval_s, self._all_done)
+        self.env.process(self._arrivals())
+
+    def _next_arrival(self) -> float:
+        return self.next_arrival_s
+
+    def _arrivals(self) -> Generator[simpy.Event, None, None]:
+        requests = self.requests
+        last = len(requests) - 1
+        for index, request in enumerate(requests):
+            yield self.env.at(request.arrival_s, URGENT)
+            self.next_arrival_s = requests[index + 1].arrival_s if index < last else float("inf")
+            self._route(index)
+
+    def _choice(self) -> Replica:
+        """The replica the router would pick now: fewest outstanding, ties to the lowest index."""
+        replicas = self.replicas
+        best = replicas[0]
+        for replica in replicas[1:]:
+            if replica.outstanding < best.outstanding:  # strict: ties stay with the lower index
+                best = replica
+        return best
+
+    def _expects(self, index: int) -> bool:
+        """Whether replica ``index`` would receive a request arriving now (a hint for the fast path)."""
+        return len(self.replicas) == 1 or self._choice().index == index
+
+    def _all_done(self) -> bool:
+        return len(self.reject_reason) + sum(r.retired for r in self.replicas) == len(self.requests)
+
+    def _route(self, index: int) -> None:
+        capacity = self.config.replica.kv_capacity_bytes
+        tokens = capacity // self.config.replica.kv_bytes_per_token
+        too_big = self.ledger.reserve[index] > capacity
+        if isinstance(self.replicas[0], Stepper):  # the model's capacity in tokens (tiers, compression)
+            model = self.replicas[0].model
+            if model.kv_capacity_tokens != tokens:
+                tokens, capacity = model.kv_capacity_tokens, model.kv_capacity_tokens * model.kv_bytes_per_token
+            too_big = self.ledger.prompt[index] + self.ledger.output[index] > tokens
+        if too_big:
+            # One stable text per run (the request's own need is in its record), so the summary can count reasons.
+            self.reject_reason[index] = (f"KV reservation of (prompt + output) tokens exceeds the replica's KV "
+                                         f"capacity of {capacity} bytes ({tokens} tokens)")
+            return
+        best = self._choice()
+        self.ledger.replica[index] = best.index
+        best.enqueue(index)
+
+    def run(self) -> RunResult:
+        self.env.run()
+        for replica in self.replicas:
+            if replica.queue or replica.outstanding:
+                raise AssertionError(f"replica {replica.index} ended with unfinished requests")
+        # Events the simulation processed: one per arrival, per replica wake-up and per run.
+        events = len(self.requests) + sum(r.wakeups + r.runs for r in self.replicas)
+        if self.setup is None:
+            extrapolations = self.cost.extrapolations()
+            if self.sp is not None:
+                extrapolations = extrapolations.with_sp(self.sp.queries, self.sp.outside)
+            return RunResult(self._records(), self._stats(), extrapolations, events=events)
+        extrapolations = self._model_extrapolations()
+        timeseries = None if self.sampler is None else self.sampler.result()
+        return RunResult(self._records(), self._stats(), extrapolations, events=events, timeseries=timeseries)
+
+    def _model_extrapolations(self) -> Extrapolations:
+        """Summed over the replicas' StepModels, counting a shared counter (the same object) once."""
+        seen: dict[int, Extrapolations] = {}
+        for replica in self.replicas:
+            model = replica.model  # type: ignore[union-attr]
+            seen.setdefault(id(getattr(model, "cost", model)), model.extrapolations())
+        fields = ("prefill_queries", "prefill_outside", "decode_queries", "decode_outside", "sp_prefill_queries",
+                  "sp_prefill_outside")
+        return Extrapolations(*(sum(getattr(e, f) for e in seen.values()) for f in fields))
+
+    def _records(self) -> tuple[RequestRecord, ...]:
+        ledger = self.ledger
+        paths = isinstance(ledger, PathLedger)
+        merges = None if paths else ledger.merge_s
+        records = []
+        for index, r in enumerate(self.requests):
+            if index in self.reject_reason:
+                records.append(rejected_record(r.request_id, r.task, r.arrival_s, r.prompt_tokens,
+                                               r.output_tokens, self.reject_reason[index]))
+                continue
+            if paths:
+                records.append(RequestRecord(
+                    r.request_id, r.task, r.arrival_s, r.prompt_tokens, r.output_tokens, ledger.replica[index],
+                    ledger.admitted[index], ledger.first_token[index], ledger.finish[index], COMPLETED, "",
+                    ledger.draft_rounds[index], ledger.accepted[index], ledger.paging_s[index],
+                    ledger.merge_s[index], ledger.preemptions[index],
+                ))
+                continue
+            records.append(RequestRecord(
+                r.request_id, r.task, r.arrival_s, r.prompt_tokens, r.output_tokens, ledger.replica[index],
+                ledger.admitted[index], ledger.first_token[index], ledger.finish[index], COMPLETED,
+                merge_s=0.0 if merges is None else merges[index],
+            ))
+        return tuple(records)
+
+    def _stats(self) -> tuple[ReplicaStats, ...]:
+        capacity = self.config.replica.kv_capacity_bytes
+        return tuple(
+            ReplicaStats(r.index, r.busy_s, r.iterations, r.runs, r.peak_kv, capacity) for r in self.replicas
+        )
+
+
+def simulate_requests(requests: Sequence[RequestSpec], config: ClusterConfig, cost: IterationCost,
+                      fast: bool = True, setup: StepperSetup | None = None, sp: SpPhysics | None = None) -> RunResult:
+    """Serve ``requests`` (sorted by arrival) on the cluster; one replication, deterministic.
+
+    ``sp``: with fast replicas on an SP-transformed ``cost`` (tripath/simulator/paths/step.py: fast_transforms), the
+    SP physics inside it, so records carry merge time and the run counts SP extrapolations."""
+    return Cluster(requests, config, cost, fast, setup, sp).run()

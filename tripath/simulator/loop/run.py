@@ -1,0 +1,80 @@
+"""A run: consecutive iterations of one replica in which the batch does not change.
+
+No request finishes before the run's last iteration and none can be admitted before it ends,
+so the fast path (tripath/simulator/loop/replica.py) advances the whole run in one SimPy event. Its first
+iteration may prefill newly admitted requests (a mixed iteration, costed by IterationCost.mixed_s);
+the rest are decodes of the same ``batch`` sequences, whose total context grows by ``batch`` per
+iteration (and whose longest context by 1: IterationCost.run_keys prices either). Boundaries are a
+cumulative sum of per-iteration costs: np.cumsum adds left to right, so each boundary is the same
+float the reference reaches by repeated ``now + cost``.
+
+A run can be cut short: when a request is routed to its replica mid-run, it ends at its first
+boundary at or after that instant (``cut``), exactly where the reference would admit the request.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tripath.simulator.costs import IterationCost
+
+
+class Run:
+    """Boundaries and counts of one run; built by ``add_mixed`` / ``add_decodes``, maybe ``cut``."""
+
+    __slots__ = ("batch", "cuttable", "decode_context", "decode_longest", "end", "first_end", "iterations", "mixed",
+                 "start", "_bounds", "_context", "_longest", "_offset")
+
+    def __init__(self, start: float, batch: int, context: int, longest: int = 0) -> None:
+        self.start = start
+        self.batch = batch  # sequences decoding in every iteration after a mixed first one
+        self.decode_context = context  # total context S at the run's first decode iteration
+        self.mixed = 0  # 1 when the first iteration prefills newly admitted requests
+        self.first_end = start
+        self.end = start
+        self.iterations = 0
+        self.cuttable = False  # set when an arrival routed here must interrupt the run
+        self._context = context  # S of the next decode iteration to evaluate
+        # the longest context at the first decode / the next one to evaluate (used when attention is padded)
+        self.decode_longest = self._longest = longest
+        self._bounds = np.empty(0)  # boundaries of the last evaluated chunk of decodes
+        self._offset = 0  # iterations before that chunk
+
+    def add_mixed(self, cost_s: float, context_growth: int, longest_after: int = 0) -> None:
+        """The first iteration prefills the admitted requests while the others decode; ``longest_after``: the
+        longest context at the decode after it."""
+        self.end = self.first_end = float(self.start + cost_s)
+        self.mixed = 1
+        self.iterations = 1
+        self.decode_context += context_growth
+        self._context = self.decode_context
+        self.decode_longest = self._longest = longest_after
+
+    def add_decodes(self, cost: IterationCost, count: int, next_arrival: float) -> bool:
+        """Append up to ``count`` decodes, stopping at the first boundary >= next_arrival (then True)."""
+        batch, context = self.batch, self._context
+        contexts = cost.run_keys(batch, context, self._longest, count)  # S of each decode (Σ: +batch per step)
+        bounds = cost.decode_s(batch, contexts)
+        bounds[0] += self.end
+        bounds.cumsum(out=bounds)  # iteration boundaries, added left to right like now + cost
+        used = count
+        arrived = bool(bounds[count - 1] >= next_arrival)
+        if arrived:
+            used = int(bounds.searchsorted(next_arrival)) + 1
+        if self.iterations == 0:
+            self.first_end = float(bounds[0])
+        self._bounds, self._offset = bounds[:used], self.iterations
+        self.iterations += used
+        self.end = float(bounds[used - 1])
+        self._context = context + batch * used
+        self._longest += used
+        return arrived
+
+    def cut(self, now: float) -> None:
+        """End the run at its first boundary at or after ``now`` (now <= end: the run is in progress)."""
+        if self.mixed and self.first_end >= now:
+            self.iterations, self.end = 1, self.first_end
+            return
+        index = int(self._bounds.searchsorted(now))
+        self.iterations = self._offset + index + 1
+        self.end = float(self._bounds[index])

@@ -1,0 +1,103 @@
+"""Which replica a scenario runs on, and the per-replica physics and policy of the general loop.
+
+The fast Replica (tripath/simulator/loop/replica.py) serves the baseline: continuous batching, no
+preemption, no time series, and no strategy table or only compression and/or sequence
+parallelism (deterministic: a transformed cost model, tripath/simulator/paths/step.py). Anything else needs
+the per-iteration loop (tripath/simulator/loop/stepper.py): another batching policy (waits, chunks, adaptive
+control), preemption, speculation or tiering (per-iteration randomness, tier state), or
+time-series samples. Each replica then gets its own StepModel — tripath/simulator/paths/step.py's
+``build_step_model`` — with its own cost counters and random stream, and its own policy
+(the adaptive controller keeps per-replica state).
+
+Random streams: the workload of replication i draws from SeedSequence(seed).spawn(R)[i]; the
+path models draw from a SeedSequence with that child's entropy and spawn key extended by
+PATH_STREAM, split per replica. The workload's draws are therefore the same whatever the paths do.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from tripath.core.errors import InputError
+from tripath.simulator.costs import IterationCost
+from tripath.simulator.loop.batching import BatchPolicy, build_policy
+from tripath.simulator.loop.stepper import StepperConfig, StepperSetup
+from tripath.simulator.scenario.scenario import Scenario
+from tripath.simulator.step_model import BaselineStep, StepModel
+
+PATH_STREAM = 0x5EED  # spawn-key element of the path models' streams: disjoint from the workload's children
+
+
+def loop_reason(scenario: Scenario, timeseries_interval_s: float | None = None) -> tuple[bool, str]:
+    """(whether the per-iteration loop must run, why that loop) for the summary."""
+    strategy = getattr(scenario, "strategy", None)
+    batching = scenario.batching
+    if batching.needs_stepper:
+        return True, (f"batching policy '{batching.policy}' / preemption '{batching.preemption}' needs the "
+                      "per-iteration loop")
+    if timeseries_interval_s is not None:
+        return True, "time-series samples need the per-iteration loop"
+    if strategy is not None and not strategy.baseline:
+        per_iteration = [what for what, on in (("speculation (random tokens per round)", strategy.speculative),
+                                               ("tiering (paging depends on tier state)", strategy.tiered)) if on]
+        if per_iteration:
+            return True, " and ".join(per_iteration) + " act per iteration: the per-iteration loop"
+        return False, ("compression / sequence parallelism only: a transformed cost model on the exact fast "
+                       "path (tripath/simulator/paths/step.py: fast_transforms)")
+    return False, "baseline continuous batching: the exact fast path"
+
+
+def needs_stepper(scenario: Scenario, timeseries_interval_s: float | None = None) -> bool:
+    return loop_reason(scenario, timeseries_interval_s)[0]
+
+
+def path_streams(seed_sequence: np.random.SeedSequence, replicas: int) -> list[np.random.Generator]:
+    """One generator per replica for the path physics, independent of the workload's stream."""
+    base = np.random.SeedSequence(seed_sequence.entropy, spawn_key=(*seed_sequence.spawn_key, PATH_STREAM))
+    return [np.random.default_rng(child) for child in base.spawn(replicas)]
+
+
+def swap_cost(scenario: Scenario, profile: Any) -> StepperConfig:
+    """The loop's preemption settings; swap charges the profile's device_host paging cost."""
+    mode = scenario.batching.preemption
+    if mode != "swap":
+        return StepperConfig(mode)
+    if "device_host" not in getattr(profile, "paging", {}):
+        raise InputError(scenario.source_path, "batching.preemption",
+                         f"'swap' needs a device_host paging cost, which profile {profile.key_str()} lacks "
+                         "(calibrate with --paging, or use 'recompute')")
+
+    def swap_s(nbytes: int) -> float:
+        return float(profile.paging_ms("device_host", nbytes)) / 1000.0
+
+    return StepperConfig(mode, swap_s)
+
+
+def stepper_setup(scenario: Scenario, profile: Any, replicas: int, kv_capacity_bytes: int,
+                  seed_sequence: np.random.SeedSequence, timeseries_interval_s: float | None = None,
+                  force: bool = False) -> StepperSetup | None:
+    """The setup of the general loop for this replication, or None where the fast Replica serves it
+    (``force``: the loop even there, e.g. to check the fast path against it)."""
+    if not force and not needs_stepper(scenario, timeseries_interval_s):
+        return None
+    config = swap_cost(scenario, profile)
+    build_policy(scenario.batching, scenario.sla, scenario.source_path)  # bad input fails before the run
+    streams = path_streams(seed_sequence, replicas)
+    try:
+        from tripath.simulator.paths.step import build_step_model
+    except ImportError:  # the path physics not installed: the baseline physics only
+        build_step_model = None
+
+    def model_for(i: int) -> StepModel:
+        cost = IterationCost.from_profile(profile)  # per replica: its own extrapolation counters
+        if build_step_model is None:
+            return BaselineStep(cost, int(profile.model.kv_bytes_per_token), kv_capacity_bytes)
+        return build_step_model(scenario, profile, cost, streams[i], i)
+
+    def policy_for(i: int) -> BatchPolicy:
+        return build_policy(scenario.batching, scenario.sla, scenario.source_path)
+
+    tasks = tuple(name for name, _ in scenario.workload.tasks)
+    return StepperSetup(model_for, policy_for, config, tasks, timeseries_interval_s)

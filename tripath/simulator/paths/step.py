@@ -1,0 +1,300 @@
+"""The StepModel of a replica with optimization paths on, composed over the baseline costs.
+
+Compression and sequence parallelism are deterministic: they transform the cost model
+(``path_cost``: compression's decode overhead, then SP's split and merge), and an iteration on the
+transformed model is priced by the same IterationCost arithmetic as the baseline. Speculation
+(random tokens per round) and the tiered cache (paging that depends on tier state) act per
+iteration on top, in ``PathStep``. One iteration's milliseconds, from the profile's models:
+
+    decode part   d' = decode'(B, S)         compression: x its overhead; SP: attention / P + merge_ms(S)
+                  speculation: x (K_max c + v(K_max)) for the batch's round (1 without speculation)
+    prefill part  sum over chunks of prefill'(T, ctx) - prefill(0, 0)
+                  SP: work / speedup(ctx + T) + merge_ms(ctx + T)
+    draft prefill measured profiles (real_engine's DraftModelProposer): c x the prefill part of the prompt
+                  (+ first token) the draft catches up on, in the sequence's first round; seed/published
+                  profiles (vLLM-style): the prefill part x (1 + c) in the prefill iteration
+    base          the decode part if B > 0, else prefill(0, 0) (the iteration's fixed cost)
+    compute       base + prefill part (+ the profile's step_overhead(N, T) once, when it has one)
+    seconds       compute + paging stall (tiered: max(0, paging - overlap x compute); measured profiles:
+                  real_engine's per-step read and page moves, tier_engine_rule.py)
+
+tripath/simulator/paths/speculative.py, tier_physics.py, sp_physics.py and compression_physics.py hold each
+path's formulas and say where their numbers come from; docs/simulator_paths.md puts them together.
+``build_step_model`` returns step_model.BaselineStep with every strategy off (records equal the
+baseline's bit for bit), ``TransformedStep`` (BaselineStep on the transformed model) with only
+compression and/or SP on, and ``PathStep`` otherwise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from tripath.core.records import Extrapolations
+from tripath.simulator.costs import IterationCost
+from tripath.simulator.paths.compression import CompressionPhysics
+from tripath.simulator.paths.seqpar import SpPhysics
+from tripath.simulator.paths.speculative import SpeculativePhysics
+from tripath.simulator.paths.tiered import TierPhysics
+from tripath.simulator.scenario.strategy import StrategySpec, check_against_profile
+from tripath.simulator.step_model import (
+    BaselineStep,
+    Decode,
+    DecodeBatch,
+    PrefillChunk,
+    StepModel,
+    StepResult,
+    as_batch,
+    ones,
+)
+
+
+def path_cost(cost: IterationCost, compression: CompressionPhysics | None, sp: SpPhysics | None) -> IterationCost:
+    """The baseline cost model with the deterministic paths applied: compression, then SP."""
+    prefill, decode = cost._prefill_ms, cost._decode_ms
+    if compression is not None:
+        decode = compression.decode_fn(decode)
+        prefill = compression.prefill_fn(prefill)
+    if sp is not None:
+        decode = sp.decode_fn(decode)
+        prefill = sp.prefill_fn(prefill, cost._prefill_fixed_ms)
+    # the served step's host work outside the forward (profile costs.step_overhead) is not a path's: kept as is
+    out = IterationCost(prefill, decode, (cost._pre_tok, cost._pre_ctx), (cost._dec_batch, cost._dec_ctx),
+                        cost._overhead_ms, None if sp is not None else cost.block_tokens)
+    # block_tokens: the engine's padded decode keys, if any; real_engine's SP engine (seqpar.py) keeps a dense
+    # cache per sequence and reads exactly its own context, so SP prices Σ contexts
+    if sp is not None:
+        sp.queries = sp.outside = 0  # IterationCost's own sanity check priced a 1-token chunk: not a query
+    return out
+
+
+class _Transforms:
+    """What compression and SP change for a replica: its cost model, bytes per token, capacity, GPUs."""
+
+    def __init__(self, cost: IterationCost, profile: Any, strategy: StrategySpec, kv_capacity_bytes: int) -> None:
+        self.compression = None if strategy.compression is None else CompressionPhysics(
+            profile, strategy.compression.mode)
+        full = int(profile.model.kv_bytes_per_token)
+        self.kv_bytes_per_token = full if self.compression is None else self.compression.bytes_per_token(full)
+        self.degree = 1 if strategy.sequence_parallel is None else strategy.sequence_parallel.degree
+        self.sp = None if self.degree == 1 else SpPhysics(profile, self.degree)
+        # every SP rank holds 1/P of each sequence's KV in its own budget: P budgets per replica
+        self.kv_capacity_bytes = self.degree * kv_capacity_bytes
+        self.gpus = int(profile.key.tp) * self.degree
+        self.cost = path_cost(cost, self.compression, self.sp)
+
+    def merge_ms(self, prefills: Sequence[PrefillChunk], decodes: DecodeBatch) -> tuple[float, float]:
+        """(decode merge, prefill merges) in ms of one iteration: the SP merge inside its cost."""
+        if self.sp is None:
+            return 0.0, 0.0
+        decode = float(self.sp.decode_merge_array(decodes.total_context)) if len(decodes) else 0.0
+        return decode, sum(self.sp.merge_ms(p.context_before + p.new_tokens) for p in prefills)
+
+
+class TransformedStep(BaselineStep):
+    """Compression and/or SP alone: the baseline's iteration, operation for operation, on the transformed
+    cost model (so a fast path given the same model gives the same records), plus the merge time."""
+
+    def __init__(self, transforms: _Transforms) -> None:
+        super().__init__(transforms.cost, transforms.kv_bytes_per_token, transforms.kv_capacity_bytes,
+                         transforms.gpus)
+        self.transforms = transforms
+
+    def step(self, prefills: Sequence[PrefillChunk], decodes: DecodeBatch | Sequence[Decode],
+             live_tokens: int) -> StepResult:
+        decodes = as_batch(decodes)
+        result = super().step(prefills, decodes, live_tokens)
+        result.merge_s = sum(self.transforms.merge_ms(prefills, decodes)) / 1000.0
+        return result
+
+    def sp_extrapolations(self) -> tuple[int, int]:
+        """(SP prefill queries, of which outside the profile's measured rows or merge domain)."""
+        sp = self.transforms.sp
+        return (0, 0) if sp is None else (sp.queries, sp.outside)
+
+    def extrapolations(self) -> Extrapolations:
+        return self.cost.extrapolations().with_sp(*self.sp_extrapolations())
+
+
+class PathStep:
+    """Speculative and tiered iterations (with compression and SP if on) of one replica (StepModel)."""
+
+    def __init__(self, cost: IterationCost, profile: Any, strategy: StrategySpec, tasks: Sequence[str],
+                 kv_capacity_bytes: int, rng: np.random.Generator, source: str | None = None) -> None:
+        check_against_profile(strategy, profile, tuple(tasks), source)
+        self.strategy = strategy
+        self.transforms = t = _Transforms(cost, profile, strategy, kv_capacity_bytes)
+        self.cost, self.kv_bytes_per_token, self.gpus, self.sp = t.cost, t.kv_bytes_per_token, t.gpus, t.sp
+        self.device_kv_tokens = t.kv_capacity_bytes // t.kv_bytes_per_token
+        self.tiers = None if strategy.tiered is None else TierPhysics(
+            strategy.tiered, profile, self.kv_bytes_per_token, self.device_kv_tokens, ranks=t.degree)
+        self.kv_capacity_tokens = self.device_kv_tokens if self.tiers is None else self.tiers.capacity_tokens
+        drop = 0.0 if t.compression is None else t.compression.acceptance_drop
+        self.spec = None if strategy.speculative is None else SpeculativePhysics(
+            strategy.speculative, profile, tasks, rng, drop)
+        self._live = 0
+
+    def step(self, prefills: Sequence[PrefillChunk], decodes: DecodeBatch | Sequence[Decode],
+             live_tokens: int) -> StepResult:
+        decodes = as_batch(decodes)
+        batch = len(decodes)
+        ks = self.spec.choose(decodes) if self.spec is not None and batch else np.zeros(batch, dtype=np.int64)
+        decode_merge, prefill_merge = self.transforms.merge_ms(prefills, decodes)
+        if batch:
+            # every pass of the round (K_max draft steps at c, the verify at v) is a full (SP) step
+            factor = 1.0 if self.spec is None else self.spec.round_factor(int(ks.max()))
+            base_ms = factor * self._decode_ms(decodes)
+            if self.spec is not None and batch > 1:
+                # each sequence beyond the first: its own draft tokens, verify rows and bookkeeping, in batch-1
+                # decode steps at the batch's mean context (spec_physics.batch_extra; 0 without the coefficient)
+                extra = self.spec.batch_extra(batch, int(ks.max()))
+                if extra:
+                    base_ms += extra * float(self.cost._decode_ms(1, decodes.total_context // batch))
+            decode_merge *= factor
+            comp = self.transforms.compression
+            if self.spec is not None and comp is not None and comp.decode_extra is not None and self.sp is None:
+                # dequantization is the verify's alone (its B(K+1) rows), not every pass's (compression_physics)
+                priced = self._decode_context(decodes)  # the S inside _decode_ms's (transformed) price
+                extra = float(comp.decode_extra.extra_ms(batch, priced))
+                base_ms += comp.round_extra_ms(batch, priced, int(ks.max())) - factor * extra
+        else:
+            base_ms = self.cost._prefill_fixed_ms
+        draft_ms = draft_merge = 0.0
+        if self.spec is not None and batch:
+            # the draft prefills a prompt in the sequence's first round (after its first token), at r x the
+            # target's work for the same chunk (r: the measured draft/target prompt-pass ratio, else c);
+            # prompt lookup has no draft (r = 0, no catch-up)
+            chunks = [PrefillChunk(-1, -1, tokens, before, False) for tokens, before in self.spec.catch_up(decodes, ks)]
+            if chunks:
+                ratio = self.spec.prefill_ratio
+                draft_ms = ratio * self._prefill_ms(chunks)
+                draft_merge = ratio * self.transforms.merge_ms(chunks, DecodeBatch([], [], [], [], 0))[1]
+        # a vLLM-style engine (non-measured profiles) runs the draft's prefill beside the target's: x (1 + r)
+        draft = 1.0 if self.spec is None or self.spec.lazy_draft else 1.0 + self.spec.prefill_ratio
+        compute_ms = base_ms + draft * self._prefill_ms(prefills) + draft_ms
+        if self.cost._overhead_ms is not None:
+            # once per iteration (a speculative round is one engine step): its sequences and new tokens
+            new_tokens = batch + int(ks.sum()) + sum(p.new_tokens for p in prefills)
+            compute_ms += self.cost._overhead_ms(batch + len(prefills), new_tokens)
+        compute_s = compute_ms / 1000.0
+
+        accepted = self.spec.draw(decodes, ks) if self.spec is not None else None
+        emitted = ones(batch) if accepted is None else accepted + 1
+        if self.spec is not None:
+            self.spec.commit(decodes, ks, accepted)
+            self.spec.observe(decodes, ks, accepted)
+
+        stall_s, moved = 0.0, {}
+        written = sum(p.new_tokens for p in prefills) + int(emitted.sum())
+        if self.tiers is not None and self.tiers.rule is not None:
+            # real_engine's rule (tier_engine_rule.py): each sequence's pages, every one read every step; a first
+            # prompt chunk attends over its own K/V and reads nothing from the cache
+            held = [*decodes.contexts, *(p.context_before + p.new_tokens for p in prefills)]
+            reads = [*decodes.contexts, *(p.context_before + p.new_tokens for p in prefills if p.context_before)]
+            read_s, paging_s, moved = self.tiers.engine_step_split(reads, held, live_tokens + written)
+            compute_s += read_s  # the tiered attention's read extra is compute, paid with nothing moved: not paging
+            stall_s = self.tiers.stall_s(paging_s, compute_s)
+        elif self.tiers is not None:
+            read = decodes.total_context + sum(p.context_before for p in prefills)
+            paging_s, moved = self.tiers.iteration(max(live_tokens, read), read, written)
+            stall_s = self.tiers.stall_s(paging_s, compute_s)
+        self._live = live_tokens + written
+        rounds = None if self.spec is None else (ks > 0).astype(np.int64)
+        merge_s = (decode_merge + draft * prefill_merge + draft_merge) / 1000.0
+        return StepResult(compute_s + stall_s, emitted, accepted, rounds, stall_s, moved, merge_s)
+
+    def _decode_context(self, decodes: DecodeBatch) -> int:
+        """The S a decode step of these sequences is priced at (_decode_ms and the compressed verify's extra):
+        Σ contexts, or real_engine's padded key count B x the longest in whole blocks (IterationCost.keys)."""
+        if self.cost.block_tokens is None or not len(decodes):
+            return decodes.total_context
+        return self.cost.keys(len(decodes), decodes.total_context, max(decodes.contexts))
+
+    def _decode_ms(self, decodes: DecodeBatch) -> float:
+        """One decode step of the iteration's B sequences on the (transformed) cost model."""
+        cost, batch = self.cost, len(decodes)
+        context = self._decode_context(decodes)
+        cost.count_decodes(batch, context, 1)
+        return float(cost._decode_ms(batch, context))
+
+    def _prefill_ms(self, prefills: Sequence[PrefillChunk]) -> float:
+        """Token-dependent prefill work (SP merge included), counting queries outside the measured domain."""
+        cost = self.cost
+        work = 0.0
+        (tok_lo, tok_hi), (ctx_lo, ctx_hi) = cost._pre_tok, cost._pre_ctx
+        for chunk in prefills:
+            work += float(cost._prefill_ms(chunk.new_tokens, chunk.context_before)) - cost._prefill_fixed_ms
+            if not (tok_lo <= chunk.new_tokens <= tok_hi and ctx_lo <= chunk.context_before <= ctx_hi):
+                cost.prefill_outside += 1
+        cost.prefill_queries += len(prefills)
+        return work
+
+    def tier_bytes(self) -> dict[str, int]:
+        if self.tiers is not None:
+            return self.tiers.tier_bytes()
+        return {"device": self._live * self.kv_bytes_per_token}
+
+    def extrapolations(self) -> Extrapolations:
+        return self.cost.extrapolations().with_sp(*self.sp_extrapolations())
+
+    def sp_extrapolations(self) -> tuple[int, int]:
+        """(SP prefill queries, of which outside the profile's measured rows or merge domain)."""
+        return (0, 0) if self.sp is None else (self.sp.queries, self.sp.outside)
+
+
+def build_step_model(scenario: Any, profile: Any, cost: IterationCost, rng: np.random.Generator,
+                     replica_index: int = 0) -> StepModel:
+    """The step model of one replica: BaselineStep when no strategy is on, else PathStep.
+
+    ``rng`` is this replica's own stream (speculative draws); ``replica_index`` names the replica
+    and is not otherwise used (each replica's state lives in its own instance).
+    """
+    from tripath.simulator.runner import kv_capacity  # runner imports the loop, which imports this module
+
+    capacity, _ = kv_capacity(scenario, profile)
+    strategy: StrategySpec = getattr(scenario, "strategy", StrategySpec())
+    if strategy.baseline:
+        return BaselineStep(cost, int(profile.model.kv_bytes_per_token), capacity, int(profile.key.tp))
+    tasks = [task for task, _ in scenario.workload.tasks]
+    if strategy.speculative is None and strategy.tiered is None:
+        check_against_profile(strategy, profile, tuple(tasks), scenario.source_path)
+        return TransformedStep(_Transforms(cost, profile, strategy, capacity))
+    return PathStep(cost, profile, strategy, tasks, capacity, rng, scenario.source_path)
+
+
+def fast_path_model(scenario: Any, profile: Any) -> tuple[IterationCost, int, int] | None:
+    """(cost model, KV bytes per token, KV capacity bytes) with which the fast replica serves the scenario's
+    paths exactly, where they allow it (compression and/or SP only: deterministic, one token per decode);
+    None where they do not (speculation and tiering act per iteration) or for the baseline (use the
+    profile as is). runner.simulate uses ``fast_transforms`` (the same, with the SP physics, so the fast
+    replica also books merge_s to its records)."""
+    t = fast_transforms(scenario, profile)
+    return None if t is None else (t.cost, t.kv_bytes_per_token, t.kv_capacity_bytes)
+
+
+def transform_only(scenario: Any) -> bool:
+    """Whether the scenario's paths are compression and/or SP only (deterministic: a transformed cost model)."""
+    strategy: StrategySpec = getattr(scenario, "strategy", StrategySpec())
+    return not strategy.baseline and strategy.speculative is None and strategy.tiered is None
+
+
+def fast_transforms(scenario: Any, profile: Any) -> _Transforms | None:
+    """What fast_path_model returns, with the SP physics (merge model, extrapolation counters) the fast
+    replica uses to record merge time; a fresh instance per call (its own counters). None as there."""
+    from tripath.simulator.runner import kv_capacity
+
+    if not transform_only(scenario):
+        return None
+    strategy: StrategySpec = scenario.strategy
+    tasks = tuple(task for task, _ in scenario.workload.tasks)
+    check_against_profile(strategy, profile, tasks, scenario.source_path)
+    return _Transforms(IterationCost.from_profile(profile), profile, strategy, kv_capacity(scenario, profile)[0])
+
+
+def replica_gpus(scenario: Any, profile: Any) -> int:
+    """GPUs one replica occupies: tp x the sequence-parallel degree (replicas = gpus // this)."""
+    strategy: StrategySpec = getattr(scenario, "strategy", StrategySpec())
+    degree = 1 if strategy.sequence_parallel is None else strategy.sequence_parallel.degree
+    return int(profile.key.tp) * degree

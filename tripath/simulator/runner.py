@@ -1,0 +1,183 @@
+"""Simulate a Scenario on a Profile: seeded replications, a JSON-ready summary, and output files.
+
+Replication i draws its workload from numpy.random.default_rng(SeedSequence(seed).spawn(R)[i]),
+so the same seed gives the same records bit for bit, and replications are independent streams.
+Each percentile in the summary is the mean over replications with a 95% Student-t confidence
+interval (None when R = 1): mean +- t(0.975, R - 1) * sd / sqrt(R).
+
+Where each number comes from: every latency is *simulated* on cost models whose kind is the
+profile's ``source`` (measured, fitted, projected, published or seed); the arrival rate is the
+scenario's (``rate_per_s``) or ``load_fraction`` x the saturation *estimate* of
+tripath/simulator/capacity.py; the KV budget is the profile's, or tp x cluster.device_memory_gib minus
+the model's weights.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from tripath.core.errors import InputError
+from tripath.core.metrics import estimate
+from tripath.core.records import RunResult
+from tripath.simulator.capacity import Saturation, saturation
+from tripath.simulator.costs import IterationCost
+from tripath.simulator.loop.cluster import ClusterConfig, simulate_requests
+from tripath.simulator.loop.replica import ReplicaConfig
+from tripath.simulator.loop.stepper_setup import loop_reason, stepper_setup
+from tripath.simulator.paths.capacity import path_saturation
+from tripath.simulator.paths.provenance import strategies
+from tripath.simulator.paths.step import fast_transforms, replica_gpus
+from tripath.simulator.scenario.scenario import Scenario
+from tripath.simulator.scenario.workload import generate_requests, mean_lengths
+from tripath.simulator.summary import summary, write_outputs
+
+__all__ = ["SimulationResult", "estimate", "simulate", "summary", "write_outputs"]
+
+GIB = 2**30
+
+
+@dataclass(frozen=True)
+class SimulationResult:
+    """Every replication's run plus what the runs were set up with."""
+
+    scenario: Scenario
+    profile_key: str
+    profile_source: str
+    seed: int
+    fast: bool
+    replicas: int
+    kv_capacity_bytes: int
+    kv_capacity_source: str
+    rate_per_s: float | None
+    rate_source: str
+    saturation: Saturation | None
+    runs: tuple[RunResult, ...]
+    loop: str = "replica"  # "replica": the exact fast path; "stepper": one event per iteration (docs/batching.md)
+    timeseries_interval_s: float | None = None  # each run's timeseries holds samples at this interval
+    loop_reason: str = ""  # why that loop ran (tripath/simulator/loop/stepper_setup.py: loop_reason)
+    # paths on, parameters, profile sources (tripath/simulator/paths/provenance.py)
+    strategies: dict[str, Any] | None = None
+
+
+def kv_capacity(scenario: Scenario, profile: Any) -> tuple[int, str]:
+    """(KV bytes one replica may hold, where that number comes from)."""
+    gib = scenario.cluster.device_memory_gib
+    if gib is None:
+        return int(profile.kv_capacity_bytes), f"profile memory.kv_capacity_bytes ({profile.source})"
+    memory = int(profile.key.tp * gib * GIB)
+    capacity = memory - int(profile.model.weight_bytes)
+    if capacity <= 0:
+        raise InputError(scenario.source_path, "cluster.device_memory_gib",
+                         f"tp {profile.key.tp} x {gib} GiB = {memory} bytes does not exceed the model's "
+                         f"{profile.model.weight_bytes} weight bytes: no memory left for KV")
+    return capacity, "tp x cluster.device_memory_gib - model weight bytes"
+
+
+def cluster_config(scenario: Scenario, profile: Any) -> tuple[ClusterConfig, str]:
+    # a replica is tp GPUs, times the sequence-parallel degree when SP is on (each rank a tp group)
+    per_replica = replica_gpus(scenario, profile)
+    replicas = scenario.cluster.gpus // per_replica
+    if replicas < 1:
+        raise InputError(scenario.source_path, "cluster.gpus",
+                         f"{scenario.cluster.gpus} GPUs cannot hold one replica of {per_replica} GPUs "
+                         f"(tp = {profile.key.tp} x sequence-parallel degree {per_replica // profile.key.tp})")
+    capacity, source = kv_capacity(scenario, profile)
+    batching = scenario.batching
+    replica = ReplicaConfig(batching.max_batch_size, batching.max_batched_tokens, capacity,
+                            int(profile.model.kv_bytes_per_token))
+    return ClusterConfig(replicas, replica), source
+
+
+def arrival_rate(
+    scenario: Scenario, profile: Any, config: ClusterConfig
+) -> tuple[float | None, str, Saturation | None]:
+    """(rate, where it comes from, saturation estimate or None) for the scenario's arrivals."""
+    arrival = scenario.workload.arrival
+    if arrival.kind == "trace":
+        return None, "trace timestamps", None
+    if arrival.rate_per_s is not None:
+        return arrival.rate_per_s, "scenario workload.arrival.rate_per_s", None
+    if arrival.load_fraction is None:
+        raise InputError(scenario.source_path, "workload.arrival", "give rate_per_s or load_fraction")
+    prompt, output = mean_lengths(scenario.workload)
+    strategy = getattr(scenario, "strategy", None)
+    if strategy is None or strategy.baseline:
+        sat = saturation(profile, prompt, output, config.replicas, config.replica.max_batch_size,
+                         config.replica.kv_capacity_bytes)
+        where = "tripath/simulator/capacity.py"
+    else:  # the paths change bytes per token, capacity, tokens per step and the step's cost
+        sat = path_saturation(scenario, profile, prompt, output, config.replicas, config.replica.max_batch_size,
+                              config.replica.kv_capacity_bytes)
+        where = "tripath/simulator/paths/capacity.py, with the scenario's paths"
+    rate = arrival.load_fraction * sat.requests_per_s
+    return rate, f"load_fraction {arrival.load_fraction} x saturation estimate ({where})", sat
+
+
+def replicate(scenario: Scenario, profile: Any, config: ClusterConfig, rate: float | None,
+              seed_sequence: np.random.SeedSequence, fast: bool = True,
+              timeseries_interval_s: float | None = None) -> RunResult:
+    """One replication: draw the workload from this seed sequence and serve it."""
+    requests = generate_requests(scenario.workload, np.random.default_rng(seed_sequence), rate)
+    setup = stepper_setup(scenario, profile, config.replicas, config.replica.kv_capacity_bytes, seed_sequence,
+                          timeseries_interval_s)
+    transforms = fast_transforms(scenario, profile) if setup is None else None
+    if transforms is not None:  # compression / SP only: the fast replicas on the transformed cost model
+        fast_config = transformed_config(config, transforms)
+        return simulate_requests(requests, fast_config, transforms.cost, fast=fast, sp=transforms.sp)
+    return simulate_requests(requests, config, IterationCost.from_profile(profile), fast=fast, setup=setup)
+
+
+def transformed_config(config: ClusterConfig, transforms: Any) -> ClusterConfig:
+    """The fast replicas' limits with compression's bytes per token and SP's P ranks of KV budget."""
+    replica = dataclasses.replace(config.replica, kv_capacity_bytes=transforms.kv_capacity_bytes,
+                                  kv_bytes_per_token=transforms.kv_bytes_per_token)
+    return ClusterConfig(config.replicas, replica)
+
+
+def simulate(scenario: Scenario, profile: Any, seed: int = 0, replications: int = 1,
+             fast: bool = True, workers: int = 1, timeseries_interval_s: float | None = None) -> SimulationResult:
+    """Run ``replications`` seeded replications of the scenario on the profile's costs.
+
+    ``workers`` > 1 runs replications in a local process pool; each replication depends only on
+    its own seed sequence, so the records are the same bit for bit whatever the worker count.
+    ``timeseries_interval_s`` samples queue, batch, KV per tier and paging every so many simulated
+    seconds (tripath/simulator/loop/timeseries.py); it runs the per-iteration loop, whose records equal the fast path's.
+    """
+    if replications < 1:
+        raise ValueError(f"replications must be >= 1, got {replications}")
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
+    config, capacity_source = cluster_config(scenario, profile)
+    strategy = getattr(scenario, "strategy", None)
+    if strategy is not None and strategy.sequence_parallel is not None:
+        capacity_source += (f"; per SP rank: a replica of degree {strategy.sequence_parallel.degree} holds that many "
+                            "budgets (peak KV bytes may exceed this value)")
+    if strategy is not None and strategy.compression is not None:
+        capacity_source += f"; KV stored {strategy.compression.mode}-compressed (profile compression section)"
+        comp = profile.compression.get(strategy.compression.mode)
+        if comp is not None and comp.prefill_overhead_ratio is None and not comp.prefill_overhead_points:
+            capacity_source += "; prefill not slowed by compression (the profile has no prefill_overhead_ratio)"
+    rate, rate_source, sat = arrival_rate(scenario, profile, config)
+    children = np.random.SeedSequence(seed).spawn(replications)
+    # Bad batching/preemption input fails here, before any replication runs.
+    setup = stepper_setup(scenario, profile, config.replicas, config.replica.kv_capacity_bytes, children[0],
+                          timeseries_interval_s)
+    interval = timeseries_interval_s
+    if workers == 1 or replications == 1:
+        runs = [replicate(scenario, profile, config, rate, child, fast, interval) for child in children]
+    else:
+        with ProcessPoolExecutor(max_workers=min(workers, replications)) as pool:
+            futures = [pool.submit(replicate, scenario, profile, config, rate, child, fast, interval)
+                       for child in children]
+            runs = [future.result() for future in futures]
+    capacity = config.replica.kv_capacity_bytes
+    _, reason = loop_reason(scenario, timeseries_interval_s)
+    return SimulationResult(scenario, profile.key_str(), profile.source, seed, fast, config.replicas,
+                            capacity, capacity_source, rate, rate_source, sat, tuple(runs),
+                            "replica" if setup is None else "stepper", timeseries_interval_s, reason,
+                            strategies(scenario, profile))

@@ -1,0 +1,1 @@
+"""A scenario: its TOML, its workload, cluster, batching, SLA and strategy, and the requests it generates."""

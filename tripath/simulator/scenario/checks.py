@@ -1,0 +1,37 @@
+"""Checks the scenario dataclasses run when built: each failure is an InputError naming the field.
+
+The TOML reader (tripath/simulator/scenario/toml_reader.py) adds the file path and the dotted section prefix.
+"""
+
+from __future__ import annotations
+
+import math
+
+from tripath.core.errors import InputError
+
+
+def fail(field: str, problem: str) -> None:
+    raise InputError(None, field, problem)
+
+
+def check_kind(kind: str, allowed: tuple[str, ...]) -> None:
+    if kind not in allowed:
+        fail("kind", f"must be one of {', '.join(allowed)}, got {kind!r}")
+
+
+def positive(field: str, value: float | None) -> None:
+    if value is not None and not (math.isfinite(value) and value > 0):
+        fail(field, f"must be > 0, got {value}")
+
+
+def at_least(field: str, value: int | None, low: int) -> None:
+    if value is not None and value < low:
+        fail(field, f"must be >= {low}, got {value}")
+
+
+def only_for(spec: object, owners: dict[str, tuple[str, ...]]) -> None:
+    """Parameters that belong to another kind are errors, not silently ignored."""
+    kind = spec.kind
+    for field, kinds in owners.items():
+        if getattr(spec, field) is not None and kind not in kinds:
+            fail(field, f"only valid for kind = {' | '.join(kinds)}, not {kind!r}")

@@ -1,0 +1,254 @@
+"""Real request traces: the shipped Azure LLM 2023 and Mooncake FAST'25 files, or a user's file.
+
+A trace is arrival times (seconds after its first request, sorted) with each request's prompt and
+output lengths. Two formats are read, chosen by extension:
+
+- ``.csv``: the Azure LLM inference trace 2023 (Splitwise, ISCA 2024), header
+  ``TIMESTAMP,ContextTokens,GeneratedTokens`` with wall-clock ``YYYY-MM-DD HH:MM:SS.fffffff`` stamps.
+- ``.jsonl``: the Mooncake trace (FAST'25), one object a line with ``timestamp`` (ms),
+  ``input_length``, ``output_length`` and ``hash_ids`` (512-token prefix-block hashes).
+
+Loads are cached per process, keyed by resolved path (and its mtime and size, so an edit is seen).
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import json
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from tripath.core.data_dirs import TRACES_DIR
+from tripath.core.errors import InputError
+
+AZURE_HEADER = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+MOONCAKE_FIELDS = ("timestamp", "input_length", "output_length")
+_AZURE_LICENCE = "CC-BY-4.0 (Azure LLM inference trace 2023; cite Patel et al., Splitwise, ISCA 2024)"
+_MOONCAKE_LICENCE = "Apache-2.0 (Mooncake FAST'25 traces; cite Qin et al., Mooncake, FAST 2025)"
+
+
+@dataclass(frozen=True)
+class ShippedTrace:
+    """A trace copied byte-for-byte into data/traces/, with where it came from."""
+
+    relative_path: str
+    licence: str
+
+
+SHIPPED_TRACES: dict[str, ShippedTrace] = {
+    "azure-conv-2023": ShippedTrace("azure-llm-2023/AzureLLMInferenceTrace_conv.csv", _AZURE_LICENCE),
+    "azure-code-2023": ShippedTrace("azure-llm-2023/AzureLLMInferenceTrace_code.csv", _AZURE_LICENCE),
+    "mooncake-conversation": ShippedTrace("mooncake/conversation_trace.jsonl", _MOONCAKE_LICENCE),
+    "mooncake-synthetic": ShippedTrace("mooncake/synthetic_trace.jsonl", _MOONCAKE_LICENCE),
+}
+
+
+@dataclass(frozen=True, eq=False)
+class Trace:
+    """One trace, rows sorted by arrival. Arrays are read-only: loads are shared through the cache.
+
+    hash_ids (Mooncake only) holds each request's prefix-block ids (512-token blocks); None for Azure.
+    """
+
+    name: str
+    source_path: str
+    licence: str
+    arrival_s: np.ndarray  # float64, seconds after the first request, non-decreasing
+    prompt_tokens: np.ndarray  # int64
+    output_tokens: np.ndarray  # int64
+    hash_ids: tuple[np.ndarray, ...] | None = None
+
+    def __len__(self) -> int:
+        return int(self.arrival_s.shape[0])
+
+    @property
+    def duration_s(self) -> float:
+        return float(self.arrival_s[-1]) if len(self) else 0.0
+
+    @property
+    def unique_blocks(self) -> int | None:
+        """Distinct prefix blocks across the trace (Mooncake); repeats are reusable prefix KV."""
+        if self.hash_ids is None:
+            return None
+        if not self.hash_ids:
+            return 0
+        return int(np.unique(np.concatenate(self.hash_ids)).shape[0])
+
+    @property
+    def total_blocks(self) -> int | None:
+        if self.hash_ids is None:
+            return None
+        return int(sum(ids.shape[0] for ids in self.hash_ids))
+
+    def column(self, name: str) -> np.ndarray:
+        """The length column named as scenarios name it: "prompt" or "output"."""
+        if name == "prompt":
+            return self.prompt_tokens
+        if name == "output":
+            return self.output_tokens
+        raise ValueError(f"trace column must be 'prompt' or 'output', got {name!r}")
+
+
+def resolve_trace_path(name_or_path: str, base_dir: Path | None = None) -> Path:
+    """A shipped trace name, or a path (absolute, relative to base_dir, or relative to the cwd)."""
+    shipped = SHIPPED_TRACES.get(name_or_path)
+    if shipped is not None:
+        return TRACES_DIR / shipped.relative_path
+    path = Path(name_or_path).expanduser()
+    if not path.is_absolute() and base_dir is not None and (base_dir / path).exists():
+        path = base_dir / path
+    return path.resolve()
+
+
+def load_trace(name_or_path: str, base_dir: Path | None = None) -> Trace:
+    """Load a shipped trace by name or a .csv / .jsonl file by path (cached per process)."""
+    path = resolve_trace_path(name_or_path, base_dir)
+    shipped = SHIPPED_TRACES.get(name_or_path)
+    name = name_or_path if shipped is not None else path.stem
+    licence = shipped.licence if shipped is not None else "unknown (user-supplied file)"
+    if not path.is_file():
+        known = ", ".join(sorted(SHIPPED_TRACES))
+        raise InputError(str(path), None, f"trace file not found (shipped traces: {known})")
+    stat = path.stat()  # in the key so an edited file is read again
+    return _load_cached(str(path), name, licence, stat.st_mtime_ns, stat.st_size)
+
+
+@lru_cache(maxsize=32)
+def _load_cached(path: str, name: str, licence: str, mtime_ns: int, size: int) -> Trace:
+    p = Path(path)
+    suffix = p.suffix.lower()
+    if suffix == ".csv":
+        times, prompt, output = _read_azure_csv(p)
+        hashes = None
+    elif suffix == ".jsonl":
+        times, prompt, output, hashes = _read_mooncake_jsonl(p)
+    else:
+        expected = "expected .csv (Azure) or .jsonl (Mooncake)"
+        raise InputError(path, None, f"unknown trace format {suffix!r}: {expected}")
+    if not times:
+        raise InputError(path, None, "trace has no rows")
+    if suffix == ".csv":  # integer 100 ns ticks: subtract before converting to float seconds
+        ticks = np.asarray(times, dtype=np.int64)
+        t = (ticks - ticks.min()).astype(np.float64) / 1e7
+    else:
+        t = np.asarray(times, dtype=np.float64)
+        t = t - t.min()
+    order = np.argsort(t, kind="stable")  # files are sorted already; a user's may not be
+    t = t[order]
+    prompt_arr = np.asarray(prompt, dtype=np.int64)[order]
+    output_arr = np.asarray(output, dtype=np.int64)[order]
+    hash_tuple = None
+    if hashes is not None:
+        hash_tuple = tuple(hashes[i] for i in order)
+        for ids in hash_tuple:
+            ids.flags.writeable = False
+    for arr in (t, prompt_arr, output_arr):
+        arr.flags.writeable = False
+    return Trace(name, path, licence, t, prompt_arr, output_arr, hash_tuple)
+
+
+def _azure_ticks(stamp: str) -> int:
+    """100 ns ticks since 0001-01-01 for 'YYYY-MM-DD HH:MM:SS.fffffff'.
+
+    Integer ticks, because float seconds since year 1 (~6e10) keep only ~10 us, and datetime only 1 us.
+    """
+    date_part, _, time_part = stamp.strip().partition(" ")
+    day = dt.date.fromisoformat(date_part).toordinal()
+    hh, mm, ss = time_part.split(":")
+    whole, _, fraction = ss.partition(".")
+    if not (fraction.isdigit() or fraction == "") or not whole.isdigit() or len(fraction) > 7:
+        raise ValueError(stamp)
+    hours, minutes, seconds = int(hh), int(mm), int(whole)
+    if not (0 <= hours < 24 and 0 <= minutes < 60 and 0 <= seconds < 61):
+        raise ValueError(stamp)
+    return ((day * 24 + hours) * 60 + minutes) * 60 * 10**7 + seconds * 10**7 + int(fraction.ljust(7, "0"))
+
+
+def _count(raw: object, source: str, where: str, text: bool = False) -> int:
+    """A token count: a non-negative integer (a JSON int, or CSV text of one when text is set)."""
+    if isinstance(raw, bool) or (isinstance(raw, str) and not text):
+        raise InputError(source, where, f"must be a non-negative integer, got {raw!r}")
+    if isinstance(raw, str):
+        try:
+            value = int(raw.strip())
+        except ValueError:
+            raise InputError(source, where, f"must be a non-negative integer, got {raw!r}") from None
+    elif isinstance(raw, int):
+        value = raw
+    elif isinstance(raw, float) and raw.is_integer():
+        value = int(raw)
+    else:
+        raise InputError(source, where, f"must be a non-negative integer, got {raw!r}")
+    if value < 0:
+        raise InputError(source, where, f"must be >= 0, got {value}")
+    return value
+
+
+def _read_azure_csv(path: Path) -> tuple[list[int], list[int], list[int]]:
+    source = str(path)
+    times: list[int] = []
+    prompt: list[int] = []
+    output: list[int] = []
+    with path.open(newline="", encoding="utf-8") as fh:
+        reader = csv.reader(fh)
+        header = next(reader, None)
+        if header is None or tuple(h.strip() for h in header) != AZURE_HEADER:
+            raise InputError(source, "line 1", f"header must be {','.join(AZURE_HEADER)}, got {header!r}")
+        for row in reader:
+            line = reader.line_num
+            if not row:
+                continue  # a blank line (e.g. a trailing newline) is not a request
+            if len(row) != 3:
+                missing = AZURE_HEADER[len(row)] if len(row) < 3 else "row"
+                raise InputError(source, f"line {line}: {missing}", f"expected 3 fields, got {len(row)}")
+            try:
+                times.append(_azure_ticks(row[0]))
+            except ValueError:
+                raise InputError(
+                    source, f"line {line}: TIMESTAMP", f"expected YYYY-MM-DD HH:MM:SS.fff, got {row[0]!r}"
+                ) from None
+            prompt.append(_count(row[1], source, f"line {line}: ContextTokens", text=True))
+            output.append(_count(row[2], source, f"line {line}: GeneratedTokens", text=True))
+    return times, prompt, output
+
+
+def _read_mooncake_jsonl(path: Path) -> tuple[list[float], list[int], list[int], list[np.ndarray] | None]:
+    source = str(path)
+    times: list[float] = []
+    prompt: list[int] = []
+    output: list[int] = []
+    hashes: list[np.ndarray] | None = []
+    with path.open(encoding="utf-8") as fh:
+        for line_no, text in enumerate(fh, start=1):
+            if not text.strip():
+                continue
+            try:
+                row = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise InputError(source, f"line {line_no}", f"not valid JSON: {exc.msg}") from None
+            if not isinstance(row, dict):
+                raise InputError(source, f"line {line_no}", "expected a JSON object")
+            for field in MOONCAKE_FIELDS:
+                if field not in row:
+                    raise InputError(source, f"line {line_no}: {field}", "missing field")
+            stamp = row["timestamp"]
+            if isinstance(stamp, bool) or not isinstance(stamp, int | float) or not math.isfinite(stamp):
+                raise InputError(source, f"line {line_no}: timestamp", f"must be ms, got {stamp!r}")
+            if stamp < 0:
+                raise InputError(source, f"line {line_no}: timestamp", f"must be >= 0, got {stamp}")
+            times.append(float(stamp) / 1000.0)  # ms -> s
+            prompt.append(_count(row["input_length"], source, f"line {line_no}: input_length"))
+            output.append(_count(row["output_length"], source, f"line {line_no}: output_length"))
+            ids = row.get("hash_ids")
+            if ids is None:
+                hashes = None  # a trace without prefix hashes on every row keeps none
+            elif hashes is not None:
+                if not isinstance(ids, list) or not all(type(i) is int and i >= 0 for i in ids):
+                    raise InputError(source, f"line {line_no}: hash_ids", "must be a list of ints >= 0")
+                hashes.append(np.asarray(ids, dtype=np.int64))
+    return times, prompt, output, hashes

@@ -1,0 +1,189 @@
+"""The workload generator: a scenario's WorkloadSpec and a seeded rng become a list of RequestSpecs.
+
+Arrivals, prompt lengths, output lengths and tasks each draw from their own child generator
+(spawned from the caller's rng), so changing one distribution leaves the others' draws unchanged:
+two scenario variants run on the same seed see the same arrival times (common random numbers).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from tripath.core.errors import InputError
+from tripath.core.request import RequestSpec
+from tripath.simulator.scenario.scenario import ArrivalSpec, LengthSpec, WorkloadSpec
+from tripath.simulator.scenario.traces import Trace, load_trace
+
+# Poisson/gamma inter-arrivals are drawn in chunks; the stream is the same as one at a time.
+_CHUNK = 4096
+
+
+def generate_requests(
+    workload: WorkloadSpec, rng: np.random.Generator, rate_per_s: float | None
+) -> list[RequestSpec]:
+    """Requests sorted by arrival. rate_per_s is the resolved rate for poisson/gamma; ignored for traces."""
+    arrivals, prompts, outputs, names, picks = generate_arrays(workload, rng, rate_per_s)
+    return [
+        RequestSpec(i, float(arrivals[i]), int(prompts[i]), int(outputs[i]), names[picks[i]])
+        for i in range(arrivals.shape[0])
+    ]
+
+
+def generate_arrays(
+    workload: WorkloadSpec, rng: np.random.Generator, rate_per_s: float | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str], np.ndarray]:
+    """The same draws as generate_requests as arrays (arrival_s, prompt, output, task names, task index):
+    a million requests as arrays take ~32 MB instead of a list of objects (tripath/simulator/loop/streaming.py)."""
+    arrival_rng, prompt_rng, output_rng, task_rng = rng.spawn(4)
+    arrival = workload.arrival
+    rows: np.ndarray | None = None  # trace row of each request (trace replay only)
+    if arrival.kind == "trace":
+        trace = _arrival_trace(arrival)
+        rows = _replayed_rows(workload, trace)
+        arrivals = trace.arrival_s[rows] * arrival.time_scale
+    else:
+        if rate_per_s is None or not (math.isfinite(rate_per_s) and rate_per_s > 0):
+            raise InputError(None, "workload.arrival.rate_per_s", f"must be > 0, got {rate_per_s}")
+        arrivals = _renewal_arrivals(workload, arrival, rate_per_s, arrival_rng)
+    n = arrivals.shape[0]
+    prompts = _lengths(workload.prompt_tokens, "prompt", n, prompt_rng, workload, rows)
+    outputs = _lengths(workload.output_tokens, "output", n, output_rng, workload, rows)
+    names = [task for task, _ in workload.tasks]
+    weights = np.array([weight for _, weight in workload.tasks])
+    picks = np.zeros(n, dtype=np.int64)
+    if len(names) > 1:  # a single task draws nothing, so adding a task mix changes only task_rng's stream
+        picks = task_rng.choice(len(names), size=n, p=weights / weights.sum())
+    return arrivals, prompts, outputs, names, picks
+
+
+def mean_lengths(workload: WorkloadSpec) -> tuple[float, float]:
+    """(mean prompt tokens, mean output tokens) of the requests generate_requests would make.
+
+    Exact for fixed, uniform, empirical and trace lengths (sums over the integer support or the
+    trace column, after the min/max clamp). Lognormal uses the closed form of a clamped continuous
+    lognormal; rounding to whole tokens changes that by well under one token.
+    """
+    rows = None
+    if workload.arrival.kind == "trace":
+        rows = _replayed_rows(workload, _arrival_trace(workload.arrival))
+    return (
+        _mean_length(workload.prompt_tokens, "prompt", workload, rows),
+        _mean_length(workload.output_tokens, "output", workload, rows),
+    )
+
+
+def _arrival_trace(arrival: ArrivalSpec) -> Trace:
+    assert arrival.trace is not None  # ArrivalSpec guarantees it for kind = "trace"
+    return load_trace(arrival.trace)
+
+
+def _trace_column(workload: WorkloadSpec, column: str, rows: np.ndarray | None) -> np.ndarray:
+    """The replayed rows' own lengths; WorkloadSpec allows kind = "trace" only with trace arrivals."""
+    if rows is None:
+        raise InputError(None, f"workload.{column}_tokens.kind", "'trace' needs arrival kind = 'trace'")
+    return _arrival_trace(workload.arrival).column(column)[rows]
+
+
+def _replayed_rows(workload: WorkloadSpec, trace: Trace) -> np.ndarray:
+    """Trace rows in replay order: the first N, those before duration_s, or all of them."""
+    if workload.requests is not None:
+        if workload.requests > len(trace):
+            problem = f"asks for {workload.requests} requests, the trace has {len(trace)}"
+            raise InputError(trace.source_path, "workload.requests", problem)
+        return np.arange(workload.requests)
+    if workload.duration_s is not None:
+        scaled = trace.arrival_s * workload.arrival.time_scale
+        return np.arange(int(np.searchsorted(scaled, workload.duration_s, side="left")))
+    return np.arange(len(trace))
+
+
+def _renewal_arrivals(
+    workload: WorkloadSpec, arrival: ArrivalSpec, rate_per_s: float, rng: np.random.Generator
+) -> np.ndarray:
+    """Arrival times of a renewal process: exponential (poisson) or gamma inter-arrivals, mean 1/rate."""
+
+    def gaps(size: int) -> np.ndarray:
+        if arrival.kind == "poisson":
+            return rng.exponential(1.0 / rate_per_s, size)
+        # gamma with shape k = 1/cv^2 and scale 1/(rate k): mean 1/rate, std cv/rate
+        shape = 1.0 / (arrival.cv * arrival.cv)
+        return rng.gamma(shape, 1.0 / (rate_per_s * shape), size)
+
+    if workload.requests is not None:
+        return np.cumsum(gaps(workload.requests))
+    assert workload.duration_s is not None
+    times: list[np.ndarray] = []
+    last = 0.0
+    while last < workload.duration_s:
+        chunk = last + np.cumsum(gaps(_CHUNK))
+        times.append(chunk)
+        last = float(chunk[-1])
+    all_times = np.concatenate(times)
+    return all_times[all_times < workload.duration_s]
+
+
+def _lengths(
+    spec: LengthSpec,
+    column: str,
+    n: int,
+    rng: np.random.Generator,
+    workload: WorkloadSpec,
+    rows: np.ndarray | None,
+) -> np.ndarray:
+    """n token counts from spec, clamped to [min, max]. column names the trace column for kind = trace."""
+    if spec.kind == "fixed":
+        raw = np.full(n, spec.value, dtype=np.int64)
+    elif spec.kind == "uniform":
+        raw = rng.integers(spec.low, spec.high, size=n, endpoint=True)
+    elif spec.kind == "lognormal":
+        # median m of a lognormal is exp(mu): mu = ln m
+        raw = np.rint(rng.lognormal(math.log(spec.median), spec.sigma, size=n)).astype(np.int64)
+    elif spec.kind == "empirical":
+        values = load_trace(spec.trace).column(spec.column)
+        raw = values[rng.integers(0, values.shape[0], size=n)]
+    else:  # "trace": row-aligned with the replayed arrivals
+        raw = _trace_column(workload, column, rows)
+    return np.clip(raw, spec.min, spec.max if spec.max is not None else None)
+
+
+def _mean_length(spec: LengthSpec, column: str, workload: WorkloadSpec, rows: np.ndarray | None) -> float:
+    hi = spec.max if spec.max is not None else np.iinfo(np.int64).max
+    if spec.kind == "fixed":
+        return float(min(max(spec.value, spec.min), hi))
+    if spec.kind == "uniform":
+        return _clamped_uniform_mean(spec.low, spec.high, spec.min, hi)
+    if spec.kind == "empirical":
+        return float(np.clip(load_trace(spec.trace).column(spec.column), spec.min, hi).mean())
+    if spec.kind == "trace":
+        return float(np.clip(_trace_column(workload, column, rows), spec.min, hi).mean())
+    return _clamped_lognormal_mean(math.log(spec.median), spec.sigma, spec.min, spec.max)
+
+
+def _clamped_uniform_mean(low: int, high: int, lo: int, hi: int) -> float:
+    """Mean of clip(K, lo, hi) for K uniform on the integers low..high, without enumerating them."""
+    below = max(0, min(high, lo - 1) - low + 1)  # values raised to lo
+    above = max(0, high - max(low, hi + 1) + 1)  # values lowered to hi
+    first, last = max(low, lo), min(high, hi)
+    inside = (first + last) * (last - first + 1) // 2 if last >= first else 0  # arithmetic series
+    return (lo * below + hi * above + inside) / (high - low + 1)
+
+
+def _clamped_lognormal_mean(mu: float, sigma: float, lo: float, hi: float | None) -> float:
+    """E[clip(X, lo, hi)] for X ~ LogNormal(mu, sigma).
+
+    E = lo P(X<lo) + hi P(X>hi) + E[X; lo<=X<=hi], and the partial expectation of a lognormal is
+    exp(mu + sigma^2/2) (Phi((ln hi - mu - sigma^2)/sigma) - Phi((ln lo - mu - sigma^2)/sigma)).
+    """
+    if sigma == 0.0:
+        return float(min(max(math.exp(mu), lo), hi if hi is not None else math.inf))
+
+    def phi(z: float) -> float:
+        return 0.5 * (1.0 + math.erf(z / math.sqrt(2.0)))
+
+    z_lo = (math.log(lo) - mu) / sigma
+    z_hi = (math.log(hi) - mu) / sigma if hi is not None else math.inf
+    partial = math.exp(mu + sigma * sigma / 2.0) * (phi(z_hi - sigma) - phi(z_lo - sigma))
+    upper = hi * (1.0 - phi(z_hi)) if hi is not None else 0.0
+    return lo * phi(z_lo) + partial + upper

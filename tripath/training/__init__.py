@@ -1,0 +1,1 @@
+"""The tiny draft / target / needle models: their corpora (built here, no download), training and model card."""
