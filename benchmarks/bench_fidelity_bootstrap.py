@@ -3,7 +3,7 @@
 Measures, in one run and in thread CPU time (time.thread_time: other jobs on a shared machine do
 not inflate it), bootstrap_ci (vectorised percentiles over a (resamples, n) index matrix) against
 the same intervals computed with np.nanpercentile per resample, for synthetic record sets of
-n = 100, 200, 300 requests (exponential TTFT, as tests/test_fidelity_bootstrap.py), and prints
+n = 100, 200, 300 requests (exponential TTFT, as tests/fidelity/test_bootstrap.py), and prints
 the median of --repeats runs and the ratio. The validation runs bootstrap_ci twice per scenario
 (wall-clock side, CPU-time replay) and once more with --noise.
 

@@ -11,7 +11,7 @@ Per rank it records wall time and the time in attention kernels, communication (
 waiting for the slower peer) and the merge.  The WHOLE model runs (tiny-target shape, seeded
 random weights; speed does not depend on their values).  Goal: >= 1.8x at 8K tokens and above.
 The full measurement, with 32K tokens, decode and the tiered cache, writing the CSV and
-docs/sequence_parallel.md, is scripts/measure_seqpar.py (it imports this module).
+docs/sequence_parallel.md, is scripts/measurements/measure_seqpar.py (it imports this module).
 
     .venv/bin/python benchmarks/bench_seqpar.py [--lengths 2048 4096 8192 16384] [--repeats 3]
 """

@@ -12,7 +12,7 @@ figure is a per-token latency at batch 1 through tripath/simulator/paths/step.py
   standard error near 1% of the ratio).
 
 Each row says whether the seed is self-consistent there; where it is, the model must agree within
-10% (tests/test_seed_reproduction.py asserts it); where not, the note says which figure it follows.
+10% (tests/scripts/test_seed_reproduction.py asserts it); where not, the note says which figure it follows.
 
     .venv/bin/python scripts/reproduce_seed.py            # markdown table (docs/simulator_paths.md)
     .venv/bin/python scripts/reproduce_seed.py --json

@@ -39,7 +39,7 @@ class StepRecord:
     paging_stall_s: float = field(default=0.0, kw_only=True)  # main-thread time paging or waiting for it
     failed: tuple[int, ...] = field(default=(), kw_only=True)  # request ids a tier fault ended in this step
     # (cached tokens, new tokens) per sequence in the forward, in the scheduler's order (decodes first):
-    # the step's exact shape, for pricing it as the simulator would (scripts/step_residuals.py)
+    # the step's exact shape, for pricing it as the simulator would (scripts/measurements/step_residuals.py)
     chunk_shapes: tuple[tuple[int, int], ...] = field(default=(), kw_only=True)
 
     def to_dict(self) -> dict[str, float | int]:

@@ -2,7 +2,7 @@
 
 Replica search: exponential (1, 2, 4, ... replicas) until the SLA is met, then binary search
 between the last miss and the first hit. It assumes more replicas never hurt (true of the
-simulator's load balancing for the same arrivals; tests/test_planning_capacity.py checks the
+simulator's load balancing for the same arrivals; tests/planning/test_capacity.py checks the
 answer against a scan of every count on a small case).
 
 Goodput at attainment X: the highest arrival rate at which at least X of the arrived requests

@@ -4,7 +4,7 @@ The seed's decision matrix (SEEDS.md Section 4) states no SLA and no load; its c
 per-token (decode) latencies of one request at a time (Tables 3.1-3.3) and memory feasibility.
 Each cell's ``[sla]``, ``load_fraction`` and ``max_batch_size`` are derived here, from those
 tables and the profile's own cost models, never from which candidate wins; the shipped scenario
-files carry the rounded results and tests/test_matrix_seed.py checks they still match.
+files carry the rounded results and tests/planning/test_matrix_seed.py checks they still match.
 
 - TPOT P99 target: the seed's P99 latency (Table 3.2, the only table that reports a P99) at the
   upper end of the row's length band. A P99 over prompts uniform in [L, U] is set by prompts

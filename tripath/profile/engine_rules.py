@@ -29,7 +29,7 @@ def follows_real_engine(profile: Any) -> bool:
 
 # tripath/engine/engine_config.py EngineConfig.block_size, the block size `tripath calibrate` times with
 # (tripath/calibrate/job.py, recorded in samples.meta) and `tripath serve` runs; the profile has no field for it,
-# so the engine default stands (tests/test_padded_decode.py checks the two agree).
+# so the engine default stands (tests/simulator/test_padded_decode.py checks the two agree).
 REAL_ENGINE_BLOCK_TOKENS = 16
 
 

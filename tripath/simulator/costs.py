@@ -120,7 +120,7 @@ class IterationCost:
 
         if dec.formula == "decode_v1":
             # The hot path without keyword plumbing: decode_v1's expression, operation for operation
-            # (tests/test_fast_path.py checks it equals profile.decode_ms bit for bit).
+            # (tests/simulator/loop/test_fast_path.py checks it equals profile.decode_ms bit for bit).
             d0, d_seq, d_ctx_ms = (dec.values()[k] for k in ("d0", "d_seq", "d_ctx"))
 
             def decode(batch: Any, total_context: Any) -> Any:
@@ -188,7 +188,8 @@ class IterationCost:
     def decode_one_s(self, batch: int, total_context: int) -> float:
         """decode_s for one iteration, without building an array: the formulas are plain arithmetic
         (+, *, /, np.interp), which give the same float on a scalar as on each element of an array, so
-        this equals ``decode_s(batch, np.array([total_context]))[0]`` bit for bit (tests/test_fast_path.py)."""
+        this equals ``decode_s(batch, np.array([total_context]))[0]`` bit for bit
+        (tests/simulator/loop/test_fast_path.py)."""
         if self._overhead_ms is None:
             return float(self._decode_ms(batch, total_context) / 1000.0)
         return float((self._decode_ms(batch, total_context) + self._overhead_ms(batch, batch)) / 1000.0)

@@ -127,7 +127,7 @@ def render_card(
         "",
         "Held out (data/models/eval_prompts.jsonl, never in training): code from whole held-out stdlib",
         "files (hash of path), math problems by a hash of the question, dialogue and summarization",
-        "with a disjoint set of entity names; separate seed streams (tests/test_corpus.py checks it).",
+        "with a disjoint set of entity names; separate seed streams (tests/training/test_corpus.py checks it).",
         "",
         "## Models",
         "",
@@ -193,7 +193,8 @@ def render_card(
         "",
         "- Copying is partial: teacher-forced, the target predicts ~80% of summary bytes, but greedy decoding",
         "  writes a summary-shaped fact sentence with its own made-up name instead of copying the report's",
-        "  names and numbers exactly (more training would be needed; tests/test_tiny_models.py checks what holds).",
+        "  names and numbers exactly (more training would be needed; "
+        "tests/training/test_tiny_models.py checks what holds).",
         "- Trained at 1024-byte windows: positions beyond ~1024 are untrained although max positions is 2048.",
         "- Runs listed with two commands overlapped in time on the shared CPU (draft trained in its own process).",
         "",

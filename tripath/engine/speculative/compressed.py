@@ -10,7 +10,7 @@ ones plain decoding would hold for the same tokens: sealed = every full block, s
 One difference from plain decoding remains, inside a verify pass: a row past a block boundary the
 same pass completed sees that block still at full precision, where plain decoding (one token per
 step) would already read it quantized.  It affects at most the rows after one boundary per round,
-by at most one block's quantization error; tests/test_spec_compressed.py measures the agreement.
+by at most one block's quantization error; tests/engine/speculative/test_compressed.py measures the agreement.
 The draft keeps its own full-precision cache (tripath/engine/speculative/proposers.py).
 """
 

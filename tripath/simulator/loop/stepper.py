@@ -17,7 +17,7 @@ preempted, one token per decode). Everything else runs here, one event per itera
 
 With the continuous policy, preemption "none" and BaselineStep, this loop performs the same
 admissions and the same float operations as replica.py's reference process, so its records are
-bit for bit the fast path's (tests/test_stepper_equivalence.py).
+bit for bit the fast path's (tests/simulator/loop/test_stepper_equivalence.py).
 """
 
 from __future__ import annotations

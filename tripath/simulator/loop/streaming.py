@@ -7,7 +7,7 @@ flight (dicts, filled when a request is routed and emptied when its record is wr
 record goes to a sink as soon as the request has finished. The replicas are the same fast
 Replicas (tripath/simulator/loop/replica.py), which use the ledger only by request index; the router applies
 the same rule as Cluster._route, so the records are the same bit for bit (in finish order rather
-than request order: tests/test_streaming.py).
+than request order: tests/simulator/loop/test_streaming.py).
 
 Records are flushed at each arrival (after the replicas' events of earlier instants) and at the
 end: a finished request's entries are read by its replica until its iteration completes, so

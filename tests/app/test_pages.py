@@ -1,0 +1,262 @@
+"""The explorer, calibration and fidelity pages of the Streamlit app through AppTest (no browser, no server).
+
+The pages must show what the CLI's functions compute (no simulation logic of their own), change
+when their inputs change, and refuse bad uploads without changing anything. The planning pages
+are in tests/app/test_planning_pages.py.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import sys
+import tomllib
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from streamlit.testing.v1 import AppTest
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:  # the pages import app_pages, which lives beside app.py (not installed)
+    sys.path.insert(0, str(ROOT))
+
+from tripath.app.widgets import profiles, validation  # noqa: E402
+from tripath.profile.profile import resolve_profile  # noqa: E402
+from tripath.simulator.runner import simulate, summary  # noqa: E402
+from tripath.simulator.scenario.scenario import scenario_from_dict  # noqa: E402
+
+TIMEOUT_S = 120  # the machine is shared: generous, never part of what is asserted
+
+
+def _app(page: str | None = None) -> AppTest:
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT_S).run()
+    if page:
+        at.switch_page(f"tripath/app/pages/{page}.py").run()
+    assert not at.exception, at.exception
+    return at
+
+
+def _frame(at: AppTest, column: str) -> pd.DataFrame:
+    """The (first) dataframe on the page holding ``column``."""
+    for element in at.dataframe:
+        if column in element.value.columns:
+            return element.value
+    raise AssertionError(f"no table with column {column!r}; tables: {[list(e.value.columns) for e in at.dataframe]}")
+
+
+def _p99(at: AppTest, metric: str) -> float:
+    table = _frame(at, "percentile")
+    return float(table[(table["metric"] == metric) & (table["percentile"] == "P99")]["mean ms"].iloc[0])
+
+
+def _explore(at: AppTest, rate: float, requests: int = 80, replications: int = 2, interval_s: float = 0.0) -> AppTest:
+    """Run the explorer on quickstart at ``rate``; ``interval_s`` > 0 asks for the simulator's time series."""
+    at.number_input(key="replications").set_value(replications)
+    at.number_input(key="interval").set_value(interval_s)
+    at.number_input(key="quickstart.requests").set_value(requests)
+    at.radio(key="quickstart.rate_mode").set_value("rate_per_s").run()
+    at.number_input(key="quickstart.rate_per_s").set_value(rate)
+    at.button(key="run").click().run()
+    assert not at.exception, at.exception
+    assert not at.error, [e.value for e in at.error]
+    return at
+
+
+# ---- page 1: scenario explorer
+
+
+def test_explorer_shows_what_the_cli_functions_compute() -> None:
+    at = _explore(_app(), rate=0.1, interval_s=20.0)
+    # the same scenario built by hand from the shipped file, simulated by the CLI's functions
+    with open(ROOT / "data/scenarios/quickstart.toml", "rb") as handle:
+        data = tomllib.load(handle)
+    data.pop("profile")
+    data["workload"]["requests"] = 80
+    data["workload"]["arrival"] = {"kind": "poisson", "rate_per_s": 0.1}
+    report = summary(simulate(scenario_from_dict(data), resolve_profile("seed-llama2-70b-a100"), seed=0,
+                              replications=2))
+    table = _frame(at, "percentile")
+    assert len(table) == 4 * 4
+    for metric in ("ttft", "tpot", "e2e", "queueing"):
+        for level, label in (("p50", "P50"), ("p99", "P99"), ("p999", "P99.9")):
+            row = table[(table["metric"] == metric) & (table["percentile"] == label)].iloc[0]
+            expected = report["latency_ms"][metric][level]
+            assert row["mean ms"] == pytest.approx(expected["mean"], rel=1e-12)
+            assert row["95% CI low"] == pytest.approx(expected["ci_low"], rel=1e-12)
+    arrived = next(m for m in at.metric if m.label == "arrived")
+    assert arrived.value == "160"  # 80 requests x 2 replications
+    # where the numbers come from, in words next to them
+    assert any("simulated (SimPy) on cost models of kind 'seed'" in c.value for c in at.caption)
+    assert {d.label for d in at.download_button} >= {"records (CSV)", "latency CDFs (PNG)", "summary (JSON)",
+                                                     "time series (CSV)", "requests (PNG)"}
+
+
+def test_explorer_raising_the_rate_raises_p99() -> None:
+    """Same seed, same lengths, arrivals compressed in time: queueing can only grow (and does)."""
+    at = _explore(_app(), rate=0.05)
+    low_ttft, low_e2e = _p99(at, "ttft"), _p99(at, "e2e")
+    at.number_input(key="quickstart.rate_per_s").set_value(0.4)  # above the ~0.26 req/s saturation estimate
+    at.button(key="run").click().run()
+    assert not at.exception and not at.error
+    assert not at.warning or all("inputs changed" not in w.value for w in at.warning)
+    assert _p99(at, "ttft") > 2 * low_ttft
+    assert _p99(at, "e2e") > low_e2e
+
+
+def test_explorer_reports_bad_input_and_keeps_the_last_result() -> None:
+    at = _explore(_app(), rate=0.1)
+    before = _frame(at, "percentile").copy()
+    at.selectbox(key="quickstart.prompt.kind").set_value("uniform").run()
+    at.number_input(key="quickstart.prompt.low").set_value(5000)
+    at.number_input(key="quickstart.prompt.high").set_value(100)
+    at.button(key="run").click().run()
+    assert not at.exception
+    assert any("workload.prompt_tokens.high" in e.value for e in at.error), [e.value for e in at.error]
+    # the previous result stays, flagged as out of date: nothing half-updated
+    assert any("inputs changed" in w.value for w in at.warning)
+    pd.testing.assert_frame_equal(_frame(at, "percentile"), before)
+    at.text_input(key="quickstart.tasks").set_value("dialogue").run()
+    assert any("NAME:WEIGHT" in e.value for e in at.error)
+
+
+# ---- page 5: calibration
+
+
+def _coefficients(at: AppTest) -> pd.DataFrame:
+    return _frame(at, "coefficient")
+
+
+def test_calibration_other_profile_other_coefficients() -> None:
+    at = _app("calibration")
+    assert at.selectbox(key="calibration_profile").value == "cpu-tiny"
+    tiny = _coefficients(at)
+    profile = resolve_profile("cpu-tiny")
+    d0 = tiny[(tiny["cost"] == "decode") & (tiny["coefficient"] == "d0")].iloc[0]
+    assert d0["value"] == profile.costs["decode"].coefficients["d0"].value
+    assert d0["source"] == "fitted"
+    at.selectbox(key="calibration_profile").set_value("seed-llama2-70b-a100").run()
+    seed = _coefficients(at)
+    seed_d0 = seed[(seed["cost"] == "decode") & (seed["coefficient"] == "d0")].iloc[0]
+    assert seed_d0["value"] == resolve_profile("seed-llama2-70b-a100").costs["decode"].coefficients["d0"].value
+    assert seed_d0["value"] != d0["value"]
+    assert any("seed" in m.value and "not measured" in m.value for m in at.markdown)  # the kind, in words
+    # the raw samples the seed fits used: the seed tables' rows, every one of them
+    raw = (ROOT / "data/profiles/seed-llama2-70b-a100.samples.csv").read_text().splitlines()
+    assert len(_frame(at, "used_by")) == len(raw) - 1
+    # compare: B / A is the ratio of the two profiles' own coefficients
+    at.selectbox(key="compare_with").set_value("cpu-tiny").run()
+    table = _frame(at, "B / A")
+    row = table[(table["cost"] == "decode") & (table["coefficient"] == "d_ctx")].iloc[0]
+    a = resolve_profile("seed-llama2-70b-a100").costs["decode"].coefficients["d_ctx"].value
+    b = profile.costs["decode"].coefficients["d_ctx"].value
+    assert row["B / A"] == pytest.approx(b / a, rel=1e-12)
+
+
+def _bad_uploads() -> list[tuple[str, bytes, str]]:
+    good = json.loads((ROOT / "data/profiles/cpu-tiny.json").read_text())
+    negative = copy.deepcopy(good)
+    negative["costs"]["decode"]["coefficients"]["d_ctx"]["value"] = -1.0
+    big = json.dumps({**good, "notes": ["x" * (profiles.MAX_UPLOAD_BYTES + 10)]}).encode()
+    return [("broken.json", b'{"schema_version": 1, "key": ', "line 1"),
+            ("wrong-schema.json", json.dumps({"schema_version": 7}).encode(), "schema_version"),
+            ("negative.json", json.dumps(negative).encode(), "costs.decode.coefficients.d_ctx"),
+            ("huge.json", big, "limit")]
+
+
+@pytest.mark.parametrize("filename, content, expected", _bad_uploads(), ids=lambda v: str(v)[:16])
+def test_calibration_bad_upload_shows_an_error_and_changes_nothing(filename: str, content: bytes,
+                                                                    expected: str) -> None:
+    at = _app("calibration")
+    at.selectbox(key="calibration_profile").set_value("published-llama2-7b-a100").run()
+    options = list(at.selectbox(key="calibration_profile").options)
+    table = _coefficients(at).copy()
+    at.file_uploader(key="profile_upload").set_value((filename, content, "application/json")).run()
+    assert not at.exception
+    assert any(expected in e.value and "nothing changed" in e.value for e in at.error), [e.value for e in at.error]
+    assert list(at.selectbox(key="calibration_profile").options) == options
+    assert at.selectbox(key="calibration_profile").value == "published-llama2-7b-a100"
+    pd.testing.assert_frame_equal(_coefficients(at), table)
+    assert not at.session_state[profiles.UPLOADED]
+
+
+def test_calibration_good_upload_is_selected_and_offered_to_the_explorer() -> None:
+    at = _app("calibration")
+    text = (ROOT / "data/profiles/cpu-tiny.json").read_bytes()
+    at.file_uploader(key="profile_upload").set_value(("mine.json", text, "application/json")).run()
+    assert not at.exception and not at.error
+    assert at.selectbox(key="calibration_profile").value == "uploaded: mine.json"
+    pd.testing.assert_frame_equal(_coefficients(at), _coefficients(_app("calibration")))  # same as shipped cpu-tiny
+    at.switch_page("tripath/app/pages/explorer.py").run()
+    assert "uploaded: mine.json" in at.selectbox(key="explorer_profile").options
+
+
+# ---- page 6: fidelity
+
+
+def test_fidelity_without_a_report_says_so(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(validation, "SEARCH_ROOTS", (tmp_path / "validation",))
+    at = _app("fidelity")
+    assert any("No validation run yet" in i.value for i in at.info)
+    assert not at.dataframe
+
+
+def test_fidelity_shows_the_latest_report(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A report written by tripath.fidelity.report.write_report (issue 10's writer), read back by the page."""
+    from tripath.fidelity.compare import row
+    from tripath.fidelity.report import ScenarioResult, write_report
+
+    meta = {"numbers_from": "real_engine on this CPU (test)", "profile": "cpu-tiny", "profile_source": "measured",
+            "seed": 0, "quick": True, "created_utc": "2026-11-29T19:00:00Z"}
+    import dataclasses
+
+    # the first row carries a measured 95 % interval that holds the simulated value; the second has none
+    rows = [dataclasses.replace(row("ttft", "p50", "ms", 110.0, 100.0), real_ci=(90.0, 115.0)),
+            row("ttft", "p99", "ms", 80.0, 100.0)]
+    results = [ScenarioResult("steady", "a steady load", "x.toml", 10, rows=rows),
+               ScenarioResult("spec", "speculative", "y.toml", 10, reason="engine: not available")]
+    write_report(tmp_path / "validation", meta, results)
+    monkeypatch.setattr(validation, "SEARCH_ROOTS", (tmp_path / "validation",))
+    at = _app("fidelity")
+    assert not at.info
+    errors = _frame(at, "within first bar")
+    assert list(errors["quantity"]) == ["ttft p50", "ttft p99"]
+    assert errors["error"].tolist() == pytest.approx([0.1, -0.2])  # (sim - real) / real
+    assert errors["within first bar"].tolist() == [True, False]  # 10 % at P50 is inside, 20 % at P99 is not
+    assert errors["within noise"].tolist()[0] is True  # 110 lies in [90, 115]
+    assert errors["within noise"].isna().tolist()[1]  # no interval: unknown, not False
+    status = _frame(at, "status")
+    assert status.set_index("scenario").loc["spec", "reason"] == "engine: not available"
+    assert any("cpu-tiny" in m.value and "measured" in m.value for m in at.markdown)
+    assert math.isclose(status.set_index("scenario").loc["steady", "worst error"], -0.2)
+
+
+def test_explorer_strategy_tables_reach_the_simulator() -> None:
+    """Ticking a path writes its [strategy.*] table (the agreed format) and the result is runner.simulate's."""
+    at = _explore(_app(), rate=0.1, requests=60)
+    baseline_tpot = _p99(at, "tpot")
+    assert at.checkbox(key="quickstart.compression").disabled  # the seed profile has no compression modes
+    at.checkbox(key="quickstart.spec").check().run()
+    at.button(key="run").click().run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    profile = resolve_profile("seed-llama2-70b-a100")
+    with open(ROOT / "data/scenarios/quickstart.toml", "rb") as handle:
+        data = tomllib.load(handle)
+    data.pop("profile")
+    data["workload"]["requests"] = 60
+    data["workload"]["arrival"] = {"kind": "poisson", "rate_per_s": 0.1}
+    data["strategy"] = {"speculative": {"k": profile.speculative.k, "adaptive": False, "proposer": "draft"}}
+    expected = summary(simulate(scenario_from_dict(data), profile, seed=0, replications=2))
+    assert _p99(at, "tpot") == pytest.approx(expected["latency_ms"]["tpot"]["p99"]["mean"], rel=1e-12)
+    assert _p99(at, "tpot") != baseline_tpot
+
+
+def test_tripath_app_subcommand_is_registered() -> None:
+    from tripath.cli.main import build_parser
+
+    args = build_parser().parse_args(["app", "--port", "8600"])
+    assert args.port == 8600 and args.address == "localhost"
+    assert (ROOT / "app.py").is_file()  # what `tripath app` serves (tests/app/test_browser.py runs it for real)
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["app", "--port", "0"])
