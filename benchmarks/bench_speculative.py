@@ -25,10 +25,10 @@ from pathlib import Path
 import torch
 
 from tripath.core.data_dirs import MODELS_DIR
+from tripath.core.speculative import FixedK, SpecCosts, expected_tokens, predicted_speedup
 from tripath.engine.engine import Engine, EngineConfig
 from tripath.engine.model.checkpoint import load_checkpoint
 from tripath.engine.model.tokenizer import ByteTokenizer
-from tripath.engine.speculative.controller import FixedK, SpecCosts, expected_tokens, predicted_speedup
 from tripath.engine.speculative.engine import SpecStepRecord, SpeculativeEngine
 from tripath.engine.speculative.proposers import DraftModelProposer
 from tripath.training.corpus import TASKS, load_eval_prompts

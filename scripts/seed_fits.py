@@ -9,9 +9,9 @@ the rows used (with the rounded coefficients that are stored) and a leave-one-ou
 from __future__ import annotations
 
 import numpy as np
-from scipy.optimize import brentq, lsq_linear
+from scipy.optimize import lsq_linear
 
-from tripath.profile.formulas import speculative_latency_ratio
+from tripath.core.speculative import SpecCosts, breakeven_acceptance, latency_ratio
 from tripath.profile.profile import FitQuality, ModelSpec
 
 SEED_DOCUMENT = "000_3cff22d029debaea.txt"
@@ -115,21 +115,18 @@ def fit_sp_merge() -> tuple[float, float, FitQuality]:
     return m0, m_ctx, fit
 
 
-def break_even_acceptance(cost_ratio: float, k: int = SPEC_K) -> float:
-    """The acceptance a at which (K*c + 1)/E(a) = 1: speculation neither helps nor hurts."""
-    return float(brentq(lambda a: speculative_latency_ratio(a, k, cost_ratio) - 1.0, 1e-9, 1.0 - 1e-9))
-
-
 def fit_acceptance_cost_ratio() -> tuple[float, FitQuality, float]:
     """c from Table 3.1: latency ratio (1 + change) = (K*c + 1)/E(a), linear in c with offset 1/E(a)."""
-    e = np.array([speculative_latency_ratio(a, SPEC_K, 0.0) for _, a, _ in TABLE_3_1])  # = 1/E(a)
+    e = np.array([latency_ratio(SPEC_K, a, SpecCosts(0.0)) for _, a, _ in TABLE_3_1])  # = 1/E(a)
     y = np.array([1.0 + change for _, _, change in TABLE_3_1])
     a = (SPEC_K * e)[:, None]  # [n, 1]: d ratio / d c
     c = sig6(float(_lstsq(a, y - e)[0]))
-    predicted = np.array([speculative_latency_ratio(acc, SPEC_K, c) for _, acc, _ in TABLE_3_1])
+    predicted = np.array([latency_ratio(SPEC_K, acc, SpecCosts(c)) for _, acc, _ in TABLE_3_1])
     fit = _quality(a, y, predicted, e, "non-negative least squares of (K*c + 1)/E(a) on c; leave-one-out "
                    "holdout", "SEEDS.md Table 3.1, latency ratio 1 + change at K=5")
-    return c, fit, break_even_acceptance(c)
+    star = breakeven_acceptance(SPEC_K, SpecCosts(c))
+    assert star is not None  # 1 < K c + 1 < K + 1 for the fitted c
+    return c, fit, star
 
 
 def samples_rows() -> list[tuple[object, ...]]:

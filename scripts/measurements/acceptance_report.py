@@ -15,8 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tripath.engine.speculative.controller import SpecCosts, break_even_acceptance
-from tripath.engine.speculative.controller import predicted_speedup as formula_speedup
+from tripath.core.speculative import SpecCosts, breakeven_acceptance, predicted_speedup
 
 if TYPE_CHECKING:
     from measure_acceptance import Run, TaskCosts
@@ -52,7 +51,8 @@ def summarize(runs: list[Run], costs: dict[str, TaskCosts]) -> list[Row]:
             if name == "draft" and k.isdigit() and int(k) in v:
                 kk = int(k)
                 sc = SpecCosts(c=c, verify_base=v[kk])
-                pred, be = formula_speedup(kk, a, sc), break_even_acceptance(kk, sc)
+                pred, star = predicted_speedup(kk, a, sc), breakeven_acceptance(kk, sc)
+                be = 1.0 if star is None else star  # never pays: every a < 1 is below break-even
             rows.append(Row(
                 task, name, k, acc / dt if dt else float("nan"), a, 1 + acc / drafts if drafts else float("nan"),
                 base[sel[0].phase] / sum(r.decode_s for r in sel), pred, be, all(r.lossless for r in sel),

@@ -17,11 +17,9 @@ from tripath.profile import profile as profile_module
 from tripath.profile.formulas import (
     FORMULAS,
     decode_v1,
-    expected_tokens_per_round,
     paging_v1,
     prefill_v1,
     sp_merge_v1,
-    speculative_latency_ratio,
 )
 from tripath.profile.profile import (
     Coefficient,
@@ -115,14 +113,6 @@ def test_decode_paging_and_merge_formulas():
     # 2e9 bytes at 10 GB/s is 0.2 s = 200 ms, plus 1 ms setup.
     assert paging_v1(bytes=2e9, setup_ms=1.0, bandwidth_gbps=10.0) == pytest.approx(201.0)
     assert sp_merge_v1(context_tokens=1000, m0=3, m_ctx=0.002) == pytest.approx(5.0)
-
-
-def test_expected_tokens_and_latency_ratio():
-    assert expected_tokens_per_round(0.5, 2) == pytest.approx(1 + 0.5 + 0.25)
-    assert expected_tokens_per_round(0.0, 5) == 1.0
-    assert expected_tokens_per_round(1.0, 5) == 6.0
-    assert expected_tokens_per_round(0.999999, 5) == pytest.approx(6.0, rel=1e-5)  # continuous at a = 1
-    assert speculative_latency_ratio(0.5, 2, 0.25) == pytest.approx(1.5 / 1.75)
 
 
 def test_registry_names_match_function_signatures():

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from tripath.core.data_dirs import PROFILES_DIR, REPO_ROOT
-from tripath.profile.formulas import expected_tokens_per_round
+from tripath.core.speculative import SpecCosts, breakeven_acceptance, expected_tokens
 from tripath.profile.profile import load_profile, load_samples, resolve_profile, save_profile
 
 NAME = "seed-llama2-70b-a100"
@@ -134,27 +134,18 @@ def test_sequence_parallel_rows_and_merge_fit(seed):
     _check_fit_quality(sp.merge.fit, predicted, y, _loo_line(c, y))
 
 
-def _break_even(c: float, k: int = 5) -> float:
-    """Bisection on (K*c + 1)/E(a) = 1; the ratio falls as a rises."""
-    lo, hi = 0.0, 1.0 - 1e-12
-    for _ in range(200):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if (k * c + 1) / expected_tokens_per_round(mid, k) > 1 else (lo, mid)
-    return lo
-
-
 def test_speculative_cost_ratio_and_break_even(seed):
     spec = seed.speculative
     assert (spec.draft_model, spec.k) == ("llama-2-7b", 5)
     # Closed-form least squares of (5c + 1)/E - (1 + change) over c: c = sum(g*r) / sum(g*g).
-    e = np.array([expected_tokens_per_round(a, 5) for a, _ in TABLE_3_1.values()])
+    e = np.array([expected_tokens(5, a) for a, _ in TABLE_3_1.values()])
     g, r = 5 / e, np.array([1 + ch for _, ch in TABLE_3_1.values()]) - 1 / e
     assert spec.cost_ratio.value == pytest.approx(float(g @ r / (g @ g)), rel=1e-5)
     # The digest's reading: c = 0.3 puts break-even at a = 0.62 at K = 5.
-    assert _break_even(0.3) == pytest.approx(0.62, abs=0.005)
+    assert breakeven_acceptance(5, SpecCosts(0.3)) == pytest.approx(0.62, abs=0.005)
     # The fit over all four rows (math's "no change" at 0.55 pulls c down) lands near the
     # document's "below ~60% acceptance it does not pay", and the note states the number.
-    be = _break_even(spec.cost_ratio.value)
+    be = breakeven_acceptance(5, SpecCosts(spec.cost_ratio.value))
     assert be == pytest.approx(0.60, abs=0.02)
     assert f"{be:.3f}" in spec.cost_ratio.note
 

@@ -21,10 +21,10 @@ import torch
 
 from tripath.core.records import RequestRecord
 from tripath.core.request import RequestSpec
+from tripath.core.speculative import FixedK
 from tripath.engine.engine import Engine, EngineConfig
 from tripath.engine.model.model import LlamaModel
 from tripath.engine.serving import PromptSource, serve
-from tripath.engine.speculative.controller import FixedK
 from tripath.engine.speculative.engine import SpeculativeEngine
 from tripath.engine.speculative.metrics import SpecCounters
 from tripath.engine.speculative.proposers import DraftModelProposer

@@ -1,10 +1,8 @@
 """Break-even acceptance of speculative decoding: below it, speculation costs more than it gains.
 
-A round of K drafts and one verify pass emits E(a, K) = (1 - a^(K+1)) / (1 - a) tokens in
-expectation (Leviathan et al. 2023, eq. 1), where a is the per-token acceptance. In units of one
-target decode step the round costs K c (drafts, c = draft/target step cost ratio) + v_eff (verify).
-Speculation pays when E(a, K) > K c + v_eff; the break-even a* solves E(a*, K) = K c + v_eff.
-E rises from 1 (a = 0) to K + 1 (a -> 1), so a* exists when 1 < K c + v_eff < K + 1.
+A round of K drafts and one verify pass emits E(K, a) tokens and costs K c + v_eff target decode steps
+(c = draft/target step cost ratio); the break-even a* solves E(K, a*) = K c + v_eff, which exists when
+1 < K c + v_eff < K + 1 (tripath/core/speculative.py: E and the bisection).
 
 Under load (batch b, context C tokens per sequence) the verify pass stops being free of its
 extra tokens: at batch 1 decoding is bound by reading the weights, and verifying K + 1 tokens
@@ -24,34 +22,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tripath.profile.formulas import expected_tokens_per_round
+from tripath.core.speculative import SpecCosts, breakeven_acceptance, latency_ratio
 from tripath.profile.profile import Profile
 
 # What the seed documents claim (SEEDS.md): the first, ~60% at K = 5 (c about 0.3); the second,
 # below ~50% speculative decoding is slower end to end than the baseline.
 SEED_CLAIMS = ((0.60, "000 (choosing a path): below ~60% acceptance draft + verify exceed the gain (K = 5)"),
                (0.50, "003 (stacking pitfalls): below ~50% acceptance end-to-end latency is worse"))
-
-
-def breakeven_acceptance(k: int, cost_ratio: float, verify_ratio: float, tol: float = 1e-13) -> float | None:
-    """a* with E(a*, K) = K c + v; 0.0 when speculation pays even at a = 0, None when it never pays."""
-    if k < 1:
-        raise ValueError(f"k must be >= 1, got {k}")
-    if cost_ratio < 0 or verify_ratio <= 0:
-        raise ValueError(f"need c >= 0 and v > 0, got c = {cost_ratio}, v = {verify_ratio}")
-    target = k * cost_ratio + verify_ratio
-    if target <= 1.0:
-        return 0.0
-    if target >= k + 1:
-        return None
-    lo, hi = 0.0, 1.0  # E is increasing in a: bisect
-    while hi - lo > tol:
-        mid = 0.5 * (lo + hi)
-        if expected_tokens_per_round(mid, k) < target:
-            lo = mid
-        else:
-            hi = mid
-    return 0.5 * (lo + hi)
 
 
 def effective_verify_ratio(profile: Profile, k: int, batch: int, context_tokens: float) -> float:
@@ -106,15 +83,15 @@ def breakeven(profile: Profile, ks: Sequence[int] = (1, 2, 3, 4, 5, 6, 8),
         for batch in batches:
             v = effective_verify_ratio(profile, k, batch, context_tokens)
             for c in ratios:
-                rows.append(BreakEvenRow(k, c, batch, v, breakeven_acceptance(k, c, v)))
+                rows.append(BreakEvenRow(k, c, batch, v, breakeven_acceptance(k, SpecCosts(c, v))))
     k0 = profile.speculative.k
-    star = breakeven_acceptance(k0, c0, effective_verify_ratio(profile, k0, 1, context_tokens))
+    star = breakeven_acceptance(k0, SpecCosts(c0, effective_verify_ratio(profile, k0, 1, context_tokens)))
     tasks = {}
     for task in sorted(profile.acceptance):
         a = profile.acceptance_for(task, k0).mean
         tasks[task] = {"acceptance": a, "k": k0, "breakeven": star,
                        "pays": star is not None and a > star,
-                       "latency_ratio": (k0 * c0 + profile.verify_cost_ratio(k0)) / expected_tokens_per_round(a, k0)}
+                       "latency_ratio": latency_ratio(k0, a, SpecCosts(c0, profile.verify_cost_ratio(k0)))}
     claims = []
     for level, text in SEED_CLAIMS:
         near = [r for r in rows if r.batch == 1 and r.acceptance is not None and abs(r.acceptance - level) <= 0.05]

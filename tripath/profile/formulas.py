@@ -105,25 +105,3 @@ FORMULAS: dict[str, Formula] = {
     )
 }
 
-
-def expected_tokens_per_round(acceptance: float, k: int) -> float:
-    """Expected tokens emitted by one speculative round: E = (1 - a^(K+1)) / (1 - a).
-
-    Each of the K drafted tokens is accepted with probability a, independently, until the first
-    rejection; the verify pass always adds one token of its own (Leviathan et al. 2023, eq. 1).
-    At a = 1 every draft is accepted and E = K + 1 (the limit of the formula).
-    """
-    if acceptance >= 1.0:
-        return float(k + 1)
-    return (1.0 - acceptance ** (k + 1)) / (1.0 - acceptance)
-
-
-def speculative_latency_ratio(acceptance: float, k: int, cost_ratio: float,
-                              verify_ratio: float = 1.0) -> float:
-    """Per-token latency with speculation over per-token latency without: (K*c + v) / E.
-
-    One round costs K draft steps (c target steps each) plus one verify pass (v target steps,
-    about 1 when decoding is memory-bound) and emits E tokens; plain decoding emits one per step.
-    Below 1 speculation helps; the acceptance where it equals 1 is the break-even.
-    """
-    return (k * cost_ratio + verify_ratio) / expected_tokens_per_round(acceptance, k)

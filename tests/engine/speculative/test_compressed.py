@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tripath.core.speculative import FixedK
 from tripath.engine.engine import Engine, EngineConfig
 from tripath.engine.model.config import PRESETS
 from tripath.engine.model.model import LlamaModel
 from tripath.engine.sequence import Sequence
-from tripath.engine.speculative.controller import FixedK
 from tripath.engine.speculative.engine import SpeculativeEngine
 from tripath.engine.speculative.proposers import DraftModelProposer, Proposal, _pack
 

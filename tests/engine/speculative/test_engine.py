@@ -9,13 +9,13 @@ import pytest
 import torch
 
 from tripath.core.request import RequestSpec
+from tripath.core.speculative import FixedK
 from tripath.engine.engine import Engine, EngineConfig
 from tripath.engine.model.config import PRESETS
 from tripath.engine.model.model import LlamaModel
 from tripath.engine.sampling import SamplingParams
 from tripath.engine.sequence import Sequence
 from tripath.engine.serving import PromptSource, serve
-from tripath.engine.speculative.controller import FixedK
 from tripath.engine.speculative.engine import SpeculativeEngine
 from tripath.engine.speculative.proposers import DraftModelProposer, PromptLookupProposer, Proposal, _pack
 

@@ -10,11 +10,11 @@ import torch
 from scipy.stats import chi2_contingency
 
 from tripath.core.data_dirs import MODELS_DIR
+from tripath.core.speculative import FixedK
 from tripath.engine.engine import Engine, EngineConfig
 from tripath.engine.model.checkpoint import load_checkpoint
 from tripath.engine.model.tokenizer import ByteTokenizer
 from tripath.engine.sampling import SamplingParams
-from tripath.engine.speculative.controller import FixedK
 from tripath.engine.speculative.engine import SpeculativeEngine
 from tripath.engine.speculative.proposers import DraftModelProposer
 

@@ -8,11 +8,11 @@ import pytest
 import torch
 
 from tripath.core.data_dirs import MODELS_DIR
+from tripath.core.speculative import AdaptiveK, ControllerConfig, FixedK, SpecCosts
 from tripath.engine.engine import Engine, EngineConfig
 from tripath.engine.model.checkpoint import load_checkpoint
 from tripath.engine.model.model import LlamaModel
 from tripath.engine.model.tokenizer import ByteTokenizer
-from tripath.engine.speculative.controller import AdaptiveK, ControllerConfig, FixedK, SpecCosts
 from tripath.engine.speculative.engine import SpeculativeEngine
 from tripath.engine.speculative.proposers import DraftModelProposer, PromptLookupProposer
 from tripath.training.corpus import TASKS, load_eval_prompts

@@ -47,9 +47,9 @@ from tripath.calibrate.sweeps.spec_sections import (  # re-exported: the row nam
     prompt_sweep,
     speculative_sections,
 )
+from tripath.core.speculative import FixedK
 from tripath.engine.engine import Engine, EngineConfig, StepRecord
 from tripath.engine.model.model import LlamaModel
-from tripath.engine.speculative.controller import FixedK
 from tripath.engine.speculative.engine import SpecStepRecord, SpeculativeEngine
 from tripath.engine.speculative.metrics import SpecCounters
 from tripath.engine.speculative.proposers import DraftModelProposer

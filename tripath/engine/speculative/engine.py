@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
+from tripath.core.speculative import Controller, FixedK
 from tripath.engine.engine import EngineConfig, RequestRejected, StepRecord, run_to_completion
 from tripath.engine.kv.compressed_store import CompressedKVStore, StoreConfig
 from tripath.engine.kv.paged import KVCacheManager, KVTensors
@@ -32,7 +33,6 @@ from tripath.engine.model.model import LlamaModel
 from tripath.engine.sampling import SamplingParams, sample
 from tripath.engine.sequence import Sequence, SequenceStatus
 from tripath.engine.speculative.compressed import compressed_forward, rollback
-from tripath.engine.speculative.controller import Controller, FixedK
 from tripath.engine.speculative.metrics import SpecCounters, SpecTimings
 from tripath.engine.speculative.proposers import PagedChunk, Proposal, Proposer, paged_forward
 from tripath.engine.speculative.rejection import greedy_verify, rejection_sample, sampling_probs

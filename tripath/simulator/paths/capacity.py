@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from tripath.engine.speculative.controller import SpecCosts, best_k
+from tripath.core.speculative import SpecCosts, best_k, predicted_speedup, round_cost
 from tripath.simulator.capacity import Saturation
 from tripath.simulator.costs import IterationCost
 from tripath.simulator.paths.speculative import expected_survival, linear_verify
@@ -64,7 +64,8 @@ def tokens_per_round(profile: Any, spec: Any, tasks: list[tuple[str, float]], k:
 
 
 def _round_factor(profile: Any, c: float, k: int) -> float:
-    return 1.0 if k == 0 else k * c + float(profile.verify_cost_ratio(k))
+    """f = K c + v(K) with the profile's measured v(K); 1 at K = 0 (a plain step: the profile has no v(0))."""
+    return 1.0 if k == 0 else round_cost(k, c, float(profile.verify_cost_ratio(k)))
 
 
 def speculative_k(profile: Any, spec: Any, tasks: list[tuple[str, float]], drop: float, c: float) -> int:
@@ -72,14 +73,14 @@ def speculative_k(profile: Any, spec: Any, tasks: list[tuple[str, float]], drop:
     k_max = spec.k or profile.speculative.k
     if not spec.adaptive:
         return k_max
-    speedups = {k: tokens_per_round(profile, spec, tasks, k, drop) / _round_factor(profile, c, k)
-                for k in range(1, k_max + 1)}
-    best = max(speedups, key=lambda k: speedups[k])
+    best, speedup = best_k(lambda k: tokens_per_round(profile, spec, tasks, k, drop) / _round_factor(profile, c, k),
+                           k_max)
     exit_speedup = 1.0
     if spec.fallback_acceptance is not None:
         base, per_token = linear_verify(profile, k_max)
-        exit_speedup = best_k(spec.fallback_acceptance, SpecCosts(c, base, per_token), k_max)[1]
-    return best if speedups[best] >= exit_speedup else 0
+        costs, a_f = SpecCosts(c, base, per_token), spec.fallback_acceptance
+        exit_speedup = best_k(lambda k: predicted_speedup(k, a_f, costs), k_max)[1]
+    return best if speedup >= exit_speedup else 0
 
 
 def path_saturation(scenario: Any, profile: Any, mean_prompt: float, mean_output: float, replicas: int,

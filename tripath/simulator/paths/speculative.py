@@ -19,7 +19,7 @@ task's mean and that sd and scales its p_j to it (tripath/simulator/paths/accept
 request has the task's p_j, as before. K_i is capped at remaining_i - 1 so a sequence
 never emits past its output length. KV compression lowers each p_j by its acceptance_drop.
 
-The adaptive policy is tripath/engine/speculative/controller.py's AdaptiveK itself (the same rule as the
+The adaptive policy is tripath/core/speculative.py's AdaptiveK itself (the same rule as the
 engine: EWMA acceptance per sequence and per replica, best K by predicted speedup, fallback with
 hysteresis). A scenario's fallback_acceptance a_f maps to the controller's exit speedup
 S*(a_f) = max_K E(K, a_f) / (K c + v(K)): S* rises with a, so "S* < S*(a_f)" is "a < a_f".
@@ -47,8 +47,7 @@ from typing import Any
 
 import numpy as np
 
-# spec_controller.py is pure Python (no torch): importing it keeps one rule for engine and simulator.
-from tripath.engine.speculative.controller import AdaptiveK, ControllerConfig, SpecCosts, best_k
+from tripath.core.speculative import AdaptiveK, ControllerConfig, SpecCosts, best_k, predicted_speedup, round_cost
 from tripath.profile.engine_rules import follows_real_engine
 from tripath.simulator.paths.acceptance_spread import AcceptanceSpread, mean_survival, replica_key
 from tripath.simulator.scenario.strategy import PROMPT_LOOKUP_PREFIX, SpeculativeSpec
@@ -145,7 +144,8 @@ class SpeculativePhysics:
             costs = SpecCosts(self.c, base, per_token)
             exit_speedup = 1.0  # the engine's default: fall back where no K beats plain decoding
             if spec.fallback_acceptance is not None:
-                exit_speedup = best_k(spec.fallback_acceptance, costs, self.k)[1]
+                a_f = spec.fallback_acceptance
+                exit_speedup = best_k(lambda k: predicted_speedup(k, a_f, costs), self.k)[1]
             default = ControllerConfig()
             config = ControllerConfig(k_max=self.k, exit_speedup=exit_speedup,
                                       enter_speedup=exit_speedup * default.enter_speedup / default.exit_speedup,
@@ -154,7 +154,7 @@ class SpeculativePhysics:
 
     def round_factor(self, k_max: int) -> float:
         """Cost of the batch's round in target decode steps: K c + v(K); 1 for a plain step."""
-        return 1.0 if k_max == 0 else k_max * self.c + self._verify[k_max]
+        return round_cost(k_max, self.c, self._verify[k_max])
 
     def batch_extra(self, batch: int, k_max: int) -> float:
         """What sequences beyond the first add to a round, in batch-1 target decode steps: (B - 1) w K / k.

@@ -37,7 +37,7 @@ def _finite(field: str, value: float | None, low: float = 0.0, high: float = mat
 @dataclass(frozen=True)
 class SpeculativeSpec:
     k: int | None = None  # proposal length; None: the profile's speculative.k
-    adaptive: bool = False  # adaptive K (tripath/engine/speculative/controller.py's AdaptiveK)
+    adaptive: bool = False  # adaptive K (tripath/core/speculative.py's AdaptiveK)
     fallback_acceptance: float | None = None  # adaptive: plain decoding below this acceptance; None: break-even
     proposer: str = "draft"
 

@@ -1,24 +1,47 @@
-"""How many tokens to speculate: a fixed K, or an adaptive K with fallback to plain decoding.
+"""Speculative decoding's cost model and the K controllers, shared by the engine and the simulator.
 
 Cost model (units of one plain target decode step): a round with K drafts costs
-K * c (draft steps, c = draft/target per-token cost ratio) + v(K) (one target pass over K+1
-tokens, v(K) = verify_base + verify_per_token * K, both measured) and emits on average
-E(K, a) = (1 - a^(K+1)) / (1 - a) tokens (Leviathan et al. 2023, eq. 1) when each draft
-token is accepted with probability a given the earlier ones.  Plain decoding emits 1 token
-per unit, so the predicted speedup of K is S(K) = E(K, a) / (K c + v(K)).
+K c (draft steps, c = draft/target per-token cost ratio) + v(K) (one target pass over K + 1
+tokens) and emits on average E(K, a) = (1 - a^(K+1)) / (1 - a) tokens (Leviathan et al. 2023,
+eq. 1) when each draft token is accepted with probability a given the earlier ones.  Plain
+decoding emits 1 token per unit, so the predicted speedup of K is S(K, a) = E(K, a) / (K c + v(K))
+and speculation pays above the break-even acceptance a*, where S(K, a*) = 1.
 
 The adaptive controller keeps an exponentially weighted acceptance per sequence and per
 engine, picks the K that maximises S, falls back to plain decoding (K = 0) when no K beats
 ``exit_speedup``, and re-probes every ``probe_interval`` plain rounds; it only resumes when
 the best S reaches ``enter_speedup`` (> exit), so it does not flap around break-even.  While
 a sequence is fallen back its own evidence fades towards the engine's long-run acceptance.
+Pure Python (no torch): the simulator runs the engine's rule itself.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
+
+
+def expected_tokens(k: int, a: float) -> float:
+    """E(K, a) = (1 - a^(K+1)) / (1 - a): tokens one round of K drafts emits (the verify pass adds its own).
+
+    Drafts are accepted with probability a each until the first rejection; a = 1 gives K + 1 (the limit),
+    a = 0 gives 1.
+    """
+    if not 0.0 <= a <= 1.0:
+        raise ValueError(f"a: acceptance must be in [0, 1], got {a}")
+    return float(k + 1) if a == 1.0 else (1.0 - a ** (k + 1)) / (1.0 - a)
+
+
+def round_cost(k: int, c: float, verify_base: float, verify_per_token: float = 0.0) -> float:
+    """Target decode steps of one round: K c + v(K), v(K) = verify_base + verify_per_token K; 1 at K = 0.
+
+    A measured v(K) at this K is ``verify_base`` with no per-token term; K = 0 is a plain decode step.
+    """
+    if k == 0:
+        return 1.0
+    return k * c + verify_base + verify_per_token * k
 
 
 @dataclass(frozen=True)
@@ -38,37 +61,47 @@ class SpecCosts:
             raise ValueError(f"SpecCosts.verify_base: must be > 0, got {self.verify_base}")
 
     def round_cost(self, k: int) -> float:
-        return k * self.c + self.verify_base + self.verify_per_token * k
-
-
-def expected_tokens(k: int, a: float) -> float:
-    """E(K, a) = (1 - a^(K+1)) / (1 - a): tokens emitted by a round of K drafts (K + 1 at a = 1)."""
-    if not 0.0 <= a <= 1.0:
-        raise ValueError(f"a: acceptance must be in [0, 1], got {a}")
-    return float(k + 1) if a == 1.0 else (1.0 - a ** (k + 1)) / (1.0 - a)
+        """K c + v(K) with these costs (``round_cost``)."""
+        return round_cost(k, self.c, self.verify_base, self.verify_per_token)
 
 
 def predicted_speedup(k: int, a: float, costs: SpecCosts) -> float:
-    """Tokens per unit time of K-token speculation relative to plain decoding (K = 0 gives 1/v(0))."""
+    """S(K, a) = E(K, a) / (K c + v(K)): tokens per unit time relative to plain decoding; 1 at K = 0."""
     if k == 0:
         return 1.0
     return expected_tokens(k, a) / costs.round_cost(k)
 
 
-def break_even_acceptance(k: int, costs: SpecCosts) -> float:
-    """The a at which S(K, a) = 1 (bisection; E is increasing in a); 1.0 if even a = 1 does not pay."""
-    if predicted_speedup(k, 1.0, costs) < 1.0:
-        return 1.0
+def latency_ratio(k: int, a: float, costs: SpecCosts) -> float:
+    """(K c + v(K)) / E(K, a): per-token latency with speculation over plain decoding's (1 / S); < 1 pays."""
+    return costs.round_cost(k) / expected_tokens(k, a)
+
+
+def best_k(speedup: Callable[[int], float], k_max: int) -> tuple[int, float]:
+    """argmax over K in 1..k_max of ``speedup(K)`` (the smallest K on ties), and that speedup."""
+    return max(((k, speedup(k)) for k in range(1, k_max + 1)), key=lambda t: t[1])
+
+
+def breakeven_acceptance(k: int, costs: SpecCosts, tol: float = 1e-13) -> float | None:
+    """a* with E(K, a*) = K c + v(K), by bisection (E rises from 1 at a = 0 to K + 1 at a = 1).
+
+    0.0 when speculation pays even at a = 0 (K c + v(K) <= 1), None when it never pays (>= K + 1).
+    """
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    target = costs.round_cost(k)
+    if target <= 1.0:
+        return 0.0
+    if target >= k + 1:
+        return None
     lo, hi = 0.0, 1.0
-    for _ in range(60):
+    while hi - lo > tol:
         mid = 0.5 * (lo + hi)
-        lo, hi = (mid, hi) if predicted_speedup(k, mid, costs) < 1.0 else (lo, mid)
-    return hi
-
-
-def best_k(a: float, costs: SpecCosts, k_max: int) -> tuple[int, float]:
-    """argmax over K in 1..k_max of S(K, a), and that S."""
-    return max(((k, predicted_speedup(k, a, costs)) for k in range(1, k_max + 1)), key=lambda t: t[1])
+        if expected_tokens(k, mid) < target:
+            lo = mid
+        else:
+            hi = mid
+    return 0.5 * (lo + hi)
 
 
 class Controller(Protocol):
@@ -175,7 +208,8 @@ class AdaptiveK:
 
     def choose(self, request_id: int) -> int:
         st = self.seqs.setdefault(request_id, _SeqState())
-        k, speedup = best_k(self.acceptance(request_id), self.costs, self.config.k_max)
+        a, costs = self.acceptance(request_id), self.costs
+        k, speedup = best_k(lambda kk: predicted_speedup(kk, a, costs), self.config.k_max)
         if st.speculating and speedup < self.config.exit_speedup:
             st.speculating, st.plain_rounds = False, 0
         elif not st.speculating and speedup >= self.config.enter_speedup:
