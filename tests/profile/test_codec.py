@@ -107,3 +107,15 @@ def test_checks_run_when_built_in_code_too():
         Tree(0, "t", (), {}, (), None)
     with pytest.raises(InputError, match=r"^by_k\.0: must be an integer >= 1, got 0$"):
         Tree(1, "t", (), {}, (), None, {0: 1.0})
+
+
+def test_json_order_must_name_every_json_field():
+    @dataclass(frozen=True)
+    class Partial(Section):
+        JSON_ORDER = ("b",)
+
+        a: int
+        b: int
+
+    with pytest.raises(TypeError, match="JSON_ORDER must name each of its JSON fields once"):
+        Partial(1, 2)

@@ -126,15 +126,14 @@ def _layout(cls: type) -> tuple[_Slot, ...]:
     """The JSON fields of a Section class in JSON order (caches built after init are not JSON)."""
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
-    order = cls.JSON_ORDER or tuple(fields)
-    if set(order) > set(fields):
-        raise TypeError(f"{cls.__name__}.JSON_ORDER names fields it does not have")
+    in_json = [f.name for f in fields.values() if f.init or _META in f.metadata]
+    order = cls.JSON_ORDER or tuple(in_json)
+    if sorted(order) != sorted(in_json):
+        raise TypeError(f"{cls.__name__}.JSON_ORDER must name each of its JSON fields once: {in_json}")
     slots = []
     for name in order:
         f = fields[name]
         spec = f.metadata.get(_META)
-        if spec is None and not f.init:
-            continue
         default = f.default if f.default is not _MISSING else (
             f.default_factory() if f.default_factory is not _MISSING else _MISSING)
         hint = hints[name]
