@@ -18,6 +18,7 @@ from tripath.core.errors import InputError
 from tripath.core.records import RequestRecord
 from tripath.core.request import RequestSpec
 from tripath.fidelity.engine_side import NotAvailable, Paths
+from tripath.profile.profile import Profile
 from tripath.simulator.runner import arrival_rate, cluster_config, simulate
 from tripath.simulator.scenario.scenario import Scenario, scenario_from_dict
 from tripath.simulator.scenario.workload import generate_requests
@@ -42,7 +43,8 @@ def workload_scenario(data: dict[str, Any], source: str | None) -> Scenario:
     return scenario_from_dict(core, source)
 
 
-def requests_for(data: dict[str, Any], source: str | None, profile: Any, seed: int) -> tuple[list[RequestSpec], int]:
+def requests_for(data: dict[str, Any], source: str | None, profile: Profile,
+                 seed: int) -> tuple[list[RequestSpec], int]:
     """(the request list replication 0 of runner.simulate serves, KV tokens one replica holds)."""
     scenario = workload_scenario(data, source)
     config, _ = cluster_config(scenario, profile)
@@ -52,7 +54,7 @@ def requests_for(data: dict[str, Any], source: str | None, profile: Any, seed: i
     return requests, config.replica.kv_capacity_bytes // int(profile.model.kv_bytes_per_token)
 
 
-def tier_tokens(data: dict[str, Any], profile: Any) -> tuple[int, int]:
+def tier_tokens(data: dict[str, Any], profile: Profile) -> tuple[int, int]:
     """(host, SSD) KV tokens of the scenario's [strategy.tiered] (the profile's memory where not given)."""
     tiered = data.get("strategy", {}).get("tiered")
     if tiered is None:
@@ -86,7 +88,7 @@ def path_quantities(records: list[RequestRecord]) -> Paths:
     return paths
 
 
-def simulate_case(data: dict[str, Any], source: str | None, profile: Any, seed: int) -> Simulated:
+def simulate_case(data: dict[str, Any], source: str | None, profile: Profile, seed: int) -> Simulated:
     """Simulate the whole scenario (strategies included); NotAvailable when the simulator refuses it."""
     try:
         scenario = scenario_from_dict(copy.deepcopy(data), source)

@@ -22,10 +22,13 @@ import tomllib
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tripath.core.data_dirs import MODELS_DIR, SCENARIOS_DIR
 from tripath.core.errors import InputError
+
+if TYPE_CHECKING:  # imported where used at run time, so `tripath validate --help` stays quick
+    from tripath.profile.profile import Profile
 
 QUICK_SCENARIOS = ("baseline-light", "speculative-code")
 QUICK_REQUESTS = 8
@@ -81,7 +84,7 @@ def _side_summary(records: list, extra: dict[str, Any]) -> dict[str, Any]:
     return {**metrics.counts(records), **extra}
 
 
-def run_case(path: str, data: dict[str, Any], profile: Any, models: tuple[Any, Any], seed: int,
+def run_case(path: str, data: dict[str, Any], profile: Profile, models: tuple[Any, Any], seed: int,
              noise: bool, target_path: str | None = None) -> tuple[Any, list | None]:
     """One scenario: (ScenarioResult, noise rows or None).
 
@@ -140,7 +143,7 @@ def run_case(path: str, data: dict[str, Any], profile: Any, models: tuple[Any, A
     return res, noise_rows
 
 
-def profile_acceptance(profile: Any, data: dict[str, Any], k: int) -> float:
+def profile_acceptance(profile: Profile, data: dict[str, Any], k: int) -> float:
     """The calibrated per-token acceptance a at K, averaged over the scenario's task mix."""
     tasks = data["workload"].get("tasks", {"default": 1.0})
     total = sum(tasks.values())

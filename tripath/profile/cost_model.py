@@ -17,50 +17,40 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from tripath.core.errors import InputError
-from tripath.profile.fields import (
-    VALUE_SOURCES,
-    JsonObject,
-    build,
-    check_count,
-    check_number,
-    check_text,
-    number_list,
-)
+from tripath.profile.codec import Section, json_field, note_field
+from tripath.profile.fields import VALUE_SOURCES, Hook, check_number, count, number, text
 from tripath.profile.formulas import FORMULAS
 
 
 @dataclass(frozen=True)
-class Coefficient:
+class Coefficient(Section):
     """One number with its unit and where it comes from (one of ``VALUE_SOURCES``)."""
 
-    value: float
-    unit: str
-    source: str
-    note: str = ""
+    value: float = json_field(number())
+    unit: str = json_field(text())
+    source: str = json_field(text(allowed=VALUE_SOURCES))
+    note: str = note_field()
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "value", check_number("value", self.value))
-        check_text("unit", self.unit)
-        check_text("source", self.source, allowed=VALUE_SOURCES)
-        check_text("note", self.note, nonempty=False)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"value": self.value, "unit": self.unit, "source": self.source, "note": self.note}
+def coefficient(*, positive: bool = False, high: float | None = None, unit: str | None = None) -> Hook:
+    """Hook: a Coefficient whose value is >= 0 (> 0 when ``positive``, <= ``high`` when given), in ``unit``
+    when given."""
 
-    @classmethod
-    def parse(cls, raw: object, source: str | None, path: str) -> Coefficient:
-        obj = JsonObject(raw, source, path)
-        kwargs = {"value": obj.number("value"), "unit": obj.string("unit"),
-                  "source": obj.string("source"), "note": obj.string("note", "")}
-        obj.finish()
-        return build(cls, source, path, **kwargs)
+    def run(field: str, value: object) -> Coefficient:
+        if not isinstance(value, Coefficient):
+            raise InputError(None, field, "must be a Coefficient")
+        check_number(f"{field}.value", value.value, positive=positive, high=high)
+        if unit is not None and value.unit != unit:
+            raise InputError(None, f"{field}.unit", f"must be {unit!r}, got {value.unit!r}")
+        return value
+
+    return run
 
 
 @dataclass(frozen=True)
-class FitQuality:
+class FitQuality(Section):
     """How well a fit matches its samples. Errors are fractions (0.05 = 5 %), not percents.
 
     train_mape / max_ape: mean / worst absolute percentage error on the samples the fit used;
@@ -68,53 +58,32 @@ class FitQuality:
     None when there were too few samples to hold any out.
     """
 
-    n_samples: int
-    train_mape: float
-    max_ape: float
-    holdout_mape: float | None
-    method: str
-    data: str
-
-    def __post_init__(self) -> None:
-        check_count("n_samples", self.n_samples, low=1)
-        object.__setattr__(self, "train_mape", check_number("train_mape", self.train_mape))
-        object.__setattr__(self, "max_ape", check_number("max_ape", self.max_ape))
-        if self.holdout_mape is not None:
-            object.__setattr__(self, "holdout_mape", check_number("holdout_mape", self.holdout_mape))
-        check_text("method", self.method)
-        check_text("data", self.data)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"n_samples": self.n_samples, "train_mape": self.train_mape, "max_ape": self.max_ape,
-                "holdout_mape": self.holdout_mape, "method": self.method, "data": self.data}
-
-    @classmethod
-    def parse(cls, raw: object, source: str | None, path: str) -> FitQuality | None:
-        if raw is None:
-            return None
-        obj = JsonObject(raw, source, path)
-        kwargs = {"n_samples": obj.integer("n_samples"), "train_mape": obj.number("train_mape"),
-                  "max_ape": obj.number("max_ape"), "holdout_mape": obj.number("holdout_mape", None),
-                  "method": obj.string("method"), "data": obj.string("data")}
-        obj.finish()
-        return build(cls, source, path, **kwargs)
+    n_samples: int = json_field(count(1))
+    train_mape: float = json_field(number())
+    max_ape: float = json_field(number())
+    holdout_mape: float | None = json_field(number())
+    method: str = json_field(text())
+    data: str = json_field(text())
 
 
 @dataclass(frozen=True)
-class CostModel:
+class CostModel(Section):
     """A named formula with named coefficients, its inputs, the measured domain and fit quality."""
+
+    JSON_ORDER = ("formula", "inputs", "coefficients", "domain", "fit", "note")
 
     formula: str
     coefficients: dict[str, Coefficient]
     inputs: tuple[str, ...]
-    domain: dict[str, tuple[float, float]]
+    domain: dict[str, tuple[float, float]] = json_field(shape="a pair [lo, hi]")
     fit: FitQuality | None = None
-    note: str = ""
+    note: str = note_field()
     # Resolved once so evaluation in the simulator's hot path is one plain function call.
     _fn: Callable[..., float] = field(init=False, repr=False, compare=False)
     _values: dict[str, float] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         spec = FORMULAS.get(self.formula) if isinstance(self.formula, str) else None
         if spec is None:
             raise InputError(None, "formula",
@@ -147,7 +116,6 @@ class CostModel:
         object.__setattr__(self, "domain", domain)
         if self.fit is not None and not isinstance(self.fit, FitQuality):
             raise InputError(None, "fit", "must be a FitQuality or None")
-        check_text("note", self.note, nonempty=False)
         object.__setattr__(self, "_fn", spec.fn)
         values = {name: self.coefficients[name].value for name in spec.coefficients}
         object.__setattr__(self, "_values", values)
@@ -178,30 +146,13 @@ class CostModel:
         """Plain coefficient values by name, so a hot loop can bind them once."""
         return dict(self._values)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "formula": self.formula,
-            "inputs": list(self.inputs),
-            "coefficients": {name: coef.to_dict() for name, coef in self.coefficients.items()},
-            "domain": {name: [lo, hi] for name, (lo, hi) in self.domain.items()},
-            "fit": None if self.fit is None else self.fit.to_dict(),
-            "note": self.note,
-        }
 
-    @classmethod
-    def parse(cls, raw: object, source: str | None, path: str) -> CostModel:
-        obj = JsonObject(raw, source, path)
-        formula = obj.string("formula")
-        inputs = obj.array("inputs")
-        for i, name in enumerate(inputs):
-            if not isinstance(name, str):
-                raise obj.error(f"inputs[{i}]", "must be a string")
-        coefficients = {name: Coefficient.parse(value, source, obj.where(f"coefficients.{name}"))
-                        for name, value in obj.mapping("coefficients").items()}
-        domain = {name: tuple(number_list(pair, source, obj.where(f"domain.{name}")))
-                  for name, pair in obj.mapping("domain").items()}
-        fit = FitQuality.parse(obj.get("fit", None), source, obj.where("fit"))
-        note = obj.string("note", "")
-        obj.finish()
-        return build(cls, source, path, formula=formula, coefficients=coefficients, inputs=tuple(inputs),
-                     domain=domain, fit=fit, note=note)
+def cost_model_of(name: str, example: str = "") -> Hook:
+    """Hook: a CostModel whose only input is ``name`` (``example``: a formula that fits, for the message)."""
+
+    def run(field: str, value: object) -> CostModel:
+        if not isinstance(value, CostModel) or value.inputs != (name,):
+            raise InputError(None, field, f"must be a cost model whose only input is {name}{example}")
+        return value
+
+    return run

@@ -28,16 +28,40 @@ from typing import Any
 import numpy as np
 
 from tripath.core.errors import InputError
-from tripath.profile.cost_model import Coefficient, FitQuality
-from tripath.profile.fields import JsonObject, build, check_number, check_text
-from tripath.profile.tables import need_coefficient
+from tripath.profile.codec import Section, json_field, note_field
+from tripath.profile.cost_model import Coefficient, FitQuality, coefficient
+from tripath.profile.fields import check_number
 
 COEFFICIENTS = ("q0", "q_seq", "q_ctx", "q_len")
 UNITS = {"q0": "ms", "q_seq": "ms/sequence", "q_ctx": "ms/token", "q_len": "ms/token of the longest sequence"}
+# Written into the JSON for its readers; the math is DecodeDequant.extra_ms, whatever a file says here.
+FORMULA = "extra_ms = q0 + q_seq*B + q_ctx*S + q_len*S/B"
+
+
+def _coefficients(field: str, coefficients: dict[str, Coefficient]) -> dict[str, Coefficient]:
+    """Exactly q0, q_seq, q_ctx, q_len, kept in that order."""
+    if set(coefficients) != set(COEFFICIENTS):
+        raise InputError(None, field, f"must name exactly {', '.join(COEFFICIENTS)}; got "
+                         f"{', '.join(sorted(coefficients)) or 'none'}")
+    check = coefficient()
+    return {name: check(f"{field}.{name}", coefficients[name]) for name in COEFFICIENTS}
+
+
+def _points(field: str, points: tuple[tuple[int, int, float, float], ...]) -> tuple[tuple[int, int, float, float], ...]:
+    """Measured (batch, total_context, fp_ms, mode_ms) rows: batch >= 1, context >= batch, both times > 0."""
+    for i, point in enumerate(points):
+        if len(point) != 4:
+            raise InputError(None, f"{field}.{i}", "must be [batch, total_context, fp_ms, mode_ms]")
+        batch, context, fp_ms, mode_ms = point
+        check_number(f"{field}.{i}.batch", batch, low=1)
+        check_number(f"{field}.{i}.total_context", context, low=batch)
+        check_number(f"{field}.{i}.fp_ms", fp_ms, positive=True)
+        check_number(f"{field}.{i}.mode_ms", mode_ms, positive=True)
+    return points
 
 
 @dataclass(frozen=True)
-class DecodeDequant:
+class DecodeDequant(Section):
     """extra_ms(B, S) of one compressed decode step over the full-precision one (module docstring).
 
     coefficients: q0, q_seq, q_ctx, q_len (each >= 0); points: the measured grid,
@@ -45,27 +69,16 @@ class DecodeDequant:
     formula matches the points' differences.
     """
 
-    coefficients: dict[str, Coefficient]
-    points: tuple[tuple[int, int, float, float], ...] = ()
+    formula: str = json_field(default=FORMULA, init=False)
+    coefficients: dict[str, Coefficient] = json_field(_coefficients)
+    points: tuple[tuple[int, int, float, float], ...] = json_field(
+        _points, default=(), shape="[batch, total_context, fp_ms, mode_ms]")
     fit: FitQuality | None = None
-    note: str = ""
+    note: str = note_field()
     _q: tuple[float, ...] = field(init=False, repr=False, compare=False)  # resolved once: the hot path
 
     def __post_init__(self) -> None:
-        if set(self.coefficients) != set(COEFFICIENTS):
-            raise InputError(None, "coefficients", f"must name exactly {', '.join(COEFFICIENTS)}; got "
-                             f"{', '.join(sorted(self.coefficients)) or 'none'}")
-        for name in COEFFICIENTS:
-            need_coefficient(f"coefficients.{name}", self.coefficients[name])
-        for i, point in enumerate(self.points):
-            if len(point) != 4:
-                raise InputError(None, f"points.{i}", "must be [batch, total_context, fp_ms, mode_ms]")
-            batch, context, fp_ms, mode_ms = point
-            check_number(f"points.{i}.batch", batch, low=1)
-            check_number(f"points.{i}.total_context", context, low=batch)
-            check_number(f"points.{i}.fp_ms", fp_ms, positive=True)
-            check_number(f"points.{i}.mode_ms", mode_ms, positive=True)
-        check_text("note", self.note, nonempty=False)
+        super().__post_init__()
         object.__setattr__(self, "_q", tuple(float(self.coefficients[n].value) for n in COEFFICIENTS))
 
     def extra_ms(self, batch: Any, total_context: Any) -> Any:
@@ -73,26 +86,3 @@ class DecodeDequant:
         q0, q_seq, q_ctx, q_len = self._q
         longest = np.divide(total_context, np.maximum(batch, 1))  # an even batch: its longest sequence
         return q0 + q_seq * batch + q_ctx * total_context + q_len * longest
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"formula": "extra_ms = q0 + q_seq*B + q_ctx*S + q_len*S/B",
-                "coefficients": {n: self.coefficients[n].to_dict() for n in COEFFICIENTS},
-                "points": [[int(b), int(s), float(f), float(m)] for b, s, f, m in self.points],
-                "fit": None if self.fit is None else self.fit.to_dict(), "note": self.note}
-
-    @classmethod
-    def parse(cls, raw: object, source: str | None, path: str) -> DecodeDequant:
-        obj = JsonObject(raw, source, path)
-        obj.string("formula", "")  # documentation for readers of the JSON; the math is this class's
-        coefs = obj.mapping("coefficients")
-        kwargs: dict[str, Any] = {
-            "coefficients": {n: Coefficient.parse(v, source, f"{obj.where('coefficients')}.{n}")
-                             for n, v in coefs.items()},
-            "fit": FitQuality.parse(obj.get("fit", None), source, obj.where("fit")),
-            "note": obj.string("note", "")}
-        points = obj.array("points", [])
-        if not all(isinstance(p, list) and len(p) == 4 for p in points):
-            raise InputError(source, obj.where("points"), "a list of [batch, total_context, fp_ms, mode_ms]")
-        kwargs["points"] = tuple((p[0], p[1], p[2], p[3]) for p in points)
-        obj.finish()
-        return build(cls, source, path, **kwargs)

@@ -19,10 +19,13 @@ vLLM-style rules. A scenario can override the tiering rule ([strategy.tiered] de
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the simulator imports these rules; the profile module is not needed to run them
+    from tripath.profile.profile import Profile
 
 
-def follows_real_engine(profile: Any) -> bool:
+def follows_real_engine(profile: Profile) -> bool:
     """True when the profile was measured on tripath's real_engine (source kind "measured")."""
     return getattr(profile, "source", None) == "measured"
 
@@ -33,7 +36,7 @@ def follows_real_engine(profile: Any) -> bool:
 REAL_ENGINE_BLOCK_TOKENS = 16
 
 
-def decode_block_tokens(profile: Any) -> int | None:
+def decode_block_tokens(profile: Profile) -> int | None:
     """Tokens per KV block when decode attention is padded to the batch's longest context, else None.
 
     real_engine's PagedAttention gathers ``tables[:B, :ceil(max context / block)]`` for the B decoding

@@ -4,9 +4,10 @@ This module is the only reader and writer of profile JSON (schema version 1). ca
 through ``save_profile``; the simulator and the app read through ``load_profile`` /
 ``resolve_profile``. Every structural or value problem is an ``InputError`` naming the file and
 the dotted field, e.g. ``data/profiles/x.json: costs.decode.coefficients.d_ctx.value: must be a
-finite number >= 0, got -1``. The sections are defined in ``profile_schema.py`` (key, hardware,
-model, memory, provenance), ``cost_model.py`` (named formulas with coefficients) and
-``profile_paths.py`` (speculative, acceptance, paging, sequence parallel, compression).
+finite number >= 0, got -1``. The sections are defined in ``schema.py`` (key, hardware, model,
+memory, provenance), ``cost_model.py`` (named formulas with coefficients), ``sections.py`` and
+``speculative.py`` (speculative, acceptance, paging, sequence parallel, compression); one codec
+(``codec.py``) reads and writes all of them from their fields and type hints.
 """
 
 from __future__ import annotations
@@ -18,14 +19,14 @@ import math
 import os
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from tripath.core.data_dirs import PROFILES_DIR
 from tripath.core.errors import InputError
+from tripath.profile import fields
+from tripath.profile.codec import Section, json_field
 from tripath.profile.cost_model import Coefficient, CostModel, FitQuality
-from tripath.profile.fields import JsonObject, build, check_text
 from tripath.profile.schema import Hardware, MemoryBudget, ModelSpec, ProfileKey, Provenance
 from tripath.profile.sections import (
     CompressionMode,
@@ -53,30 +54,40 @@ OPTIONAL_COSTS = {"step_overhead": ("sequences", "new_tokens")}
 TOKENS_2K = 2048
 
 
-@dataclass(frozen=True)
-class Profile:
-    """A calibration profile for one (hardware, model, engine settings) key. Costs are in ms."""
+def _unknown_version(version: object) -> str:
+    return f"unknown version {version!r}; this tripath reads version {SCHEMA_VERSION}"
 
+
+def _current_version(field: str, version: int) -> int:
+    if version != SCHEMA_VERSION:
+        raise InputError(None, field, _unknown_version(version))
+    return version
+
+
+@dataclass(frozen=True, kw_only=True)
+class Profile(Section):
+    """A calibration profile for one (hardware, model, engine settings) key. Costs are in ms.
+
+    Fields in the order of the JSON file.
+    """
+
+    schema_version: int = json_field(_current_version, default=SCHEMA_VERSION, required=True)
     key: ProfileKey
-    source: str
+    source: str = json_field(fields.text(allowed=PROFILE_SOURCES))
     hardware: Hardware
     model: ModelSpec
     memory: MemoryBudget
     costs: dict[str, CostModel]
-    provenance: Provenance
     speculative: Speculative | None = None
-    acceptance: dict[str, TaskAcceptance] = field(default_factory=dict)
-    paging: dict[str, PagingLink] = field(default_factory=dict)
-    sequence_parallel: dict[int, SequenceParallel] = field(default_factory=dict)
-    compression: dict[str, CompressionMode] = field(default_factory=dict)
-    notes: tuple[str, ...] = ()
-    schema_version: int = SCHEMA_VERSION
+    acceptance: dict[str, TaskAcceptance] = json_field(default_factory=dict)
+    paging: dict[str, PagingLink] = json_field(default_factory=dict)
+    sequence_parallel: dict[int, SequenceParallel] = json_field(default_factory=dict, key="a parallel degree")
+    compression: dict[str, CompressionMode] = json_field(default_factory=dict)
+    provenance: Provenance
+    notes: tuple[str, ...] = json_field(fields.each(fields.text()), default=())
 
     def __post_init__(self) -> None:
-        if self.schema_version != SCHEMA_VERSION:
-            raise InputError(None, "schema_version", f"unknown version {self.schema_version!r}; "
-                             f"this tripath reads version {SCHEMA_VERSION}")
-        check_text("source", self.source, allowed=PROFILE_SOURCES)
+        super().__post_init__()
         for name, inputs in REQUIRED_COSTS.items():
             if name not in self.costs:
                 raise InputError(None, f"costs.{name}", "missing required cost model")
@@ -98,9 +109,6 @@ class Profile:
             if sp.degree != degree:
                 raise InputError(None, f"sequence_parallel.{degree}",
                                  f"keyed by {degree} but has degree {sp.degree}")
-        object.__setattr__(self, "notes", tuple(self.notes))
-        for i, note in enumerate(self.notes):
-            check_text(f"notes[{i}]", note)
 
     def __hash__(self) -> int:
         # Fields hold dicts (unhashable); equal profiles have equal keys and sources, so this agrees with ==.
@@ -145,68 +153,19 @@ class Profile:
         return str(self.key)
 
     # --- JSON --------------------------------------------------------------------------------
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "schema_version": self.schema_version,
-            "key": self.key.to_dict(),
-            "source": self.source,
-            "hardware": self.hardware.to_dict(),
-            "model": self.model.to_dict(),
-            "memory": self.memory.to_dict(),
-            "costs": {name: cost.to_dict() for name, cost in self.costs.items()},
-            "speculative": None if self.speculative is None else self.speculative.to_dict(),
-            "acceptance": {task: acc.to_dict() for task, acc in self.acceptance.items()},
-            "paging": {link: page.to_dict() for link, page in self.paging.items()},
-            "sequence_parallel": {str(p): sp.to_dict() for p, sp in self.sequence_parallel.items()},
-            "compression": {mode: comp.to_dict() for mode, comp in self.compression.items()},
-            "provenance": self.provenance.to_dict(),
-            "notes": list(self.notes),
-        }
-
     def to_json(self) -> str:
         """The canonical text: a profile that round-trips gives identical bytes."""
         return json.dumps(self.to_dict(), indent=2, allow_nan=False, ensure_ascii=False) + "\n"
 
     @classmethod
     def from_dict(cls, d: object, source: str | None = None) -> Profile:
-        """Validate parsed JSON; ``source`` is the file path used in error messages."""
-        obj = JsonObject(d, source, "")
-        version = obj.get("schema_version")
-        if type(version) is not int or version != SCHEMA_VERSION:
-            raise obj.error("schema_version", f"unknown version {version!r}; this tripath reads version "
-                            f"{SCHEMA_VERSION}")
-
-        def table(name: str, parse: Any) -> dict[str, Any]:
-            return {k: parse(v, source, obj.where(f"{name}.{k}")) for k, v in obj.mapping(name, {}).items()}
-
-        sp: dict[int, SequenceParallel] = {}
-        for degree_text, raw in obj.mapping("sequence_parallel", {}).items():
-            where = obj.where(f"sequence_parallel.{degree_text}")
-            if not degree_text.isdigit():
-                raise InputError(source, where, "key must be a parallel degree (an integer)")
-            sp[int(degree_text)] = SequenceParallel.parse(raw, source, where, int(degree_text))
-        notes = obj.array("notes", [])
-        for i, note in enumerate(notes):
-            if not isinstance(note, str):
-                raise obj.error(f"notes[{i}]", "must be a string")
-        kwargs = {
-            "schema_version": version,
-            "key": ProfileKey.parse(obj.get("key"), source, "key"),
-            "source": obj.string("source"),
-            "hardware": Hardware.parse(obj.get("hardware"), source, "hardware"),
-            "model": ModelSpec.parse(obj.get("model"), source, "model"),
-            "memory": MemoryBudget.parse(obj.get("memory"), source, "memory"),
-            "costs": {k: CostModel.parse(v, source, f"costs.{k}") for k, v in obj.mapping("costs").items()},
-            "speculative": Speculative.parse(obj.get("speculative", None), source, "speculative"),
-            "acceptance": table("acceptance", TaskAcceptance.parse),
-            "paging": table("paging", PagingLink.parse),
-            "sequence_parallel": sp,
-            "compression": table("compression", CompressionMode.parse),
-            "provenance": Provenance.parse(obj.get("provenance"), source, "provenance"),
-            "notes": tuple(notes),
-        }
-        obj.finish()
-        return build(cls, source, "", **kwargs)
+        """Validate parsed JSON; ``source`` is the file path used in error messages. The schema version is
+        read first, so a file of another version is refused as such whatever else it holds."""
+        if isinstance(d, dict) and "schema_version" in d:
+            version = d["schema_version"]
+            if type(version) is not int or version != SCHEMA_VERSION:
+                raise InputError(source, "schema_version", _unknown_version(version))
+        return cls.parse(d, source, "")
 
 
 def load_profile(path: str | os.PathLike[str]) -> Profile:

@@ -30,6 +30,11 @@ def test_every_shipped_profile_validates(path):
             assert cost.fit is not None and cost.fit.holdout_mape < 0.20
 
 
+@pytest.mark.parametrize("path", sorted(PROFILES_DIR.glob("*.json")), ids=lambda p: p.stem)
+def test_every_shipped_profile_rewrites_its_exact_bytes(path):
+    assert load_profile(path).to_json().encode("utf-8") == path.read_bytes()
+
+
 def test_expected_profiles_are_shipped():
     names = {p.stem for p in PROFILES_DIR.glob("*.json")}
     assert set(EXPECTED_SOURCE) <= names

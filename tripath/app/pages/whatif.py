@@ -18,6 +18,7 @@ from tripath.app.widgets import charts, planning_runs, profiles, scenario_form
 from tripath.core.errors import InputError
 from tripath.planning.scenario_dict import load_scenario_dict
 from tripath.planning.whatif import load_step, parse_value, whatif
+from tripath.profile.profile import Profile
 
 FIELDS = {"batching window (batching.max_wait_ms)": "batching.max_wait_ms",
           "load (workload.arrival.rate_per_s)": "workload.arrival.rate_per_s",
@@ -69,7 +70,8 @@ def main() -> None:
         _step(data, source, profile, text, settings)
 
 
-def _sweep(data: dict[str, Any], source: str, profile: Any, text: str, settings: planning_runs.SweepSettings) -> None:
+def _sweep(data: dict[str, Any], source: str, profile: Profile, text: str,
+           settings: planning_runs.SweepSettings) -> None:
     labels = list(FIELDS)
     cols = st.columns(2)
     first = FIELDS[cols[0].selectbox("vary", labels, key="whatif_field")]
@@ -149,7 +151,8 @@ def _sweep_figure(result: dict[str, Any], term: str, target_ms: float | None) ->
                         bands, target, "SLA")
 
 
-def _step(data: dict[str, Any], source: str, profile: Any, text: str, settings: planning_runs.SweepSettings) -> None:
+def _step(data: dict[str, Any], source: str, profile: Profile, text: str,
+          settings: planning_runs.SweepSettings) -> None:
     st.caption("The scenario's arrivals with the rate multiplied by FACTOR after T seconds; served once with the "
                "scenario's batching policy (fixed) and once with policy = adaptive.")
     cols = st.columns(3)
