@@ -11,7 +11,6 @@ import csv
 import json
 import math
 import os
-import tempfile
 import time
 from dataclasses import fields
 from pathlib import Path
@@ -19,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from tripath.core.atomic import AtomicFile
 from tripath.core.errors import InputError
 from tripath.core.records import COMPLETED, REJECTED, RequestRecord
 from tripath.engine.engine import Engine, EngineConfig, StepRecord
@@ -31,17 +31,10 @@ __all__ = ["EVAL_PROMPTS", "PromptSource", "ServeResult", "main", "resolve_rate"
 
 def _atomic_csv(path: Path, header: list[str], rows: list[list[object]]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", newline="") as f:
-            writer = csv.writer(f)
-            writer.writerow(header)
-            writer.writerows(rows)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with AtomicFile(path) as f:
+        writer = csv.writer(f)
+        writer.writerow(header)
+        writer.writerows(rows)
 
 
 def write_records_csv(records: list[RequestRecord], path: str | os.PathLike) -> None:
