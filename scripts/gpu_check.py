@@ -45,7 +45,7 @@ from tripath.engine.model.model import LlamaModel
 from tripath.profile.profile import Coefficient, load_profile, save_profile
 
 if TYPE_CHECKING:
-    from tripath.calibrate.job import CalibrationJob
+    from tripath.calibrate.job_config import CalibrationJob
 
 
 def dense_greedy(model: LlamaModel, prompt: list[int], n: int, device: torch.device) -> list[int]:
@@ -114,7 +114,7 @@ def calibration_jobs(out_dir: Path, preset: str, dry_run: bool, device_name: str
     speculative sweep over tasks x K. A dry run: the same jobs on the CPU with tiny models and grids.
     ``device_name``: the GPU's name (default: asked of CUDA), which names the profiles."""
     from tripath.calibrate.hardware import spec_for_device
-    from tripath.calibrate.job import CalibrationJob
+    from tripath.calibrate.job_config import CalibrationJob
     from tripath.calibrate.presets import PRESETS as SWEEP_PRESETS
     from tripath.calibrate.presets import Preset
     from tripath.calibrate.sweeps.speculative import SpecSettings

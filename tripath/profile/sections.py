@@ -26,7 +26,17 @@ from tripath.profile.fields import (
 from tripath.profile.speculative import Speculative, TaskAcceptance
 from tripath.profile.tables import int_keyed, need_coefficient
 
-__all__ = ["CompressionMode", "PagingLink", "SequenceParallel", "SpRow", "Speculative", "TaskAcceptance"]
+__all__ = ["MISS_KINDS", "CompressionMode", "PagingLink", "SequenceParallel", "SpRow", "Speculative", "TaskAcceptance",
+           "miss_key"]
+
+# The link sets a measured tier miss crosses (host: device<->host; ssd: all four links; direct: no host tier),
+# each fitted under the paging key miss_key(kind) by calibrate's tier-miss sweep and read by the simulator.
+MISS_KINDS = ("host", "ssd", "direct")
+
+
+def miss_key(kind: str) -> str:
+    """The profile's paging key of the measured misses crossing ``kind``'s links."""
+    return f"miss_{kind}"
 
 
 @dataclass(frozen=True)
