@@ -37,14 +37,15 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from tripath.core.atomic import write_text
 from tripath.engine.engine import Engine, EngineConfig
 from tripath.engine.kv.paged_attention import PagedAttention, SequenceChunk
 from tripath.engine.model.config import PRESETS
 from tripath.engine.model.model import LlamaModel
-from tripath.profile.profile import Coefficient, load_profile, save_profile, write_atomic
+from tripath.profile.profile import Coefficient, load_profile, save_profile
 
 if TYPE_CHECKING:
-    from tripath.calibrate.job import CalibrationJob
+    from tripath.calibrate.job_config import CalibrationJob
 
 
 def dense_greedy(model: LlamaModel, prompt: list[int], n: int, device: torch.device) -> list[int]:
@@ -113,7 +114,7 @@ def calibration_jobs(out_dir: Path, preset: str, dry_run: bool, device_name: str
     speculative sweep over tasks x K. A dry run: the same jobs on the CPU with tiny models and grids.
     ``device_name``: the GPU's name (default: asked of CUDA), which names the profiles."""
     from tripath.calibrate.hardware import spec_for_device
-    from tripath.calibrate.job import CalibrationJob
+    from tripath.calibrate.job_config import CalibrationJob
     from tripath.calibrate.presets import PRESETS as SWEEP_PRESETS
     from tripath.calibrate.presets import Preset
     from tripath.calibrate.sweeps.speculative import SpecSettings
@@ -180,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         args.out_dir.mkdir(parents=True, exist_ok=True)
         checks = [calibrate(job, None) for job in calibration_jobs(args.out_dir, args.preset, dry_run=True)]
-        write_atomic(args.out_dir / "gpu_check.json", json.dumps({"dry_run": True, "checks": checks}, indent=2) + "\n")
+        write_text(args.out_dir / "gpu_check.json", json.dumps({"dry_run": True, "checks": checks}, indent=2) + "\n")
         return 0 if all(c["pass"] for c in checks) else 1
     if not torch.cuda.is_available():
         print("no CUDA device: nothing to check", file=sys.stderr)
@@ -200,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
         big, tiny = calibration_jobs(args.out_dir, args.preset, dry_run=False)
         checks.append(calibrate(big, float(bandwidth["best_h2d_gbps"])))
         checks.append(calibrate(tiny, None))
-    write_atomic(args.out_dir / "gpu_check.json", json.dumps(report, indent=2) + "\n")
+    write_text(args.out_dir / "gpu_check.json", json.dumps(report, indent=2) + "\n")
     for check in checks:
         print(f"{'PASS' if check['pass'] else 'FAIL'}  {check['name']}")
     return 0 if all(c["pass"] for c in checks) else 1

@@ -12,9 +12,9 @@ CC-BY 4.0, Patel et al., "Splitwise", ISCA 2024 (an adaptation: lengths scaled, 
 from __future__ import annotations
 
 import csv
-import os
-import tempfile
 from pathlib import Path
+
+from tripath.core.atomic import AtomicFile
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE = ROOT / "data/traces/azure-llm-2023/AzureLLMInferenceTrace_conv.csv"
@@ -35,12 +35,10 @@ def main() -> None:
         header = next(reader)
         rows = [[ts, scaled(ctx, PROMPT_RANGE), scaled(gen, OUTPUT_RANGE)] for ts, ctx, gen in
                 (next(reader) for _ in range(ROWS))]
-    fd, tmp = tempfile.mkstemp(dir=OUT.parent, prefix=f".{OUT.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w", newline="") as f:
+    with AtomicFile(OUT) as f:
         writer = csv.writer(f, lineterminator="\n")
         writer.writerow(header)
         writer.writerows(rows)
-    os.replace(tmp, OUT)
     print(f"wrote {OUT} ({len(rows)} rows)")
 
 

@@ -7,14 +7,12 @@ Lives beside the measuring script, which imports it (the measurements themselves
 from __future__ import annotations
 
 import csv
-import os
 import statistics
-import tempfile
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tripath.core.atomic import AtomicFile
 from tripath.core.speculative import SpecCosts, breakeven_acceptance, predicted_speedup
 
 if TYPE_CHECKING:
@@ -60,26 +58,12 @@ def summarize(runs: list[Run], costs: dict[str, TaskCosts]) -> list[Row]:
     return rows
 
 
-def atomic_write(path: Path, write: Callable[[object], None], newline: str | None = None) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", newline=newline) as f:
-            write(f)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def write_csv(path: Path, header: list[str], rows: list[list[object]]) -> None:
-    def write(f: object) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with AtomicFile(path) as f:
         w = csv.writer(f)
         w.writerow(header)
         w.writerows(rows)
-
-    atomic_write(path, write, newline="")
 
 
 def _fmt(x: float) -> str:

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import torch
 
+from tripath.core.atomic import write_text
 from tripath.core.data_dirs import MODELS_DIR
 from tripath.core.speculative import AdaptiveK, ControllerConfig, FixedK, SpecCosts
 from tripath.engine.engine import Engine, EngineConfig
@@ -37,7 +38,7 @@ from tripath.engine.speculative.proposers import DraftModelProposer, PromptLooku
 from tripath.training.corpus import TASKS, load_eval_prompts
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from acceptance_report import Row, atomic_write, findings, markdown, summarize, write_csv  # noqa: E402 - beside this script
+from acceptance_report import Row, findings, markdown, summarize, write_csv  # noqa: E402 - beside this script
 
 __all__ = ["Row", "Run", "TaskCosts", "findings", "markdown", "measure", "summarize", "write_csv"]
 
@@ -208,7 +209,8 @@ def main(argv: list[str] | None = None) -> int:
     }
     argv_str = " ".join(argv if argv is not None else sys.argv[1:])
     command = f".venv/bin/python scripts/measurements/measure_acceptance.py {argv_str}".strip()
-    atomic_write(args.doc, lambda f: f.write(markdown(rows, costs, command, meta)))
+    args.doc.parent.mkdir(parents=True, exist_ok=True)
+    write_text(args.doc, markdown(rows, costs, command, meta))
     for r in rows:
         print(asdict(r))
     return 0

@@ -21,13 +21,13 @@ import json
 import os
 import platform
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from tripath.core.atomic import write_text
 from tripath.core.data_dirs import MODELS_DIR
 from tripath.engine.kv.quant import bytes_per_token
 from tripath.engine.model.checkpoint import load_checkpoint
@@ -48,11 +48,7 @@ COMPRESSION = NAMES[2:]
 
 def write_atomic(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.chmod(tmp, 0o644)  # mkstemp creates 0600; these are repository files
-    os.replace(tmp, path)
+    write_text(path, text)
 
 
 def write_csv(path: Path, rows: list[dict]) -> None:

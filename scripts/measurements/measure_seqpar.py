@@ -18,6 +18,8 @@ from pathlib import Path
 
 import torch
 
+from tripath.core.atomic import AtomicFile, write_text
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))  # the measurement lives with the bench
 
 from bench_seqpar import GOAL_FROM_TOKENS, GOAL_SPEEDUP, SeqParBench, measure, summarize  # noqa: E402
@@ -38,12 +40,10 @@ INT_FIELDS = ("length", "repeat", "P", "rank")
 
 def write_csv(rows: list[dict], path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    with tmp.open("w", newline="") as handle:
+    with AtomicFile(path) as handle:
         writer = csv.DictWriter(handle, fieldnames=FIELDS, restval="")
         writer.writeheader()
         writer.writerows(rows)
-    os.replace(tmp, path)
 
 
 def read_csv(path: Path) -> list[dict]:
@@ -225,9 +225,7 @@ def main() -> None:
     if not args.no_write:
         if not args.from_csv:
             write_csv(rows, args.csv)
-        tmp = args.doc.with_suffix(".tmp")
-        tmp.write_text(text)
-        os.replace(tmp, args.doc)
+        write_text(args.doc, text)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,6 @@ import argparse
 import csv
 import dataclasses
 import json
-import os
 import sys
 import time
 import tomllib
@@ -31,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from tripath.core.atomic import AtomicFile
 from tripath.core.errors import InputError
 from tripath.simulator.costs import IterationCost
 from tripath.simulator.step_model import BaselineStep, DecodeBatch, PrefillChunk
@@ -186,13 +186,11 @@ def replay(target: Any, shapes: list[tuple[tuple[int, int], ...]], repeats: int)
 
 
 def write_csv(rows: list[StepRow], path: str) -> None:
-    tmp = f"{path}.tmp"
-    with open(tmp, "w", newline="") as fh:
+    with AtomicFile(path) as fh:
         w = csv.writer(fh)
         w.writerow(list(StepRow.__dataclass_fields__))
         for r in rows:
             w.writerow(list(r.__dict__.values()))
-    os.replace(tmp, path)
 
 
 def main(argv: list[str] | None = None) -> int:

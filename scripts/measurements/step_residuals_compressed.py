@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import os
 import time
 import tomllib
 from collections import defaultdict
@@ -32,6 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from tripath.core.atomic import AtomicFile
 from tripath.engine.engine import Engine
 from tripath.engine.model.checkpoint import load_checkpoint
 from tripath.engine.workload_replay import PromptSource, serve
@@ -142,13 +142,11 @@ def main() -> None:
         model = build_step_model(scenario, prof, IterationCost.from_profile(prof), np.random.default_rng(0))
         out = report(model, rows, path)
     if args.csv:
-        tmp = args.csv + ".tmp"
-        with open(tmp, "w", newline="") as fh:
+        with AtomicFile(args.csv) as fh:
             wr = csv.writer(fh)
             wr.writerow(["kind", "batch", "prefill_tokens", "prefill_cached", "longest", "cpu_ms", "wall_ms",
                          "sim_ms"])
             wr.writerows(out)
-        os.replace(tmp, args.csv)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,8 @@ import pytest
 
 from tripath.calibrate.assemble import full_depth_points
 from tripath.calibrate.fit import FitRefused
-from tripath.calibrate.job import CalibrationJob, run_calibration
+from tripath.calibrate.job import run_calibration
+from tripath.calibrate.job_config import CalibrationJob
 from tripath.calibrate.presets import Preset
 from tripath.calibrate.samples import read_samples
 from tripath.calibrate.target import TargetSpec

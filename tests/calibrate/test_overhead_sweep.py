@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from tripath.calibrate.job import CalibrationJob, run_calibration
+from tripath.calibrate.job import run_calibration
+from tripath.calibrate.job_config import CalibrationJob
 from tripath.calibrate.presets import Preset
 from tripath.calibrate.probe import StepProbe
 from tripath.calibrate.samples import Sample, SampleLog, read_samples

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tripath.calibrate.job import REFRESH_PREFIXES, CalibrationJob
+from tripath.calibrate.job_config import REFRESH_PREFIXES, CalibrationJob
 from tripath.calibrate.presets import PRESETS
 from tripath.calibrate.samples import Sample, SampleLog, read_samples
 from tripath.calibrate.target import TargetSpec

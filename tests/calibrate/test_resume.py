@@ -10,7 +10,8 @@ import time
 
 import pytest
 
-from tripath.calibrate.job import CalibrationJob, run_calibration
+from tripath.calibrate.job import run_calibration
+from tripath.calibrate.job_config import CalibrationJob
 from tripath.calibrate.presets import Preset
 from tripath.calibrate.samples import HEADER, Sample, SampleLog, read_samples
 from tripath.calibrate.target import TargetSpec
@@ -80,7 +81,8 @@ def test_interrupted_job_resumes_exactly(tmp_path):
 
 SCRIPT = """
 import sys
-from tripath.calibrate.job import CalibrationJob, run_calibration
+from tripath.calibrate.job import run_calibration
+from tripath.calibrate.job_config import CalibrationJob
 from tripath.calibrate.presets import Preset
 from tripath.calibrate.target import TargetSpec
 from tripath.calibrate.timer import TimerConfig

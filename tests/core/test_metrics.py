@@ -75,6 +75,34 @@ def test_estimate_student_t_interval():
     assert estimate([math.nan]) == {"mean": None, "ci_low": None, "ci_high": None}
 
 
+def test_the_t_quantile_is_scipy_stats_bit_for_bit():
+    """estimate() takes stdtrit(df, q) from scipy.special instead of importing scipy.stats for t.ppf(q, df)."""
+    from scipy import stats
+    from scipy.special import stdtrit
+
+    qs = [0.5, 0.9, 0.95, 0.975, 0.99, 0.995, 0.999, 1e-6, 0.025]
+    dfs = [*range(1, 200), 255, 1000, 4095, 10**5, 10**7]
+    for q in qs:
+        for df in dfs:
+            assert stdtrit(df, q).tobytes() == np.float64(stats.t.ppf(q, df)).tobytes(), (q, df)
+    values = [1.0, 2.5, 2.25, 7.0, 3.125]
+    finite = np.array(values)
+    by_stats = float(stats.t.ppf(0.975, finite.size - 1) * finite.std(ddof=1) / math.sqrt(finite.size))
+    assert estimate(values)["ci_high"] == float(finite.mean()) + by_stats
+
+
+def test_simulate_imports_no_heavy_module_it_does_not_use():
+    """`tripath simulate` on a shipped scenario loads neither scipy.stats nor the engine, app or planning stacks."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from tripath.cli.main import main; main(['simulate', 'quickstart', '--replications', '2']); "
+            "print(' '.join(sorted(m for m in ('scipy.stats', 'torch', 'matplotlib', 'streamlit', 'ray', 'pandas') "
+            "if m in sys.modules)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    assert out.stdout.splitlines()[-1] == ""
+
+
 def test_summary_and_outputs_round_trip(tmp_path):
     scenario = load_scenario("quickstart")
     scenario = dataclasses.replace(scenario, workload=dataclasses.replace(scenario.workload, requests=60))

@@ -10,12 +10,13 @@ import numpy as np
 import pytest
 import torch
 
+from tripath.cli.serve import main
 from tripath.core.errors import InputError
 from tripath.core.records import COMPLETED, REJECTED
 from tripath.engine.engine import Engine, EngineConfig
 from tripath.engine.model.config import PRESETS
 from tripath.engine.model.model import LlamaModel
-from tripath.engine.serving import PromptSource, main, serve, write_records_csv
+from tripath.engine.serving import PromptSource, serve, write_records_csv
 from tripath.simulator.scenario.scenario import load_scenario
 from tripath.simulator.scenario.workload import generate_requests
 

@@ -26,7 +26,8 @@ def profile_path(name_or_path: str) -> Path:
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:
     from tripath.calibrate.fit import FitRefused
-    from tripath.calibrate.job import CalibrationJob, run_calibration
+    from tripath.calibrate.job import run_calibration
+    from tripath.calibrate.job_config import CalibrationJob
     from tripath.calibrate.presets import PRESETS
     from tripath.calibrate.target import TargetSpec
 

@@ -27,7 +27,7 @@ from tripath.engine.model.config import ModelConfig
 from tripath.profile.profile import CompressionMode, PagingLink, SequenceParallel, Speculative, TaskAcceptance
 
 if TYPE_CHECKING:
-    from tripath.calibrate.job import CalibrationJob
+    from tripath.calibrate.job_config import CalibrationJob
     from tripath.engine.model.model import LlamaModel
 
 SEQPAR_REPS = 3  # whole-model prefills: a few repetitions are enough (seconds each at 2K tokens)

@@ -17,6 +17,7 @@ matplotlib.use("Agg")  # before pyplot: headless, deterministic output
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from tripath.core.atomic import replacing  # noqa: E402
 from tripath.profile.profile import CostModel  # noqa: E402
 
 
@@ -50,8 +51,7 @@ def plot_fit(name: str, model: CostModel, x1: np.ndarray, x2: np.ndarray, observ
     fig.suptitle(f"{title}: costs.{name} ({model.formula})", fontsize=10)
     fig.tight_layout()
     out = Path(path)
-    tmp = out.with_name(f".{out.name}.tmp.png")
-    fig.savefig(tmp, dpi=90)  # written whole, then renamed: no half-written images
+    with replacing(out, suffix=".tmp.png") as tmp:  # savefig reads the format from the extension
+        fig.savefig(tmp, dpi=90)
     plt.close(fig)
-    os.replace(tmp, out)
     return out

@@ -18,8 +18,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from tripath.core.atomic import write_text
 from tripath.core.errors import InputError
-from tripath.profile.profile import write_atomic
 
 HEADER = ("sweep", "layers", "x1", "x2", "median_ms", "min_ms", "max_ms", "reps")
 
@@ -105,8 +105,8 @@ class SampleLog:
                     handle.truncate(raw.rfind(b"\n") + 1)
             samples = read_samples(path)
         else:
-            write_atomic(meta_path, wanted)
-            write_atomic(path, ",".join(HEADER) + "\n")
+            write_text(meta_path, wanted)
+            write_text(path, ",".join(HEADER) + "\n")
             samples = []
         handle = open(path, "a", encoding="utf-8", newline="")  # noqa: SIM115 (closed by close())
         return cls(path, handle, samples)
@@ -134,7 +134,7 @@ class SampleLog:
         if dropped:
             self._handle.close()
             lines = [",".join(HEADER)] + [",".join(str(v) for v in s.row()) for s in kept]
-            write_atomic(self.path, "\n".join(lines) + "\n")
+            write_text(self.path, "\n".join(lines) + "\n")
             self._handle = open(self.path, "a", encoding="utf-8", newline="")  # noqa: SIM115 (closed by close())
             self.samples = kept
             self.done = {s.key for s in kept}

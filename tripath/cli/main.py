@@ -60,14 +60,14 @@ def _cmd_app(args: argparse.Namespace) -> int:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    # The engine's own parser owns its options (`tripath serve --help` shows them); torch loads only here.
-    from tripath.engine.serving import main as serve_main
+    # tripath/cli/serve.py's parser owns its options (`tripath serve --help` shows them); torch loads only here.
+    from tripath.cli.serve import main as serve_main
 
     return serve_main(args.rest)
 
 
 class _Passthrough(argparse.Namespace):
-    """`tripath serve ARGS...`: ARGS go untouched to the engine's parser (argparse would eat --help)."""
+    """`tripath serve ARGS...`: ARGS go untouched to serve's own parser (argparse would eat --help)."""
 
     def __init__(self, rest: list[str]) -> None:
         super().__init__(func=_cmd_serve, rest=rest)

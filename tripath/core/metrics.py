@@ -25,7 +25,6 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
-from scipy import stats
 
 from tripath.core.records import COMPLETED, REJECTED, ReplicaStats, RequestRecord
 
@@ -140,5 +139,9 @@ def estimate(values: Sequence[float]) -> dict[str, float | None]:
     mean = float(finite.mean())
     if finite.size < 2:
         return {"mean": mean, "ci_low": None, "ci_high": None}
-    half = float(stats.t.ppf(0.975, finite.size - 1) * finite.std(ddof=1) / math.sqrt(finite.size))
+    # scipy.stats.t.ppf(q, df) is stdtrit(df, q) underneath; scipy.special loads in a quarter of the time
+    # scipy.stats takes, and only where an interval is computed.
+    from scipy.special import stdtrit
+
+    half = float(stdtrit(finite.size - 1, 0.975) * finite.std(ddof=1) / math.sqrt(finite.size))
     return {"mean": mean, "ci_low": mean - half, "ci_high": mean + half}

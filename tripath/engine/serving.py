@@ -1,47 +1,30 @@
-"""``tripath serve``: replay a scenario's workload through the real engine and write the measured records.
+"""The measured records and steps of an engine replay as CSV, written atomically.
 
 The replay itself (PromptSource, serve) lives in tripath/engine/workload_replay.py and is re-exported
-here; this module holds the command line, the tier flags and the CSV writers.
+here; the ``tripath serve`` command that drives both is tripath/cli/serve.py.
 """
 
 from __future__ import annotations
 
-import argparse
 import csv
-import json
-import math
 import os
-import tempfile
-import time
 from dataclasses import fields
 from pathlib import Path
 
-import numpy as np
-import torch
-
-from tripath.core.errors import InputError
-from tripath.core.records import COMPLETED, REJECTED, RequestRecord
-from tripath.engine.engine import Engine, EngineConfig, StepRecord
-from tripath.engine.tiered.tiers import TierConfig
+from tripath.core.atomic import AtomicFile
+from tripath.core.records import RequestRecord
+from tripath.engine.engine import StepRecord
 from tripath.engine.workload_replay import EVAL_PROMPTS, PromptSource, ServeResult, serve
 
-__all__ = ["EVAL_PROMPTS", "PromptSource", "ServeResult", "main", "resolve_rate", "serve", "tier_config",
-           "write_records_csv", "write_steps_csv"]
+__all__ = ["EVAL_PROMPTS", "PromptSource", "ServeResult", "serve", "write_records_csv", "write_steps_csv"]
 
 
 def _atomic_csv(path: Path, header: list[str], rows: list[list[object]]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", newline="") as f:
-            writer = csv.writer(f)
-            writer.writerow(header)
-            writer.writerows(rows)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with AtomicFile(path) as f:
+        writer = csv.writer(f)
+        writer.writerow(header)
+        writer.writerows(rows)
 
 
 def write_records_csv(records: list[RequestRecord], path: str | os.PathLike) -> None:
@@ -53,144 +36,3 @@ def write_steps_csv(steps: list[StepRecord], path: str | os.PathLike) -> None:
     if steps:
         names = list(steps[0].to_dict())
         _atomic_csv(Path(path), names, [[s.to_dict()[n] for n in names] for s in steps])
-
-
-def resolve_rate(arrival_rate: float | None, override: float | None, source: str | None) -> float | None:
-    """The Poisson/gamma rate to replay at: --rate wins, then the scenario's rate_per_s."""
-    rate = override if override is not None else arrival_rate
-    if rate is not None and not (math.isfinite(rate) and rate > 0):
-        raise InputError(source, "workload.arrival.rate_per_s", f"must be > 0, got {rate}")
-    return rate
-
-
-def main(argv: list[str] | None = None) -> int:
-    from tripath.engine.model.checkpoint import load_checkpoint
-    from tripath.engine.model.config import PRESETS
-    from tripath.engine.model.model import LlamaModel
-    from tripath.simulator.scenario.scenario import load_scenario
-    from tripath.simulator.scenario.workload import generate_requests
-
-    p = argparse.ArgumentParser(
-        prog="tripath serve",
-        description="Replay a scenario's workload through the real engine (measured).",
-    )
-    p.add_argument("scenario")
-    p.add_argument("--checkpoint", help="HF-layout checkpoint folder; default: a random-weight preset")
-    p.add_argument("--preset", default="tiny-target", choices=sorted(PRESETS))
-    p.add_argument(
-        "--rate", type=float, help="arrivals per second (needed when the scenario uses load_fraction)"
-    )
-    p.add_argument("--requests", type=int, help="replay only the first N requests")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    p.add_argument("--num-blocks", type=int, default=1024)
-    p.add_argument("--block-size", type=int, default=16)
-    p.add_argument("--out", default="engine_records.csv")
-    p.add_argument("--steps-out", help="also write per-step timing records (CSV)")
-    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
-    p.add_argument("--json", action="store_true", help="print the measured latency percentiles as one JSON object")
-    _add_tier_arguments(p)
-    args = p.parse_args(argv)
-    if args.threads:  # on a shared CPU, fewer threads avoid OpenMP spin-waits that dominate small ops
-        torch.set_num_threads(args.threads)
-    scenario = load_scenario(args.scenario)
-    if args.checkpoint:
-        _, model = load_checkpoint(args.checkpoint, device=args.device)
-    else:
-        model = LlamaModel(PRESETS[args.preset], torch.Generator().manual_seed(args.seed)).to(args.device)
-    rate = resolve_rate(scenario.workload.arrival.rate_per_s, args.rate, scenario.source_path)
-    if rate is None and scenario.workload.arrival.kind != "trace":
-        raise InputError(
-            scenario.source_path, "workload.arrival.load_fraction", "pass --rate to replay on the engine"
-        )
-    rng = np.random.default_rng(args.seed)
-    requests = generate_requests(scenario.workload, rng, rate)[: args.requests]
-    cfg = EngineConfig(
-        scenario.batching.max_batch_size,
-        scenario.batching.max_batched_tokens,
-        args.block_size,
-        args.num_blocks,
-        tiered=tier_config(args, scenario, model.config.num_layers),
-    )
-    with Engine(model, cfg, torch.Generator(device=args.device).manual_seed(args.seed)) as engine:
-        result = serve(
-            engine, requests, PromptSource(np.random.default_rng(args.seed + 1), model.config.vocab_size)
-        )
-    write_records_csv(result.records, args.out)
-    if args.steps_out:
-        write_steps_csv(result.steps, args.steps_out)
-    done = sum(r.status == COMPLETED for r in result.records)
-    rej = sum(r.status == REJECTED for r in result.records)
-    if args.json:
-        print(json.dumps(_measured_summary(result.records, len(result.steps), args, result.prompt_source),
-                         indent=2, sort_keys=True))
-        return 0
-    print(
-        f"{done} completed, {rej} rejected, {len(result.steps)} steps (measured, prompts: "
-        f"{result.prompt_source}) -> {args.out}"
-    )
-    return 0
-
-
-def _add_tier_arguments(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("tiered KV (on with --tiered or a [strategy.tiered] table in the scenario)")
-    g.add_argument("--tiered", action="store_true", help="KV in device / host / SSD tiers (tiered_store.py)")
-    g.add_argument("--chunk-tokens", type=int, help="tokens per page (default: [strategy.tiered] chunk_tokens, or 256)")
-    g.add_argument("--device-pages", type=int, help="device pool in pages (default: --num-blocks x --block-size)")
-    g.add_argument("--host-pages", type=int, help="host tier in pages (default: as many as the device pool)")
-    g.add_argument("--ssd-pages", type=int, help="SSD tier in pages (default: 8x the device pool)")
-    g.add_argument("--ssd-dir", help="parent of the SSD tier's temp directory (default: the system temp dir)")
-    g.add_argument("--sink-tokens", type=int, default=4, help="attention sinks kept on the device")
-    g.add_argument("--window-tokens", type=int, default=256, help="recent window kept on the device")
-
-
-def tier_config(args: argparse.Namespace, scenario: object, num_layers: int) -> TierConfig | None:
-    """The TierConfig the flags and the scenario's [strategy.tiered] ask for, or None (tiering off).
-
-    Capacities are pages (chunk_tokens tokens of one layer's K and V).  Only chunk_tokens comes from the
-    scenario: its host/SSD GiB describe the simulated hardware, and this engine preallocates its tiers,
-    so they are sized by the flags here.
-    """
-    spec = getattr(getattr(scenario, "strategy", None), "tiered", None)
-    if not args.tiered and spec is None:
-        return None
-    chunk = args.chunk_tokens or (spec.chunk_tokens if spec is not None else 256)
-    try:
-        if chunk < 1:
-            raise ValueError(f"TierConfig.chunk_tokens: must be an integer >= 1, got {chunk}")
-        device = args.device_pages or max(1, args.num_blocks * args.block_size // chunk) * num_layers
-        host = device if args.host_pages is None else args.host_pages
-        ssd = 8 * device if args.ssd_pages is None else args.ssd_pages
-        return TierConfig(chunk, device, host, ssd, args.ssd_dir, sink_tokens=args.sink_tokens,
-                          window_tokens=args.window_tokens)
-    except ValueError as exc:
-        raise InputError(None, "--tiered", str(exc)) from exc
-
-
-def _measured_summary(records: list[RequestRecord], steps: int, args: argparse.Namespace,
-                      prompt_source: str) -> dict[str, object]:
-    """The same percentiles the simulator reports, over records measured on this engine (ms; NaN -> null)."""
-    from tripath.core import metrics
-
-    latency = {m: {lvl: (v * 1000.0 if math.isfinite(v) else None) for lvl, v in levels.items()}
-               for m, levels in metrics.latency_percentiles(records).items()}
-    return {
-        "numbers_from": f"measured on the real engine ({args.device}, torch {torch.__version__}) at "
-                        f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}",
-        "checkpoint": args.checkpoint or f"random weights, preset {args.preset}",
-        "prompts": prompt_source,
-        "scenario": args.scenario,
-        "seed": args.seed,
-        "counts": metrics.counts(records),
-        "steps": steps,
-        "latency_ms": latency,
-        "records": str(args.out),
-    }
-
-
-if __name__ == "__main__":
-    try:
-        raise SystemExit(main())
-    except InputError as exc:  # bad user input: one line, exit 2, nothing written
-        print(f"error: {exc}", file=__import__("sys").stderr)
-        raise SystemExit(2) from None

@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from tripath.core.atomic import replacing_dir
 from tripath.core.records import RequestRecord
 from tripath.engine.serving import write_records_csv
 from tripath.fidelity.compare import FIRST_BAR, LATENCY_METRICS, LEVELS, SECOND_BAR, ErrorRow, latency_ms
@@ -206,8 +205,7 @@ def write_report(out: str | os.PathLike, meta: dict[str, Any], results: Sequence
     """Build the report folder beside ``out`` and swap it in; returns the folder."""
     dest = Path(out)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}."))
-    try:
+    with replacing_dir(dest) as tmp:
         doc = {**meta, "bars": {"first": {"p50": FIRST_BAR[0], "tail": FIRST_BAR[1]},
                                 "second": {"p50": SECOND_BAR[0], "tail": SECOND_BAR[1]}},
                "scenarios": [r.to_dict() for r in results],
@@ -220,15 +218,4 @@ def write_report(out: str | os.PathLike, meta: dict[str, Any], results: Sequence
             for side, recs in res.sides():
                 if recs:
                     write_records_csv(recs, tmp / f"records_{side}_{res.name}.csv")
-        tmp.chmod(0o755)
-        old = None
-        if dest.exists():
-            old = dest.parent / f".{dest.name}.old-{os.getpid()}"
-            os.replace(dest, old)
-        os.replace(tmp, dest)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return dest

@@ -12,9 +12,10 @@ import functools
 import hashlib
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
+
+from tripath.core.atomic import write_text
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CACHE_DIR = Path(".tripath-cache")
@@ -57,12 +58,4 @@ class ResultCache:
         path = self._path(key)
         path.parent.mkdir(parents=True, exist_ok=True)
         text = json.dumps(value, sort_keys=True, allow_nan=False)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(text)
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
+        write_text(path, text)

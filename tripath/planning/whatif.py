@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from tripath.core import metrics
+from tripath.core.atomic import write_text
 from tripath.planning.cache import DEFAULT_CACHE_DIR, ResultCache
 from tripath.planning.executor import Executor
 from tripath.planning.scenario_dict import build, get_field, with_fields, with_rate
@@ -138,9 +139,7 @@ def step_trace(data: dict[str, Any], source: str | None, profile: Profile, facto
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"step-{hashlib.sha256(text.encode()).hexdigest()[:16]}.jsonl"
     if not path.exists():
-        tmp = folder / f".{path.name}.tmp"
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(path)
+        write_text(path, text)
     return path
 
 

@@ -17,11 +17,11 @@ import io
 import json
 import math
 import os
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from tripath.core.atomic import write_text
 from tripath.core.data_dirs import PROFILES_DIR
 from tripath.core.errors import InputError
 from tripath.profile import fields
@@ -41,7 +41,7 @@ __all__ = [
     "SCHEMA_VERSION", "PROFILE_SOURCES", "Coefficient", "CostModel", "FitQuality", "Hardware", "MemoryBudget",
     "ModelSpec", "ProfileKey", "Provenance", "Speculative", "TaskAcceptance", "PagingLink", "SpRow",
     "SequenceParallel", "CompressionMode", "Profile", "load_profile", "save_profile", "resolve_profile",
-    "save_samples", "load_samples", "write_atomic",
+    "save_samples", "load_samples",
 ]
 
 SCHEMA_VERSION = 1
@@ -185,28 +185,11 @@ def load_profile(path: str | os.PathLike[str]) -> Profile:
     return Profile.from_dict(raw, source=where)
 
 
-def write_atomic(path: str | os.PathLike[str], text: str) -> None:
-    """Write ``text`` to a temp file beside ``path``, then rename over it: readers never see half a file."""
-    target = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        # mkstemp creates 0600; keep an existing file's mode, else the usual 0644 for shared data.
-        os.chmod(tmp, target.stat().st_mode & 0o777 if target.exists() else 0o644)
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as out:
-            out.write(text)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def save_profile(profile: Profile, path: str | os.PathLike[str]) -> None:
     """Write ``profile`` as canonical JSON, atomically."""
     text = profile.to_json()  # serialize first: a failure here must not touch the file system
     try:
-        write_atomic(path, text)
+        write_text(path, text)
     except OSError as err:
         raise InputError(str(path), None, f"cannot write profile: {err}") from None
 
@@ -238,7 +221,7 @@ def save_samples(path: str | os.PathLike[str], header: Sequence[str],
         if len(row) != len(header):
             raise ValueError(f"sample row {row!r} has {len(row)} fields, header has {len(header)}")
         writer.writerow(row)
-    write_atomic(path, buffer.getvalue())
+    write_text(path, buffer.getvalue())
 
 
 def load_samples(path: str | os.PathLike[str]) -> list[dict[str, str]]:

@@ -20,7 +20,17 @@ from tripath.profile.dequant import DecodeDequant
 from tripath.profile.fields import VALUE_SOURCES, check_count, check_number, count, entries, number, text
 from tripath.profile.speculative import Speculative, TaskAcceptance
 
-__all__ = ["CompressionMode", "PagingLink", "SequenceParallel", "SpRow", "Speculative", "TaskAcceptance"]
+__all__ = ["MISS_KINDS", "CompressionMode", "PagingLink", "SequenceParallel", "SpRow", "Speculative", "TaskAcceptance",
+           "miss_key"]
+
+# The link sets a measured tier miss crosses (host: device<->host; ssd: all four links; direct: no host tier),
+# each fitted under the paging key miss_key(kind) by calibrate's tier-miss sweep and read by the simulator.
+MISS_KINDS = ("host", "ssd", "direct")
+
+
+def miss_key(kind: str) -> str:
+    """The profile's paging key of the measured misses crossing ``kind``'s links."""
+    return f"miss_{kind}"
 
 
 @dataclass(frozen=True)

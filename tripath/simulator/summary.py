@@ -12,12 +12,12 @@ import io
 import json
 import math
 import os
-import tempfile
 from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tripath.core import metrics
+from tripath.core.atomic import write_text
 from tripath.core.records import RequestRecord
 
 if TYPE_CHECKING:
@@ -155,19 +155,6 @@ def _json_ready(value: Any) -> Any:
     return value
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temp file in the same folder and os.replace."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def write_outputs(result: SimulationResult, out_dir: str | os.PathLike[str]) -> dict[str, Path]:
     """Write records.csv (with a replication column) and summary.json into ``out_dir``; timeseries.csv
     too when the result carries samples (simulate(..., timeseries_interval_s=...))."""
@@ -175,11 +162,11 @@ def write_outputs(result: SimulationResult, out_dir: str | os.PathLike[str]) -> 
     folder.mkdir(parents=True, exist_ok=True)
     paths = {"records": folder / "records.csv", "summary": folder / "summary.json"}
     summary_text = json.dumps(_json_ready(summary(result)), indent=2, allow_nan=False) + "\n"
-    write_atomic(paths["records"], records_csv([run.records for run in result.runs]))
+    write_text(paths["records"], records_csv([run.records for run in result.runs]))
     if getattr(result, "timeseries_interval_s", None) is not None:
         from tripath.simulator.loop.timeseries import timeseries_csv
 
         paths["timeseries"] = folder / "timeseries.csv"
-        write_atomic(paths["timeseries"], timeseries_csv([run.timeseries for run in result.runs]))
-    write_atomic(paths["summary"], summary_text)
+        write_text(paths["timeseries"], timeseries_csv([run.timeseries for run in result.runs]))
+    write_text(paths["summary"], summary_text)
     return paths

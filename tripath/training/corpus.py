@@ -14,15 +14,14 @@ Training and evaluation also use different seed streams.
 from __future__ import annotations
 
 import json
-import os
 import sysconfig
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from tripath.core.atomic import AtomicFile
 from tripath.core.errors import InputError
 from tripath.training.corpus_tasks import (
     Sample,
@@ -186,15 +185,9 @@ def build_corpus(config: CorpusConfig) -> Corpus:
 def write_eval_prompts(samples: list[Sample], path: Path) -> None:
     """One JSON object per line with task, prompt, reference; written atomically."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            for s in samples:
-                f.write(json.dumps({"task": s.task, "prompt": s.prompt, "reference": s.reference}) + "\n")
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    with AtomicFile(path) as f:
+        for s in samples:
+            f.write(json.dumps({"task": s.task, "prompt": s.prompt, "reference": s.reference}) + "\n")
 
 
 def load_eval_prompts(path: Path) -> list[Sample]:

@@ -13,12 +13,12 @@ import json
 import math
 import os
 import platform
-import tempfile
 import time
 from pathlib import Path
 
 import torch
 
+from tripath.core.atomic import write_text
 from tripath.core.data_dirs import MODELS_DIR
 from tripath.engine.kv.dense import decode_step_ms
 from tripath.engine.model.checkpoint import load_checkpoint
@@ -222,10 +222,7 @@ def write_model_card(models_dir: Path, corpus: Corpus | None = None, threads: in
     )
     text = render_card(logs, corpus, cost, agreement, weight_bytes)
     path = models_dir / "MODEL_CARD.md"
-    fd, tmp = tempfile.mkstemp(dir=models_dir, prefix=".MODEL_CARD.", suffix=".tmp")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    write_text(path, text)
     return path
 
 

@@ -13,10 +13,8 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import shlex
 import sys
-import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -26,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
+from tripath.core.atomic import write_text
 from tripath.core.data_dirs import MODELS_DIR
 from tripath.engine.model.checkpoint import save_checkpoint
 from tripath.engine.model.config import ModelConfig
@@ -150,10 +149,7 @@ def evaluate(
 
 
 def _write_json(path: Path, data: dict) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f, indent=2)
-    os.replace(tmp, path)
+    write_text(path, json.dumps(data, indent=2))
 
 
 def train_model(

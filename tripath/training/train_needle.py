@@ -15,10 +15,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 import shlex
 import sys
-import tempfile
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -28,6 +26,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
+from tripath.core.atomic import write_text
 from tripath.core.data_dirs import MODELS_DIR
 from tripath.engine.model.checkpoint import load_checkpoint, save_checkpoint
 from tripath.engine.model.config import ModelConfig
@@ -232,11 +231,7 @@ def write_card(model_dir: Path, card: Path) -> None:
         text = head + section + rest.split(CARD_END, 1)[1]
     else:
         text = text.rstrip("\n") + "\n\n" + section + "\n"
-    fd, tmp = tempfile.mkstemp(dir=card.parent, prefix=f".{card.name}.")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, card)
+    write_text(card, text)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,11 +9,12 @@ import numpy as np
 import pytest
 import torch
 
+from tripath.cli.serve import main
 from tripath.core.records import COMPLETED, REJECTED
 from tripath.engine.engine import Engine, EngineConfig
 from tripath.engine.model.config import PRESETS
 from tripath.engine.model.model import LlamaModel
-from tripath.engine.serving import PromptSource, main, serve
+from tripath.engine.serving import PromptSource, serve
 from tripath.engine.tiered.tiers import TierConfig
 from tripath.simulator.scenario.scenario import load_scenario
 from tripath.simulator.scenario.workload import generate_requests

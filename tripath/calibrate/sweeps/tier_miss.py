@@ -43,8 +43,8 @@ from tripath.engine.engine import Engine, EngineConfig
 from tripath.engine.model.model import LlamaModel
 from tripath.engine.tiered.tiers import TierConfig
 from tripath.profile.profile import Coefficient, CostModel, PagingLink
-from tripath.simulator.paths.tiered_engine_rule import MISS_KINDS as KINDS
-from tripath.simulator.paths.tiered_engine_rule import miss_key
+from tripath.profile.sections import MISS_KINDS as KINDS
+from tripath.profile.sections import miss_key
 
 PREFIX = "tier_miss"
 POINTS = ((1, 1100), (2, 1100), (1, 1300), (2, 1300))  # (batch, prompt): 2 or 3 unpinned chunks per layer at 256

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
-from collections.abc import Callable
 from pathlib import Path
 
 import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
+from tripath.core.atomic import replacing, write_text
 from tripath.core.errors import InputError
 from tripath.engine.model.config import ModelConfig
 from tripath.engine.model.model import LlamaModel
@@ -27,19 +26,6 @@ INDEX_FILE = "model.safetensors.index.json"
 # Old HF checkpoints store the RoPE frequencies; they are recomputed here, so they are skipped.
 _IGNORED_SUFFIXES = (".rotary_emb.inv_freq",)
 _FLOAT_DTYPES = {"F32", "F16", "BF16", "F64"}
-
-
-def _atomic_write(path: Path, write: Callable[[str], object]) -> None:
-    """Write through a temp file in the same folder, then os.replace: readers never see half a file."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def _weights_to_save(model: LlamaModel, config: ModelConfig) -> dict[str, torch.Tensor]:
@@ -63,7 +49,8 @@ def save_checkpoint(
     state = _weights_to_save(model, config)
     meta = {"format": "pt"}
     if max_shard_bytes is None:
-        _atomic_write(out / WEIGHTS_FILE, lambda tmp: save_file(state, tmp, metadata=meta))
+        with replacing(out / WEIGHTS_FILE) as tmp:
+            save_file(state, str(tmp), metadata=meta)
     else:
         shards: list[dict[str, torch.Tensor]] = [{}]
         size = 0
@@ -77,13 +64,14 @@ def save_checkpoint(
         weight_map: dict[str, str] = {}
         for i, shard in enumerate(shards):
             fname = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
-            _atomic_write(out / fname, lambda tmp, shard=shard: save_file(shard, tmp, metadata=meta))
+            with replacing(out / fname) as tmp:
+                save_file(shard, str(tmp), metadata=meta)
             weight_map.update({name: fname for name in shard})
         total = sum(t.numel() * t.element_size() for t in state.values())
         index = {"metadata": {"total_size": total}, "weight_map": weight_map}
-        _atomic_write(out / INDEX_FILE, lambda tmp: Path(tmp).write_text(json.dumps(index, indent=2)))
+        write_text(out / INDEX_FILE, json.dumps(index, indent=2))
     text = json.dumps(config.to_hf_dict() | {"torch_dtype": _dtype_name(model)}, indent=2)
-    _atomic_write(out / CONFIG_FILE, lambda tmp: Path(tmp).write_text(text))
+    write_text(out / CONFIG_FILE, text)
     # weights of an earlier save in another layout would shadow this one (the index wins on load)
     written = {WEIGHTS_FILE} if max_shard_bytes is None else set(weight_map.values()) | {INDEX_FILE}
     for stale in [out / WEIGHTS_FILE, out / INDEX_FILE, *out.glob("model-*-of-*.safetensors")]:

@@ -24,6 +24,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch.multiprocessing.spawn import ProcessException
 
+from tripath.core.atomic import replacing
+
 BACKENDS = ("auto", "gloo", "nccl")
 
 
@@ -100,9 +102,8 @@ def _worker(rank: int, fn: Callable[..., Any], config: DistConfig, out_dir: str,
     device = init_rank(rank, config)
     try:
         result = fn(rank, device, *args)
-        tmp = Path(out_dir) / f"rank{rank}.tmp"
-        torch.save(result, tmp)
-        os.replace(tmp, Path(out_dir) / f"rank{rank}.pt")
+        with replacing(Path(out_dir) / f"rank{rank}.pt") as tmp:
+            torch.save(result, tmp)
     except BaseException:
         (Path(out_dir) / f"rank{rank}.err").write_text(traceback.format_exc())
         raise

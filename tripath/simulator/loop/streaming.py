@@ -18,15 +18,15 @@ from __future__ import annotations
 
 import csv
 import os
-import tempfile
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 import numpy as np
 import simpy
 
+from tripath.core.atomic import AtomicFile
 from tripath.core.records import COMPLETED, Extrapolations, ReplicaStats, RequestRecord, rejected_record
 from tripath.simulator.costs import IterationCost
 from tripath.simulator.loop.clock import URGENT, Clock
@@ -205,9 +205,8 @@ class RecordWriter:
         from tripath.simulator.summary import RECORD_COLUMNS
 
         self.path = Path(path)
-        fd, self._tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.", suffix=".tmp")
-        self._handle: TextIO = os.fdopen(fd, "w", encoding="utf-8", newline="")
-        self._writer = csv.writer(self._handle, lineterminator="\n")
+        self._file = AtomicFile(path)
+        self._writer = csv.writer(self._file.handle, lineterminator="\n")
         self._writer.writerow(RECORD_COLUMNS)
         self.rows = 0
 
@@ -219,12 +218,11 @@ class RecordWriter:
         self.rows += 1
 
     def close(self, keep: bool = True) -> None:
-        """Finish the file (os.replace onto the path) or, with keep=False, remove it."""
-        self._handle.close()
+        """Finish the file (renamed onto the path) or, with keep=False, remove it."""
         if keep:
-            os.replace(self._tmp, self.path)
-        elif os.path.exists(self._tmp):
-            os.unlink(self._tmp)
+            self._file.commit()
+        else:
+            self._file.discard()
 
 
 def stream_requests(requests: RequestArrays, config: ClusterConfig, cost: IterationCost,

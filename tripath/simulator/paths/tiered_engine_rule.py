@@ -48,17 +48,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from tripath.profile.sections import MISS_KINDS, miss_key
 from tripath.simulator.scenario.strategy import DEVICE_HOST, HOST_SSD
 
 GATHER = "gather"  # tripath/calibrate/sweeps/gather.py's profile key
-MISS_KINDS = ("host", "ssd", "direct")  # the links a miss crosses (rule 5)
 DIRECTIONS = {"device->host": DEVICE_HOST, "host->device": DEVICE_HOST, "host->ssd": HOST_SSD,
               "ssd->host": HOST_SSD}
-
-
-def miss_key(kind: str) -> str:
-    """The profile's paging key of the measured misses crossing ``kind``'s links (rule 5)."""
-    return f"miss_{kind}"
 
 
 class EngineTierRule:
