@@ -6,7 +6,8 @@ Each ROOT is a checkout (default: this one; e.g. an older commit's ``git worktre
 the command runs with ROOT as its working directory, so ROOT's tripath/ is imported. The checkouts
 alternate ``--repeats`` times on the same scenario (quickstart with ``--requests`` requests); reported are
 the best and the median wall time, the import time of the best run's imports (``-X importtime``, a run
-of its own) and a SHA-256 of the printed summary, equal across checkouts when their output is.
+of its own) and a SHA-256 of the printed summary, equal across checkouts when their output is (a checkout
+of the flat layout before the package regrouping cites other source paths in it).
 """
 
 from __future__ import annotations
@@ -29,9 +30,10 @@ def scenario_text(requests: int) -> str:
     return re.sub(r"(?m)^requests = \d+$", f"requests = {requests}", text, count=1)
 
 
-def command(scenario: Path, replications: int) -> list[str]:
-    return [sys.executable, "-m", "tripath.cli.main", "simulate", str(scenario), "--replications",
-            str(replications), "--json"]
+def command(root: Path, scenario: Path, replications: int) -> list[str]:
+    """The simulate command line in ``root``: ``tripath.cli.main``, or ``tripath.cli`` in the flat layout."""
+    module = "tripath.cli.main" if (root / "tripath" / "cli" / "main.py").is_file() else "tripath.cli"
+    return [sys.executable, "-m", module, "simulate", str(scenario), "--replications", str(replications), "--json"]
 
 
 def timed(root: Path, argv: list[str]) -> tuple[float, str]:
@@ -59,19 +61,20 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="tripath-startup-") as tmp:
         scenario = Path(tmp) / "startup.toml"
         scenario.write_text(scenario_text(args.requests), encoding="utf-8")
-        argv = command(scenario, args.replications)
+        argvs = {root: command(root.resolve(), scenario, args.replications) for root in args.roots}
         times: dict[Path, list[float]] = {root: [] for root in args.roots}
         digests: dict[Path, set[str]] = {root: set() for root in args.roots}
         for _ in range(args.repeats):
             for root in args.roots:
-                seconds, digest = timed(root.resolve(), argv)
+                seconds, digest = timed(root.resolve(), argvs[root])
                 times[root].append(seconds)
                 digests[root].add(digest)
         print(f"tripath simulate, quickstart with {args.requests:,} requests, {args.replications} replications, "
               f"best / median of {args.repeats} (wall s), alternating")
         for root in args.roots:
             print(f"  {root}: {min(times[root]):.3f} / {statistics.median(times[root]):.3f} s, "
-                  f"imports {import_seconds(root.resolve(), argv):.3f} s, output {', '.join(sorted(digests[root]))}")
+                  f"imports {import_seconds(root.resolve(), argvs[root]):.3f} s, "
+                  f"output {', '.join(sorted(digests[root]))}")
 
 
 if __name__ == "__main__":
