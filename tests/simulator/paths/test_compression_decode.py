@@ -73,9 +73,9 @@ def test_absent_field_prices_exactly_as_the_ratio():
     physics = CompressionPhysics(base, "int8")
     r = base.compression["int8"].decode_overhead_ratio.value
     cost = IterationCost.from_profile(base)
-    fn = physics.decode_fn(cost._decode_ms)
+    fn = physics.decode_fn(cost.decode_ms)
     contexts = np.array([100.0, 2000.0, 30000.0])
-    assert np.array_equal(fn(4, contexts), r * cost._decode_ms(4, contexts))  # bit for bit
+    assert np.array_equal(fn(4, contexts), r * cost.decode_ms(4, contexts))  # bit for bit
     raw = base.compression["int8"].to_dict()
     assert "decode_extra" not in raw  # an old profile round-trips without the field
     assert CompressionMode.parse(json.loads(json.dumps(raw)), None, "compression.int8") == base.compression["int8"]

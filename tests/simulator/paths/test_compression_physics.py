@@ -55,7 +55,7 @@ def test_step_ratio_multiplies_the_decode_step():
     cost = IterationCost.from_profile(tiny)
     step = _step(tiny, StrategySpec(compression=CompressionSpec("int8")))
     result = step.step([], [Decode(0, 0, 1000, 4), Decode(1, 0, 3000, 4)], 4000)
-    plain_ms = float(cost._decode_ms(2, 6016))  # measured profile: real_engine reads 2 x 3000 in 16-token blocks
+    plain_ms = float(cost.decode_ms(2, 6016))  # measured profile: real_engine reads 2 x 3000 in 16-token blocks
     # the served step's host work outside the forward (costs.step_overhead) is not scaled by the ratio
     assert result.seconds == pytest.approx((r * plain_ms + cost.overhead_ms(2, 2)) / 1000, rel=1e-9)
 

@@ -93,7 +93,7 @@ def test_a_prefill_iteration_pays_the_ratio_on_its_chunk_work():
         return model.step([PrefillChunk(0, 0, 2048, 0, True)], [Decode(1, 0, 1000, 4)], 3048).seconds
 
     plain, comp = step(StrategySpec()), step(StrategySpec(compression=CompressionSpec("m")))
-    work_ms = float(cost._prefill_ms(2048, 0)) - float(cost._prefill_ms(0, 0))
+    work_ms = float(cost.prefill_ms(2048, 0)) - float(cost.prefill_ms(0, 0))
     # kv_bytes_ratio and decode ratio 1: only the chunk's work changes, by (1.8 - 1) of it
     assert (comp - plain) * 1000 == pytest.approx(0.8 * work_ms, rel=1e-9)
 

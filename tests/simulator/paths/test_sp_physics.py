@@ -57,7 +57,7 @@ def test_prefill_time_is_work_over_speedup_plus_merge():
     result = step.step([PrefillChunk(0, 0, 16_384, 0, True)], [], 0)
     fixed = 2.15916  # prefill_v1's c0 (seed)
     full = 2.15916 + 0.884316 * 16_384 + 1.68041e-05 * 16_384 * 16_385 / 2  # prefill_v1: causal pairs
-    assert float(cost._prefill_ms(16_384, 0)) == pytest.approx(full, rel=1e-9)
+    assert float(cost.prefill_ms(16_384, 0)) == pytest.approx(full, rel=1e-9)
     merge = M0 + M_CTX * 16_384
     assert result.merge_s == pytest.approx(merge / 1000, rel=1e-9)
     assert result.seconds == pytest.approx((fixed + (full - fixed) / 1.8 + merge) / 1000, rel=1e-9)

@@ -66,6 +66,6 @@ def test_a_round_of_b_sequences_adds_b_minus_1_times_w_k_over_k_profile_decode_s
     decodes = [Decode(0, 0, 1000, 100), Decode(1, 0, 2000, 100), Decode(2, 0, 3000, 100)]  # all propose K = 3
     extra = _step(with_w).step([], decodes, 6000).seconds - _step(SEED).step([], decodes, 6000).seconds
     # (B - 1) w K / k_profile batch-1 decode steps at the mean context 2000: 2 x 0.3 x 3 / 5
-    assert extra == pytest.approx(2 * 0.3 * 3 / 5 * float(cost._decode_ms(1, 2000)) / 1000, rel=1e-9)
+    assert extra == pytest.approx(2 * 0.3 * 3 / 5 * float(cost.decode_ms(1, 2000)) / 1000, rel=1e-9)
     one = [Decode(0, 0, 1000, 100)]  # batch 1: the measured batch-1 ratio alone
     assert _step(with_w).step([], one, 1000).seconds == _step(SEED).step([], one, 1000).seconds

@@ -114,8 +114,8 @@ def path_saturation(scenario: Any, profile: Any, mean_prompt: float, mean_output
         factor, draft = _round_factor(profile, c, k), c
 
     cost = t.cost
-    fixed = float(cost._prefill_ms(0, 0))
-    prefill_variable = float(cost._prefill_ms(mean_prompt, 0)) - fixed
+    fixed = float(cost.prefill_ms(0, 0))
+    prefill_variable = float(cost.prefill_ms(mean_prompt, 0)) - fixed
     paging_ms = 0.0
     if tiers is not None:
         live = round(context)
@@ -126,8 +126,8 @@ def path_saturation(scenario: Any, profile: Any, mean_prompt: float, mean_output
             paging_ms = 1000.0 * tiers.engine_step(each, each, live)[0]
         else:
             paging_ms = 1000.0 * tiers.iteration(live, live, round(batch * per_round))[0]
-    round_ms = factor * float(cost._decode_ms(batch, context)) + paging_ms
-    if cost._overhead_ms is not None:  # the profile's step_overhead: once per round (one engine step)
+    round_ms = factor * float(cost.decode_ms(batch, context)) + paging_ms
+    if cost.has_step_overhead:  # the profile's step_overhead: once per round (one engine step)
         round_ms += cost.overhead_ms(batch, round(batch * (1 + k)))
     rounds = (mean_output - 1.0) / per_round
     ms = rounds * round_ms + batch * (1.0 + draft) * prefill_variable

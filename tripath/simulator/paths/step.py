@@ -53,16 +53,15 @@ from tripath.simulator.step_model import (
 
 def path_cost(cost: IterationCost, compression: CompressionPhysics | None, sp: SpPhysics | None) -> IterationCost:
     """The baseline cost model with the deterministic paths applied: compression, then SP."""
-    prefill, decode = cost._prefill_ms, cost._decode_ms
+    prefill, decode = cost.prefill_ms, cost.decode_ms
     if compression is not None:
         decode = compression.decode_fn(decode)
         prefill = compression.prefill_fn(prefill)
     if sp is not None:
         decode = sp.decode_fn(decode)
-        prefill = sp.prefill_fn(prefill, cost._prefill_fixed_ms)
+        prefill = sp.prefill_fn(prefill, cost.prefill_fixed_ms)
     # the served step's host work outside the forward (profile costs.step_overhead) is not a path's: kept as is
-    out = IterationCost(prefill, decode, (cost._pre_tok, cost._pre_ctx), (cost._dec_batch, cost._dec_ctx),
-                        cost._overhead_ms, None if sp is not None else cost.block_tokens)
+    out = cost.transformed(prefill, decode, None if sp is not None else cost.block_tokens)
     # block_tokens: the engine's padded decode keys, if any; real_engine's SP engine (seqpar.py) keeps a dense
     # cache per sequence and reads exactly its own context, so SP prices Σ contexts
     if sp is not None:
@@ -151,7 +150,7 @@ class PathStep:
                 # decode steps at the batch's mean context (spec_physics.batch_extra; 0 without the coefficient)
                 extra = self.spec.batch_extra(batch, int(ks.max()))
                 if extra:
-                    base_ms += extra * float(self.cost._decode_ms(1, decodes.total_context // batch))
+                    base_ms += extra * float(self.cost.decode_ms(1, decodes.total_context // batch))
             decode_merge *= factor
             comp = self.transforms.compression
             if self.spec is not None and comp is not None and comp.decode_extra is not None and self.sp is None:
@@ -160,7 +159,7 @@ class PathStep:
                 extra = float(comp.decode_extra.extra_ms(batch, priced))
                 base_ms += comp.round_extra_ms(batch, priced, int(ks.max())) - factor * extra
         else:
-            base_ms = self.cost._prefill_fixed_ms
+            base_ms = self.cost.prefill_fixed_ms
         draft_ms = draft_merge = 0.0
         if self.spec is not None and batch:
             # the draft prefills a prompt in the sequence's first round (after its first token), at r x the
@@ -174,10 +173,10 @@ class PathStep:
         # a vLLM-style engine (non-measured profiles) runs the draft's prefill beside the target's: x (1 + r)
         draft = 1.0 if self.spec is None or self.spec.lazy_draft else 1.0 + self.spec.prefill_ratio
         compute_ms = base_ms + draft * self._prefill_ms(prefills) + draft_ms
-        if self.cost._overhead_ms is not None:
+        if self.cost.has_step_overhead:
             # once per iteration (a speculative round is one engine step): its sequences and new tokens
             new_tokens = batch + int(ks.sum()) + sum(p.new_tokens for p in prefills)
-            compute_ms += self.cost._overhead_ms(batch + len(prefills), new_tokens)
+            compute_ms += self.cost.overhead_ms(batch + len(prefills), new_tokens)
         compute_s = compute_ms / 1000.0
 
         accepted = self.spec.draw(decodes, ks) if self.spec is not None else None
@@ -217,18 +216,14 @@ class PathStep:
         cost, batch = self.cost, len(decodes)
         context = self._decode_context(decodes)
         cost.count_decodes(batch, context, 1)
-        return float(cost._decode_ms(batch, context))
+        return float(cost.decode_ms(batch, context))
 
     def _prefill_ms(self, prefills: Sequence[PrefillChunk]) -> float:
         """Token-dependent prefill work (SP merge included), counting queries outside the measured domain."""
-        cost = self.cost
+        chunk_work_ms = self.cost.chunk_work_ms
         work = 0.0
-        (tok_lo, tok_hi), (ctx_lo, ctx_hi) = cost._pre_tok, cost._pre_ctx
         for chunk in prefills:
-            work += float(cost._prefill_ms(chunk.new_tokens, chunk.context_before)) - cost._prefill_fixed_ms
-            if not (tok_lo <= chunk.new_tokens <= tok_hi and ctx_lo <= chunk.context_before <= ctx_hi):
-                cost.prefill_outside += 1
-        cost.prefill_queries += len(prefills)
+            work += chunk_work_ms(chunk.new_tokens, chunk.context_before)
         return work
 
     def tier_bytes(self) -> dict[str, int]:
