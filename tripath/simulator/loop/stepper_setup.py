@@ -22,9 +22,10 @@ import numpy as np
 
 from tripath.core.errors import InputError
 from tripath.simulator.costs import IterationCost
-from tripath.simulator.loop.batching import BatchPolicy, build_policy
-from tripath.simulator.loop.stepper import StepperConfig, StepperSetup
-from tripath.simulator.scenario.scenario import Scenario
+from tripath.simulator.loop.adaptive_batching import Adaptive, AimdController, AimdSettings
+from tripath.simulator.loop.batching import Chunked, Continuous, Windowed
+from tripath.simulator.loop.stepper import BatchPolicy, StepperConfig, StepperSetup
+from tripath.simulator.scenario.scenario import BatchingSpec, Scenario, SlaSpec
 from tripath.simulator.step_model import BaselineStep, StepModel
 
 PATH_STREAM = 0x5EED  # spawn-key element of the path models' streams: disjoint from the workload's children
@@ -57,6 +58,24 @@ def path_streams(seed_sequence: np.random.SeedSequence, replicas: int) -> list[n
     """One generator per replica for the path physics, independent of the workload's stream."""
     base = np.random.SeedSequence(seed_sequence.entropy, spawn_key=(*seed_sequence.spawn_key, PATH_STREAM))
     return [np.random.default_rng(child) for child in base.spawn(replicas)]
+
+
+def build_policy(b: BatchingSpec, sla: SlaSpec, source: str | None = None) -> BatchPolicy:
+    """The policy a scenario's [batching] table asks for (one per replica: adaptive keeps state)."""
+    wait_s = b.max_wait_ms / 1000.0
+    if b.policy == "continuous":
+        return Continuous(b.max_batch_size, b.max_batched_tokens)
+    if b.policy == "chunked":
+        return Chunked(b.max_batch_size, b.max_batched_tokens)
+    if b.policy in ("static", "dynamic"):
+        return Windowed(b.max_batch_size, wait_s, joins=b.policy == "dynamic")
+    terms = (("ttft", sla.ttft_p99_ms), ("tpot", sla.tpot_p99_ms), ("e2e", sla.e2e_p99_ms))
+    targets = tuple((term, ms / 1000.0) for term, ms in terms if ms is not None)
+    if not targets:
+        raise InputError(source, "batching.policy", "'adaptive' steers by the SLA: give at least one sla.*_p99_ms")
+    settings = AimdSettings(b.max_batch_size, wait_s, targets, b.adaptive_window, b.adaptive_every, b.adaptive_margin,
+                            b.adaptive_decrease, b.adaptive_batch_step, b.adaptive_wait_step_ms / 1000.0)
+    return Adaptive(AimdController(settings))
 
 
 def swap_cost(scenario: Scenario, profile: Any) -> StepperConfig:
