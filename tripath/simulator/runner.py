@@ -1,4 +1,4 @@
-"""Simulate a Scenario on a Profile: seeded replications, a JSON-ready summary, and output files.
+"""Simulate a Scenario on a Profile: seeded replications (their summary and files: tripath/simulator/summary.py).
 
 Replication i draws its workload from numpy.random.default_rng(SeedSequence(seed).spawn(R)[i]),
 so the same seed gives the same records bit for bit, and replications are independent streams.
@@ -22,7 +22,6 @@ from typing import Any
 import numpy as np
 
 from tripath.core.errors import InputError
-from tripath.core.metrics import estimate
 from tripath.core.records import RunResult
 from tripath.simulator.capacity import Saturation, saturation
 from tripath.simulator.costs import IterationCost
@@ -34,9 +33,6 @@ from tripath.simulator.paths.provenance import strategies
 from tripath.simulator.paths.step import fast_transforms, replica_gpus
 from tripath.simulator.scenario.scenario import Scenario
 from tripath.simulator.scenario.workload import generate_requests, mean_lengths
-from tripath.simulator.summary import summary, write_outputs
-
-__all__ = ["SimulationResult", "estimate", "simulate", "summary", "write_outputs"]
 
 GIB = 2**30
 
@@ -105,8 +101,7 @@ def arrival_rate(
     if arrival.load_fraction is None:
         raise InputError(scenario.source_path, "workload.arrival", "give rate_per_s or load_fraction")
     prompt, output = mean_lengths(scenario.workload)
-    strategy = getattr(scenario, "strategy", None)
-    if strategy is None or strategy.baseline:
+    if scenario.strategy.baseline:
         sat = saturation(profile, prompt, output, config.replicas, config.replica.max_batch_size,
                          config.replica.kv_capacity_bytes)
         where = "tripath/simulator/capacity.py"
@@ -153,11 +148,11 @@ def simulate(scenario: Scenario, profile: Any, seed: int = 0, replications: int 
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
     config, capacity_source = cluster_config(scenario, profile)
-    strategy = getattr(scenario, "strategy", None)
-    if strategy is not None and strategy.sequence_parallel is not None:
+    strategy = scenario.strategy
+    if strategy.sequence_parallel is not None:
         capacity_source += (f"; per SP rank: a replica of degree {strategy.sequence_parallel.degree} holds that many "
                             "budgets (peak KV bytes may exceed this value)")
-    if strategy is not None and strategy.compression is not None:
+    if strategy.compression is not None:
         capacity_source += f"; KV stored {strategy.compression.mode}-compressed (profile compression section)"
         comp = profile.compression.get(strategy.compression.mode)
         if comp is not None and comp.prefill_overhead_ratio is None and not comp.prefill_overhead_points:

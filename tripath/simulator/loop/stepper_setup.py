@@ -33,14 +33,14 @@ PATH_STREAM = 0x5EED  # spawn-key element of the path models' streams: disjoint 
 
 def loop_reason(scenario: Scenario, timeseries_interval_s: float | None = None) -> tuple[bool, str]:
     """(whether the per-iteration loop must run, why that loop) for the summary."""
-    strategy = getattr(scenario, "strategy", None)
+    strategy = scenario.strategy
     batching = scenario.batching
     if batching.needs_stepper:
         return True, (f"batching policy '{batching.policy}' / preemption '{batching.preemption}' needs the "
                       "per-iteration loop")
     if timeseries_interval_s is not None:
         return True, "time-series samples need the per-iteration loop"
-    if strategy is not None and not strategy.baseline:
+    if not strategy.baseline:
         per_iteration = [what for what, on in (("speculation (random tokens per round)", strategy.speculative),
                                                ("tiering (paging depends on tier state)", strategy.tiered)) if on]
         if per_iteration:

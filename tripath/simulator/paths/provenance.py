@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tripath.simulator.scenario.strategy import DEVICE_HOST, GIB, HOST_SSD, PROMPT_LOOKUP_PREFIX, StrategySpec
+from tripath.simulator.scenario.strategy import DEVICE_HOST, GIB, HOST_SSD, PROMPT_LOOKUP_PREFIX
 
 
 def _coefficient(field: str, coef: Any) -> dict[str, Any]:
@@ -97,7 +97,7 @@ def _compression(spec: Any, profile: Any) -> dict[str, Any]:
 
 def strategies(scenario: Any, profile: Any) -> dict[str, Any]:
     """{"on": [path names], path name: {"parameters", "numbers_from"}, "sources": kinds used} for the summary."""
-    spec: StrategySpec = getattr(scenario, "strategy", StrategySpec())
+    spec = scenario.strategy
     tasks = tuple(task for task, _ in scenario.workload.tasks)
     out: dict[str, Any] = {"on": []}
     if spec.speculative is not None:
