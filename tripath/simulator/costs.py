@@ -52,6 +52,7 @@ import numpy as np
 from tripath.core.records import Extrapolations
 from tripath.profile.engine_rules import decode_block_tokens
 from tripath.profile.formulas import FORMULAS
+from tripath.profile.profile import Profile
 
 Bounds = tuple[float, float]
 _UNBOUNDED: Bounds = (-np.inf, np.inf)
@@ -96,7 +97,7 @@ class IterationCost:
         self.decode_outside = 0
 
     @classmethod
-    def from_profile(cls, profile: Any) -> IterationCost:
+    def from_profile(cls, profile: Profile) -> IterationCost:
         """Bind the profile's prefill and decode formulas and coefficients once (the hot path)."""
         pre, dec = profile.costs["prefill"], profile.costs["decode"]
         (p_tok, p_ctx), (d_batch, d_ctx) = FORMULAS[pre.formula].inputs, FORMULAS[dec.formula].inputs

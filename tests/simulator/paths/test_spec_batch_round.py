@@ -15,6 +15,7 @@ from tripath.core.errors import InputError
 from tripath.profile.profile import Coefficient, Speculative, resolve_profile
 from tripath.simulator.costs import IterationCost
 from tripath.simulator.paths.step import PathStep
+from tripath.simulator.run_costs import RunCosts
 from tripath.simulator.scenario.strategy import SpeculativeSpec, StrategySpec
 from tripath.simulator.step_model import Decode
 
@@ -55,9 +56,8 @@ def test_profile_field_round_trips_and_is_absent_unless_measured() -> None:
 
 
 def _step(profile: object, k: int = 3, proposer: str = "draft") -> PathStep:
-    return PathStep(IterationCost.from_profile(profile), profile,
-                    StrategySpec(speculative=SpeculativeSpec(k=k, proposer=proposer)), ["code"],
-                    profile.kv_capacity_bytes, np.random.default_rng(0))
+    return PathStep(RunCosts.from_profile(profile, StrategySpec(speculative=SpeculativeSpec(k=k, proposer=proposer)),
+                                          ["code"], profile.kv_capacity_bytes), np.random.default_rng(0))
 
 
 def test_a_round_of_b_sequences_adds_b_minus_1_times_w_k_over_k_profile_decode_steps() -> None:

@@ -11,8 +11,9 @@ import pytest
 
 from tripath.profile.profile import resolve_profile
 from tripath.simulator.costs import IterationCost
-from tripath.simulator.paths.speculative import SpeculativePhysics
+from tripath.simulator.paths.speculative import SpeculativeParams, SpeculativePhysics
 from tripath.simulator.paths.step import PathStep
+from tripath.simulator.run_costs import RunCosts
 from tripath.simulator.scenario.strategy import SpeculativeSpec, StrategySpec
 from tripath.simulator.step_model import Decode, DecodeBatch, PrefillChunk
 
@@ -21,9 +22,8 @@ MEASURED = dataclasses.replace(SEED, source="measured")  # the same numbers, as 
 
 
 def _step(k: int = 3, proposer: str = "draft", profile=MEASURED) -> PathStep:
-    return PathStep(IterationCost.from_profile(profile), profile,
-                    StrategySpec(speculative=SpeculativeSpec(k=k, proposer=proposer)), ["code"],
-                    profile.kv_capacity_bytes, np.random.default_rng(0))
+    return PathStep(RunCosts.from_profile(profile, StrategySpec(speculative=SpeculativeSpec(k=k, proposer=proposer)),
+                                          ["code"], profile.kv_capacity_bytes), np.random.default_rng(0))
 
 
 def test_prefill_iteration_costs_the_target_alone():
@@ -58,7 +58,8 @@ def test_first_round_adds_c_times_the_prefill_of_prompt_plus_first_token():
 
 
 def test_the_draft_keeps_context_plus_min_k_minus_1_accepted_tokens():
-    physics = SpeculativePhysics(SpeculativeSpec(k=4), MEASURED, ["code"], np.random.default_rng(0))
+    physics = SpeculativePhysics(SpeculativeParams.from_profile(SpeculativeSpec(k=4), MEASURED, ["code"]),
+                                 np.random.default_rng(0))
     ks = np.array([4, 4, 0])
     batch = DecodeBatch.of([Decode(0, 0, 101, 50), Decode(1, 0, 201, 50), Decode(2, 0, 301, 50)])
     assert physics.catch_up(batch, ks) == [(101, 0), (201, 0)]  # K = 0: the draft does not run
@@ -75,7 +76,8 @@ def test_the_draft_keeps_context_plus_min_k_minus_1_accepted_tokens():
 
 
 def test_finished_sequences_are_forgotten():
-    physics = SpeculativePhysics(SpeculativeSpec(k=4), MEASURED, ["code"], np.random.default_rng(0))
+    physics = SpeculativePhysics(SpeculativeParams.from_profile(SpeculativeSpec(k=4), MEASURED, ["code"]),
+                                 np.random.default_rng(0))
     batch = DecodeBatch.of([Decode(7, 0, 50, 3)])
     physics.commit(batch, np.array([2]), np.array([2]))  # 3 tokens emitted: done
     assert physics._draft_seen == {}
