@@ -155,6 +155,7 @@ def paths_run(n: int, load: float, seed: int, bare_cpu: float) -> None:
 
     from tripath.core.data_dirs import SCENARIOS_DIR
     from tripath.simulator.loop.stepper_setup import stepper_setup
+    from tripath.simulator.run_costs import RunCosts
     from tripath.simulator.scenario.scenario import scenario_from_dict
 
     with open(SCENARIOS_DIR / "quickstart.toml", "rb") as fh:
@@ -169,7 +170,7 @@ def paths_run(n: int, load: float, seed: int, bare_cpu: float) -> None:
     requests = generate_requests(scenario.workload, np.random.default_rng(seed), rate)
     results, times = [], []
     for _ in range(2):  # the second run checks determinism (same seed, same records)
-        setup = stepper_setup(scenario, profile, config.replicas, config.replica.kv_capacity_bytes,
+        setup = stepper_setup(scenario, RunCosts.for_scenario(scenario, profile), config.replicas,
                               np.random.SeedSequence(seed))
         gc.collect()
         gc.disable()

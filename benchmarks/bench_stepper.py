@@ -73,8 +73,9 @@ def worker(case: str, requests: int) -> dict:
     specs = generate_requests(scenario.workload, np.random.default_rng(0), rate)
     if case == "paths":
         from tripath.simulator.loop.stepper_setup import stepper_setup
+        from tripath.simulator.run_costs import RunCosts
 
-        setup = stepper_setup(scenario, profile, config.replicas, config.replica.kv_capacity_bytes,
+        setup = stepper_setup(scenario, RunCosts.for_scenario(scenario, profile), config.replicas,
                               np.random.SeedSequence(0))
     else:
         from tripath.simulator.loop.batching import Continuous

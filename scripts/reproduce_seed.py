@@ -27,8 +27,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from tripath.profile.profile import Profile, resolve_profile
-from tripath.simulator.costs import IterationCost
 from tripath.simulator.paths.step import PathStep
+from tripath.simulator.run_costs import RunCosts
 from tripath.simulator.scenario.strategy import SequenceParallelSpec, SpeculativeSpec, StrategySpec, TieredSpec
 from tripath.simulator.step_model import Decode
 
@@ -77,7 +77,7 @@ class Window:
 def decode_window(profile: Profile, strategy: StrategySpec, task: str, length: int, seed: int = 0) -> Window:
     """One sequence emitting WINDOW tokens at batch 1 through PathStep: with the tiered cache its context
     grows from length - WINDOW to length; otherwise every iteration is at exactly ``length``."""
-    step = PathStep(IterationCost.from_profile(profile), profile, strategy, [task], profile.kv_capacity_bytes,
+    step = PathStep(RunCosts.from_profile(profile, strategy, [task], profile.kv_capacity_bytes),
                     np.random.default_rng(seed))
     grow = strategy.tiered is not None
     context = length - WINDOW if grow else length

@@ -38,8 +38,8 @@ from tripath.engine.workload_replay import PromptSource, serve
 from tripath.fidelity.engine_side import CpuClock, engine_config
 from tripath.fidelity.sim_side import requests_for
 from tripath.profile.profile import load_profile
-from tripath.simulator.costs import IterationCost
 from tripath.simulator.paths.step import build_step_model
+from tripath.simulator.run_costs import RunCosts
 from tripath.simulator.scenario.scenario import scenario_from_dict
 from tripath.simulator.step_model import Decode, PrefillChunk
 
@@ -139,7 +139,7 @@ def main() -> None:
     print(f"{'compressed' if not args.plain else 'plain'} engine, {len(requests)} requests, {len(rows)} steps")
     for path in [args.profile, *args.also]:
         prof = profile if path == args.profile else load_profile(path)
-        model = build_step_model(scenario, prof, IterationCost.from_profile(prof), np.random.default_rng(0))
+        model = build_step_model(RunCosts.for_scenario(scenario, prof), np.random.default_rng(0))
         out = report(model, rows, path)
     if args.csv:
         with AtomicFile(args.csv) as fh:

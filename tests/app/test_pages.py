@@ -24,8 +24,9 @@ if str(ROOT) not in sys.path:  # the pages import app_pages, which lives beside 
 
 from tripath.app.widgets import profiles, validation  # noqa: E402
 from tripath.profile.profile import resolve_profile  # noqa: E402
-from tripath.simulator.runner import simulate, summary  # noqa: E402
+from tripath.simulator.runner import simulate  # noqa: E402
 from tripath.simulator.scenario.scenario import scenario_from_dict  # noqa: E402
+from tripath.simulator.summary import summary  # noqa: E402
 
 TIMEOUT_S = 120  # the machine is shared: generous, never part of what is asserted
 

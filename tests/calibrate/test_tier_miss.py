@@ -28,7 +28,7 @@ MISSES = {"miss_host": _link(1.0, 0.5), "miss_ssd": _link(2.0, 0.25), "miss_dire
 def _rule(host_pages: int, measured: bool = True) -> EngineTierRule:
     paging = {"device_host": DH, "host_ssd": HS} | (MISSES if measured else {})
     profile = dataclasses.replace(TINY, paging=paging)
-    return EngineTierRule(profile, 256, 6, 3072, device_pages=24, host_pages=host_pages, sink_tokens=4,
+    return EngineTierRule(profile.paging, 256, 6, 3072, device_pages=24, host_pages=host_pages, sink_tokens=4,
                           window_tokens=256)
 
 

@@ -11,10 +11,12 @@ import numpy as np
 import pytest
 
 from tripath.core import metrics
+from tripath.core.metrics import estimate
 from tripath.core.records import COMPLETED, ReplicaStats, RequestRecord, rejected_record
 from tripath.profile.profile import resolve_profile
-from tripath.simulator.runner import estimate, simulate, summary, write_outputs
+from tripath.simulator.runner import simulate
 from tripath.simulator.scenario.scenario import load_scenario
+from tripath.simulator.summary import summary, write_outputs
 
 
 def rec(i: int, arrival: float, admitted: float, first: float, finish: float, output: int) -> RequestRecord:

@@ -7,7 +7,8 @@ import pytest
 
 from tripath.profile.profile import resolve_profile
 from tripath.simulator.costs import IterationCost
-from tripath.simulator.paths.step import PathStep, TransformedStep, _Transforms
+from tripath.simulator.paths.step import PathStep, TransformedStep, Transforms
+from tripath.simulator.run_costs import RunCosts
 from tripath.simulator.scenario.strategy import (
     CompressionSpec,
     SequenceParallelSpec,
@@ -33,7 +34,7 @@ def test_batch_of_decodes_round_trips():
 def _path_step(seed: int) -> PathStep:
     strategy = StrategySpec(speculative=SpeculativeSpec(k=4, adaptive=True), tiered=TieredSpec(chunk_tokens=64),
                             compression=CompressionSpec("int8"))
-    return PathStep(IterationCost.from_profile(TINY), TINY, strategy, ("dialogue", "code"), TINY.kv_capacity_bytes,
+    return PathStep(RunCosts.from_profile(TINY, strategy, ("dialogue", "code"), TINY.kv_capacity_bytes),
                     np.random.default_rng(seed))
 
 
@@ -58,7 +59,7 @@ def test_path_step_gives_the_same_result_for_a_batch_and_for_decode_objects():
 ])
 def test_scalar_decode_cost_equals_the_array_one_bit_for_bit(profile, strategy):
     """BaselineStep prices a decode-only iteration on a scalar; replica.py's reference and fast path on arrays."""
-    cost = _Transforms(IterationCost.from_profile(profile), profile, strategy, profile.kv_capacity_bytes).cost
+    cost = Transforms(RunCosts.from_profile(profile, strategy, (), profile.kv_capacity_bytes)).cost
     rng = np.random.default_rng(1)
     for batch in (1, 2, 7, 64, 300):
         contexts = np.concatenate([rng.integers(1, 2_000_000, 200), [1, 4096, 8191, 32_768, 10**7]])
@@ -71,7 +72,7 @@ def test_baseline_and_transformed_steps_accept_either_form():
     x, y = base.step([], DECODES, 10_500), base.step([], DecodeBatch.of(DECODES), 10_500)
     assert (x.seconds, x.emitted.tolist()) == (y.seconds, y.emitted.tolist()) == (x.seconds, [1, 1, 1])
     on = StrategySpec(sequence_parallel=SequenceParallelSpec(2))
-    step = TransformedStep(_Transforms(IterationCost.from_profile(SEED), SEED, on, SEED.kv_capacity_bytes))
+    step = TransformedStep(Transforms(RunCosts.from_profile(SEED, on, (), SEED.kv_capacity_bytes)))
     x, y = step.step([], DECODES, 10_500), step.step([], DecodeBatch.of(DECODES), 10_500)
     assert (x.seconds, x.merge_s, x.emitted.tolist()) == (y.seconds, y.merge_s, y.emitted.tolist())
 

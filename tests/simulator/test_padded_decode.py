@@ -140,10 +140,10 @@ def test_paths_keep_the_rule_where_their_engine_pads() -> None:
 
     tiny = resolve_profile(str(ROOT / "data/profiles/cpu-tiny.json"))
     cost = IterationCost.from_profile(tiny)
-    compressed = CompressionPhysics(tiny, "int8")
+    compressed = CompressionPhysics("int8", tiny.compression["int8"])
     assert path_cost(cost, compressed, None).block_tokens == REAL_ENGINE_BLOCK_TOKENS
-    assert path_cost(cost, None, SpPhysics(tiny, 2)).block_tokens is None
-    assert path_cost(cost, compressed, SpPhysics(tiny, 2)).block_tokens is None
+    assert path_cost(cost, None, SpPhysics(tiny.sequence_parallel[2])).block_tokens is None
+    assert path_cost(cost, compressed, SpPhysics(tiny.sequence_parallel[2])).block_tokens is None
 
 
 def test_run_counts_in_closed_form_equal_counting_each_step() -> None:

@@ -18,12 +18,12 @@ import numpy as np
 import pytest
 
 from tripath.core import metrics
+from tripath.core.metrics import estimate
 from tripath.core.request import RequestSpec
 from tripath.simulator.capacity import saturation
 from tripath.simulator.costs import IterationCost
 from tripath.simulator.loop.cluster import ClusterConfig, simulate_requests
 from tripath.simulator.loop.replica import ReplicaConfig
-from tripath.simulator.runner import estimate
 
 PREFILL_MS, DECODE_MS = 10.0, 5.0
 

@@ -15,6 +15,7 @@ from tripath.profile.profile import load_profile, resolve_profile, save_profile
 from tripath.simulator.costs import IterationCost
 from tripath.simulator.paths.provenance import one_line, strategies
 from tripath.simulator.paths.step import PathStep
+from tripath.simulator.run_costs import RunCosts
 from tripath.simulator.runner import simulate
 from tripath.simulator.scenario.scenario import scenario_from_dict
 from tripath.simulator.scenario.strategy import SpeculativeSpec, StrategySpec, TieredSpec
@@ -116,14 +117,14 @@ def test_path_step_adds_the_overhead_per_round_and_per_tiered_iteration() -> Non
     prefills = [PrefillChunk(9, 0, 40, 0, True)]
     decodes = [Decode(0, 0, 300, 50), Decode(1, 0, 200, 50)]
     spec = StrategySpec(speculative=SpeculativeSpec(k=4))
-    steps = [PathStep(IterationCost.from_profile(p), p, spec, ["code"], TINY.kv_capacity_bytes,
+    steps = [PathStep(RunCosts.from_profile(p, spec, ["code"], TINY.kv_capacity_bytes),
                       np.random.default_rng(5)) for p in (TINY, with_overhead(TINY, 0.4, 0.05))]
     a, b = (s.step(prefills, decodes, 540) for s in steps)
     assert (a.emitted == b.emitted).all()  # the same draws: the overhead changes no randomness
     # one speculative round = one engine step: N = 2 decodes + 1 prefill -> 0.4 + 3 x 0.05 = 0.55 ms
     assert (b.seconds - a.seconds) * 1000 == pytest.approx(0.55, rel=1e-9)
     tiered = StrategySpec(tiered=TieredSpec())
-    steps = [PathStep(IterationCost.from_profile(p), TINY, tiered, ["code"], TINY.kv_capacity_bytes,
+    steps = [PathStep(RunCosts.from_profile(p, tiered, ["code"], TINY.kv_capacity_bytes),
                       np.random.default_rng(5)) for p in (TINY, with_overhead(TINY, 0.0, 0.0, 0.01))]
     a, b = (s.step(prefills, decodes, 540) for s in steps)
     # T = 2 decode tokens + 40 prompt tokens -> 0.42 ms

@@ -22,8 +22,9 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     # Imported here so `tripath --help` stays instant and other subcommands never pay for SimPy.
     from tripath.profile.profile import resolve_profile
     from tripath.simulator.report import format_summary
-    from tripath.simulator.runner import simulate, summary, write_outputs
+    from tripath.simulator.runner import simulate
     from tripath.simulator.scenario.scenario import load_scenario
+    from tripath.simulator.summary import summary, write_outputs
 
     scenario = load_scenario(args.scenario)
     profile_name = args.profile or scenario.profile

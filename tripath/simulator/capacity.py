@@ -69,11 +69,3 @@ def saturation(profile: Any, mean_prompt: float, mean_output: float, replicas: i
             ms += batch * ov.evaluate(sequences=1, new_tokens=mean_prompt)
     return Saturation(batch, 1000.0 * batch / ms, replicas)
 
-
-def rate_for_load(profile: Any, load_fraction: float, mean_prompt: float, mean_output: float, replicas: int,
-                  max_batch_size: int, kv_capacity_bytes: int) -> float:
-    """Poisson/gamma arrival rate (requests/s) that is ``load_fraction`` of the cluster's saturation."""
-    if not load_fraction > 0:
-        raise ValueError(f"load_fraction must be > 0, got {load_fraction}")
-    sat = saturation(profile, mean_prompt, mean_output, replicas, max_batch_size, kv_capacity_bytes)
-    return load_fraction * sat.requests_per_s

@@ -52,6 +52,7 @@ import numpy as np
 from tripath.core.records import Extrapolations
 from tripath.profile.engine_rules import decode_block_tokens
 from tripath.profile.formulas import FORMULAS
+from tripath.profile.profile import Profile
 
 Bounds = tuple[float, float]
 _UNBOUNDED: Bounds = (-np.inf, np.inf)
@@ -61,7 +62,8 @@ class IterationCost:
     """Iteration costs in seconds, with a running count of queries outside the measured domain.
 
     ``prefill_ms(new_tokens, context_tokens)`` returns one chunk's milliseconds (scalar);
-    ``decode_ms(batch, total_context)`` must accept a numpy array of total_context values.
+    ``decode_ms(batch, total_context)`` must accept a numpy array of total_context values. Both are the
+    formulas alone (no step overhead, nothing counted): the paths compose their own iterations from them.
     Domains are (lo, hi) per input in the formulas' input order; None means unbounded.
     """
 
@@ -78,13 +80,13 @@ class IterationCost:
             raise ValueError(f"block_tokens must be >= 1 or None, got {block_tokens}")
         # tokens per KV block when decode attention is padded to the longest context (real_engine), else None
         self.block_tokens = block_tokens
-        self._prefill_ms = prefill_ms
-        self._decode_ms = decode_ms
+        self.prefill_ms = prefill_ms
+        self.decode_ms = decode_ms
         # (sequences, new_tokens) -> ms once per iteration; None: the profile has no step_overhead
         self._overhead_ms = overhead_ms
-        self._prefill_fixed_ms = float(prefill_ms(0, 0))
-        self._pre_tok, self._pre_ctx = prefill_domain or (_UNBOUNDED, _UNBOUNDED)
-        self._dec_batch, self._dec_ctx = decode_domain or (_UNBOUNDED, _UNBOUNDED)
+        self.prefill_fixed_ms = float(prefill_ms(0, 0))  # the prefill formula's fixed part, prefill_ms(0, 0)
+        self.prefill_domain: tuple[Bounds, Bounds] = prefill_domain or (_UNBOUNDED, _UNBOUNDED)
+        self.decode_domain: tuple[Bounds, Bounds] = decode_domain or (_UNBOUNDED, _UNBOUNDED)
         # Time must advance every iteration; the formulas grow with their inputs, so checking the
         # smallest real queries (one token, one sequence) guards the whole range.
         if not (float(prefill_ms(1, 0)) > 0 and float(decode_ms(1, 1)) > 0):
@@ -95,7 +97,7 @@ class IterationCost:
         self.decode_outside = 0
 
     @classmethod
-    def from_profile(cls, profile: Any) -> IterationCost:
+    def from_profile(cls, profile: Profile) -> IterationCost:
         """Bind the profile's prefill and decode formulas and coefficients once (the hot path)."""
         pre, dec = profile.costs["prefill"], profile.costs["decode"]
         (p_tok, p_ctx), (d_batch, d_ctx) = FORMULAS[pre.formula].inputs, FORMULAS[dec.formula].inputs
@@ -157,6 +159,21 @@ class IterationCost:
 
         return cls(prefill, decode)
 
+    def transformed(self, prefill_ms: Callable[[Any, Any], Any], decode_ms: Callable[[Any, Any], Any],
+                    block_tokens: int | None) -> IterationCost:
+        """This model's domains and step overhead on other formulas (a path's transform of them), counters at 0."""
+        return IterationCost(prefill_ms, decode_ms, self.prefill_domain, self.decode_domain, self._overhead_ms,
+                             block_tokens)
+
+    def fresh(self) -> IterationCost:
+        """The same model with its own counters at 0: one per replica and replication."""
+        return self.transformed(self.prefill_ms, self.decode_ms, self.block_tokens)
+
+    @property
+    def has_step_overhead(self) -> bool:
+        """Whether every iteration adds the profile's step_overhead (``overhead_ms``)."""
+        return self._overhead_ms is not None
+
     def keys(self, batch: int, total_context: int, longest: int) -> int:
         """The S a decode step of ``batch`` sequences is priced at: Σ contexts (``total_context``), or with
         padded attention B x ``longest`` rounded up to whole blocks (``longest``: the batch's largest context)."""
@@ -182,8 +199,8 @@ class IterationCost:
         may stop; it reports the ones it used through ``count_decodes``.
         """
         if self._overhead_ms is None:
-            return self._decode_ms(batch, total_context) / 1000.0
-        return (self._decode_ms(batch, total_context) + self._overhead_ms(batch, batch)) / 1000.0
+            return self.decode_ms(batch, total_context) / 1000.0
+        return (self.decode_ms(batch, total_context) + self._overhead_ms(batch, batch)) / 1000.0
 
     def decode_one_s(self, batch: int, total_context: int) -> float:
         """decode_s for one iteration, without building an array: the formulas are plain arithmetic
@@ -191,8 +208,8 @@ class IterationCost:
         this equals ``decode_s(batch, np.array([total_context]))[0]`` bit for bit
         (tests/simulator/loop/test_fast_path.py)."""
         if self._overhead_ms is None:
-            return float(self._decode_ms(batch, total_context) / 1000.0)
-        return float((self._decode_ms(batch, total_context) + self._overhead_ms(batch, batch)) / 1000.0)
+            return float(self.decode_ms(batch, total_context) / 1000.0)
+        return float((self.decode_ms(batch, total_context) + self._overhead_ms(batch, batch)) / 1000.0)
 
     def overhead_ms(self, sequences: int, new_tokens: int) -> float:
         """The iteration's host work outside the forward (0.0 when the profile has no step_overhead)."""
@@ -205,8 +222,8 @@ class IterationCost:
         counted in closed form rather than one by one.
         """
         self.decode_queries += iterations
-        lo, hi = self._dec_ctx
-        if not self._dec_batch[0] <= batch <= self._dec_batch[1] or iterations <= 0:
+        (batch_lo, batch_hi), (lo, hi) = self.decode_domain
+        if not batch_lo <= batch <= batch_hi or iterations <= 0:
             self.decode_outside += max(iterations, 0)
             return
         first = 0 if lo <= first_context else math.ceil((lo - first_context) / batch)
@@ -227,8 +244,8 @@ class IterationCost:
             self.count_decodes(batch, total_context, iterations)
             return
         self.decode_queries += iterations
-        lo, hi = self._dec_ctx
-        if not self._dec_batch[0] <= batch <= self._dec_batch[1] or iterations <= 0:
+        (batch_lo, batch_hi), (lo, hi) = self.decode_domain
+        if not batch_lo <= batch <= batch_hi or iterations <= 0:
             self.decode_outside += max(iterations, 0)
             return
         first = 0 if lo == -math.inf else max(0, (math.ceil(lo / (batch * block)) - 1) * block - longest + 1)
@@ -239,15 +256,9 @@ class IterationCost:
 
     def mixed_s(self, prompts: Sequence[int], batch: int, total_context: int) -> float:
         """Seconds of an iteration that prefills ``prompts`` while ``batch`` sequences decode."""
-        fixed = self._prefill_fixed_ms
-        ms = float(self._decode_ms(batch, total_context)) if batch > 0 else fixed
-        tok_lo, tok_hi = self._pre_tok
-        ctx_ok = self._pre_ctx[0] <= 0 <= self._pre_ctx[1]
+        ms = float(self.decode_ms(batch, total_context)) if batch > 0 else self.prefill_fixed_ms
         for tokens in prompts:
-            ms += float(self._prefill_ms(tokens, 0)) - fixed
-            if not (ctx_ok and tok_lo <= tokens <= tok_hi):
-                self.prefill_outside += 1
-        self.prefill_queries += len(prompts)
+            ms += self.chunk_work_ms(tokens, 0)
         if batch > 0:
             self.count_decodes(batch, total_context, 1)
         if self._overhead_ms is not None:
@@ -261,19 +272,23 @@ class IterationCost:
         context a chunk continues (chunked prefill, Sarathi-Serve). Each chunk is checked against the
         prefill model's measured domain in both inputs.
         """
-        fixed = self._prefill_fixed_ms
-        ms = float(self._decode_ms(batch, total_context)) if batch > 0 else fixed
-        (tok_lo, tok_hi), (ctx_lo, ctx_hi) = self._pre_tok, self._pre_ctx
+        ms = float(self.decode_ms(batch, total_context)) if batch > 0 else self.prefill_fixed_ms
         for tokens, context in chunks:
-            ms += float(self._prefill_ms(tokens, context)) - fixed
-            if not (tok_lo <= tokens <= tok_hi and ctx_lo <= context <= ctx_hi):
-                self.prefill_outside += 1
-        self.prefill_queries += len(chunks)
+            ms += self.chunk_work_ms(tokens, context)
         if batch > 0:
             self.count_decodes(batch, total_context, 1)
         if self._overhead_ms is not None:
             ms += self._overhead_ms(batch + len(chunks), batch + sum(tokens for tokens, _ in chunks))
         return ms / 1000.0
+
+    def chunk_work_ms(self, tokens: int, context: int) -> float:
+        """One prefill chunk's work above the iteration's fixed cost, prefill_ms(T, ctx) - prefill_ms(0, 0), in ms;
+        counts the query, and whether it is outside the prefill model's measured domain."""
+        (tok_lo, tok_hi), (ctx_lo, ctx_hi) = self.prefill_domain
+        self.prefill_queries += 1
+        if not (tok_lo <= tokens <= tok_hi and ctx_lo <= context <= ctx_hi):
+            self.prefill_outside += 1
+        return float(self.prefill_ms(tokens, context)) - self.prefill_fixed_ms
 
     def extrapolations(self) -> Extrapolations:
         return Extrapolations(

@@ -1,4 +1,4 @@
-"""Simulate a Scenario on a Profile: seeded replications, a JSON-ready summary, and output files.
+"""Simulate a Scenario on a Profile: seeded replications (their summary and files: tripath/simulator/summary.py).
 
 Replication i draws its workload from numpy.random.default_rng(SeedSequence(seed).spawn(R)[i]),
 so the same seed gives the same records bit for bit, and replications are independent streams.
@@ -10,6 +10,9 @@ profile's ``source`` (measured, fitted, projected, published or seed); the arriv
 scenario's (``rate_per_s``) or ``load_fraction`` x the saturation *estimate* of
 tripath/simulator/capacity.py; the KV budget is the profile's, or tp x cluster.device_memory_gib minus
 the model's weights.
+
+The profile is read here, at the top: ``RunCosts.for_scenario`` (tripath/simulator/run_costs.py) converts it
+once per run into the costs and path parameters the loops and the paths use, and nothing below reads it.
 """
 
 from __future__ import annotations
@@ -22,23 +25,18 @@ from typing import Any
 import numpy as np
 
 from tripath.core.errors import InputError
-from tripath.core.metrics import estimate
 from tripath.core.records import RunResult
+from tripath.profile.profile import Profile
 from tripath.simulator.capacity import Saturation, saturation
-from tripath.simulator.costs import IterationCost
 from tripath.simulator.loop.cluster import ClusterConfig, simulate_requests
 from tripath.simulator.loop.replica import ReplicaConfig
 from tripath.simulator.loop.stepper_setup import loop_reason, stepper_setup
 from tripath.simulator.paths.capacity import path_saturation
 from tripath.simulator.paths.provenance import strategies
-from tripath.simulator.paths.step import fast_transforms, replica_gpus
+from tripath.simulator.paths.step import Transforms, fast_transforms, replica_gpus
+from tripath.simulator.run_costs import RunCosts, kv_capacity
 from tripath.simulator.scenario.scenario import Scenario
 from tripath.simulator.scenario.workload import generate_requests, mean_lengths
-from tripath.simulator.summary import summary, write_outputs
-
-__all__ = ["SimulationResult", "estimate", "simulate", "summary", "write_outputs"]
-
-GIB = 2**30
 
 
 @dataclass(frozen=True)
@@ -64,28 +62,15 @@ class SimulationResult:
     strategies: dict[str, Any] | None = None
 
 
-def kv_capacity(scenario: Scenario, profile: Any) -> tuple[int, str]:
-    """(KV bytes one replica may hold, where that number comes from)."""
-    gib = scenario.cluster.device_memory_gib
-    if gib is None:
-        return int(profile.kv_capacity_bytes), f"profile memory.kv_capacity_bytes ({profile.source})"
-    memory = int(profile.key.tp * gib * GIB)
-    capacity = memory - int(profile.model.weight_bytes)
-    if capacity <= 0:
-        raise InputError(scenario.source_path, "cluster.device_memory_gib",
-                         f"tp {profile.key.tp} x {gib} GiB = {memory} bytes does not exceed the model's "
-                         f"{profile.model.weight_bytes} weight bytes: no memory left for KV")
-    return capacity, "tp x cluster.device_memory_gib - model weight bytes"
-
-
-def cluster_config(scenario: Scenario, profile: Any) -> tuple[ClusterConfig, str]:
+def cluster_config(scenario: Scenario, profile: Profile) -> tuple[ClusterConfig, str]:
     # a replica is tp GPUs, times the sequence-parallel degree when SP is on (each rank a tp group)
-    per_replica = replica_gpus(scenario, profile)
+    tp = int(profile.key.tp)
+    per_replica = replica_gpus(scenario.strategy, tp)
     replicas = scenario.cluster.gpus // per_replica
     if replicas < 1:
         raise InputError(scenario.source_path, "cluster.gpus",
                          f"{scenario.cluster.gpus} GPUs cannot hold one replica of {per_replica} GPUs "
-                         f"(tp = {profile.key.tp} x sequence-parallel degree {per_replica // profile.key.tp})")
+                         f"(tp = {profile.key.tp} x sequence-parallel degree {per_replica // tp})")
     capacity, source = kv_capacity(scenario, profile)
     batching = scenario.batching
     replica = ReplicaConfig(batching.max_batch_size, batching.max_batched_tokens, capacity,
@@ -93,10 +78,10 @@ def cluster_config(scenario: Scenario, profile: Any) -> tuple[ClusterConfig, str
     return ClusterConfig(replicas, replica), source
 
 
-def arrival_rate(
-    scenario: Scenario, profile: Any, config: ClusterConfig
-) -> tuple[float | None, str, Saturation | None]:
-    """(rate, where it comes from, saturation estimate or None) for the scenario's arrivals."""
+def arrival_rate(scenario: Scenario, profile: Profile, config: ClusterConfig, costs: RunCosts | None = None
+                 ) -> tuple[float | None, str, Saturation | None]:
+    """(rate, where it comes from, saturation estimate or None) for the scenario's arrivals; ``costs``: the
+    scenario's converted costs where the caller has them (else converted here when the paths need them)."""
     arrival = scenario.workload.arrival
     if arrival.kind == "trace":
         return None, "trace timestamps", None
@@ -105,41 +90,49 @@ def arrival_rate(
     if arrival.load_fraction is None:
         raise InputError(scenario.source_path, "workload.arrival", "give rate_per_s or load_fraction")
     prompt, output = mean_lengths(scenario.workload)
-    strategy = getattr(scenario, "strategy", None)
-    if strategy is None or strategy.baseline:
+    if scenario.strategy.baseline:
         sat = saturation(profile, prompt, output, config.replicas, config.replica.max_batch_size,
                          config.replica.kv_capacity_bytes)
         where = "tripath/simulator/capacity.py"
     else:  # the paths change bytes per token, capacity, tokens per step and the step's cost
-        sat = path_saturation(scenario, profile, prompt, output, config.replicas, config.replica.max_batch_size,
-                              config.replica.kv_capacity_bytes)
+        if costs is None:
+            costs = RunCosts.for_scenario(scenario, profile)
+        sat = path_saturation(scenario, costs, prompt, output, config.replicas, config.replica.max_batch_size)
         where = "tripath/simulator/paths/capacity.py, with the scenario's paths"
     rate = arrival.load_fraction * sat.requests_per_s
     return rate, f"load_fraction {arrival.load_fraction} x saturation estimate ({where})", sat
 
 
-def replicate(scenario: Scenario, profile: Any, config: ClusterConfig, rate: float | None,
+def replicate(scenario: Scenario, costs: RunCosts, config: ClusterConfig, rate: float | None,
               seed_sequence: np.random.SeedSequence, fast: bool = True,
               timeseries_interval_s: float | None = None) -> RunResult:
-    """One replication: draw the workload from this seed sequence and serve it."""
+    """One replication: draw the workload from this seed sequence and serve it on the run's converted costs."""
     requests = generate_requests(scenario.workload, np.random.default_rng(seed_sequence), rate)
-    setup = stepper_setup(scenario, profile, config.replicas, config.replica.kv_capacity_bytes, seed_sequence,
-                          timeseries_interval_s)
-    transforms = fast_transforms(scenario, profile) if setup is None else None
+    setup = stepper_setup(scenario, costs, config.replicas, seed_sequence, timeseries_interval_s)
+    transforms = fast_transforms(costs) if setup is None else None
     if transforms is not None:  # compression / SP only: the fast replicas on the transformed cost model
         fast_config = transformed_config(config, transforms)
         return simulate_requests(requests, fast_config, transforms.cost, fast=fast, sp=transforms.sp)
-    return simulate_requests(requests, config, IterationCost.from_profile(profile), fast=fast, setup=setup)
+    return simulate_requests(requests, config, costs.cost.fresh(), fast=fast, setup=setup)
 
 
-def transformed_config(config: ClusterConfig, transforms: Any) -> ClusterConfig:
+def replicate_converting(scenario: Scenario, profile: Profile, config: ClusterConfig, rate: float | None,
+                         seed_sequence: np.random.SeedSequence, fast: bool = True,
+                         timeseries_interval_s: float | None = None) -> RunResult:
+    """``replicate`` in a worker process: the profile crosses the process boundary and is converted there (the
+    converted costs hold the formulas bound as closures, which do not pickle)."""
+    return replicate(scenario, RunCosts.for_scenario(scenario, profile), config, rate, seed_sequence, fast,
+                     timeseries_interval_s)
+
+
+def transformed_config(config: ClusterConfig, transforms: Transforms) -> ClusterConfig:
     """The fast replicas' limits with compression's bytes per token and SP's P ranks of KV budget."""
     replica = dataclasses.replace(config.replica, kv_capacity_bytes=transforms.kv_capacity_bytes,
                                   kv_bytes_per_token=transforms.kv_bytes_per_token)
     return ClusterConfig(config.replicas, replica)
 
 
-def simulate(scenario: Scenario, profile: Any, seed: int = 0, replications: int = 1,
+def simulate(scenario: Scenario, profile: Profile, seed: int = 0, replications: int = 1,
              fast: bool = True, workers: int = 1, timeseries_interval_s: float | None = None) -> SimulationResult:
     """Run ``replications`` seeded replications of the scenario on the profile's costs.
 
@@ -153,26 +146,26 @@ def simulate(scenario: Scenario, profile: Any, seed: int = 0, replications: int 
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
     config, capacity_source = cluster_config(scenario, profile)
-    strategy = getattr(scenario, "strategy", None)
-    if strategy is not None and strategy.sequence_parallel is not None:
+    costs = RunCosts.for_scenario(scenario, profile)  # the paths checked against the profile, before any run
+    strategy = scenario.strategy
+    if strategy.sequence_parallel is not None:
         capacity_source += (f"; per SP rank: a replica of degree {strategy.sequence_parallel.degree} holds that many "
                             "budgets (peak KV bytes may exceed this value)")
-    if strategy is not None and strategy.compression is not None:
+    if strategy.compression is not None:
         capacity_source += f"; KV stored {strategy.compression.mode}-compressed (profile compression section)"
         comp = profile.compression.get(strategy.compression.mode)
         if comp is not None and comp.prefill_overhead_ratio is None and not comp.prefill_overhead_points:
             capacity_source += "; prefill not slowed by compression (the profile has no prefill_overhead_ratio)"
-    rate, rate_source, sat = arrival_rate(scenario, profile, config)
+    rate, rate_source, sat = arrival_rate(scenario, profile, config, costs)
     children = np.random.SeedSequence(seed).spawn(replications)
     # Bad batching/preemption input fails here, before any replication runs.
-    setup = stepper_setup(scenario, profile, config.replicas, config.replica.kv_capacity_bytes, children[0],
-                          timeseries_interval_s)
+    setup = stepper_setup(scenario, costs, config.replicas, children[0], timeseries_interval_s)
     interval = timeseries_interval_s
     if workers == 1 or replications == 1:
-        runs = [replicate(scenario, profile, config, rate, child, fast, interval) for child in children]
+        runs = [replicate(scenario, costs, config, rate, child, fast, interval) for child in children]
     else:
         with ProcessPoolExecutor(max_workers=min(workers, replications)) as pool:
-            futures = [pool.submit(replicate, scenario, profile, config, rate, child, fast, interval)
+            futures = [pool.submit(replicate_converting, scenario, profile, config, rate, child, fast, interval)
                        for child in children]
             runs = [future.result() for future in futures]
     capacity = config.replica.kv_capacity_bytes

@@ -1,7 +1,7 @@
 """The summary of a simulation (JSON-ready) and the files a run writes: records.csv and summary.json.
 
 Latencies in the summary are milliseconds. Each is the mean over replications of that
-replication's percentile, with a 95% Student-t interval (tripath/simulator/runner.py: estimate).
+replication's percentile, with a 95% Student-t interval (tripath/core/metrics.py: estimate).
 Files are written atomically (a temp file in the same folder, then os.replace).
 """
 

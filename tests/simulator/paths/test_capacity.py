@@ -18,6 +18,7 @@ from tripath.core.data_dirs import SCENARIOS_DIR
 from tripath.profile.profile import resolve_profile
 from tripath.simulator.capacity import saturation
 from tripath.simulator.paths.capacity import path_saturation
+from tripath.simulator.run_costs import RunCosts
 from tripath.simulator.runner import simulate
 from tripath.simulator.scenario.scenario import scenario_from_dict
 
@@ -44,7 +45,7 @@ def _data(profile: str, strategy: dict, tasks: dict | None = None, load: float =
 def _sat(profile, strategy: dict, **kw):
     name = "cpu-tiny" if profile is TINY else "seed-llama2-70b-a100"
     scenario = scenario_from_dict(_data(name, strategy, **kw))
-    return path_saturation(scenario, profile, P, O, 1, 64, int(profile.kv_capacity_bytes))
+    return path_saturation(scenario, RunCosts.for_scenario(scenario, profile), P, O, 1, 64)
 
 
 def test_compression_bytes_per_token_and_decode_overhead():
@@ -172,7 +173,7 @@ def test_tiered_on_a_measured_profile_prices_the_engine_rule():
     page fits the device pool; by hand from paging.gather's paging_v1 fit."""
     scenario = scenario_from_dict(_data("cpu-tiny", {"tiered": {"host_capacity_gib": 1.0, "ssd_capacity_gib": 0.0,
                                                                    "chunk_tokens": 256}}))
-    sat = path_saturation(scenario, TINY, P, O, 1, 12, int(TINY.kv_capacity_bytes))  # max batch 12
+    sat = path_saturation(scenario, RunCosts.for_scenario(scenario, TINY), P, O, 1, 12)  # max batch 12
     batch = sat.batch
     assert batch == 12
     each = round(batch * (P + (O + 1) / 2) / batch)

@@ -22,6 +22,7 @@ from tripath.profile.profile import CompressionMode, resolve_profile
 from tripath.simulator.costs import IterationCost
 from tripath.simulator.paths.compression import CompressionPhysics
 from tripath.simulator.paths.step import PathStep
+from tripath.simulator.run_costs import RunCosts
 from tripath.simulator.scenario.strategy import CompressionSpec, SpeculativeSpec, StrategySpec
 from tripath.simulator.step_model import Decode
 
@@ -43,8 +44,8 @@ def _profile(extra: DecodeDequant | None, ratio: float | None = None):
 
 
 def _step_s(profile, decodes: list[Decode]) -> float:
-    step = PathStep(IterationCost.from_profile(profile), profile, StrategySpec(compression=CompressionSpec("int8")),
-                    ["dialogue"], profile.kv_capacity_bytes, np.random.default_rng(0))
+    step = PathStep(RunCosts.from_profile(profile, StrategySpec(compression=CompressionSpec("int8")), ["dialogue"],
+                                          profile.kv_capacity_bytes), np.random.default_rng(0))
     return step.step([], decodes, sum(d.context for d in decodes)).seconds
 
 
@@ -61,7 +62,7 @@ def test_extra_is_added_to_the_decode_step_by_hand():
 
 
 def test_decode_fn_takes_arrays_and_matches_scalars():
-    physics = CompressionPhysics(_profile(_extra()), "int8")
+    physics = CompressionPhysics("int8", _profile(_extra()).compression["int8"])
     fn = physics.decode_fn(lambda b, s: 2.0 + 0.1 * b + 0.001 * np.asarray(s))
     contexts = np.array([64.0, 900.0, 5000.0])
     assert fn(3, contexts).tolist() == [fn(3, float(s)) for s in contexts]
@@ -70,12 +71,12 @@ def test_decode_fn_takes_arrays_and_matches_scalars():
 
 def test_absent_field_prices_exactly_as_the_ratio():
     base = _profile(None)
-    physics = CompressionPhysics(base, "int8")
+    physics = CompressionPhysics("int8", base.compression["int8"])
     r = base.compression["int8"].decode_overhead_ratio.value
     cost = IterationCost.from_profile(base)
-    fn = physics.decode_fn(cost._decode_ms)
+    fn = physics.decode_fn(cost.decode_ms)
     contexts = np.array([100.0, 2000.0, 30000.0])
-    assert np.array_equal(fn(4, contexts), r * cost._decode_ms(4, contexts))  # bit for bit
+    assert np.array_equal(fn(4, contexts), r * cost.decode_ms(4, contexts))  # bit for bit
     raw = base.compression["int8"].to_dict()
     assert "decode_extra" not in raw  # an old profile round-trips without the field
     assert CompressionMode.parse(json.loads(json.dumps(raw)), None, "compression.int8") == base.compression["int8"]
@@ -149,7 +150,7 @@ def _round_s(profile, decodes: list[Decode]) -> float:
     profile = dataclasses.replace(profile, speculative=dataclasses.replace(profile.speculative,
                                                                            round_per_sequence=None))
     strategy = StrategySpec(speculative=SpeculativeSpec(k=4), compression=CompressionSpec("int8"))
-    step = PathStep(IterationCost.from_profile(profile), profile, strategy, ["code"], profile.kv_capacity_bytes,
+    step = PathStep(RunCosts.from_profile(profile, strategy, ["code"], profile.kv_capacity_bytes),
                     np.random.default_rng(0))
     return step.step([], decodes, sum(d.context for d in decodes)).seconds
 

@@ -14,6 +14,7 @@ from tripath.profile.profile import resolve_profile
 from tripath.simulator.costs import IterationCost
 from tripath.simulator.paths.compression import CompressionPhysics
 from tripath.simulator.paths.step import PathStep
+from tripath.simulator.run_costs import RunCosts
 from tripath.simulator.scenario.strategy import CompressionSpec, SpeculativeSpec, StrategySpec, TieredSpec
 from tripath.simulator.step_model import Decode
 
@@ -22,7 +23,7 @@ SEED = resolve_profile("seed-llama2-70b-a100")
 
 
 def _step(profile, strategy, tasks=("code",), seed=0):
-    return PathStep(IterationCost.from_profile(profile), profile, strategy, list(tasks), profile.kv_capacity_bytes,
+    return PathStep(RunCosts.from_profile(profile, strategy, list(tasks), profile.kv_capacity_bytes),
                     np.random.default_rng(seed))
 
 
@@ -55,7 +56,7 @@ def test_step_ratio_multiplies_the_decode_step():
     cost = IterationCost.from_profile(tiny)
     step = _step(tiny, StrategySpec(compression=CompressionSpec("int8")))
     result = step.step([], [Decode(0, 0, 1000, 4), Decode(1, 0, 3000, 4)], 4000)
-    plain_ms = float(cost._decode_ms(2, 6016))  # measured profile: real_engine reads 2 x 3000 in 16-token blocks
+    plain_ms = float(cost.decode_ms(2, 6016))  # measured profile: real_engine reads 2 x 3000 in 16-token blocks
     # the served step's host work outside the forward (costs.step_overhead) is not scaled by the ratio
     assert result.seconds == pytest.approx((r * plain_ms + cost.overhead_ms(2, 2)) / 1000, rel=1e-9)
 
@@ -100,10 +101,11 @@ def test_unknown_mode_names_the_field_and_the_profile():
 
 
 def test_quality_loss_is_carried():
-    assert CompressionPhysics(TINY, "int8").quality_loss == TINY.compression["int8"].quality_loss.value
+    assert CompressionPhysics("int8",
+                              TINY.compression["int8"]).quality_loss == TINY.compression["int8"].quality_loss.value
 
 
 def test_zero_step_ratio_is_an_input_error():
     profile = _with_mode(SEED, "free", decode_overhead_ratio=0.0)
     with pytest.raises(InputError, match=r"compression\.free\.decode_overhead_ratio: .* must be > 0"):
-        CompressionPhysics(profile, "free")
+        CompressionPhysics("free", profile.compression["free"])

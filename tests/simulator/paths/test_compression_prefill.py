@@ -16,6 +16,7 @@ from tripath.profile.sections import CompressionMode
 from tripath.simulator.costs import IterationCost
 from tripath.simulator.paths.compression import CompressionPhysics
 from tripath.simulator.paths.step import PathStep
+from tripath.simulator.run_costs import RunCosts
 from tripath.simulator.scenario.strategy import CompressionSpec, StrategySpec
 from tripath.simulator.step_model import Decode, PrefillChunk
 
@@ -67,7 +68,7 @@ def test_old_profiles_load_and_leave_prefill_unchanged():
     assert "prefill_overhead_ratio" not in raw  # round trip of an old profile writes what it read
     parsed = CompressionMode.parse(raw, None, "compression.old")
     assert parsed.prefill_overhead_ratio is None
-    physics = CompressionPhysics(dataclasses.replace(SEED, compression={"old": parsed}), "old")
+    physics = CompressionPhysics("old", parsed)
 
     def prefill(t, c):
         return 5.0 + t
@@ -78,7 +79,7 @@ def test_old_profiles_load_and_leave_prefill_unchanged():
 
 
 def test_prefill_fn_scales_the_chunk_work_not_the_fixed_cost():
-    physics = CompressionPhysics(dataclasses.replace(SEED, compression={"m": _mode(2.0)}), "m")
+    physics = CompressionPhysics("m", _mode(2.0))
     f = physics.prefill_fn(lambda t, c: 5.0 + 0.1 * t + 0.001 * t * c)
     assert f(0, 0) == 5.0
     assert f(100, 200) == pytest.approx(5.0 + 2.0 * (10.0 + 20.0))  # 65 ms by hand
@@ -89,11 +90,12 @@ def test_a_prefill_iteration_pays_the_ratio_on_its_chunk_work():
     cost = IterationCost.from_profile(profile)
 
     def step(strategy: StrategySpec) -> float:
-        model = PathStep(cost, profile, strategy, ["dialogue"], profile.kv_capacity_bytes, np.random.default_rng(0))
+        model = PathStep(RunCosts.from_profile(profile, strategy, ["dialogue"], profile.kv_capacity_bytes),
+                         np.random.default_rng(0))
         return model.step([PrefillChunk(0, 0, 2048, 0, True)], [Decode(1, 0, 1000, 4)], 3048).seconds
 
     plain, comp = step(StrategySpec()), step(StrategySpec(compression=CompressionSpec("m")))
-    work_ms = float(cost._prefill_ms(2048, 0)) - float(cost._prefill_ms(0, 0))
+    work_ms = float(cost.prefill_ms(2048, 0)) - float(cost.prefill_ms(0, 0))
     # kv_bytes_ratio and decode ratio 1: only the chunk's work changes, by (1.8 - 1) of it
     assert (comp - plain) * 1000 == pytest.approx(0.8 * work_ms, rel=1e-9)
 
@@ -104,7 +106,7 @@ def test_per_length_points_are_fitted_and_interpolated_at_the_chunk_length():
     mode = dataclasses.replace(_mode(9.0), prefill_overhead_points=((128, 1.5), (512, 2.5)))
     parsed = CompressionMode.parse(mode.to_dict(), None, "compression.m")
     assert parsed.prefill_overhead_points == ((128, 1.5), (512, 2.5))
-    physics = CompressionPhysics(dataclasses.replace(SEED, compression={"m": parsed}), "m")
+    physics = CompressionPhysics("m", parsed)
     f = physics.prefill_fn(lambda t, c: 5.0 + 0.1 * np.add(t, c))
     # 320 tokens (200 new after 120 cached) lie halfway: ratio 2.0 (the points win over the scalar 9.0)
     assert f(200, 120) == pytest.approx(5.0 + 2.0 * 32.0)

@@ -40,8 +40,8 @@ def _decode(batch: float, context: float) -> float:
 
 def test_decode_adds_the_measured_communication():
     profile = _with_comm(SEED)
-    sp = SpPhysics(profile, 2)
-    without = SpPhysics(SEED, 2)
+    sp = SpPhysics(profile.sequence_parallel[2])
+    without = SpPhysics(SEED.sequence_parallel[2])
     got, base = sp.decode_fn(_decode)(1, 900), without.decode_fn(_decode)(1, 900)
     assert got - base == pytest.approx(C0 + C_CTX * 900, rel=1e-12)
     contexts = np.array([600.0, 900.0, 1000.0])  # the fast path's array evaluation equals the scalar one

@@ -30,7 +30,7 @@ def _decode(batch: float, context: float) -> float:
 
 def test_decode_uses_decode_merge_and_prefill_keeps_its_model():
     profile = _with_decode_merge(SEED)
-    sp = SpPhysics(profile, 2)
+    sp = SpPhysics(profile.sequence_parallel[2])
     got = sp.decode_fn(_decode)(4, 30_000)
     assert got == pytest.approx(2.0 + 0.5 * 4 + 0.01 * 30_000 / 2 + D0 + D_CTX * 30_000, rel=1e-12)
     prefill_merge = profile.sequence_parallel[2].merge.evaluate(context_tokens=30_000)
@@ -40,7 +40,7 @@ def test_decode_uses_decode_merge_and_prefill_keeps_its_model():
 
 
 def test_without_decode_merge_the_prefill_merge_is_charged_and_said():
-    sp = SpPhysics(SEED, 2)
+    sp = SpPhysics(SEED.sequence_parallel[2])
     merge = SEED.sequence_parallel[2].merge.evaluate(context_tokens=30_000)
     assert sp.decode_fn(_decode)(4, 30_000) == pytest.approx(2.0 + 2.0 + 150.0 + merge, rel=1e-12)
     assert "no decode_merge" in sp.merge_source

@@ -12,6 +12,7 @@ from tripath.profile.profile import resolve_profile
 from tripath.simulator.costs import IterationCost
 from tripath.simulator.paths.seqpar import SpPhysics
 from tripath.simulator.paths.step import PathStep, TransformedStep, build_step_model, path_cost
+from tripath.simulator.run_costs import RunCosts
 from tripath.simulator.scenario.scenario import scenario_from_dict
 from tripath.simulator.scenario.strategy import SequenceParallelSpec, StrategySpec
 from tripath.simulator.step_model import Decode, PrefillChunk
@@ -27,13 +28,12 @@ def _quickstart_dict() -> dict:
 
 
 def _step(profile, degree=2):
-    return PathStep(IterationCost.from_profile(profile), profile,
-                    StrategySpec(sequence_parallel=SequenceParallelSpec(degree)), ["dialogue"],
-                    profile.kv_capacity_bytes, np.random.default_rng(0))
+    return PathStep(RunCosts.from_profile(profile, StrategySpec(sequence_parallel=SequenceParallelSpec(degree)),
+                                          ["dialogue"], profile.kv_capacity_bytes), np.random.default_rng(0))
 
 
 def test_speedup_equals_the_profiles_rows_and_interpolates_between():
-    sp = SpPhysics(TINY, 2)
+    sp = SpPhysics(TINY.sequence_parallel[2])
     rows = TINY.sequence_parallel[2].rows
     for row in rows:
         assert sp.speedup(row.context_tokens) == row.speedup
@@ -43,7 +43,7 @@ def test_speedup_equals_the_profiles_rows_and_interpolates_between():
 
 
 def test_prefill_queries_outside_the_rows_are_counted():
-    sp = SpPhysics(TINY, 2)
+    sp = SpPhysics(TINY.sequence_parallel[2])
     prefill = sp.prefill_fn(lambda tokens, context: 1.0 + tokens, 1.0)
     prefill(0, 0)  # the fixed part: no SP query
     prefill(500, 524)  # reaches 1,024: inside the rows 512-2,048
@@ -57,7 +57,7 @@ def test_prefill_time_is_work_over_speedup_plus_merge():
     result = step.step([PrefillChunk(0, 0, 16_384, 0, True)], [], 0)
     fixed = 2.15916  # prefill_v1's c0 (seed)
     full = 2.15916 + 0.884316 * 16_384 + 1.68041e-05 * 16_384 * 16_385 / 2  # prefill_v1: causal pairs
-    assert float(cost._prefill_ms(16_384, 0)) == pytest.approx(full, rel=1e-9)
+    assert float(cost.prefill_ms(16_384, 0)) == pytest.approx(full, rel=1e-9)
     merge = M0 + M_CTX * 16_384
     assert result.merge_s == pytest.approx(merge / 1000, rel=1e-9)
     assert result.seconds == pytest.approx((fixed + (full - fixed) / 1.8 + merge) / 1000, rel=1e-9)
@@ -78,11 +78,11 @@ def test_decode_splits_attention_over_ranks_and_merges_once():
 def test_sp_alone_is_a_transformed_cost_model():
     """build_step_model gives the baseline's iteration on the SP cost model; a decode at array contexts
     (the fast path's evaluation) equals the scalar one."""
-    cost = path_cost(IterationCost.from_profile(SEED), None, SpPhysics(SEED, 2))
+    cost = path_cost(IterationCost.from_profile(SEED), None, SpPhysics(SEED.sequence_parallel[2]))
     contexts = np.array([4096.0, 9000.0, 30_000.0])
     assert cost.decode_s(1, contexts).tolist() == [cost.decode_s(1, np.array([c]))[0] for c in contexts]
     scenario = scenario_from_dict({**_quickstart_dict(), "strategy": {"sequence_parallel": {"degree": 2}}})
-    model = build_step_model(scenario, SEED, IterationCost.from_profile(SEED), np.random.default_rng(0))
+    model = build_step_model(RunCosts.for_scenario(scenario, SEED), np.random.default_rng(0))
     assert isinstance(model, TransformedStep) and model.gpus == 2
     result = model.step([], [Decode(0, 0, 16_000, 5)], 16_000)
     assert result.seconds == cost.decode_s(1, np.array([16_000]))[0]

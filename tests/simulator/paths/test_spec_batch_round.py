@@ -15,6 +15,7 @@ from tripath.core.errors import InputError
 from tripath.profile.profile import Coefficient, Speculative, resolve_profile
 from tripath.simulator.costs import IterationCost
 from tripath.simulator.paths.step import PathStep
+from tripath.simulator.run_costs import RunCosts
 from tripath.simulator.scenario.strategy import SpeculativeSpec, StrategySpec
 from tripath.simulator.step_model import Decode
 
@@ -55,9 +56,8 @@ def test_profile_field_round_trips_and_is_absent_unless_measured() -> None:
 
 
 def _step(profile: object, k: int = 3, proposer: str = "draft") -> PathStep:
-    return PathStep(IterationCost.from_profile(profile), profile,
-                    StrategySpec(speculative=SpeculativeSpec(k=k, proposer=proposer)), ["code"],
-                    profile.kv_capacity_bytes, np.random.default_rng(0))
+    return PathStep(RunCosts.from_profile(profile, StrategySpec(speculative=SpeculativeSpec(k=k, proposer=proposer)),
+                                          ["code"], profile.kv_capacity_bytes), np.random.default_rng(0))
 
 
 def test_a_round_of_b_sequences_adds_b_minus_1_times_w_k_over_k_profile_decode_steps() -> None:
@@ -66,6 +66,6 @@ def test_a_round_of_b_sequences_adds_b_minus_1_times_w_k_over_k_profile_decode_s
     decodes = [Decode(0, 0, 1000, 100), Decode(1, 0, 2000, 100), Decode(2, 0, 3000, 100)]  # all propose K = 3
     extra = _step(with_w).step([], decodes, 6000).seconds - _step(SEED).step([], decodes, 6000).seconds
     # (B - 1) w K / k_profile batch-1 decode steps at the mean context 2000: 2 x 0.3 x 3 / 5
-    assert extra == pytest.approx(2 * 0.3 * 3 / 5 * float(cost._decode_ms(1, 2000)) / 1000, rel=1e-9)
+    assert extra == pytest.approx(2 * 0.3 * 3 / 5 * float(cost.decode_ms(1, 2000)) / 1000, rel=1e-9)
     one = [Decode(0, 0, 1000, 100)]  # batch 1: the measured batch-1 ratio alone
     assert _step(with_w).step([], one, 1000).seconds == _step(SEED).step([], one, 1000).seconds

@@ -11,8 +11,9 @@ import pytest
 
 from tripath.profile.profile import resolve_profile
 from tripath.simulator.costs import IterationCost
-from tripath.simulator.paths.speculative import SpeculativePhysics
+from tripath.simulator.paths.speculative import SpeculativeParams, SpeculativePhysics
 from tripath.simulator.paths.step import PathStep
+from tripath.simulator.run_costs import RunCosts
 from tripath.simulator.scenario.strategy import SpeculativeSpec, StrategySpec
 from tripath.simulator.step_model import Decode, DecodeBatch, PrefillChunk
 
@@ -21,24 +22,23 @@ MEASURED = dataclasses.replace(SEED, source="measured")  # the same numbers, as 
 
 
 def _step(k: int = 3, proposer: str = "draft", profile=MEASURED) -> PathStep:
-    return PathStep(IterationCost.from_profile(profile), profile,
-                    StrategySpec(speculative=SpeculativeSpec(k=k, proposer=proposer)), ["code"],
-                    profile.kv_capacity_bytes, np.random.default_rng(0))
+    return PathStep(RunCosts.from_profile(profile, StrategySpec(speculative=SpeculativeSpec(k=k, proposer=proposer)),
+                                          ["code"], profile.kv_capacity_bytes), np.random.default_rng(0))
 
 
 def test_prefill_iteration_costs_the_target_alone():
     cost = IterationCost.from_profile(SEED)
     result = _step().step([PrefillChunk(0, 0, 2000, 0, True)], [], 0)
     # no decodes: the fixed cost prefill(0, 0) plus the chunk's work = prefill(2000, 0), no (1 + c)
-    assert result.seconds == pytest.approx(float(cost._prefill_ms(2000, 0)) / 1000, rel=1e-12)
+    assert result.seconds == pytest.approx(float(cost.prefill_ms(2000, 0)) / 1000, rel=1e-12)
 
 
 def test_vllm_style_profiles_prefill_the_draft_beside_the_target():
     cost = IterationCost.from_profile(SEED)
     step = _step(profile=SEED)
-    fixed, c = float(cost._prefill_ms(0, 0)), 0.265262
+    fixed, c = float(cost.prefill_ms(0, 0)), 0.265262
     result = step.step([PrefillChunk(0, 0, 2000, 0, True)], [], 0)
-    assert result.seconds == pytest.approx((fixed + (1 + c) * (float(cost._prefill_ms(2000, 0)) - fixed)) / 1000,
+    assert result.seconds == pytest.approx((fixed + (1 + c) * (float(cost.prefill_ms(2000, 0)) - fixed)) / 1000,
                                            rel=1e-9)
     decodes = [Decode(0, 0, 2001, 100)]
     assert step.step([], decodes, 2001).seconds == step.step([], decodes, 2001).seconds  # no catch-up round
@@ -51,14 +51,15 @@ def test_first_round_adds_c_times_the_prefill_of_prompt_plus_first_token():
     first = step.step([], decodes, 2001).seconds
     second = step.step([], decodes, 2001).seconds  # same context: the draft has seen all of it
     c = 0.265262
-    work = float(cost._prefill_ms(2001, 0)) - float(cost._prefill_ms(0, 0))
+    work = float(cost.prefill_ms(2001, 0)) - float(cost.prefill_ms(0, 0))
     assert first - second == pytest.approx(c * work / 1000, rel=1e-9)
-    d = float(cost._decode_ms(1, 2016))  # measured: real_engine reads the 2001 tokens in whole 16-token blocks
+    d = float(cost.decode_ms(1, 2016))  # measured: real_engine reads the 2001 tokens in whole 16-token blocks
     assert second == pytest.approx((3 * c + 1.0) * d / 1000, rel=1e-9)
 
 
 def test_the_draft_keeps_context_plus_min_k_minus_1_accepted_tokens():
-    physics = SpeculativePhysics(SpeculativeSpec(k=4), MEASURED, ["code"], np.random.default_rng(0))
+    physics = SpeculativePhysics(SpeculativeParams.from_profile(SpeculativeSpec(k=4), MEASURED, ["code"]),
+                                 np.random.default_rng(0))
     ks = np.array([4, 4, 0])
     batch = DecodeBatch.of([Decode(0, 0, 101, 50), Decode(1, 0, 201, 50), Decode(2, 0, 301, 50)])
     assert physics.catch_up(batch, ks) == [(101, 0), (201, 0)]  # K = 0: the draft does not run
@@ -75,7 +76,8 @@ def test_the_draft_keeps_context_plus_min_k_minus_1_accepted_tokens():
 
 
 def test_finished_sequences_are_forgotten():
-    physics = SpeculativePhysics(SpeculativeSpec(k=4), MEASURED, ["code"], np.random.default_rng(0))
+    physics = SpeculativePhysics(SpeculativeParams.from_profile(SpeculativeSpec(k=4), MEASURED, ["code"]),
+                                 np.random.default_rng(0))
     batch = DecodeBatch.of([Decode(7, 0, 50, 3)])
     physics.commit(batch, np.array([2]), np.array([2]))  # 3 tokens emitted: done
     assert physics._draft_seen == {}
@@ -121,11 +123,11 @@ def test_one_request_measured_profile_ttft_and_first_round_by_hand(r):
     c = 0.265262
     ratio = c if r is None else r  # absent: priced at c, as before
     record = _one_request(profile)
-    ttft = float(cost._prefill_ms(2000, 0)) / 1000
+    ttft = float(cost.prefill_ms(2000, 0)) / 1000
     assert record.first_token_s - record.arrival_s == pytest.approx(ttft, rel=1e-9)
     # measured: a decode step reads the 2001-token context in whole 16-token blocks (engine_rules.decode_block_tokens)
-    round_ms = (c + SEED.verify_cost_ratio(1)) * float(cost._decode_ms(1, 2016))
-    catch_up_ms = ratio * (float(cost._prefill_ms(2001, 0)) - float(cost._prefill_ms(0, 0)))
+    round_ms = (c + SEED.verify_cost_ratio(1)) * float(cost.decode_ms(1, 2016))
+    catch_up_ms = ratio * (float(cost.prefill_ms(2001, 0)) - float(cost.prefill_ms(0, 0)))
     assert record.finish_s - record.first_token_s == pytest.approx((round_ms + catch_up_ms) / 1000, rel=1e-9)
     assert record.draft_rounds == 1 and record.accepted_tokens == 1
 
@@ -134,6 +136,6 @@ def test_one_request_vllm_style_ttft_includes_the_draft_prompt_pass_at_r():
     """Seed / published profiles: the draft prefills beside the target, TTFT = fixed + (1 + r) x work."""
     r = 0.12
     cost = IterationCost.from_profile(SEED)
-    fixed, work = float(cost._prefill_ms(0, 0)), float(cost._prefill_ms(2000, 0)) - float(cost._prefill_ms(0, 0))
+    fixed, work = float(cost.prefill_ms(0, 0)), float(cost.prefill_ms(2000, 0)) - float(cost.prefill_ms(0, 0))
     record = _one_request(_with_ratio(SEED, r))
     assert record.first_token_s - record.arrival_s == pytest.approx((fixed + (1 + r) * work) / 1000, rel=1e-9)

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from tripath.profile.profile import resolve_profile
-from tripath.simulator.costs import IterationCost
-from tripath.simulator.paths.speculative import SpeculativePhysics, acceptance_table
+from tripath.simulator.paths.speculative import SpeculativeParams, SpeculativePhysics, acceptance_table
 from tripath.simulator.paths.step import PathStep
+from tripath.simulator.run_costs import RunCosts
 from tripath.simulator.scenario.strategy import SpeculativeSpec, StrategySpec
 from tripath.simulator.step_model import Decode, DecodeBatch
 
@@ -29,7 +29,8 @@ def _mean_tokens(physics: SpeculativePhysics, task: int, n: int) -> tuple[float,
 @pytest.mark.parametrize("task", ["dialogue", "math", "code", "summarization"])
 def test_mean_tokens_per_round_equals_formula_iid(task):
     tasks = list(SEED.acceptance)
-    physics = SpeculativePhysics(SpeculativeSpec(), SEED, tasks, np.random.default_rng(7))
+    physics = SpeculativePhysics(SpeculativeParams.from_profile(SpeculativeSpec(), SEED, tasks),
+                                 np.random.default_rng(7))
     a, k = SEED.acceptance[task].mean, 5
     expected = (1 - a ** (k + 1)) / (1 - a)
     mean, se = _mean_tokens(physics, tasks.index(task), 40_000)
@@ -38,7 +39,8 @@ def test_mean_tokens_per_round_equals_formula_iid(task):
 
 def test_mean_tokens_per_round_per_position():
     tasks = ["math"]
-    physics = SpeculativePhysics(SpeculativeSpec(), TINY, tasks, np.random.default_rng(3))
+    physics = SpeculativePhysics(SpeculativeParams.from_profile(SpeculativeSpec(), TINY, tasks),
+                                 np.random.default_rng(3))
     p = TINY.acceptance["math"].per_position
     # E = 1 + sum_j prod_{i <= j} p_i: token j+1 is emitted iff drafts 1..j were all accepted
     expected = 1 + sum(math.prod(p[: j + 1]) for j in range(len(p)))
@@ -49,7 +51,7 @@ def test_mean_tokens_per_round_per_position():
 def test_positions_beyond_measured_k_use_the_mean():
     code = TINY.acceptance["code"]
     k = max([code.k, *code.by_k]) + 2  # beyond every K the profile measured
-    table = acceptance_table(TINY, ["code"], k, prompt_lookup=False, drop=0.0)
+    table = acceptance_table(SpeculativeParams.from_profile(SpeculativeSpec(k=k), TINY, ["code"]), k, drop=0.0)
     entry = TINY.acceptance_for("code", k)  # the nearest K the profile measured
     measured = len(entry.per_position)
     assert measured < k  # else this test checks nothing
@@ -58,14 +60,16 @@ def test_positions_beyond_measured_k_use_the_mean():
 
 
 def test_acceptance_drop_lowers_every_position_and_clips_at_zero():
-    base = acceptance_table(SEED, ["dialogue"], 5, prompt_lookup=False, drop=0.0)
-    dropped = acceptance_table(SEED, ["dialogue"], 5, prompt_lookup=False, drop=0.1)
+    base = acceptance_table(SpeculativeParams.from_profile(SpeculativeSpec(k=5), SEED, ["dialogue"]), 5, drop=0.0)
+    dropped = acceptance_table(SpeculativeParams.from_profile(SpeculativeSpec(k=5), SEED, ["dialogue"]), 5, drop=0.1)
     assert np.allclose(dropped, base - 0.1)
-    assert (acceptance_table(SEED, ["math"], 5, prompt_lookup=False, drop=0.9) == 0).all()
+    assert (acceptance_table(SpeculativeParams.from_profile(SpeculativeSpec(k=5), SEED, ["math"]), 5,
+                             drop=0.9) == 0).all()
 
 
 def test_k_capped_by_remaining_tokens():
-    physics = SpeculativePhysics(SpeculativeSpec(k=5), SEED, ["dialogue"], np.random.default_rng(0))
+    physics = SpeculativePhysics(SpeculativeParams.from_profile(SpeculativeSpec(k=5), SEED, ["dialogue"]),
+                                 np.random.default_rng(0))
     decodes = DecodeBatch.of([Decode(0, 0, 10, 1), Decode(1, 0, 10, 3), Decode(2, 0, 10, 50)])
     ks = physics.choose(decodes)
     assert ks.tolist() == [0, 2, 5]
@@ -75,9 +79,8 @@ def test_k_capped_by_remaining_tokens():
 
 
 def test_round_cost_is_k_c_plus_v_times_decode_step():
-    cost = IterationCost.from_profile(SEED)
-    step = PathStep(cost, SEED, StrategySpec(speculative=SpeculativeSpec(k=3)), ["code"], SEED.kv_capacity_bytes,
-                    np.random.default_rng(0))
+    step = PathStep(RunCosts.from_profile(SEED, StrategySpec(speculative=SpeculativeSpec(k=3)), ["code"],
+                                          SEED.kv_capacity_bytes), np.random.default_rng(0))
     decodes = [Decode(0, 0, 4000, 100), Decode(1, 0, 6000, 100)]
     result = step.step([], decodes, 10_000)
     c = 0.265262  # the seed profile's speculative.cost_ratio, v = 1.0
@@ -89,21 +92,20 @@ def test_round_cost_is_k_c_plus_v_times_decode_step():
 
 def test_prompt_lookup_needs_its_acceptance_and_costs_no_draft():
     with pytest.raises(ValueError, match=r"strategy\.speculative\.proposer.*prompt_lookup:code"):
-        PathStep(IterationCost.from_profile(SEED), SEED,
-                 StrategySpec(speculative=SpeculativeSpec(proposer="prompt_lookup")), ["code"],
-                 SEED.kv_capacity_bytes, np.random.default_rng(0))
+        PathStep(RunCosts.from_profile(SEED, StrategySpec(speculative=SpeculativeSpec(proposer="prompt_lookup")),
+                                       ["code"], SEED.kv_capacity_bytes), np.random.default_rng(0))
     lookup = dataclasses.replace(SEED.acceptance["code"], mean=0.5, note="test entry")
     profile = dataclasses.replace(SEED, acceptance={**SEED.acceptance, "prompt_lookup:code": lookup})
-    physics = SpeculativePhysics(SpeculativeSpec(proposer="prompt_lookup"), profile, ["code"],
-                                 np.random.default_rng(1))
+    params = SpeculativeParams.from_profile(SpeculativeSpec(proposer="prompt_lookup"), profile, ["code"])
+    physics = SpeculativePhysics(params, np.random.default_rng(1))
     assert physics.c == 0.0 and physics.round_factor(5) == 1.0  # v = 1: only the verify pass
     assert physics.probs[0].tolist() == [0.5] * 5
 
 
 def test_same_seed_same_draws():
     def run(seed):
-        physics = SpeculativePhysics(SpeculativeSpec(adaptive=True), TINY, ["code", "math"],
-                                     np.random.default_rng(seed))
+        params = SpeculativeParams.from_profile(SpeculativeSpec(adaptive=True), TINY, ["code", "math"])
+        physics = SpeculativePhysics(params, np.random.default_rng(seed))
         out = []
         for r in range(50):
             decodes = DecodeBatch.of([Decode(i, i % 2, 100 + r, 500) for i in range(4)])
@@ -118,7 +120,7 @@ def test_same_seed_same_draws():
 
 
 def _adaptive_ks(spec, profile, task, rounds=300):
-    physics = SpeculativePhysics(spec, profile, [task], np.random.default_rng(5))
+    physics = SpeculativePhysics(SpeculativeParams.from_profile(spec, profile, [task]), np.random.default_rng(5))
     ks = []
     for _ in range(rounds):
         decodes = DecodeBatch.of([Decode(0, 0, 100, 10_000)])
@@ -151,7 +153,8 @@ def test_adaptive_picks_shorter_k_where_acceptance_is_lower():
 
 def test_accepted_tokens_follow_the_per_position_law():
     """P(accepted = j) = p_1..p_j (1 - p_{j+1}) for j < K and p_1..p_K for j = K, each within 4 SE."""
-    physics = SpeculativePhysics(SpeculativeSpec(), TINY, ["summarization"], np.random.default_rng(9))
+    physics = SpeculativePhysics(SpeculativeParams.from_profile(SpeculativeSpec(), TINY, ["summarization"]),
+                                 np.random.default_rng(9))
     p = TINY.acceptance["summarization"].per_position
     n = 50_000
     decodes = DecodeBatch.of([Decode(i, 0, 100, 1000) for i in range(n)])
@@ -167,7 +170,8 @@ def test_round_cost_reads_the_profiles_per_k_verify_cost():
 
     measured = {2: Coefficient(1.2, "target steps", "measured"), 5: Coefficient(1.8, "target steps", "measured")}
     profile = dataclasses.replace(SEED, speculative=dataclasses.replace(SEED.speculative, verify_by_k=measured))
-    physics = SpeculativePhysics(SpeculativeSpec(k=5), profile, ["code"], np.random.default_rng(0))
+    physics = SpeculativePhysics(SpeculativeParams.from_profile(SpeculativeSpec(k=5), profile, ["code"]),
+                                 np.random.default_rng(0))
     c = SEED.speculative.cost_ratio.value
     assert physics.round_factor(5) == pytest.approx(5 * c + 1.8)
     assert physics.round_factor(2) == pytest.approx(2 * c + 1.2)

@@ -13,7 +13,7 @@ from scipy import stats
 
 from tripath.profile.profile import resolve_profile
 from tripath.simulator.paths.acceptance_spread import AcceptanceSpread, beta_parameters
-from tripath.simulator.paths.speculative import SpeculativePhysics
+from tripath.simulator.paths.speculative import SpeculativeParams, SpeculativePhysics
 from tripath.simulator.runner import simulate
 from tripath.simulator.scenario.scenario import load_scenario
 from tripath.simulator.scenario.strategy import SpeculativeSpec
@@ -97,7 +97,8 @@ def test_mean_tokens_per_round_is_the_beta_average_of_the_formula():
     sd, k, n = 0.15, 5, 40_000
     profile = with_spread(SEED, sd)
     tasks = ["code"]
-    physics = SpeculativePhysics(SpeculativeSpec(k=k), profile, tasks, np.random.default_rng(9))
+    physics = SpeculativePhysics(SpeculativeParams.from_profile(SpeculativeSpec(k=k), profile, tasks),
+                                 np.random.default_rng(9))
     assert physics.spread is not None
     alpha, beta = beta_parameters(SEED.acceptance["code"].mean, sd)
     expected = sum(math.prod((alpha + i) / (alpha + beta + i) for i in range(j)) for j in range(k + 1))
@@ -114,7 +115,8 @@ def test_same_seed_same_draws_and_the_replica_stream_is_the_one_used():
     decodes = DecodeBatch.of([Decode(r, 0, 100, 1000) for r in range(64)])
 
     def rounds(seed: int) -> list[list[int]]:
-        physics = SpeculativePhysics(SpeculativeSpec(k=4), profile, ["code"], np.random.default_rng(seed))
+        physics = SpeculativePhysics(SpeculativeParams.from_profile(SpeculativeSpec(k=4), profile, ["code"]),
+                                     np.random.default_rng(seed))
         return [physics.draw(decodes, physics.choose(decodes)).tolist() for _ in range(5)]
 
     assert rounds(3) == rounds(3)
@@ -123,14 +125,16 @@ def test_same_seed_same_draws_and_the_replica_stream_is_the_one_used():
 
 def test_without_the_field_the_draws_are_todays_inversion():
     """No between_prompt_sd: one uniform per sequence from the replica's stream, accepted = #{j : u < C_j}."""
-    physics = SpeculativePhysics(SpeculativeSpec(k=4), TINY, ["code", "math"], np.random.default_rng(21))
+    physics = SpeculativePhysics(SpeculativeParams.from_profile(SpeculativeSpec(k=4), TINY, ["code", "math"]),
+                                 np.random.default_rng(21))
     assert physics.spread is None
     decodes = DecodeBatch.of([Decode(r, r % 2, 100, 1000) for r in range(200)])
     got = physics.draw(decodes, physics.choose(decodes))
     u = np.random.default_rng(21).random(200)
     survival = np.stack([np.cumprod(TINY.acceptance_for(t, 4).per_position) for t in ("code", "math")])
     assert got.tolist() == (u[:, None] < survival[np.arange(200) % 2]).sum(axis=1).tolist()
-    zero = SpeculativePhysics(SpeculativeSpec(k=4), with_spread(TINY, 0.0), ["code"], np.random.default_rng(0))
+    zero = SpeculativePhysics(SpeculativeParams.from_profile(SpeculativeSpec(k=4), with_spread(TINY, 0.0), ["code"]),
+                              np.random.default_rng(0))
     assert zero.spread is None  # a measured spread of 0 is the same law
 
 
@@ -159,12 +163,14 @@ def test_expected_survival_is_the_mean_of_the_per_request_draws():
 
     k, n = 4, 40_000
     profile = with_spread(TINY, 0.11, tasks={"code"})
-    expected = 1 + expected_survival(profile, ["code"], k, False, 0.0)[0].sum()
-    physics = SpeculativePhysics(SpeculativeSpec(k=k), profile, ["code"], np.random.default_rng(4))
+    expected = 1 + expected_survival(SpeculativeParams.from_profile(SpeculativeSpec(k=k), profile, ["code"]), k,
+                                     0.0)[0].sum()
+    physics = SpeculativePhysics(SpeculativeParams.from_profile(SpeculativeSpec(k=k), profile, ["code"]),
+                                 np.random.default_rng(4))
     decodes = DecodeBatch.of([Decode(r, 0, 100, 1000) for r in range(n)])
     emitted = physics.draw(decodes, physics.choose(decodes)) + 1
     assert abs(emitted.mean() - expected) < 4 * emitted.std(ddof=1) / math.sqrt(n)
     # without a spread: the cumprod of the task's table, bit for bit (the estimate as before)
-    plain = expected_survival(TINY, ["code", "math"], k, False, 0.05)
+    plain = expected_survival(SpeculativeParams.from_profile(SpeculativeSpec(k=k), TINY, ["code", "math"]), k, 0.05)
     table = np.clip(np.array([TINY.acceptance_for(t, k).per_position for t in ("code", "math")]) - 0.05, 0, 1)
     assert plain.tolist() == np.cumprod(table, axis=1).tolist()

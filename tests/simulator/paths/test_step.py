@@ -14,7 +14,8 @@ from tripath.core.data_dirs import SCENARIOS_DIR
 from tripath.core.errors import InputError
 from tripath.profile.profile import resolve_profile
 from tripath.simulator.costs import IterationCost
-from tripath.simulator.paths.step import PathStep, build_step_model, fast_path_model, replica_gpus
+from tripath.simulator.paths.step import PathStep, build_step_model, fast_transforms, replica_gpus
+from tripath.simulator.run_costs import RunCosts
 from tripath.simulator.runner import simulate
 from tripath.simulator.scenario.scenario import load_scenario, scenario_from_dict
 from tripath.simulator.scenario.strategy import (
@@ -87,49 +88,48 @@ def test_strategy_round_trips_and_defaults():
 ])
 def test_profile_checks_name_scenario_field_and_profile(strategy, profile, field):
     with pytest.raises(InputError) as err:
-        PathStep(IterationCost.from_profile(profile), profile, strategy, ["dialogue"], profile.kv_capacity_bytes,
-                 np.random.default_rng(0), "s.toml")
+        PathStep(RunCosts.from_profile(profile, strategy, ["dialogue"], profile.kv_capacity_bytes, "s.toml"),
+                 np.random.default_rng(0))
     assert err.value.field == field and err.value.source == "s.toml"
     assert profile.key_str() in err.value.problem
 
 
 def test_speculation_needs_acceptance_for_every_task():
     with pytest.raises(InputError, match=r"no acceptance for task 'poetry'"):
-        PathStep(IterationCost.from_profile(SEED), SEED, StrategySpec(speculative=SpeculativeSpec()),
-                 ["dialogue", "poetry"], SEED.kv_capacity_bytes, np.random.default_rng(0))
+        PathStep(RunCosts.from_profile(SEED, StrategySpec(speculative=SpeculativeSpec()), ["dialogue", "poetry"],
+                                       SEED.kv_capacity_bytes), np.random.default_rng(0))
 
 
 def test_tiering_to_host_only_needs_no_ssd_link():
     profile = dataclasses.replace(SEED, paging={"device_host": SEED.paging["device_host"]})
-    step = PathStep(IterationCost.from_profile(profile), profile, StrategySpec(tiered=TieredSpec(ssd_capacity_gib=0)),
-                    ["dialogue"], profile.kv_capacity_bytes, np.random.default_rng(0))
+    costs = RunCosts.from_profile(profile, StrategySpec(tiered=TieredSpec(ssd_capacity_gib=0)), ["dialogue"],
+                                  profile.kv_capacity_bytes)
+    step = PathStep(costs, np.random.default_rng(0))
     assert step.kv_capacity_tokens == 8192 + SEED.hardware.host_memory_bytes // 327_680
 
 
 # --- composition ------------------------------------------------------------------------------------
-def test_fast_path_model_only_for_deterministic_paths():
-    assert fast_path_model(load_scenario("quickstart"), SEED) is None
+def test_fast_transforms_only_for_deterministic_paths():
+    assert fast_transforms(RunCosts.for_scenario(load_scenario("quickstart"), SEED)) is None
     for strategy in ({"speculative": {}}, {"tiered": {}}, {"compression": {"mode": "int8"}, "tiered": {}}):
-        assert fast_path_model(scenario_from_dict(_quickstart(strategy=strategy)), TINY) is None
+        assert fast_transforms(RunCosts.for_scenario(scenario_from_dict(_quickstart(strategy=strategy)), TINY)) is None
     with pytest.raises(InputError, match="strategy.compression.mode"):
-        fast_path_model(scenario_from_dict(_quickstart(strategy={"compression": {"mode": "int8"}})), SEED)
+        RunCosts.for_scenario(scenario_from_dict(_quickstart(strategy={"compression": {"mode": "int8"}})), SEED)
 
 
 def test_build_step_model_baseline_and_paths():
-    cost = IterationCost.from_profile(SEED)
-    base = build_step_model(load_scenario("quickstart"), SEED, cost, np.random.default_rng(0))
+    base = build_step_model(RunCosts.for_scenario(load_scenario("quickstart"), SEED), np.random.default_rng(0))
     assert isinstance(base, BaselineStep)
     scenario = scenario_from_dict(_quickstart(strategy={"speculative": {}, "sequence_parallel": {"degree": 2}}))
-    paths = build_step_model(scenario, SEED, cost, np.random.default_rng(0))
-    assert isinstance(paths, PathStep) and paths.gpus == 2 == replica_gpus(scenario, SEED)
+    paths = build_step_model(RunCosts.for_scenario(scenario, SEED), np.random.default_rng(0))
+    assert isinstance(paths, PathStep) and paths.gpus == 2 == replica_gpus(scenario.strategy, SEED.key.tp)
 
 
 def test_paths_that_change_nothing_cost_what_the_baseline_costs():
     """Tiering with room to spare and no speculation: the same iteration times up to float rounding."""
-    cost = IterationCost.from_profile(SEED)
     base = BaselineStep(IterationCost.from_profile(SEED), 327_680, SEED.kv_capacity_bytes)
-    tiered = PathStep(cost, SEED, StrategySpec(tiered=TieredSpec()), ["dialogue"], SEED.kv_capacity_bytes,
-                      np.random.default_rng(0))
+    tiered = PathStep(RunCosts.from_profile(SEED, StrategySpec(tiered=TieredSpec()), ["dialogue"],
+                                            SEED.kv_capacity_bytes), np.random.default_rng(0))
     iterations = [([PrefillChunk(0, 0, 1000, 0, True)], []),
                   ([PrefillChunk(1, 0, 500, 0, True)], [Decode(0, 0, 1000, 9)]),
                   ([], [Decode(0, 0, 1001, 8), Decode(1, 0, 500, 9)]),
@@ -263,15 +263,17 @@ def test_deterministic_paths_keep_the_exact_fast_path(name, strategy):
     scenario = scenario_from_dict(data)
     seq = np.random.SeedSequence(0)
     requests = generate_requests(scenario.workload, np.random.default_rng(seq), 2.0)
-    model = build_step_model(scenario, profile, IterationCost.from_profile(profile), np.random.default_rng(0))
+    costs = RunCosts.for_scenario(scenario, profile)
+    model = build_step_model(costs, np.random.default_rng(0))
     capacity = model.kv_capacity_tokens * model.kv_bytes_per_token
     batching = scenario.batching
     config = ClusterConfig(1, ReplicaConfig(batching.max_batch_size, batching.max_batched_tokens, capacity,
                                             model.kv_bytes_per_token))
-    fast_cost, per_token, fast_capacity = fast_path_model(scenario, profile)
-    assert (per_token, fast_capacity) == (model.kv_bytes_per_token, model.transforms.kv_capacity_bytes)
-    fast = simulate_requests(requests, config, fast_cost)
-    setup = stepper_setup(scenario, profile, 1, profile.kv_capacity_bytes, seq, force=True)
+    transforms = fast_transforms(costs)
+    assert (transforms.kv_bytes_per_token, transforms.kv_capacity_bytes) == (model.kv_bytes_per_token,
+                                                                             model.transforms.kv_capacity_bytes)
+    fast = simulate_requests(requests, config, transforms.cost)
+    setup = stepper_setup(scenario, costs, 1, seq, force=True)
     loop = simulate_requests(requests, config, IterationCost.from_profile(profile), setup=setup)
     strip = [dataclasses.replace(r, merge_s=0.0) for r in loop.records]  # the loop also records merge time
     assert fast.records == tuple(strip)

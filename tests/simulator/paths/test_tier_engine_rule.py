@@ -14,7 +14,7 @@ import pytest
 
 from tripath.profile.cost_model import Coefficient, CostModel
 from tripath.profile.profile import PagingLink, resolve_profile
-from tripath.simulator.paths.tiered import TierPhysics
+from tripath.simulator.paths.tiered import TierPhysics, TierTables
 from tripath.simulator.paths.tiered_engine_rule import EngineTierRule
 from tripath.simulator.runner import simulate
 from tripath.simulator.scenario.scenario import scenario_from_dict
@@ -87,7 +87,7 @@ def test_nothing_moves_when_everything_fits() -> None:
 
 
 def _rule(host_pages: int) -> EngineTierRule:
-    return EngineTierRule(_profile(), 256, 6, 3072, device_pages=24, host_pages=host_pages, sink_tokens=4,
+    return EngineTierRule(_profile().paging, 256, 6, 3072, device_pages=24, host_pages=host_pages, sink_tokens=4,
                           window_tokens=256)
 
 
@@ -140,6 +140,6 @@ def test_misses_count_every_sequence_read() -> None:
 
 def test_seed_profiles_keep_the_aggregate_model() -> None:
     seed = resolve_profile("seed-llama2-70b-a100")
-    assert TierPhysics(TieredSpec(), seed, 327_680, 8192).rule is None
-    assert TierPhysics(TieredSpec(), TINY, 3072, 1052).rule is not None
-    assert math.isclose(TierPhysics(TieredSpec(), TINY, 3072, 1052).rule.page_bytes, PAGE)
+    assert TierPhysics(TieredSpec(), TierTables.from_profile(seed), 327_680, 8192).rule is None
+    assert TierPhysics(TieredSpec(), TierTables.from_profile(TINY), 3072, 1052).rule is not None
+    assert math.isclose(TierPhysics(TieredSpec(), TierTables.from_profile(TINY), 3072, 1052).rule.page_bytes, PAGE)

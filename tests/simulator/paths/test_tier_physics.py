@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from tripath.profile.profile import resolve_profile
-from tripath.simulator.costs import IterationCost
 from tripath.simulator.paths.step import PathStep
-from tripath.simulator.paths.tiered import TierPhysics
+from tripath.simulator.paths.tiered import TierPhysics, TierTables
+from tripath.simulator.run_costs import RunCosts
 from tripath.simulator.scenario.strategy import GIB, SequenceParallelSpec, StrategySpec, TieredSpec
 from tripath.simulator.step_model import Decode, PrefillChunk
 
@@ -20,7 +20,7 @@ SSD_SETUP_MS, SSD_GBPS = 0.1, 7.0  # seed paging.host_ssd: vendor-typical NVMe
 
 
 def _tiers(**spec):
-    return TierPhysics(TieredSpec(**spec), SEED, B, D)
+    return TierPhysics(TieredSpec(**spec), TierTables.from_profile(SEED), B, D)
 
 
 def test_placement_fills_host_before_ssd():
@@ -73,7 +73,7 @@ def test_read_share_of_off_device_kv_in_whole_chunks():
 
 
 def test_stall_subtracts_overlapped_share_of_compute():
-    tiers = TierPhysics(TieredSpec(), SEED, B, D, overlap=0.5)
+    tiers = TierPhysics(TieredSpec(), TierTables.from_profile(SEED), B, D, overlap=0.5)
     assert tiers.stall_s(0.05, 0.04) == pytest.approx(0.03)
     assert tiers.stall_s(0.01, 0.04) == 0.0
     assert _tiers().stall_s(0.05, 0.04) == 0.05  # no measured overlap: every paging second stalls
@@ -81,7 +81,7 @@ def test_stall_subtracts_overlapped_share_of_compute():
 
 def test_sp_ranks_page_their_shards_in_parallel():
     one = _tiers()
-    two = TierPhysics(TieredSpec(), SEED, B, 2 * D, ranks=2)
+    two = TierPhysics(TieredSpec(), TierTables.from_profile(SEED), B, 2 * D, ranks=2)
     s1, m1 = one.iteration(live=3 * D, read=3 * D, written=0)  # 2D off the device
     s2, m2 = two.iteration(live=4 * D, read=4 * D, written=0)  # 2D off the two devices, D per rank
     assert m1 == m2 == {"device_host": 2 * D * B}
@@ -90,9 +90,8 @@ def test_sp_ranks_page_their_shards_in_parallel():
 
 
 def test_path_step_charges_paging_stall_and_records_it():
-    cost = IterationCost.from_profile(SEED)
-    step = PathStep(cost, SEED, StrategySpec(tiered=TieredSpec()), ["dialogue"], SEED.kv_capacity_bytes,
-                    np.random.default_rng(0))
+    step = PathStep(RunCosts.from_profile(SEED, StrategySpec(tiered=TieredSpec()), ["dialogue"],
+                                          SEED.kv_capacity_bytes), np.random.default_rng(0))
     assert step.device_kv_tokens == D
     decode_ms = 2.15916 + 0.884316 + 0.00964886 * 16_000
     result = step.step([], [Decode(0, 0, 16_000, 10)], 16_000)
@@ -105,8 +104,8 @@ def test_path_step_charges_paging_stall_and_records_it():
 
 
 def test_long_prefill_pages_out_as_it_goes():
-    step = PathStep(IterationCost.from_profile(SEED), SEED, StrategySpec(tiered=TieredSpec()), ["dialogue"],
-                    SEED.kv_capacity_bytes, np.random.default_rng(0))
+    step = PathStep(RunCosts.from_profile(SEED, StrategySpec(tiered=TieredSpec()), ["dialogue"],
+                                          SEED.kv_capacity_bytes), np.random.default_rng(0))
     result = step.step([PrefillChunk(0, 0, 20_000, 0, True)], [], 0)
     off = 47 * 256  # 11,808 tokens over the device budget, in whole chunks: ceil(11,808 / 256) = 47
     assert result.paging_bytes == {"device_host": off * B}
@@ -115,7 +114,7 @@ def test_long_prefill_pages_out_as_it_goes():
 
 def test_sp_with_tiering_holds_twice_the_device_tokens():
     strategy = StrategySpec(tiered=TieredSpec(), sequence_parallel=SequenceParallelSpec(2))
-    step = PathStep(IterationCost.from_profile(SEED), SEED, strategy, ["dialogue"], SEED.kv_capacity_bytes,
+    step = PathStep(RunCosts.from_profile(SEED, strategy, ["dialogue"], SEED.kv_capacity_bytes),
                     np.random.default_rng(0))
     assert step.device_kv_tokens == 2 * D and step.gpus == 2
     assert step.step([], [Decode(0, 0, 2 * D - 1, 10)], 2 * D - 1).paging_bytes == {}

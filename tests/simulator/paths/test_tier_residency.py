@@ -13,8 +13,9 @@ import pytest
 from tripath.core.errors import InputError
 from tripath.profile.profile import resolve_profile
 from tripath.simulator.paths.capacity import path_saturation
-from tripath.simulator.paths.tiered import TierPhysics
-from tripath.simulator.runner import kv_capacity, simulate
+from tripath.simulator.paths.tiered import TierPhysics, TierTables
+from tripath.simulator.run_costs import RunCosts, kv_capacity
+from tripath.simulator.runner import simulate
 from tripath.simulator.scenario.scenario import scenario_from_dict
 from tripath.simulator.scenario.strategy import TieredSpec
 
@@ -26,7 +27,7 @@ SCENARIO = Path(__file__).resolve().parents[3] / "data/scenarios/validation/tier
 
 def _tiers(**spec: object) -> TierPhysics:
     spec.setdefault("device_residency", True)  # the seed profile is not real_engine's: ask for the rule
-    return TierPhysics(TieredSpec(**spec), SEED, B, D)
+    return TierPhysics(TieredSpec(**spec), TierTables.from_profile(SEED), B, D)
 
 
 def test_pinned_chunks_are_sinks_window_and_one_more() -> None:
@@ -51,18 +52,19 @@ def test_device_pages_needed_by_hand() -> None:
 
 
 def test_sequence_parallel_counts_each_ranks_shard() -> None:
-    tiers = TierPhysics(TieredSpec(device_residency=True), SEED, B, D, ranks=2)
+    tiers = TierPhysics(TieredSpec(device_residency=True), TierTables.from_profile(SEED), B, D, ranks=2)
     assert tiers.device_pages_needed([4096]) == 3 * 80 + (8 - 3)  # 2048 tokens per rank
 
 
 def test_the_rule_follows_the_profile_source() -> None:
     """On by default only where the profile was measured on real_engine, whose rule it is."""
-    assert not TierPhysics(TieredSpec(), SEED, B, D).residency  # seed: another engine
-    assert TierPhysics(TieredSpec(), SEED, B, D).device_fits([4096] * 11)
+    assert not TierPhysics(TieredSpec(), TierTables.from_profile(SEED), B, D).residency  # seed: another engine
+    assert TierPhysics(TieredSpec(), TierTables.from_profile(SEED), B, D).device_fits([4096] * 11)
     tiny = resolve_profile("cpu-tiny")
     assert tiny.source == "measured"
-    assert TierPhysics(TieredSpec(), tiny, tiny.model.kv_bytes_per_token, 1024).residency
-    assert not TierPhysics(TieredSpec(device_residency=False), tiny, tiny.model.kv_bytes_per_token, 1024).residency
+    assert TierPhysics(TieredSpec(), TierTables.from_profile(tiny), tiny.model.kv_bytes_per_token, 1024).residency
+    assert not TierPhysics(TieredSpec(device_residency=False), TierTables.from_profile(tiny),
+                           tiny.model.kv_bytes_per_token, 1024).residency
 
 
 def test_negative_window_is_refused() -> None:
@@ -103,10 +105,9 @@ def test_validation_scenario_serves_one_sequence_at_a_time() -> None:
 def test_saturation_batch_follows_the_rule() -> None:
     profile = resolve_profile("cpu-tiny")
     scenario = scenario_from_dict(_validation())
-    capacity = kv_capacity(scenario, profile)[0]
-    assert path_saturation(scenario, profile, 750, 150, 1, 4, capacity).batch == 1
+    assert path_saturation(scenario, RunCosts.for_scenario(scenario, profile), 750, 150, 1, 4).batch == 1
     loose = scenario_from_dict(_validation(sink_tokens=0, window_tokens=0))
-    assert path_saturation(loose, profile, 750, 150, 1, 4, capacity).batch == 3
+    assert path_saturation(loose, RunCosts.for_scenario(loose, profile), 750, 150, 1, 4).batch == 3
 
 
 def test_the_engine_pool_is_whole_pages() -> None:
@@ -114,8 +115,9 @@ def test_the_engine_pool_is_whole_pages() -> None:
     chunk out; the byte budget alone would hold it. Only sequences past 1,024 tokens page."""
     tiny = resolve_profile("cpu-tiny")
     b = tiny.model.kv_bytes_per_token
-    assert TierPhysics(TieredSpec(), tiny, b, 1052).placement(1030)[0] == 1030 - 256
-    assert TierPhysics(TieredSpec(device_residency=False), tiny, b, 1052).placement(1030) == (1030, 0, 0)
+    assert TierPhysics(TieredSpec(), TierTables.from_profile(tiny), b, 1052).placement(1030)[0] == 1030 - 256
+    assert TierPhysics(TieredSpec(device_residency=False), TierTables.from_profile(tiny), b,
+                       1052).placement(1030) == (1030, 0, 0)
     # page moves only: without the tiered read's overhead (paging.gather) a step pages iff it holds more than
     # 4 chunks per layer; the last decode holds prompt + output - 1 tokens
     moves_only = dataclasses.replace(tiny, paging={k: v for k, v in tiny.paging.items() if k != "gather"})

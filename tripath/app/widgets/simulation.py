@@ -18,9 +18,9 @@ import streamlit as st
 
 from tripath.app.widgets.profiles import parse_profile
 from tripath.core import metrics
-from tripath.simulator.runner import SimulationResult, simulate, summary
+from tripath.simulator.runner import SimulationResult, simulate
 from tripath.simulator.scenario.scenario import scenario_from_dict
-from tripath.simulator.summary import records_csv
+from tripath.simulator.summary import records_csv, summary
 
 CDF_METRICS = ("ttft", "tpot", "e2e")
 

@@ -1,9 +1,9 @@
 """Batch formation policies: which waiting requests join at an iteration boundary, and each prefill chunk.
 
-The loop (tripath/simulator/loop/stepper.py) calls, at every iteration boundary, ``schedule(stepper, now)``,
-which admits requests (``stepper.admit_fcfs``: strict FCFS, batch room, KV budget) and returns
-the prefill chunks of this iteration as {sequence: tokens} in admission order; sequences whose
-prompt is complete decode. With nothing to run it asks ``next_look`` when a wait window expires
+Each policy is a BatchPolicy (tripath/simulator/loop/stepper.py). The loop calls, at every iteration
+boundary, ``schedule(stepper, now)``, which admits requests (``stepper.admit_fcfs``: strict FCFS, batch
+room, KV budget) and returns the prefill chunks of this iteration as {sequence: tokens} in admission
+order; sequences whose prompt is complete decode. With nothing to run it asks ``next_look`` when a wait window expires
 (inf: only an arrival can change anything). ``observe`` sees every finished request.
 
 - continuous (Orca / vLLM): iteration-level joins; admitted prompts are prefilled whole within a
@@ -23,26 +23,14 @@ prompt is complete decode. With nothing to run it asks ``next_look`` when a wait
   tripath/simulator/loop/adaptive_batching.py from the P99 of recently finished requests against the SLA.
 Static and dynamic groups are not limited by the token budget (Triton has none): a group's
 prompts are prefilled together in its first iteration.
+tripath/simulator/loop/stepper_setup.py's ``build_policy`` builds the one a scenario's [batching] table asks for.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Protocol
 
-from tripath.core.errors import InputError
-from tripath.simulator.loop.stepper import SeqState, Stepper
-from tripath.simulator.scenario.scenario import BatchingSpec, SlaSpec
-
-Chunks = dict[SeqState, int]
-
-
-class BatchPolicy(Protocol):
-    def schedule(self, stepper: Stepper, now: float) -> Chunks: ...
-
-    def next_look(self, stepper: Stepper, now: float) -> float: ...
-
-    def observe(self, stepper: Stepper, request: int, finish: float) -> None: ...
+from tripath.simulator.loop.stepper import Chunks, SeqState, Stepper
 
 
 def _whole(admitted: list[SeqState]) -> Chunks:
@@ -135,23 +123,3 @@ class Chunked:
 
     def observe(self, stepper: Stepper, request: int, finish: float) -> None:
         return None
-
-
-def build_policy(b: BatchingSpec, sla: SlaSpec, source: str | None = None) -> BatchPolicy:
-    """The policy a scenario's [batching] table asks for (one per replica: adaptive keeps state)."""
-    from tripath.simulator.loop.adaptive_batching import Adaptive, AimdController, AimdSettings
-
-    wait_s = b.max_wait_ms / 1000.0
-    if b.policy == "continuous":
-        return Continuous(b.max_batch_size, b.max_batched_tokens)
-    if b.policy == "chunked":
-        return Chunked(b.max_batch_size, b.max_batched_tokens)
-    if b.policy in ("static", "dynamic"):
-        return Windowed(b.max_batch_size, wait_s, joins=b.policy == "dynamic")
-    terms = (("ttft", sla.ttft_p99_ms), ("tpot", sla.tpot_p99_ms), ("e2e", sla.e2e_p99_ms))
-    targets = tuple((term, ms / 1000.0) for term, ms in terms if ms is not None)
-    if not targets:
-        raise InputError(source, "batching.policy", "'adaptive' steers by the SLA: give at least one sla.*_p99_ms")
-    settings = AimdSettings(b.max_batch_size, wait_s, targets, b.adaptive_window, b.adaptive_every, b.adaptive_margin,
-                            b.adaptive_decrease, b.adaptive_batch_step, b.adaptive_wait_step_ms / 1000.0)
-    return Adaptive(AimdController(settings))

@@ -18,30 +18,129 @@ preempted, one token per decode). Everything else runs here, one event per itera
 With the continuous policy, preemption "none" and BaselineStep, this loop performs the same
 admissions and the same float operations as replica.py's reference process, so its records are
 bit for bit the fast path's (tests/simulator/loop/test_stepper_equivalence.py).
+
+Beside the Stepper: its bookkeeping (PathLedger per request, SeqState per sequence), the contract a
+batching policy meets (BatchPolicy), and how a cluster configures its Steppers (StepperConfig: preemption
+and swap cost; StepperSetup: per-replica physics and policy).
 """
 
 from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Callable, Generator
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Generator, Sequence
+from dataclasses import dataclass
+from typing import Protocol
 
 import simpy
 
 from tripath.simulator.loop.clock import Clock
-from tripath.simulator.loop.path_ledger import PathLedger, SeqState
-from tripath.simulator.loop.preemption import Preemption
-from tripath.simulator.loop.stepper_config import PREEMPTION_MODES, StepperConfig, StepperSetup
+from tripath.simulator.loop.replica import Ledger
+from tripath.simulator.scenario.scenario import PREEMPTION_MODES
 from tripath.simulator.step_model import DecodeBatch, PrefillChunk, StepModel, StepResult
 
-if TYPE_CHECKING:
-    from tripath.simulator.loop.batching import BatchPolicy
 
-__all__ = ["PREEMPTION_MODES", "PathLedger", "SeqState", "Stepper", "StepperConfig", "StepperSetup"]
+class PathLedger(Ledger):
+    """The Ledger plus the per-path sums the records carry (tripath/core/records.py)."""
+
+    def __init__(self, prompts: Sequence[int], outputs: Sequence[int], kv_bytes_per_token: int,
+                 tasks: Sequence[int]) -> None:
+        super().__init__(prompts, outputs, kv_bytes_per_token)
+        n = len(prompts)
+        self.task = list(tasks)
+        self.arrival = [math.nan] * n  # when it was routed (its arrival): policies' wait windows start here
+        self.draft_rounds = [0] * n
+        self.accepted = [0] * n
+        self.paging_s = [0.0] * n
+        self.merge_s = [0.0] * n
+        self.preemptions = [0] * n
 
 
-class Stepper(Preemption):
+class SeqState:
+    """One admitted (or preempted) request's progress."""
+
+    __slots__ = ("admit_order", "emitted", "output", "prefilled", "prompt", "request", "reserved", "swapped",
+                 "target", "task")
+
+    def __init__(self, request: int, prompt: int, output: int, task: int) -> None:
+        self.request = request
+        self.task = task
+        self.prompt = prompt
+        self.output = output
+        self.target = prompt  # tokens to prefill before decoding (prompt + generated after a recompute)
+        self.prefilled = 0  # of target, cached so far
+        self.emitted = 0
+        self.reserved = 0  # tokens of KV budget it holds
+        self.swapped = False  # its KV waits in host memory (swap preemption)
+        self.admit_order = 0
+
+    @property
+    def context(self) -> int:
+        """KV tokens it holds once prefilled: prompt + tokens emitted (the counting replica.py uses)."""
+        return self.prompt + self.emitted
+
+    @property
+    def decoding(self) -> bool:
+        return self.prefilled >= self.target
+
+
+Chunks = dict[SeqState, int]  # an iteration's prefill chunks: tokens per sequence, in admission order
+
+
+class BatchPolicy(Protocol):
+    """Which waiting requests join at an iteration boundary, and each prefill chunk
+    (tripath/simulator/loop/batching.py has the policies)."""
+
+    def schedule(self, stepper: Stepper, now: float) -> Chunks:
+        """Admit through ``stepper.admit_fcfs`` and return this iteration's prefill chunks."""
+        ...
+
+    def next_look(self, stepper: Stepper, now: float) -> float:
+        """With nothing to run: when a wait window expires (inf: only an arrival changes anything)."""
+        ...
+
+    def observe(self, stepper: Stepper, request: int, finish: float) -> None:
+        """A request finished at ``finish``."""
+        ...
+
+
+@dataclass(frozen=True)
+class StepperConfig:
+    """What the loop needs besides the policy: preemption mode and the cost of swapping KV bytes."""
+
+    preemption: str = "none"
+    swap_s: Callable[[int], float] | None = None  # seconds to move this many KV bytes one way (swap only)
+
+    def __post_init__(self) -> None:
+        if self.preemption not in PREEMPTION_MODES:
+            raise ValueError(f"preemption must be one of {PREEMPTION_MODES}, got {self.preemption!r}")
+        if self.preemption == "swap" and self.swap_s is None:
+            raise ValueError("preemption = 'swap' needs swap_s (the device_host paging cost)")
+
+
+@dataclass(frozen=True)
+class StepperSetup:
+    """How a cluster builds its Steppers: per-replica physics and policy (each may keep state)."""
+
+    model_for: Callable[[int], StepModel]
+    policy_for: Callable[[int], BatchPolicy]
+    config: StepperConfig = StepperConfig()
+    task_names: tuple[str, ...] = ()  # PrefillChunk/DecodeBatch tasks index these; others numbered after
+    timeseries_interval_s: float | None = None
+
+    def __post_init__(self) -> None:
+        interval = self.timeseries_interval_s
+        if interval is not None and not (math.isfinite(interval) and interval > 0):
+            raise ValueError(f"timeseries_interval_s must be > 0, got {interval}")
+
+    def task_indexes(self, tasks: Sequence[str]) -> list[int]:
+        index = {name: i for i, name in enumerate(self.task_names)}
+        for name in tasks:
+            index.setdefault(name, len(index))
+        return [index[name] for name in tasks]
+
+
+class Stepper:
     """One replica; the router calls ``enqueue`` and reads ``outstanding`` (as for replica.Replica)."""
 
     def __init__(self, env: Clock, index: int, model: StepModel, policy: BatchPolicy, ledger: PathLedger,
@@ -184,7 +283,7 @@ class Stepper(Preemption):
             self._iteration += 1
             self._complete(prefills, decodes, result, swap_s, end)
 
-    def _step(self, prefills: dict[SeqState, int]) -> tuple[list[SeqState], StepResult]:
+    def _step(self, prefills: Chunks) -> tuple[list[SeqState], StepResult]:
         """Ask the model for this iteration: the chunks, every prefilled sequence's decode, live tokens."""
         chunks = [PrefillChunk(s.request, s.task, n, s.prefilled, s.prefilled + n >= s.target)
                   for s, n in prefills.items()]
@@ -224,7 +323,7 @@ class Stepper(Preemption):
         self._busy_since = self.env.now
         self.wakeups += 1
 
-    def _complete(self, prefills: dict[SeqState, int], decodes: list[SeqState], result: StepResult,
+    def _complete(self, prefills: Chunks, decodes: list[SeqState], result: StepResult,
                   swap_s: float, end: float) -> None:
         ledger = self.ledger
         for s, n in prefills.items():
@@ -270,3 +369,67 @@ class Stepper(Preemption):
             self.used -= s.reserved
             self.retired += 1
             self.policy.observe(self, s.request, end)
+
+    # ---- preemption: evict, recompute or swap KV when memory runs out ------------------------------
+
+    def _preempt(self) -> float:
+        """Evict the most recently admitted sequences until the next iteration's growth fits.
+
+        Every running sequence writes at most one more token than it has reserved in the next
+        iteration (a decode's token; a prefill's chunk was reserved at admission with its first
+        token). Returns the seconds of swap-out transfers this causes.
+        """
+        seconds = 0.0
+        while self.running and (self.used + self._next_writes() > self.capacity or self._device_over()):
+            victim = max(self.running, key=lambda s: s.admit_order)
+            if len(self.running) == 1:
+                break  # alone it fits by the router's rule (prompt + output <= capacity)
+            seconds += self._evict(victim)
+        return seconds
+
+    def _device_over(self) -> bool:
+        """Tiered KV: whether the running sequences, after the next iteration's writes, break the
+        engine's device residency rule (tripath/simulator/paths/tiered.py), so one must go."""
+        if self._device_fits is None:
+            return False
+        return not self._device_fits([max(s.reserved, s.context + 1) if s.decoding else s.reserved
+                                      for s in self.running])
+
+    def _next_writes(self) -> int:
+        return sum(max(0, s.context + 1 - s.reserved) for s in self.running if s.decoding)
+
+    def _evict(self, seq: SeqState) -> float:
+        self.running.remove(seq)
+        self.used -= seq.reserved
+        seq.reserved = 0
+        self.ledger.preemptions[seq.request] += 1
+        self.preempted += 1
+        seconds = 0.0
+        if self.config.preemption == "swap" and seq.decoding:
+            seq.swapped = True
+            seconds = self._transfer(seq)
+            self.ledger.paging_s[seq.request] += seconds  # its own way out (it is not in the iteration)
+        else:  # recompute: re-prefill prompt + generated tokens when re-admitted
+            seq.swapped = False
+            seq.target = seq.context
+            seq.prefilled = 0
+        self.waiting[seq.request] = seq
+        self.queue.appendleft(seq.request)
+        return seconds
+
+    def _transfer(self, seq: SeqState) -> float:
+        """Seconds to move ``seq``'s KV one way over device_host (the iteration stalls for them)."""
+        nbytes = seq.context * self.model.kv_bytes_per_token
+        assert self.config.swap_s is not None
+        seconds = float(self.config.swap_s(nbytes))
+        self.paging_bytes["device_host"] = self.paging_bytes.get("device_host", 0) + nbytes
+        return seconds
+
+    def _swap_in(self) -> float:
+        """Bring back the KV of swapped sequences just re-admitted: they decode in this iteration."""
+        seconds = 0.0
+        for seq in self.running:
+            if seq.swapped:
+                seq.swapped = False
+                seconds += self._transfer(seq)
+        return seconds

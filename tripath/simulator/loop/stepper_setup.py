@@ -6,8 +6,9 @@ parallelism (deterministic: a transformed cost model, tripath/simulator/paths/st
 the per-iteration loop (tripath/simulator/loop/stepper.py): another batching policy (waits, chunks, adaptive
 control), preemption, speculation or tiering (per-iteration randomness, tier state), or
 time-series samples. Each replica then gets its own StepModel — tripath/simulator/paths/step.py's
-``build_step_model`` — with its own cost counters and random stream, and its own policy
-(the adaptive controller keeps per-replica state).
+``build_step_model``, on the run's converted costs (tripath/simulator/run_costs.py) — with its own cost
+counters and random stream, and its own policy (``build_policy``: the adaptive controller keeps per-replica
+state).
 
 Random streams: the workload of replication i draws from SeedSequence(seed).spawn(R)[i]; the
 path models draw from a SeedSequence with that child's entropy and spawn key extended by
@@ -16,30 +17,30 @@ PATH_STREAM, split per replica. The workload's draws are therefore the same what
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from tripath.core.errors import InputError
-from tripath.simulator.costs import IterationCost
-from tripath.simulator.loop.batching import BatchPolicy, build_policy
-from tripath.simulator.loop.stepper import StepperConfig, StepperSetup
-from tripath.simulator.scenario.scenario import Scenario
-from tripath.simulator.step_model import BaselineStep, StepModel
+from tripath.simulator.loop.adaptive_batching import Adaptive, AimdController, AimdSettings
+from tripath.simulator.loop.batching import Chunked, Continuous, Windowed
+from tripath.simulator.loop.stepper import BatchPolicy, StepperConfig, StepperSetup
+from tripath.simulator.paths.step import build_step_model
+from tripath.simulator.run_costs import RunCosts
+from tripath.simulator.scenario.scenario import BatchingSpec, Scenario, SlaSpec
+from tripath.simulator.step_model import StepModel
 
 PATH_STREAM = 0x5EED  # spawn-key element of the path models' streams: disjoint from the workload's children
 
 
 def loop_reason(scenario: Scenario, timeseries_interval_s: float | None = None) -> tuple[bool, str]:
     """(whether the per-iteration loop must run, why that loop) for the summary."""
-    strategy = getattr(scenario, "strategy", None)
+    strategy = scenario.strategy
     batching = scenario.batching
     if batching.needs_stepper:
         return True, (f"batching policy '{batching.policy}' / preemption '{batching.preemption}' needs the "
                       "per-iteration loop")
     if timeseries_interval_s is not None:
         return True, "time-series samples need the per-iteration loop"
-    if strategy is not None and not strategy.baseline:
+    if not strategy.baseline:
         per_iteration = [what for what, on in (("speculation (random tokens per round)", strategy.speculative),
                                                ("tiering (paging depends on tier state)", strategy.tiered)) if on]
         if per_iteration:
@@ -59,45 +60,50 @@ def path_streams(seed_sequence: np.random.SeedSequence, replicas: int) -> list[n
     return [np.random.default_rng(child) for child in base.spawn(replicas)]
 
 
-def swap_cost(scenario: Scenario, profile: Any) -> StepperConfig:
+def build_policy(b: BatchingSpec, sla: SlaSpec, source: str | None = None) -> BatchPolicy:
+    """The policy a scenario's [batching] table asks for (one per replica: adaptive keeps state)."""
+    wait_s = b.max_wait_ms / 1000.0
+    if b.policy == "continuous":
+        return Continuous(b.max_batch_size, b.max_batched_tokens)
+    if b.policy == "chunked":
+        return Chunked(b.max_batch_size, b.max_batched_tokens)
+    if b.policy in ("static", "dynamic"):
+        return Windowed(b.max_batch_size, wait_s, joins=b.policy == "dynamic")
+    terms = (("ttft", sla.ttft_p99_ms), ("tpot", sla.tpot_p99_ms), ("e2e", sla.e2e_p99_ms))
+    targets = tuple((term, ms / 1000.0) for term, ms in terms if ms is not None)
+    if not targets:
+        raise InputError(source, "batching.policy", "'adaptive' steers by the SLA: give at least one sla.*_p99_ms")
+    settings = AimdSettings(b.max_batch_size, wait_s, targets, b.adaptive_window, b.adaptive_every, b.adaptive_margin,
+                            b.adaptive_decrease, b.adaptive_batch_step, b.adaptive_wait_step_ms / 1000.0)
+    return Adaptive(AimdController(settings))
+
+
+def swap_config(scenario: Scenario, costs: RunCosts) -> StepperConfig:
     """The loop's preemption settings; swap charges the profile's device_host paging cost."""
     mode = scenario.batching.preemption
     if mode != "swap":
         return StepperConfig(mode)
-    if "device_host" not in getattr(profile, "paging", {}):
+    if costs.swap_s is None:
         raise InputError(scenario.source_path, "batching.preemption",
-                         f"'swap' needs a device_host paging cost, which profile {profile.key_str()} lacks "
+                         f"'swap' needs a device_host paging cost, which profile {costs.profile_key} lacks "
                          "(calibrate with --paging, or use 'recompute')")
-
-    def swap_s(nbytes: int) -> float:
-        return float(profile.paging_ms("device_host", nbytes)) / 1000.0
-
-    return StepperConfig(mode, swap_s)
+    return StepperConfig(mode, costs.swap_s)
 
 
-def stepper_setup(scenario: Scenario, profile: Any, replicas: int, kv_capacity_bytes: int,
-                  seed_sequence: np.random.SeedSequence, timeseries_interval_s: float | None = None,
-                  force: bool = False) -> StepperSetup | None:
-    """The setup of the general loop for this replication, or None where the fast Replica serves it
-    (``force``: the loop even there, e.g. to check the fast path against it)."""
+def stepper_setup(scenario: Scenario, costs: RunCosts, replicas: int, seed_sequence: np.random.SeedSequence,
+                  timeseries_interval_s: float | None = None, force: bool = False) -> StepperSetup | None:
+    """The setup of the general loop for this replication on the run's converted costs, or None where the fast
+    Replica serves it (``force``: the loop even there, e.g. to check the fast path against it)."""
     if not force and not needs_stepper(scenario, timeseries_interval_s):
         return None
-    config = swap_cost(scenario, profile)
+    config = swap_config(scenario, costs)
     build_policy(scenario.batching, scenario.sla, scenario.source_path)  # bad input fails before the run
     streams = path_streams(seed_sequence, replicas)
-    try:
-        from tripath.simulator.paths.step import build_step_model
-    except ImportError:  # the path physics not installed: the baseline physics only
-        build_step_model = None
 
     def model_for(i: int) -> StepModel:
-        cost = IterationCost.from_profile(profile)  # per replica: its own extrapolation counters
-        if build_step_model is None:
-            return BaselineStep(cost, int(profile.model.kv_bytes_per_token), kv_capacity_bytes)
-        return build_step_model(scenario, profile, cost, streams[i], i)
+        return build_step_model(costs, streams[i])
 
     def policy_for(i: int) -> BatchPolicy:
         return build_policy(scenario.batching, scenario.sla, scenario.source_path)
 
-    tasks = tuple(name for name, _ in scenario.workload.tasks)
-    return StepperSetup(model_for, policy_for, config, tasks, timeseries_interval_s)
+    return StepperSetup(model_for, policy_for, config, costs.tasks, timeseries_interval_s)

@@ -1,7 +1,7 @@
 """Saturation throughput of replicas with optimization paths on (capacity.py's estimate, path by path).
 
 tripath/simulator/capacity.py estimates the baseline; with [strategy.*] tables the same generation-of-B*
-argument is made on the paths' physics (tripath/simulator/paths/step.py and the *_physics modules), for mean
+argument is made on the paths' physics (tripath/simulator/paths/step.py and each path's module), for mean
 prompt P and output O tokens, with b the profile's KV bytes per token and C one rank's KV budget:
 
     bytes per token   b' = ceil(b x kv_bytes_ratio)                          (compression; else b)
@@ -20,7 +20,7 @@ prompt P and output O tokens, with b the profile's KV bytes per token and C one 
     rate per replica  B* x 1000 / ms;  replicas = gpus // (tp x P_sp)  (runner.cluster_config)
 
 decode' and prefill' are the transformed cost model (compression's decode overhead; SP's split,
-speedup and merge: path_step.path_cost). paging(S) is TierPhysics.iteration for a decode
+speedup and merge: paths/step.py path_cost). paging(S) is TierPhysics.iteration for a decode
 iteration holding S live tokens that reads all of them and writes B* x E: in steady state the whole
 off-device share of the KV is paged in every iteration (tier_physics.py), with overlap 0; where
 real_engine's tier rule applies (measured profiles), TierPhysics.engine_step of B* sequences at the
@@ -38,65 +38,62 @@ controller's probing. The simulator is the ground truth; this maps load_fraction
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import numpy as np
 
 from tripath.core.speculative import SpecCosts, best_k, predicted_speedup, round_cost
 from tripath.simulator.capacity import Saturation
-from tripath.simulator.costs import IterationCost
-from tripath.simulator.paths.speculative import expected_survival, linear_verify
-from tripath.simulator.paths.step import _Transforms
+from tripath.simulator.paths.speculative import SpeculativeParams, expected_survival, linear_verify
+from tripath.simulator.paths.step import Transforms
 from tripath.simulator.paths.tiered import TierPhysics
-from tripath.simulator.scenario.strategy import StrategySpec, check_against_profile
+from tripath.simulator.run_costs import RunCosts
+from tripath.simulator.scenario.scenario import Scenario
 
 
-def tokens_per_round(profile: Any, spec: Any, tasks: list[tuple[str, float]], k: int, drop: float) -> float:
-    """E: mean tokens a sequence emits per round of ``k`` drafts, over the task mix (weights normalised)."""
+def tokens_per_round(params: SpeculativeParams, tasks: list[tuple[str, float]], k: int, drop: float) -> float:
+    """E: mean tokens a sequence emits per round of ``k`` drafts, over the task mix (weights normalised; the
+    tasks in ``params``' order)."""
     if k == 0:
         return 1.0
-    names = [name for name, _ in tasks]
     weights = np.array([w for _, w in tasks], dtype=float)
     # averaged over the per-request acceptance where the profile has a between-prompt spread
-    survival = expected_survival(profile, names, k, spec.proposer == "prompt_lookup", drop)
+    survival = expected_survival(params, k, drop)
     per_task = 1.0 + survival.sum(axis=1)
     return float(weights @ per_task / weights.sum())
 
 
-def _round_factor(profile: Any, c: float, k: int) -> float:
+def _round_factor(params: SpeculativeParams, c: float, k: int) -> float:
     """f = K c + v(K) with the profile's measured v(K); 1 at K = 0 (a plain step: the profile has no v(0))."""
-    return 1.0 if k == 0 else round_cost(k, c, float(profile.verify_cost_ratio(k)))
+    return 1.0 if k == 0 else round_cost(k, c, float(params.verify[k]))
 
 
-def speculative_k(profile: Any, spec: Any, tasks: list[tuple[str, float]], drop: float, c: float) -> int:
+def speculative_k(params: SpeculativeParams, tasks: list[tuple[str, float]], drop: float, c: float) -> int:
     """The K the estimate runs: the scenario's (or profile's) K, or adaptive's best K (0: fallen back)."""
-    k_max = spec.k or profile.speculative.k
+    spec = params.spec
+    k_max = params.k
     if not spec.adaptive:
         return k_max
-    best, speedup = best_k(lambda k: tokens_per_round(profile, spec, tasks, k, drop) / _round_factor(profile, c, k),
-                           k_max)
+    best, speedup = best_k(lambda k: tokens_per_round(params, tasks, k, drop) / _round_factor(params, c, k), k_max)
     exit_speedup = 1.0
     if spec.fallback_acceptance is not None:
-        base, per_token = linear_verify(profile, k_max)
+        base, per_token = linear_verify(params, k_max)
         costs, a_f = SpecCosts(c, base, per_token), spec.fallback_acceptance
         exit_speedup = best_k(lambda k: predicted_speedup(k, a_f, costs), k_max)[1]
     return best if speedup >= exit_speedup else 0
 
 
-def path_saturation(scenario: Any, profile: Any, mean_prompt: float, mean_output: float, replicas: int,
-                    max_batch_size: int, kv_capacity_bytes: int) -> Saturation:
-    """Saturation throughput of ``replicas`` replicas with the scenario's paths (formula: module docstring).
-
-    ``kv_capacity_bytes`` is one rank's KV budget (runner.kv_capacity), as the step models take it."""
+def path_saturation(scenario: Scenario, costs: RunCosts, mean_prompt: float, mean_output: float, replicas: int,
+                    max_batch_size: int) -> Saturation:
+    """Saturation throughput of ``replicas`` replicas with the scenario's paths (formula: module docstring), on
+    the scenario's converted costs (one rank's KV budget, as the step models take it)."""
     if not (mean_prompt >= 1 and mean_output >= 1):
         raise ValueError(f"mean lengths must be >= 1 token, got prompt {mean_prompt}, output {mean_output}")
-    strategy: StrategySpec = scenario.strategy
+    strategy = costs.strategy
     tasks = list(scenario.workload.tasks)
-    check_against_profile(strategy, profile, tuple(name for name, _ in tasks), scenario.source_path)
-    t = _Transforms(IterationCost.from_profile(profile), profile, strategy, kv_capacity_bytes)
+    t = Transforms(costs)
     device_tokens = t.kv_capacity_bytes // t.kv_bytes_per_token
-    tiers = None if strategy.tiered is None else TierPhysics(
-        strategy.tiered, profile, t.kv_bytes_per_token, device_tokens, ranks=t.degree)
+    tiers = None if strategy.tiered is None or costs.tiered is None else TierPhysics(
+        strategy.tiered, costs.tiered, t.kv_bytes_per_token, device_tokens, ranks=t.degree)
     admissible = device_tokens if tiers is None else tiers.capacity_tokens
     batch = max(1, min(max_batch_size, math.floor(admissible / (mean_prompt + mean_output))))
     if tiers is not None:
@@ -106,17 +103,17 @@ def path_saturation(scenario: Any, profile: Any, mean_prompt: float, mean_output
     context = batch * (mean_prompt + (mean_output + 1.0) / 2.0)
 
     k, c, per_round, factor, draft = 0, 0.0, 1.0, 1.0, 0.0
-    if strategy.speculative is not None:
-        spec = strategy.speculative
-        c = 0.0 if spec.proposer == "prompt_lookup" else float(profile.speculative.cost_ratio.value)
+    if costs.speculative is not None:
+        params = costs.speculative
+        c = params.c
         drop = 0.0 if t.compression is None else t.compression.acceptance_drop
-        k = speculative_k(profile, spec, tasks, drop, c)
-        per_round = tokens_per_round(profile, spec, tasks, k, drop)
-        factor, draft = _round_factor(profile, c, k), c
+        k = speculative_k(params, tasks, drop, c)
+        per_round = tokens_per_round(params, tasks, k, drop)
+        factor, draft = _round_factor(params, c, k), c
 
     cost = t.cost
-    fixed = float(cost._prefill_ms(0, 0))
-    prefill_variable = float(cost._prefill_ms(mean_prompt, 0)) - fixed
+    fixed = float(cost.prefill_ms(0, 0))
+    prefill_variable = float(cost.prefill_ms(mean_prompt, 0)) - fixed
     paging_ms = 0.0
     if tiers is not None:
         live = round(context)
@@ -127,8 +124,8 @@ def path_saturation(scenario: Any, profile: Any, mean_prompt: float, mean_output
             paging_ms = 1000.0 * tiers.engine_step(each, each, live)[0]
         else:
             paging_ms = 1000.0 * tiers.iteration(live, live, round(batch * per_round))[0]
-    round_ms = factor * float(cost._decode_ms(batch, context)) + paging_ms
-    if cost._overhead_ms is not None:  # the profile's step_overhead: once per round (one engine step)
+    round_ms = factor * float(cost.decode_ms(batch, context)) + paging_ms
+    if cost.has_step_overhead:  # the profile's step_overhead: once per round (one engine step)
         round_ms += cost.overhead_ms(batch, round(batch * (1 + k)))
     rounds = (mean_output - 1.0) / per_round
     ms = rounds * round_ms + batch * (1.0 + draft) * prefill_variable

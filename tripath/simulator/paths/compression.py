@@ -40,15 +40,16 @@ from typing import Any
 import numpy as np
 
 from tripath.core.errors import InputError
+from tripath.profile.sections import CompressionMode
 
 STEP_RATIO_UNITS = ("ratio",)  # the sweep's unit: a whole-step time ratio
 
 
 class CompressionPhysics:
-    """One compression mode's effect on bytes, decode time and acceptance."""
+    """One compression mode's effect on bytes, decode time and acceptance: the profile's ``compression.<mode>``
+    section resolved (stateless: one instance serves every replica of a run)."""
 
-    def __init__(self, profile: Any, mode: str) -> None:
-        m = profile.compression[mode]
+    def __init__(self, mode: str, m: CompressionMode) -> None:
         self.mode = mode
         self.kv_bytes_ratio = float(m.kv_bytes_ratio.value)
         self.acceptance_drop = float(m.acceptance_drop.value)

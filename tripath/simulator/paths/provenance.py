@@ -11,7 +11,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from tripath.simulator.scenario.strategy import DEVICE_HOST, GIB, HOST_SSD, PROMPT_LOOKUP_PREFIX, StrategySpec
+from tripath.profile.profile import Profile
+from tripath.simulator.scenario.scenario import Scenario
+from tripath.simulator.scenario.strategy import (
+    DEVICE_HOST,
+    GIB,
+    HOST_SSD,
+    PROMPT_LOOKUP_PREFIX,
+    CompressionSpec,
+    SequenceParallelSpec,
+    SpeculativeSpec,
+    TieredSpec,
+)
 
 
 def _coefficient(field: str, coef: Any) -> dict[str, Any]:
@@ -22,7 +33,7 @@ def _cost_model(field: str, model: Any) -> list[dict[str, Any]]:
     return [_coefficient(f"{field}.{name}", coef) for name, coef in model.coefficients.items()]
 
 
-def _speculative(spec: Any, profile: Any, tasks: tuple[str, ...]) -> dict[str, Any]:
+def _speculative(spec: SpeculativeSpec, profile: Profile, tasks: tuple[str, ...]) -> dict[str, Any]:
     section = profile.speculative
     k = section.k if spec.k is None else spec.k
     lookup = spec.proposer == "prompt_lookup"
@@ -54,7 +65,7 @@ def _speculative(spec: Any, profile: Any, tasks: tuple[str, ...]) -> dict[str, A
     return {"parameters": params, "numbers_from": numbers}
 
 
-def _tiered(spec: Any, profile: Any) -> dict[str, Any]:
+def _tiered(spec: TieredSpec, profile: Profile) -> dict[str, Any]:
     host = spec.host_capacity_gib
     ssd = spec.ssd_capacity_gib
     has_ssd_link = HOST_SSD in profile.paging
@@ -76,7 +87,7 @@ def _tiered(spec: Any, profile: Any) -> dict[str, Any]:
     return {"parameters": params, "numbers_from": numbers}
 
 
-def _sequence_parallel(spec: Any, profile: Any) -> dict[str, Any]:
+def _sequence_parallel(spec: SequenceParallelSpec, profile: Profile) -> dict[str, Any]:
     section = profile.sequence_parallel[spec.degree]
     contexts = [row.context_tokens for row in section.rows]
     params = {"degree": spec.degree, "gpus_per_replica": int(profile.key.tp) * spec.degree}
@@ -88,16 +99,16 @@ def _sequence_parallel(spec: Any, profile: Any) -> dict[str, Any]:
     return {"parameters": params, "numbers_from": numbers}
 
 
-def _compression(spec: Any, profile: Any) -> dict[str, Any]:
+def _compression(spec: CompressionSpec, profile: Profile) -> dict[str, Any]:
     mode = profile.compression[spec.mode]
     params = {"mode": spec.mode}
     numbers = [_coefficient(f"compression.{spec.mode}.{name}", getattr(mode, name)) for name in mode.FIELDS]
     return {"parameters": params, "numbers_from": numbers}
 
 
-def strategies(scenario: Any, profile: Any) -> dict[str, Any]:
+def strategies(scenario: Scenario, profile: Profile) -> dict[str, Any]:
     """{"on": [path names], path name: {"parameters", "numbers_from"}, "sources": kinds used} for the summary."""
-    spec: StrategySpec = getattr(scenario, "strategy", StrategySpec())
+    spec = scenario.strategy
     tasks = tuple(task for task, _ in scenario.workload.tasks)
     out: dict[str, Any] = {"on": []}
     if spec.speculative is not None:

@@ -47,13 +47,15 @@ from typing import Any
 
 import numpy as np
 
+from tripath.profile.sections import SequenceParallel
+
 
 class SpPhysics:
-    """Speedup, split and merge of one SP degree, with a count of queries outside the measured rows."""
+    """Speedup, split and merge of one SP degree (the profile's ``sequence_parallel.<degree>`` section), with a
+    count of queries outside the measured rows (its own: one instance per replica)."""
 
-    def __init__(self, profile: Any, degree: int) -> None:
-        sp = profile.sequence_parallel[degree]
-        self.degree = degree
+    def __init__(self, sp: SequenceParallel) -> None:
+        self.degree = sp.degree
         self._ctx = np.array([row.context_tokens for row in sp.rows], dtype=float)
         self._speedup = np.array([row.speedup for row in sp.rows], dtype=float)
         self._merge_rows = np.array([row.merge_ms for row in sp.rows], dtype=float)

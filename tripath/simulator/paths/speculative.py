@@ -43,32 +43,68 @@ published profiles describe vLLM-style engines, whose draft prefills in the targ
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
 
 from tripath.core.speculative import AdaptiveK, ControllerConfig, SpecCosts, best_k, predicted_speedup, round_cost
 from tripath.profile.engine_rules import follows_real_engine
+from tripath.profile.profile import Profile
+from tripath.profile.sections import TaskAcceptance
 from tripath.simulator.paths.acceptance_spread import AcceptanceSpread, mean_survival, replica_key
 from tripath.simulator.scenario.strategy import PROMPT_LOOKUP_PREFIX, SpeculativeSpec
 from tripath.simulator.step_model import DecodeBatch
 
 
-def acceptance_entries(profile: Any, tasks: Sequence[str], k: int, prompt_lookup: bool) -> list[Any]:
-    """The profile's acceptance entry of each task at proposal length k (TaskAcceptance)."""
-    return [profile.acceptance_for(PROMPT_LOOKUP_PREFIX + task if prompt_lookup else task, k) for task in tasks]
+@dataclass(frozen=True)
+class SpeculativeParams:
+    """The profile's speculative numbers resolved for a scenario's [strategy.speculative] and tasks, once per run."""
+
+    spec: SpeculativeSpec
+    k: int  # the scenario's K, else the profile's speculative.k
+    prompt_lookup: bool
+    c: float  # draft/target per-token cost ratio; 0 for prompt lookup (no draft model pass)
+    prefill_ratio: float  # the draft's prompt pass / the target's (measured, else c); 0 for prompt lookup
+    lazy_draft: bool  # real_engine feeds the prompt to the draft in the first round (tripath/profile/engine_rules.py)
+    verify: tuple[float, ...]  # v(K) for K = 0..k, v(0) = 1 (a plain step)
+    per_sequence: float  # round_per_sequence (0 without it, or for prompt lookup)
+    per_sequence_k: int  # the profile's K, at which round_per_sequence was measured
+    acceptance: tuple[tuple[TaskAcceptance, ...], ...]  # [K - 1][task]: each task's entry at K = 1..k
+
+    @classmethod
+    def from_profile(cls, spec: SpeculativeSpec, profile: Profile, tasks: Sequence[str]) -> SpeculativeParams:
+        section = profile.speculative
+        assert section is not None, "check_against_profile: a speculative strategy needs the profile's section"
+        k = spec.k or section.k
+        lookup = spec.proposer == "prompt_lookup"
+        keys = [PROMPT_LOOKUP_PREFIX + task if lookup else task for task in tasks]
+        per_seq = getattr(section, "round_per_sequence", None)
+        return cls(
+            spec, k, lookup,
+            0.0 if lookup else float(section.cost_ratio.value),
+            0.0 if lookup else float(section.prefill_ratio),
+            not lookup and follows_real_engine(profile),
+            (1.0, *(profile.verify_cost_ratio(j) for j in range(1, k + 1))),
+            # prompt lookup has no draft pass but the coefficient was measured with one: left out there too
+            0.0 if per_seq is None or lookup else float(per_seq.value),
+            int(section.k),
+            tuple(tuple(profile.acceptance_for(key, j) for key in keys) for j in range(1, k + 1)),
+        )
+
+    def entries(self, k: int) -> tuple[TaskAcceptance, ...]:
+        """Each task's acceptance entry at proposal length k (1 <= k <= self.k)."""
+        return self.acceptance[k - 1]
 
 
-def acceptance_table(profile: Any, tasks: Sequence[str], k: int, prompt_lookup: bool,
-                     drop: float) -> np.ndarray:
+def acceptance_table(params: SpeculativeParams, k: int, drop: float) -> np.ndarray:
     """p[task, j] for j = 0..k-1: P(draft token j+1 accepted | earlier ones accepted), after the drop."""
-    return np.clip(_raw_table(acceptance_entries(profile, tasks, k, prompt_lookup), k) - drop, 0.0, 1.0)
+    return np.clip(_raw_table(params.entries(k), k) - drop, 0.0, 1.0)
 
 
-def expected_survival(profile: Any, tasks: Sequence[str], k: int, prompt_lookup: bool, drop: float) -> np.ndarray:
+def expected_survival(params: SpeculativeParams, k: int, drop: float) -> np.ndarray:
     """C[t, j-1] = P(at least j of k drafts accepted), averaged over requests where the profile has a spread
     (the per-request draws' mean law); else the cumprod of ``acceptance_table``, bit for bit."""
-    entries = acceptance_entries(profile, tasks, k, prompt_lookup)
+    entries = params.entries(k)
     table = _raw_table(entries, k)
     means, sds = _spreads(entries)
     if not (sds > 0).any():
@@ -76,7 +112,7 @@ def expected_survival(profile: Any, tasks: Sequence[str], k: int, prompt_lookup:
     return mean_survival(means, sds, table, drop)
 
 
-def _spreads(entries: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
+def _spreads(entries: Sequence[TaskAcceptance]) -> tuple[np.ndarray, np.ndarray]:
     """(mean a, between-prompt sd) per task; sd 0 where absent, or where a = 0 or 1 (no law spreads around it)."""
     sds = np.array([float(getattr(e, "between_prompt_sd", None) or 0.0) for e in entries])
     means = np.array([float(e.mean) for e in entries])
@@ -84,7 +120,7 @@ def _spreads(entries: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
     return means, sds
 
 
-def _raw_table(entries: Sequence[Any], k: int) -> np.ndarray:
+def _raw_table(entries: Sequence[TaskAcceptance], k: int) -> np.ndarray:
     table = np.empty((len(entries), k))
     for row, entry in enumerate(entries):
         probs = list(entry.per_position or ())[:k]
@@ -93,7 +129,7 @@ def _raw_table(entries: Sequence[Any], k: int) -> np.ndarray:
     return table
 
 
-def acceptance_spread(entries: Sequence[Any], k: int, drop: float, rng: np.random.Generator
+def acceptance_spread(entries: Sequence[TaskAcceptance], k: int, drop: float, rng: np.random.Generator
                       ) -> AcceptanceSpread | None:
     """Per-request acceptance where some task's entry has a between-prompt spread; None (one a per task,
     as before) where none has."""
@@ -103,9 +139,9 @@ def acceptance_spread(entries: Sequence[Any], k: int, drop: float, rng: np.rando
     return AcceptanceSpread(means, sds, _raw_table(entries, k), drop, replica_key(rng))
 
 
-def linear_verify(profile: Any, k: int) -> tuple[float, float]:
+def linear_verify(params: SpeculativeParams, k: int) -> tuple[float, float]:
     """(verify_base, verify_per_token) of the controller's v(K) line through v(1) and v(k)."""
-    v1, vk = profile.verify_cost_ratio(1), profile.verify_cost_ratio(k)
+    v1, vk = params.verify[1], params.verify[k]
     per_token = (vk - v1) / (k - 1) if k > 1 else 0.0
     base = v1 - per_token
     return (base, per_token) if base > 0 else (vk, 0.0)
@@ -114,23 +150,21 @@ def linear_verify(profile: Any, k: int) -> tuple[float, float]:
 class SpeculativePhysics:
     """K choice, acceptance draws and round cost for one replica (state: the adaptive controller)."""
 
-    def __init__(self, spec: SpeculativeSpec, profile: Any, tasks: Sequence[str], rng: np.random.Generator,
-                 acceptance_drop: float = 0.0) -> None:
-        self.k = spec.k or profile.speculative.k
-        self.prompt_lookup = spec.proposer == "prompt_lookup"
+    def __init__(self, params: SpeculativeParams, rng: np.random.Generator, acceptance_drop: float = 0.0) -> None:
+        spec = params.spec
+        self.k = params.k
+        self.prompt_lookup = params.prompt_lookup
         # Prompt lookup proposes by matching n-grams of the context: no draft model pass (c = 0).
-        self.c = 0.0 if self.prompt_lookup else float(profile.speculative.cost_ratio.value)
+        self.c = params.c
         # the draft's prompt pass / the target's: measured where the profile has it, else c (its decode ratio)
-        self.prefill_ratio = 0.0 if self.prompt_lookup else float(profile.speculative.prefill_ratio)
-        # real_engine feeds the prompt to the draft in the first round (tripath/profile/engine_rules.py)
-        self.lazy_draft = not self.prompt_lookup and follows_real_engine(profile)
-        self._verify = [1.0] + [profile.verify_cost_ratio(k) for k in range(1, self.k + 1)]
-        # measured profiles' extra per additional sequence in a round (batch_extra); prompt lookup has no draft
-        # pass but the coefficient was measured with one, so it is left out there too (its verify stays batch-1)
-        per_seq = getattr(profile.speculative, "round_per_sequence", None)
-        self.per_sequence = 0.0 if per_seq is None or self.prompt_lookup else float(per_seq.value)
-        self.per_sequence_k = int(profile.speculative.k)  # the K it was measured at
-        entries = acceptance_entries(profile, tasks, self.k, self.prompt_lookup)
+        self.prefill_ratio = params.prefill_ratio
+        self.lazy_draft = params.lazy_draft
+        self._verify = params.verify
+        # measured profiles' extra per additional sequence in a round (batch_extra); prompt lookup: 0, its verify
+        # stays batch-1
+        self.per_sequence = params.per_sequence
+        self.per_sequence_k = params.per_sequence_k  # the K it was measured at
+        entries = params.entries(self.k)
         self.probs = np.clip(_raw_table(entries, self.k) - acceptance_drop, 0.0, 1.0)
         self.survival = np.cumprod(self.probs, axis=1)  # C[t, j-1] = P(at least j drafts accepted)
         # each request its own a where the profile measured the between-prompt spread (acceptance_spread.py)
@@ -140,7 +174,7 @@ class SpeculativePhysics:
         self.controller: AdaptiveK | None = None
         self._draft_seen: dict[int, int] = {}  # request -> tokens with draft K/V (absent: none yet)
         if spec.adaptive:
-            base, per_token = linear_verify(profile, self.k)
+            base, per_token = linear_verify(params, self.k)
             costs = SpecCosts(self.c, base, per_token)
             exit_speedup = 1.0  # the engine's default: fall back where no K beats plain decoding
             if spec.fallback_acceptance is not None:

@@ -18,9 +18,10 @@ iteration on top, in ``PathStep``. One iteration's milliseconds, from the profil
     seconds       compute + paging stall (tiered: max(0, paging - overlap x compute); measured profiles:
                   real_engine's per-step read and page moves, tier_engine_rule.py)
 
-tripath/simulator/paths/speculative.py, tier_physics.py, sp_physics.py and compression_physics.py hold each
-path's formulas and say where their numbers come from; docs/simulator_paths.md puts them together.
-``build_step_model`` returns step_model.BaselineStep with every strategy off (records equal the
+tripath/simulator/paths/speculative.py, tiered.py, seqpar.py and compression.py hold each path's formulas
+and say where their numbers come from; docs/simulator_paths.md puts them together. Every model here is
+built from the run's RunCosts (tripath/simulator/run_costs.py: the profile converted once), never from the
+profile. ``build_step_model`` returns step_model.BaselineStep with every strategy off (records equal the
 baseline's bit for bit), ``TransformedStep`` (BaselineStep on the transformed model) with only
 compression and/or SP on, and ``PathStep`` otherwise.
 """
@@ -28,7 +29,6 @@ compression and/or SP on, and ``PathStep`` otherwise.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 
@@ -38,7 +38,8 @@ from tripath.simulator.paths.compression import CompressionPhysics
 from tripath.simulator.paths.seqpar import SpPhysics
 from tripath.simulator.paths.speculative import SpeculativePhysics
 from tripath.simulator.paths.tiered import TierPhysics
-from tripath.simulator.scenario.strategy import StrategySpec, check_against_profile
+from tripath.simulator.run_costs import RunCosts
+from tripath.simulator.scenario.strategy import StrategySpec
 from tripath.simulator.step_model import (
     BaselineStep,
     Decode,
@@ -53,16 +54,15 @@ from tripath.simulator.step_model import (
 
 def path_cost(cost: IterationCost, compression: CompressionPhysics | None, sp: SpPhysics | None) -> IterationCost:
     """The baseline cost model with the deterministic paths applied: compression, then SP."""
-    prefill, decode = cost._prefill_ms, cost._decode_ms
+    prefill, decode = cost.prefill_ms, cost.decode_ms
     if compression is not None:
         decode = compression.decode_fn(decode)
         prefill = compression.prefill_fn(prefill)
     if sp is not None:
         decode = sp.decode_fn(decode)
-        prefill = sp.prefill_fn(prefill, cost._prefill_fixed_ms)
+        prefill = sp.prefill_fn(prefill, cost.prefill_fixed_ms)
     # the served step's host work outside the forward (profile costs.step_overhead) is not a path's: kept as is
-    out = IterationCost(prefill, decode, (cost._pre_tok, cost._pre_ctx), (cost._dec_batch, cost._dec_ctx),
-                        cost._overhead_ms, None if sp is not None else cost.block_tokens)
+    out = cost.transformed(prefill, decode, None if sp is not None else cost.block_tokens)
     # block_tokens: the engine's padded decode keys, if any; real_engine's SP engine (seqpar.py) keeps a dense
     # cache per sequence and reads exactly its own context, so SP prices Σ contexts
     if sp is not None:
@@ -70,20 +70,22 @@ def path_cost(cost: IterationCost, compression: CompressionPhysics | None, sp: S
     return out
 
 
-class _Transforms:
-    """What compression and SP change for a replica: its cost model, bytes per token, capacity, GPUs."""
+class Transforms:
+    """What compression and SP change for a replica: its cost model, bytes per token, capacity, GPUs.
 
-    def __init__(self, cost: IterationCost, profile: Any, strategy: StrategySpec, kv_capacity_bytes: int) -> None:
-        self.compression = None if strategy.compression is None else CompressionPhysics(
-            profile, strategy.compression.mode)
-        full = int(profile.model.kv_bytes_per_token)
+    A fresh instance per replica: the transformed cost model and the SP physics keep their own counters."""
+
+    def __init__(self, costs: RunCosts) -> None:
+        strategy = costs.strategy
+        self.compression = costs.compression
+        full = costs.kv_bytes_per_token
         self.kv_bytes_per_token = full if self.compression is None else self.compression.bytes_per_token(full)
         self.degree = 1 if strategy.sequence_parallel is None else strategy.sequence_parallel.degree
-        self.sp = None if self.degree == 1 else SpPhysics(profile, self.degree)
+        self.sp = None if costs.sequence_parallel is None else SpPhysics(costs.sequence_parallel)
         # every SP rank holds 1/P of each sequence's KV in its own budget: P budgets per replica
-        self.kv_capacity_bytes = self.degree * kv_capacity_bytes
-        self.gpus = int(profile.key.tp) * self.degree
-        self.cost = path_cost(cost, self.compression, self.sp)
+        self.kv_capacity_bytes = self.degree * costs.kv_capacity_bytes
+        self.gpus = replica_gpus(strategy, costs.tp)
+        self.cost = path_cost(costs.cost, self.compression, self.sp)
 
     def merge_ms(self, prefills: Sequence[PrefillChunk], decodes: DecodeBatch) -> tuple[float, float]:
         """(decode merge, prefill merges) in ms of one iteration: the SP merge inside its cost."""
@@ -92,12 +94,16 @@ class _Transforms:
         decode = float(self.sp.decode_merge_array(decodes.total_context)) if len(decodes) else 0.0
         return decode, sum(self.sp.merge_ms(p.context_before + p.new_tokens) for p in prefills)
 
+    def sp_extrapolations(self) -> tuple[int, int]:
+        """(SP prefill queries, of which outside the profile's measured rows or merge domain)."""
+        return (0, 0) if self.sp is None else (self.sp.queries, self.sp.outside)
+
 
 class TransformedStep(BaselineStep):
     """Compression and/or SP alone: the baseline's iteration, operation for operation, on the transformed
     cost model (so a fast path given the same model gives the same records), plus the merge time."""
 
-    def __init__(self, transforms: _Transforms) -> None:
+    def __init__(self, transforms: Transforms) -> None:
         super().__init__(transforms.cost, transforms.kv_bytes_per_token, transforms.kv_capacity_bytes,
                          transforms.gpus)
         self.transforms = transforms
@@ -109,31 +115,23 @@ class TransformedStep(BaselineStep):
         result.merge_s = sum(self.transforms.merge_ms(prefills, decodes)) / 1000.0
         return result
 
-    def sp_extrapolations(self) -> tuple[int, int]:
-        """(SP prefill queries, of which outside the profile's measured rows or merge domain)."""
-        sp = self.transforms.sp
-        return (0, 0) if sp is None else (sp.queries, sp.outside)
-
     def extrapolations(self) -> Extrapolations:
-        return self.cost.extrapolations().with_sp(*self.sp_extrapolations())
+        return self.cost.extrapolations().with_sp(*self.transforms.sp_extrapolations())
 
 
 class PathStep:
     """Speculative and tiered iterations (with compression and SP if on) of one replica (StepModel)."""
 
-    def __init__(self, cost: IterationCost, profile: Any, strategy: StrategySpec, tasks: Sequence[str],
-                 kv_capacity_bytes: int, rng: np.random.Generator, source: str | None = None) -> None:
-        check_against_profile(strategy, profile, tuple(tasks), source)
-        self.strategy = strategy
-        self.transforms = t = _Transforms(cost, profile, strategy, kv_capacity_bytes)
+    def __init__(self, costs: RunCosts, rng: np.random.Generator) -> None:
+        self.strategy = strategy = costs.strategy
+        self.transforms = t = Transforms(costs)
         self.cost, self.kv_bytes_per_token, self.gpus, self.sp = t.cost, t.kv_bytes_per_token, t.gpus, t.sp
         self.device_kv_tokens = t.kv_capacity_bytes // t.kv_bytes_per_token
-        self.tiers = None if strategy.tiered is None else TierPhysics(
-            strategy.tiered, profile, self.kv_bytes_per_token, self.device_kv_tokens, ranks=t.degree)
+        self.tiers = None if costs.tiered is None or strategy.tiered is None else TierPhysics(
+            strategy.tiered, costs.tiered, self.kv_bytes_per_token, self.device_kv_tokens, ranks=t.degree)
         self.kv_capacity_tokens = self.device_kv_tokens if self.tiers is None else self.tiers.capacity_tokens
         drop = 0.0 if t.compression is None else t.compression.acceptance_drop
-        self.spec = None if strategy.speculative is None else SpeculativePhysics(
-            strategy.speculative, profile, tasks, rng, drop)
+        self.spec = None if costs.speculative is None else SpeculativePhysics(costs.speculative, rng, drop)
         self._live = 0
 
     def step(self, prefills: Sequence[PrefillChunk], decodes: DecodeBatch | Sequence[Decode],
@@ -151,7 +149,7 @@ class PathStep:
                 # decode steps at the batch's mean context (spec_physics.batch_extra; 0 without the coefficient)
                 extra = self.spec.batch_extra(batch, int(ks.max()))
                 if extra:
-                    base_ms += extra * float(self.cost._decode_ms(1, decodes.total_context // batch))
+                    base_ms += extra * float(self.cost.decode_ms(1, decodes.total_context // batch))
             decode_merge *= factor
             comp = self.transforms.compression
             if self.spec is not None and comp is not None and comp.decode_extra is not None and self.sp is None:
@@ -160,7 +158,7 @@ class PathStep:
                 extra = float(comp.decode_extra.extra_ms(batch, priced))
                 base_ms += comp.round_extra_ms(batch, priced, int(ks.max())) - factor * extra
         else:
-            base_ms = self.cost._prefill_fixed_ms
+            base_ms = self.cost.prefill_fixed_ms
         draft_ms = draft_merge = 0.0
         if self.spec is not None and batch:
             # the draft prefills a prompt in the sequence's first round (after its first token), at r x the
@@ -174,10 +172,10 @@ class PathStep:
         # a vLLM-style engine (non-measured profiles) runs the draft's prefill beside the target's: x (1 + r)
         draft = 1.0 if self.spec is None or self.spec.lazy_draft else 1.0 + self.spec.prefill_ratio
         compute_ms = base_ms + draft * self._prefill_ms(prefills) + draft_ms
-        if self.cost._overhead_ms is not None:
+        if self.cost.has_step_overhead:
             # once per iteration (a speculative round is one engine step): its sequences and new tokens
             new_tokens = batch + int(ks.sum()) + sum(p.new_tokens for p in prefills)
-            compute_ms += self.cost._overhead_ms(batch + len(prefills), new_tokens)
+            compute_ms += self.cost.overhead_ms(batch + len(prefills), new_tokens)
         compute_s = compute_ms / 1000.0
 
         accepted = self.spec.draw(decodes, ks) if self.spec is not None else None
@@ -217,18 +215,14 @@ class PathStep:
         cost, batch = self.cost, len(decodes)
         context = self._decode_context(decodes)
         cost.count_decodes(batch, context, 1)
-        return float(cost._decode_ms(batch, context))
+        return float(cost.decode_ms(batch, context))
 
     def _prefill_ms(self, prefills: Sequence[PrefillChunk]) -> float:
         """Token-dependent prefill work (SP merge included), counting queries outside the measured domain."""
-        cost = self.cost
+        chunk_work_ms = self.cost.chunk_work_ms
         work = 0.0
-        (tok_lo, tok_hi), (ctx_lo, ctx_hi) = cost._pre_tok, cost._pre_ctx
         for chunk in prefills:
-            work += float(cost._prefill_ms(chunk.new_tokens, chunk.context_before)) - cost._prefill_fixed_ms
-            if not (tok_lo <= chunk.new_tokens <= tok_hi and ctx_lo <= chunk.context_before <= ctx_hi):
-                cost.prefill_outside += 1
-        cost.prefill_queries += len(prefills)
+            work += chunk_work_ms(chunk.new_tokens, chunk.context_before)
         return work
 
     def tier_bytes(self) -> dict[str, int]:
@@ -237,64 +231,35 @@ class PathStep:
         return {"device": self._live * self.kv_bytes_per_token}
 
     def extrapolations(self) -> Extrapolations:
-        return self.cost.extrapolations().with_sp(*self.sp_extrapolations())
-
-    def sp_extrapolations(self) -> tuple[int, int]:
-        """(SP prefill queries, of which outside the profile's measured rows or merge domain)."""
-        return (0, 0) if self.sp is None else (self.sp.queries, self.sp.outside)
+        return self.cost.extrapolations().with_sp(*self.transforms.sp_extrapolations())
 
 
-def build_step_model(scenario: Any, profile: Any, cost: IterationCost, rng: np.random.Generator,
-                     replica_index: int = 0) -> StepModel:
-    """The step model of one replica: BaselineStep when no strategy is on, else PathStep.
-
-    ``rng`` is this replica's own stream (speculative draws); ``replica_index`` names the replica
-    and is not otherwise used (each replica's state lives in its own instance).
-    """
-    from tripath.simulator.runner import kv_capacity  # runner imports the loop, which imports this module
-
-    capacity, _ = kv_capacity(scenario, profile)
-    strategy: StrategySpec = getattr(scenario, "strategy", StrategySpec())
+def build_step_model(costs: RunCosts, rng: np.random.Generator) -> StepModel:
+    """The step model of one replica: BaselineStep when no strategy is on, TransformedStep with compression
+    and/or SP only, else PathStep. ``rng`` is this replica's own stream (speculative draws); each replica's
+    state (counters, tiers, controller) lives in its own instance."""
+    strategy = costs.strategy
     if strategy.baseline:
-        return BaselineStep(cost, int(profile.model.kv_bytes_per_token), capacity, int(profile.key.tp))
-    tasks = [task for task, _ in scenario.workload.tasks]
-    if strategy.speculative is None and strategy.tiered is None:
-        check_against_profile(strategy, profile, tuple(tasks), scenario.source_path)
-        return TransformedStep(_Transforms(cost, profile, strategy, capacity))
-    return PathStep(cost, profile, strategy, tasks, capacity, rng, scenario.source_path)
+        return BaselineStep(costs.cost.fresh(), costs.kv_bytes_per_token, costs.kv_capacity_bytes, costs.tp)
+    if transform_only(strategy):
+        return TransformedStep(Transforms(costs))
+    return PathStep(costs, rng)
 
 
-def fast_path_model(scenario: Any, profile: Any) -> tuple[IterationCost, int, int] | None:
-    """(cost model, KV bytes per token, KV capacity bytes) with which the fast replica serves the scenario's
-    paths exactly, where they allow it (compression and/or SP only: deterministic, one token per decode);
-    None where they do not (speculation and tiering act per iteration) or for the baseline (use the
-    profile as is). runner.simulate uses ``fast_transforms`` (the same, with the SP physics, so the fast
-    replica also books merge_s to its records)."""
-    t = fast_transforms(scenario, profile)
-    return None if t is None else (t.cost, t.kv_bytes_per_token, t.kv_capacity_bytes)
-
-
-def transform_only(scenario: Any) -> bool:
-    """Whether the scenario's paths are compression and/or SP only (deterministic: a transformed cost model)."""
-    strategy: StrategySpec = getattr(scenario, "strategy", StrategySpec())
+def transform_only(strategy: StrategySpec) -> bool:
+    """Whether the paths are compression and/or SP only (deterministic: a transformed cost model)."""
     return not strategy.baseline and strategy.speculative is None and strategy.tiered is None
 
 
-def fast_transforms(scenario: Any, profile: Any) -> _Transforms | None:
-    """What fast_path_model returns, with the SP physics (merge model, extrapolation counters) the fast
-    replica uses to record merge time; a fresh instance per call (its own counters). None as there."""
-    from tripath.simulator.runner import kv_capacity
-
-    if not transform_only(scenario):
-        return None
-    strategy: StrategySpec = scenario.strategy
-    tasks = tuple(task for task, _ in scenario.workload.tasks)
-    check_against_profile(strategy, profile, tasks, scenario.source_path)
-    return _Transforms(IterationCost.from_profile(profile), profile, strategy, kv_capacity(scenario, profile)[0])
+def fast_transforms(costs: RunCosts) -> Transforms | None:
+    """The transformed cost model, KV bytes per token and capacity with which the fast replica serves the paths
+    exactly, where they allow it (compression and/or SP only: deterministic, one token per decode), with the SP
+    physics (merge model, extrapolation counters) it uses to record merge time; a fresh instance per call. None
+    where they do not (speculation and tiering act per iteration) or for the baseline (the profile's costs)."""
+    return Transforms(costs) if transform_only(costs.strategy) else None
 
 
-def replica_gpus(scenario: Any, profile: Any) -> int:
+def replica_gpus(strategy: StrategySpec, tp: int) -> int:
     """GPUs one replica occupies: tp x the sequence-parallel degree (replicas = gpus // this)."""
-    strategy: StrategySpec = getattr(scenario, "strategy", StrategySpec())
     degree = 1 if strategy.sequence_parallel is None else strategy.sequence_parallel.degree
-    return int(profile.key.tp) * degree
+    return tp * degree

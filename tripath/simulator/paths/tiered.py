@@ -60,42 +60,63 @@ rank's own pool D.
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 from tripath.profile.engine_rules import follows_real_engine
+from tripath.profile.profile import Profile
+from tripath.profile.sections import PagingLink
 from tripath.simulator.paths.tiered_engine_rule import EngineTierRule
 from tripath.simulator.scenario.strategy import DEVICE_HOST, GIB, HOST_SSD, TieredSpec
+
+
+@dataclass(frozen=True)
+class TierTables:
+    """What the tiered path reads from the profile: the hardware's host and SSD bytes (where the scenario gives
+    no capacity), the paging fits, the model's layers, and whether it was measured on real_engine."""
+
+    host_memory_bytes: int
+    ssd_bytes: int
+    paging: Mapping[str, PagingLink]
+    layers: int
+    real_engine: bool  # tripath/profile/engine_rules.py: the engine's residency rule applies by default
+
+    @classmethod
+    def from_profile(cls, profile: Profile) -> TierTables:
+        return cls(profile.hardware.host_memory_bytes, profile.hardware.ssd_bytes, profile.paging,
+                   int(profile.model.layers), follows_real_engine(profile))
 
 
 class TierPhysics:
     """KV placement over three tiers and the paging cost of one iteration, for one replica."""
 
-    def __init__(self, spec: TieredSpec, profile: Any, kv_bytes_per_token: int, device_tokens: int,
+    def __init__(self, spec: TieredSpec, tables: TierTables, kv_bytes_per_token: int, device_tokens: int,
                  ranks: int = 1, overlap: float = 0.0) -> None:
-        host = profile.hardware.host_memory_bytes if spec.host_capacity_gib is None else spec.host_capacity_gib * GIB
-        ssd = profile.hardware.ssd_bytes if spec.ssd_capacity_gib is None else spec.ssd_capacity_gib * GIB
+        host = tables.host_memory_bytes if spec.host_capacity_gib is None else spec.host_capacity_gib * GIB
+        ssd = tables.ssd_bytes if spec.ssd_capacity_gib is None else spec.ssd_capacity_gib * GIB
+        paging = tables.paging
         self.bytes_per_token = kv_bytes_per_token
         self.device_tokens = device_tokens
         self.host_tokens = int(host) // kv_bytes_per_token
-        self.ssd_tokens = int(ssd) // kv_bytes_per_token if HOST_SSD in profile.paging else 0
+        self.ssd_tokens = int(ssd) // kv_bytes_per_token if HOST_SSD in paging else 0
         self.chunk = spec.chunk_tokens
         self.ranks = ranks
         self.overlap = overlap
-        self._links = {name: profile.paging[name].cost_for(spec.chunk_tokens)
-                       for name in (DEVICE_HOST, HOST_SSD) if name in profile.paging}
+        self._links = {name: paging[name].cost_for(spec.chunk_tokens) for name in (DEVICE_HOST, HOST_SSD)
+                       if name in paging}
         self.live = 0
-        self.layers = int(profile.model.layers)
+        self.layers = tables.layers
         self.sink_tokens = spec.sink_tokens
         self.window_tokens = spec.window_tokens
         self.device_pages = (device_tokens // spec.chunk_tokens) * self.layers
         residency = spec.device_residency
-        self.residency = follows_real_engine(profile) if residency is None else residency
+        self.residency = tables.real_engine if residency is None else residency
         self.rule: EngineTierRule | None = None
         if self.residency:  # the engine's pool holds whole pages: D rounds down to whole chunks
             self.device_tokens = (device_tokens // self.chunk) * self.chunk
             # its per-step read and page moves (tier_engine_rule.py); each SP rank has 1/P of the pools
             host_pages = (self.host_tokens // self.chunk) * self.layers
-            self.rule = EngineTierRule(profile, self.chunk, self.layers, kv_bytes_per_token, self.device_pages // ranks,
+            self.rule = EngineTierRule(paging, self.chunk, self.layers, kv_bytes_per_token, self.device_pages // ranks,
                                        host_pages // ranks, spec.sink_tokens, spec.window_tokens, ranks)
 
     def pinned_chunks(self, tokens: int) -> int:

@@ -45,10 +45,9 @@ Measured on real_engine (docs/tiered_kv.md, "What the engine does per step"):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
 
-from tripath.profile.sections import MISS_KINDS, miss_key
+from tripath.profile.sections import MISS_KINDS, PagingLink, miss_key
 from tripath.simulator.scenario.strategy import DEVICE_HOST, HOST_SSD
 
 GATHER = "gather"  # tripath/calibrate/sweeps/gather.py's profile key
@@ -57,16 +56,16 @@ DIRECTIONS = {"device->host": DEVICE_HOST, "host->device": DEVICE_HOST, "host->s
 
 
 class EngineTierRule:
-    """real_engine's per-step tier work for one replica: read overhead and page moves, in ms."""
+    """real_engine's per-step tier work for one replica: read overhead and page moves, in ms, from the profile's
+    ``paging`` fits (``paging``: link or direction -> PagingLink)."""
 
-    def __init__(self, profile: Any, chunk: int, layers: int, bytes_per_token: int, device_pages: int,
-                 host_pages: int, sink_tokens: int, window_tokens: int, ranks: int = 1) -> None:
+    def __init__(self, paging: Mapping[str, PagingLink], chunk: int, layers: int, bytes_per_token: int,
+                 device_pages: int, host_pages: int, sink_tokens: int, window_tokens: int, ranks: int = 1) -> None:
         self.chunk, self.layers, self.ranks = chunk, layers, ranks
         self.bytes_per_token = bytes_per_token
         self.device_pages, self.host_pages = device_pages, host_pages
         self.sink, self.window = sink_tokens, window_tokens
         self.page_bytes = chunk * bytes_per_token / layers  # one layer's K and V of one chunk
-        paging = profile.paging
         self.gather = paging[GATHER].cost_for(chunk) if GATHER in paging else None
         self.page_ms = {d: paging[d if d in paging else link].cost_for(chunk).evaluate(bytes=self.page_bytes)
                         for d, link in DIRECTIONS.items() if d in paging or link in paging}

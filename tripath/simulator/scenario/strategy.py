@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tripath.core.errors import InputError
+from tripath.profile.profile import Profile
 
 PROPOSERS = ("draft", "prompt_lookup")
 TIER_POLICIES = ("lru",)
@@ -165,7 +166,7 @@ def strategy_to_dict(spec: StrategySpec) -> dict[str, dict[str, Any]]:
     return out
 
 
-def check_against_profile(spec: StrategySpec, profile: Any, tasks: tuple[str, ...], source: str | None) -> None:
+def check_against_profile(spec: StrategySpec, profile: Profile, tasks: tuple[str, ...], source: str | None) -> None:
     """What the profile must carry for the paths switched on; InputError names field and profile."""
     name = f"profile {profile.key_str()}"
 
