@@ -2,13 +2,13 @@
 
     .venv/bin/python benchmarks/bench_stepper.py [--against REV] [--requests 10000] [--repeats 3]
 
-Extracts REV's tripath/simulator/ package (``git archive``, read-only on the repository) into a temp folder
-next to a link to data/, then times the same cases in fresh subprocesses, alternating old and new
-``--repeats`` times: the old side imports REV's simulator (PYTHONPATH first on sys.path), the new
-side this working tree's. Each case draws the same requests (fixed rate, same seed) and both sides
-print a SHA-256 of their records (floats as hex), so "identical" means bit for bit. Times are the
-worker thread's CPU time (time.thread_time: other jobs on the shared cores disturb it less than
-wall time), the best of the repeats; the ratio is old / new.
+Extracts REV's tripath/ package (``git archive``, read-only on the repository; REV must have the same
+simulator API, RunCosts) into a temp folder next to a link to data/, then times the same cases in fresh
+subprocesses, alternating old and new ``--repeats`` times: the old side imports REV's simulator (PYTHONPATH
+first on sys.path), the new side this working tree's. Each case draws the same requests (fixed rate, same
+seed) and both sides print a SHA-256 of their records (floats as hex), so "identical" means bit for bit. Times
+are the worker thread's CPU time (time.thread_time: other jobs on the shared cores disturb it less than wall
+time), the best of the repeats; the ratio is old / new.
 
 Cases: ``paths`` (speculative K 4 + tiered + int8 on cpu-tiny, Azure conversation lengths, Poisson
 2 req/s, about 0.75 of its saturation) and ``continuous`` (the seed profile's baseline physics through
@@ -31,7 +31,7 @@ from io import BytesIO
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_AGAINST = "ab5ca7c"  # the last commit before the loop passed a DecodeBatch (issue 8, item 6)
+DEFAULT_AGAINST = "829b5ff"  # the first commit whose loop takes the profile converted once (RunCosts)
 PATHS = {"speculative": {"k": 4}, "tiered": {"chunk_tokens": 256}, "compression": {"mode": "int8"}}
 
 
@@ -92,8 +92,7 @@ def worker(case: str, requests: int) -> dict:
     result = simulate_requests(specs, config, IterationCost.from_profile(profile), setup=setup)
     wall, cpu = time.perf_counter() - wall, time.thread_time() - cpu
     gc.enable()
-    import simulator
-
+    import tripath.simulator as simulator
     from tripath.core.data_dirs import PROFILES_DIR
 
     inputs = hashlib.sha256((PROFILES_DIR / f"{data['profile']}.json").read_bytes()).hexdigest()[:16]
@@ -103,7 +102,7 @@ def worker(case: str, requests: int) -> dict:
 
 
 def _extract(rev: str, into: Path) -> None:
-    archive = subprocess.run(["git", "-C", str(REPO), "archive", rev, "simulator"], check=True,
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", rev, "tripath"], check=True,
                              capture_output=True).stdout
     with tarfile.open(fileobj=BytesIO(archive)) as tar:
         tar.extractall(into, filter="data")
