@@ -37,7 +37,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from tripath.engine.engine import Engine, EngineConfig
+from tripath.engine.engine import Engine
+from tripath.engine.engine_config import EngineConfig
 from tripath.engine.kv.paged_attention import PagedAttention, SequenceChunk
 from tripath.engine.model.config import PRESETS
 from tripath.engine.model.model import LlamaModel

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import torch
 
-from tripath.engine.engine import Engine, EngineConfig
+from tripath.engine.engine import Engine
+from tripath.engine.engine_config import EngineConfig
 from tripath.engine.kv.paged_attention import PagedAttention, SequenceChunk
 from tripath.engine.model.model import LlamaModel
 

@@ -28,7 +28,7 @@ from tripath.engine.step_record import StepRecord
 from tripath.engine.tiered.batch_attention import TieredBatchAttention
 from tripath.engine.tiered.store import TieredStore
 
-__all__ = ["Engine", "EngineConfig", "RequestRejected", "StepRecord", "run_to_completion"]
+__all__ = ["Engine", "run_to_completion"]
 
 
 class Engine:

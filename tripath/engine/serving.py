@@ -21,7 +21,9 @@ import torch
 
 from tripath.core.errors import InputError
 from tripath.core.records import COMPLETED, REJECTED, RequestRecord
-from tripath.engine.engine import Engine, EngineConfig, StepRecord
+from tripath.engine.engine import Engine
+from tripath.engine.engine_config import EngineConfig
+from tripath.engine.step_record import StepRecord
 from tripath.engine.tiered.tiers import TierConfig
 from tripath.engine.workload_replay import EVAL_PROMPTS, PromptSource, ServeResult, serve
 

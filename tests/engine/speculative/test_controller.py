@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tripath.engine.engine import Engine, EngineConfig
+from tripath.engine.engine import Engine
+from tripath.engine.engine_config import EngineConfig
 from tripath.engine.model.config import PRESETS
 from tripath.engine.model.model import LlamaModel
 from tripath.engine.sampling import SamplingParams

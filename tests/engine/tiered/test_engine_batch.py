@@ -8,9 +8,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from tripath.engine.engine import Engine, EngineConfig, StepRecord
+from tripath.engine.engine import Engine
+from tripath.engine.engine_config import EngineConfig
 from tripath.engine.model.config import PRESETS
 from tripath.engine.model.model import LlamaModel
+from tripath.engine.step_record import StepRecord
 from tripath.engine.tiered.tiers import TierConfig
 
 CFG = PRESETS["tiny-gqa"]  # 2 layers, 2 KV heads x 8 dims: a page of 16 tokens is 2 KiB in fp32

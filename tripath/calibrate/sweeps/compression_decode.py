@@ -33,7 +33,8 @@ import torch
 from scipy.optimize import nnls
 
 from tripath.calibrate.samples import Sample, SampleLog
-from tripath.engine.engine import Engine, EngineConfig
+from tripath.engine.engine import Engine
+from tripath.engine.engine_config import EngineConfig
 from tripath.engine.kv.compressed_attention import CompressedAttention
 from tripath.engine.kv.paged_attention import PagedAttention, SequenceChunk
 from tripath.engine.model.model import LlamaModel

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 
 import torch
 
-from tripath.engine.engine import Engine, EngineConfig
+from tripath.engine.engine import Engine
+from tripath.engine.engine_config import EngineConfig
 from tripath.engine.model.model import LlamaModel
 from tripath.engine.sampling import SamplingParams
 

@@ -24,7 +24,8 @@ from dataclasses import dataclass
 
 import torch
 
-from tripath.engine.engine import EngineConfig, RequestRejected, StepRecord, run_to_completion
+from tripath.engine.engine import run_to_completion
+from tripath.engine.engine_config import EngineConfig, RequestRejected
 from tripath.engine.kv.compressed_store import CompressedKVStore, StoreConfig
 from tripath.engine.kv.paged import KVCacheManager, KVTensors
 from tripath.engine.model.fusion import fuse_projections
@@ -36,6 +37,7 @@ from tripath.engine.speculative.controller import Controller, FixedK
 from tripath.engine.speculative.metrics import SpecCounters, SpecTimings
 from tripath.engine.speculative.proposers import PagedChunk, Proposal, Proposer, paged_forward
 from tripath.engine.speculative.rejection import greedy_verify, rejection_sample, sampling_probs
+from tripath.engine.step_record import StepRecord
 
 
 @dataclass(frozen=True)
