@@ -8,7 +8,7 @@ Policy (the tiered-cache path of SEEDS.md):
 - full attention needs every chunk of a layer at once, so ``gather`` pages the layer's chunks in
   and concatenates them; while that layer computes, the next layer's pages are fetched ahead on a
   background thread (a side CUDA stream inside it on GPU), so paging overlaps compute.
-Pages move bit for bit, so attention over them (tripath/engine/tiered/attention.py) is bit-identical
+Pages move bit for bit, so attention over them (tripath/engine/tiered/batch_attention.py) is bit-identical
 to the untiered cache.  Under full attention and LRU a context larger than the device pool re-reads
 every unpinned page each step: paging cost is linear in the KV that does not fit (SEEDS.md: ~3 ms
 per extra 2K tokens on its hardware).
