@@ -26,7 +26,8 @@ import torch
 
 from tripath.core.data_dirs import MODELS_DIR
 from tripath.core.speculative import FixedK, SpecCosts, expected_tokens, predicted_speedup
-from tripath.engine.engine import Engine, EngineConfig
+from tripath.engine.engine import Engine
+from tripath.engine.engine_config import EngineConfig
 from tripath.engine.model.checkpoint import load_checkpoint
 from tripath.engine.model.tokenizer import ByteTokenizer
 from tripath.engine.speculative.engine import SpecStepRecord, SpeculativeEngine

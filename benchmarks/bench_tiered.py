@@ -34,7 +34,8 @@ import time
 
 import torch
 
-from tripath.engine.engine import Engine, EngineConfig
+from tripath.engine.engine import Engine
+from tripath.engine.engine_config import EngineConfig
 from tripath.engine.model.config import PRESETS, ModelConfig
 from tripath.engine.model.model import LlamaModel
 from tripath.engine.tiered.paging_meter import LINKS, measure_paging

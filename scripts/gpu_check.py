@@ -38,8 +38,9 @@ from typing import TYPE_CHECKING
 import torch
 
 from tripath.core.atomic import write_text
-from tripath.engine.engine import Engine, EngineConfig
-from tripath.engine.kv.paged_attention import PagedAttention, SequenceChunk
+from tripath.engine.engine import Engine
+from tripath.engine.engine_config import EngineConfig
+from tripath.engine.kv.paged_attention import SequenceChunk
 from tripath.engine.model.config import PRESETS
 from tripath.engine.model.model import LlamaModel
 from tripath.profile.profile import Coefficient, load_profile, save_profile
@@ -76,9 +77,9 @@ def check_paged_logits(device: torch.device, dtype: torch.dtype, tolerance: floa
     dense = model(ids).float()  # [1, 100, V]
     engine = Engine(model, EngineConfig(block_size=16, num_blocks=16, fuse_projections=False))
     table = list(range(7))  # 100 tokens in blocks of 16
-    first = PagedAttention(engine.kv, [SequenceChunk(0, 64, table)], config.kv_group_size)
+    first = engine.backend.attention([SequenceChunk(0, 64, table)], [0])
     model(ids[:, :64], first.positions, first)  # writes the cached context
-    second = PagedAttention(engine.kv, [SequenceChunk(64, 36, table)], config.kv_group_size)
+    second = engine.backend.attention([SequenceChunk(64, 36, table)], [0])
     paged = model(ids[:, 64:], second.positions, second).float()  # [1, 36, V]
     diff = float((paged - dense[:, 64:]).abs().max())
     scale = float(dense.abs().max())

@@ -12,7 +12,8 @@ import sys
 
 import torch
 
-from tripath.engine.engine import Engine, EngineConfig
+from tripath.engine.engine import Engine
+from tripath.engine.engine_config import EngineConfig
 from tripath.engine.kv.modes import MODES, KVCompression
 from tripath.engine.kv.quality import compare, greedy_acceptance, perplexity, teacher_forced_logits
 from tripath.engine.kv.store_meter import measure_store

@@ -27,7 +27,8 @@ import torch
 
 from tripath.calibrate.probe import StepProbe
 from tripath.core.data_dirs import MODELS_DIR
-from tripath.engine.engine import Engine, EngineConfig
+from tripath.engine.engine import Engine
+from tripath.engine.engine_config import EngineConfig
 from tripath.engine.model.checkpoint import load_checkpoint
 from tripath.profile.profile import resolve_profile
 

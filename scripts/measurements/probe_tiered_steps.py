@@ -21,7 +21,8 @@ import time
 
 import torch
 
-from tripath.engine.engine import Engine, EngineConfig
+from tripath.engine.engine import Engine
+from tripath.engine.engine_config import EngineConfig
 from tripath.engine.model.checkpoint import load_checkpoint
 from tripath.engine.model.model import LlamaModel
 from tripath.engine.tiered.tiers import TierConfig

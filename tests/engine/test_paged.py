@@ -7,7 +7,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tripath.engine.engine import Engine, EngineConfig, RequestRejected
+from tripath.engine.engine import Engine
+from tripath.engine.engine_config import EngineConfig, RequestRejected
 from tripath.engine.kv.paged import KVCacheManager, KVTensors
 from tripath.engine.kv.paged_attention import PagedAttention, SequenceChunk
 from tripath.engine.model.config import PRESETS

@@ -13,7 +13,8 @@ import torch
 from tripath.cli.serve import main
 from tripath.core.errors import InputError
 from tripath.core.records import COMPLETED, REJECTED
-from tripath.engine.engine import Engine, EngineConfig
+from tripath.engine.engine import Engine
+from tripath.engine.engine_config import EngineConfig
 from tripath.engine.model.config import PRESETS
 from tripath.engine.model.model import LlamaModel
 from tripath.engine.serving import PromptSource, serve, write_records_csv

@@ -12,10 +12,12 @@ import pytest
 import torch
 
 from tripath.core.request import RequestSpec
-from tripath.engine.engine import Engine, EngineConfig, StepRecord
+from tripath.engine.engine import Engine
+from tripath.engine.engine_config import EngineConfig
 from tripath.engine.model.config import PRESETS
 from tripath.engine.model.model import LlamaModel
 from tripath.engine.serving import PromptSource
+from tripath.engine.step_record import StepRecord
 from tripath.fidelity.window_serving import serve_batched
 
 STEP_S = 0.1

@@ -13,7 +13,9 @@ import pytest
 import torch
 
 from tripath.core.data_dirs import MODELS_DIR
-from tripath.engine.kv.dense import DenseKVCache, greedy_generate
+from tripath.engine.engine import Engine
+from tripath.engine.engine_config import EngineConfig
+from tripath.engine.kv.dense import DenseKVCache
 from tripath.engine.model.checkpoint import load_checkpoint
 from tripath.engine.model.config import ModelConfig
 from tripath.engine.model.model import LlamaModel
@@ -116,14 +118,22 @@ def test_target_summary_follows_the_summary_structure(target: LlamaModel, prompt
         hits += int((pred == torch.tensor(ref)).sum())
         total += len(ref)
     assert hits / total > 0.7
-    out = greedy_generate(target, TOK.encode(prompts["summarization"][0].prompt, add_bos=True), 60, EOS_ID)
+    out = greedy_until_eos(target, TOK.encode(prompts["summarization"][0].prompt, add_bos=True), 60)
     assert _FACT.match(TOK.decode(out)), TOK.decode(out)
+
+
+def greedy_until_eos(model: LlamaModel, prompt: list[int], max_new_tokens: int) -> list[int]:
+    """Greedy continuation by the serving Engine, up to and including the first EOS."""
+    blocks = -(-(len(prompt) + max_new_tokens) // 16)
+    engine = Engine(model, EngineConfig(max_batch_size=1, block_size=16, num_blocks=blocks, fuse_projections=False))
+    out = engine.generate([prompt], max_new_tokens)[0]
+    return out[: out.index(EOS_ID) + 1] if EOS_ID in out else out
 
 
 def test_target_dialogue_reply_follows_the_template(target: LlamaModel, prompts: dict) -> None:
     matches = 0
     for sample in prompts["dialogue"][:4]:
-        out = greedy_generate(target, TOK.encode(sample.prompt, add_bos=True), 40, EOS_ID)
+        out = greedy_until_eos(target, TOK.encode(sample.prompt, add_bos=True), 40)
         matches += TOK.decode(out).split()[:1] == sample.reference.split()[:1]  # the template's opening word
     assert matches >= 3
 
@@ -148,9 +158,9 @@ def test_dense_cache_decoding_matches_full_forward() -> None:
             pos = torch.arange(start, start + 4).unsqueeze(0)
             parts.append(model(ids[:, start : start + 4], positions=pos, attention=cache))
     torch.testing.assert_close(torch.cat(parts, dim=1), full, atol=1e-5, rtol=1e-5)
-    # Greedy with the cache equals greedy by re-running the whole sequence each step.
+    # Greedy through the serving engine equals greedy by re-running the whole sequence each step.
     prompt = ids[0, :8].tolist()
-    out = greedy_generate(model, prompt, 10, stop_id=EOS_ID)
+    out = greedy_until_eos(model, prompt, 10)
     seq = list(prompt)
     with torch.inference_mode():
         for _ in range(len(out)):

@@ -2,7 +2,7 @@
 
 The probe owns an ``Engine`` (so the model is transformed exactly as serving transforms it, and
 the KV pool is the engine's) and replays what ``Engine.step`` does for one forward: build the
-step's ``PagedAttention`` over the sequences' block tables, run the model over the packed new
+step's attention (the paged back end's ``PagedAttention``) over the block tables, run the model over the packed new
 tokens with logits only for each sequence's last token, and pick the next tokens. Cached context
 is whatever the pool holds: attention cost does not depend on the values, only on the shapes.
 Each sequence gets its own contiguous run of blocks, as a fresh pool would give it.
@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import torch
 
-from tripath.engine.engine import Engine, EngineConfig
-from tripath.engine.kv.paged_attention import PagedAttention, SequenceChunk
+from tripath.engine.engine import Engine
+from tripath.engine.engine_config import EngineConfig
+from tripath.engine.kv.paged_attention import SequenceChunk
 from tripath.engine.model.model import LlamaModel
 
 
@@ -76,7 +77,7 @@ class StepProbe:
     def run(self, chunks: list[SequenceChunk]) -> list[int]:
         """One forward as Engine.step runs it; returns the greedy next tokens (forces the device to finish)."""
         engine = self.engine
-        attention = PagedAttention(engine.kv, chunks, engine.model.config.kv_group_size)
+        attention = engine.backend.attention(chunks, list(range(len(chunks))))
         n = sum(c.num_new for c in chunks)
         # token ids do not change the cost; a fixed pattern keeps runs identical
         ids = (torch.arange(n, dtype=torch.int64) % self.vocab).to(engine.device, non_blocking=True).unsqueeze(0)

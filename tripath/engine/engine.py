@@ -1,4 +1,4 @@
-"""The serving engine: continuous batching over a paged KV cache, one forward pass per step.
+"""The serving engine: continuous batching over a KV back end (tripath/engine/kv/backend.py), one forward pass per step.
 
 ``add_request`` queues a prompt; ``step`` schedules, runs the model once over every
 scheduled sequence's new tokens, samples, retires finished sequences and returns a
@@ -8,27 +8,22 @@ for calibration (prefill tokens, decode sequences, total context -> latency).
 
 from __future__ import annotations
 
-import math
 import time
 from typing import Any
 
 import torch
 
 from tripath.engine.engine_config import EngineConfig, RequestRejected
-from tripath.engine.kv.compressed_attention import CompressedAttention
-from tripath.engine.kv.compressed_store import CompressedKVStore, StoreConfig
-from tripath.engine.kv.paged import KVCacheManager, KVTensors
-from tripath.engine.kv.paged_attention import PagedAttention, SequenceChunk
+from tripath.engine.kv.backend import KVBackend, make_backend
+from tripath.engine.kv.paged_attention import SequenceChunk
 from tripath.engine.model.fusion import fuse_projections
 from tripath.engine.model.model import LlamaModel
 from tripath.engine.sampling import SamplingParams, sample
 from tripath.engine.scheduler import Scheduler, SchedulerConfig
 from tripath.engine.sequence import Sequence
 from tripath.engine.step_record import StepRecord
-from tripath.engine.tiered.batch_attention import TieredBatchAttention
-from tripath.engine.tiered.store import TieredStore
 
-__all__ = ["Engine", "EngineConfig", "RequestRejected", "StepRecord", "run_to_completion"]
+__all__ = ["Engine", "run_to_completion"]
 
 
 class Engine:
@@ -37,20 +32,9 @@ class Engine:
         self.config = config
         param = next(model.parameters())
         self.device, self.dtype = param.device, param.dtype
-        self.tiered: TieredStore | None = None
+        self.backend: KVBackend = make_backend(model.config, config, self.dtype, self.device)
+        self.kv_manager = self.backend.manager
         self.errors: dict[int, str] = {}  # request id -> why a tier fault ended it
-        self.kv_store: CompressedKVStore | None = None
-        if config.kv_compression is not None:
-            self.kv_manager = KVCacheManager(config.num_blocks, config.block_size)
-            # values grouped per token over channels: a head narrower than 32 channels is one group
-            store = StoreConfig(config.kv_compression, config.block_size, math.gcd(32, int(model.config.head_dim)))
-            self.kv_store = CompressedKVStore(model.config, config.num_blocks, store, self.dtype, self.device)
-        elif config.tiered is None:
-            self.kv_manager = KVCacheManager(config.num_blocks, config.block_size)
-            self.kv = KVTensors.allocate(model.config, config.num_blocks, config.block_size, self.dtype, self.device)
-        else:
-            self.tiered = TieredStore(model.config, config.tiered, self.dtype, self.device)
-            self.kv_manager = self.tiered.accounting
         sched = SchedulerConfig(config.max_batch_size, config.max_batched_tokens, config.chunked_prefill)
         self.scheduler = Scheduler(sched, self.kv_manager)
         self.generator = generator
@@ -66,12 +50,9 @@ class Engine:
                 f"prompt + output = {total} tokens exceeds max_position_embeddings "
                 f"{self.model.config.max_position_embeddings}"
             )
-        if self.tiered is not None:
-            reason = self.tiered.check_request(total - 1)
-            if reason is not None:
-                return reason
-        elif total - 1 > self.config.kv_capacity_tokens:
-            return f"needs {total - 1} KV slots, the pool holds {self.config.kv_capacity_tokens}"
+        reason = self.kv_manager.check_request(total - 1)
+        if reason is not None:
+            return reason
         if not self.config.chunked_prefill and total - 1 > self.config.max_batched_tokens:
             limit = self.config.max_batched_tokens
             return f"needs a {total - 1}-token (re)compute step, max_batched_tokens is {limit}"
@@ -116,11 +97,7 @@ class Engine:
         plan = self.scheduler.schedule()
         if not plan.chunks:
             raise RuntimeError("step() with nothing schedulable; check has_unfinished first")
-        if self.kv_store is not None:
-            self.kv_store.drop_free(self.kv_manager.pool.refcount)  # staging of finished/preempted sequences
-            self.kv_store.copy_blocks(plan.copies)
-        elif self.tiered is None:
-            self.kv.copy_blocks(plan.copies)
+        self.backend.prepare(plan.copies)
         token_ids: list[int] = []
         chunks: list[SequenceChunk] = []
         sampled_rows: list[int] = []  # packed index of the last token of chunks that reach the end
@@ -145,21 +122,13 @@ class Engine:
             if seq.num_computed + n == seq.num_tokens:
                 sampled_rows.append(len(token_ids) - 1)
                 sampling_seqs.append(seq)
-        if self.kv_store is not None:
-            attention = CompressedAttention(self.kv_store, chunks, self.model.config.kv_group_size)
-        elif self.tiered is None:
-            attention = PagedAttention(self.kv, chunks, self.model.config.kv_group_size)
-        else:
-            attention = TieredBatchAttention(
-                self.tiered.cache, [ch.seq.request_id for ch in plan.chunks], [c.num_cached for c in chunks],
-                [c.num_new for c in chunks], self.config.block_size, self.model.config.kv_group_size, self.device,
-            )
+        attention = self.backend.attention(chunks, [ch.seq.request_id for ch in plan.chunks])
         ids = torch.tensor(token_ids, dtype=torch.int64).to(self.device, non_blocking=True).unsqueeze(0)  # [1, N]
         rows = torch.tensor(sampled_rows, dtype=torch.int64).to(self.device, non_blocking=True)
         logits = self.model(ids, attention.positions, attention, logits_index=rows)[0]  # [S, V]
         new_tokens = sample(logits, [s.sampling for s in sampling_seqs], self.generator).tolist()
         first, finished = [], []
-        failed = getattr(attention, "failed", {})  # tier faults: those requests end here, the rest go on
+        failed = self.backend.faults(attention)  # those requests end here, the rest go on
         for ch in plan.chunks:
             ch.seq.num_computed += ch.num_new
             if ch.seq.request_id in failed:
@@ -177,13 +146,7 @@ class Engine:
         self._sync()  # .tolist() already waited for the device; this also covers non-CUDA-stream backends
         wall = time.perf_counter() - start
         self._steps += 1
-        paging: dict[str, Any] = {}
-        if self.tiered is not None:
-            moved = self.tiered.since_last()  # from the end of the previous step: fetch-ahead runs between steps
-            for link, nbytes, seconds in zip(("device_host", "host_device", "host_ssd", "ssd_host"), moved.bytes,
-                                             moved.seconds, strict=True):
-                paging[f"paging_bytes_{link}"], paging[f"paging_s_{link}"] = nbytes, seconds
-            paging.update(paging_stall_s=moved.stall_s, failed=tuple(failed))
+        fields = self.backend.step_fields()
         return StepRecord(
             step=self._steps - 1,
             start_s=start,
@@ -200,7 +163,8 @@ class Engine:
             first_tokens=tuple(first),
             finished=tuple(finished),
             chunk_shapes=tuple(shapes),
-            **paging,
+            failed=tuple(failed),
+            **fields,
         )
 
     def output(self, request_id: int) -> list[int]:
@@ -212,8 +176,7 @@ class Engine:
 
     def close(self) -> None:
         """Release what outlives a step: with tiering, the prefetch thread and the SSD tier's files."""
-        if self.tiered is not None:
-            self.tiered.close()
+        self.backend.close()
 
     def __enter__(self) -> Engine:
         return self

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from tripath.core.atomic import AtomicFile
 from tripath.core.records import RequestRecord
-from tripath.engine.engine import StepRecord
+from tripath.engine.step_record import StepRecord
 from tripath.engine.workload_replay import EVAL_PROMPTS, PromptSource, ServeResult, serve
 
 __all__ = ["EVAL_PROMPTS", "PromptSource", "ServeResult", "serve", "write_records_csv", "write_steps_csv"]

@@ -22,7 +22,8 @@ from tripath.core.data_dirs import MODELS_DIR
 from tripath.core.errors import InputError
 from tripath.core.records import COMPLETED, RequestRecord, rejected_record
 from tripath.core.request import RequestSpec
-from tripath.engine.engine import Engine, StepRecord
+from tripath.engine.engine import Engine
+from tripath.engine.step_record import StepRecord
 
 EVAL_PROMPTS = MODELS_DIR / "eval_prompts.jsonl"
 

@@ -22,7 +22,8 @@ import torch
 from tripath.core.records import RequestRecord
 from tripath.core.request import RequestSpec
 from tripath.core.speculative import FixedK
-from tripath.engine.engine import Engine, EngineConfig
+from tripath.engine.engine import Engine
+from tripath.engine.engine_config import EngineConfig
 from tripath.engine.model.model import LlamaModel
 from tripath.engine.serving import PromptSource, serve
 from tripath.engine.speculative.engine import SpeculativeEngine

@@ -23,8 +23,9 @@ from collections import deque
 from collections.abc import Callable
 
 from tripath.core.request import RequestSpec
-from tripath.engine.engine import Engine, StepRecord
+from tripath.engine.engine import Engine
 from tripath.engine.serving import PromptSource, ServeResult
+from tripath.engine.step_record import StepRecord
 from tripath.engine.workload_replay import replay_records, timed_step
 
 

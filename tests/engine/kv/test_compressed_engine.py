@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from tripath.core.data_dirs import MODELS_DIR
-from tripath.engine.engine import Engine, EngineConfig
+from tripath.engine.engine import Engine
+from tripath.engine.engine_config import EngineConfig
 from tripath.engine.model.checkpoint import load_checkpoint
 from tripath.engine.model.tokenizer import ByteTokenizer
 from tripath.training.corpus import TASKS, load_eval_prompts
@@ -39,7 +40,7 @@ def test_int8_kv_generation_agrees_with_full_precision(prompts):
     int8, engine = generate(prompts, "int8")
     same = sum(a == b for x, y in zip(fp, int8, strict=True) for a, b in zip(x, y, strict=True))
     assert same / (len(prompts) * NEW_TOKENS) >= 0.95
-    store = engine.kv_store
+    store = engine.backend.store
     assert store is not None and store.pools["k_codes"].dtype == torch.uint8
     # the pool it served from is the compressed one: codes + fp16 metadata, about 0.3 of fp32
     fp32_pool = 256 * 16 * model_kv_bytes_per_token()

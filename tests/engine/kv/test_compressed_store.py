@@ -10,10 +10,10 @@ import torch.nn.functional as F
 
 from tripath.engine.kv.compressed_attention import CompressedAttention
 from tripath.engine.kv.compressed_store import CompressedKVStore, StoreConfig, quantize_last
+from tripath.engine.kv.dense import dense_attention
 from tripath.engine.kv.modes import CompressedKVCache, KVCompression
 from tripath.engine.kv.paged_attention import SequenceChunk
 from tripath.engine.model.config import ModelConfig
-from tripath.engine.tiered.attention import dense_attention
 
 # the tiny target's attention shape (8 query heads, 2 KV heads of 32 channels), two layers
 CFG = ModelConfig(vocab_size=264, hidden_size=256, intermediate_size=64, num_layers=2, num_heads=8, num_kv_heads=2)

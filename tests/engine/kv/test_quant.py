@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tripath.engine.kv.dense import DenseKVCache
+from tripath.engine.kv.dense import DenseKVCache, dense_attention
 from tripath.engine.kv.modes import CompressedKVCache, KVCompression, cache_bytes_per_token, make_cache
 from tripath.engine.kv.quant import (
     bytes_per_token,
@@ -20,7 +20,6 @@ from tripath.engine.kv.quant import (
 from tripath.engine.kv.window import SinkWindowCache, sink_window_mask
 from tripath.engine.model.config import PRESETS
 from tripath.engine.model.model import LlamaModel
-from tripath.engine.tiered.attention import dense_attention
 
 CFG = PRESETS["tiny-gqa"]  # 2 layers, 8 query heads, 2 KV heads, head_dim 8
 

@@ -19,8 +19,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
+from tests.engine.test_paged import dense_greedy
 from tripath.core.data_dirs import MODELS_DIR
-from tripath.engine.kv.dense import greedy_generate
 from tripath.engine.model.checkpoint import load_checkpoint
 from tripath.engine.model.tokenizer import ByteTokenizer
 from tripath.engine.seqpar.attention import PhaseTimes, sharded_causal_attention
@@ -124,7 +124,7 @@ def test_sharded_attention_equals_single_device(world_results: list[dict]) -> No
 def test_greedy_generation_is_the_same_for_every_degree(world_results: list[dict], prompts: list[list[int]]) -> None:
     torch.set_num_threads(1)
     model = load_checkpoint(MODELS_DIR / "tiny-target")[1]
-    reference = [greedy_generate(model, p, NEW_TOKENS, stop_id=-1) for p in prompts]
+    reference = [dense_greedy(model, p, NEW_TOKENS) for p in prompts]
     assert all(len(r) == NEW_TOKENS for r in reference)
     assert world_results[0][("generate", 1, "zigzag")] == reference, "P=1"
     for world, layout in ((2, "zigzag"), (2, "contiguous"), (4, "zigzag")):

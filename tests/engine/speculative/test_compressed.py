@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from tripath.core.speculative import FixedK
-from tripath.engine.engine import Engine, EngineConfig
+from tripath.engine.engine import Engine
+from tripath.engine.engine_config import EngineConfig
 from tripath.engine.model.config import PRESETS
 from tripath.engine.model.model import LlamaModel
 from tripath.engine.sequence import Sequence
@@ -67,7 +68,7 @@ class OracleProposer:
 
 def _check_store(eng: SpeculativeEngine) -> int:
     """The store holds exactly each running sequence's accepted prefix; returns the rows checked."""
-    store, checked = eng.kv_store, 0
+    store, checked = eng.backend.store, 0
     assert store is not None
     live = set()
     for seq in eng.running:
@@ -103,12 +104,12 @@ def test_greedy_speculation_equals_plain_greedy_on_the_compressed_store(target, 
     assert outs == reference
     assert checked > 0 and eng.counters.num_accepted_tokens > 0
     assert eng.counters.num_accepted_tokens < eng.counters.num_draft_tokens  # rollbacks happened
-    assert eng.kv_manager.blocks_used == 0 and not eng.kv_store.staged
+    assert eng.kv_manager.blocks_used == 0 and not eng.backend.store.staged
 
 
 def test_truncate_drops_rejected_rows_and_blocks(target):
     eng = Engine(target, _cfg("int8"))
-    store = eng.kv_store
+    store = eng.backend.store
     table = [5, 9, 2]
     for b in table:
         store.open_block(b)
@@ -127,4 +128,4 @@ def test_a_real_draft_on_int8_matches_plain_int8(target, prompts):
     proposer = DraftModelProposer(draft, 128, BS, torch.Generator().manual_seed(4))
     eng = SpeculativeEngine(target, proposer, _cfg("int8"), FixedK(3))
     assert eng.generate(prompts, 16) == reference
-    assert eng.kv_manager.blocks_used == 0 and not eng.kv_store.staged
+    assert eng.kv_manager.blocks_used == 0 and not eng.backend.store.staged

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from tripath.core.speculative import AdaptiveK, ControllerConfig, SpecCosts
-from tripath.engine.engine import Engine, EngineConfig
+from tripath.engine.engine import Engine
+from tripath.engine.engine_config import EngineConfig
 from tripath.engine.model.config import PRESETS
 from tripath.engine.model.model import LlamaModel
 from tripath.engine.sampling import SamplingParams

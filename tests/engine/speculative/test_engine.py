@@ -10,7 +10,8 @@ import torch
 
 from tripath.core.request import RequestSpec
 from tripath.core.speculative import FixedK
-from tripath.engine.engine import Engine, EngineConfig
+from tripath.engine.engine import Engine
+from tripath.engine.engine_config import EngineConfig
 from tripath.engine.model.config import PRESETS
 from tripath.engine.model.model import LlamaModel
 from tripath.engine.sampling import SamplingParams
@@ -119,7 +120,7 @@ def _prefill_kv(target: LlamaModel, tokens: list[int]) -> torch.Tensor:
     plain = Engine(target, CFG)
     plain.add_request(tokens, 2, request_id=0)
     plain.step()
-    return _cache_prefix(plain.kv.kv, plain.kv_manager.block_table(0), len(tokens))
+    return _cache_prefix(plain.backend.kv.kv, plain.kv_manager.block_table(0), len(tokens))
 
 
 def test_caches_hold_exactly_the_accepted_prefix_with_a_real_draft(target, draft, prompts, reference):
@@ -137,7 +138,7 @@ def test_caches_hold_exactly_the_accepted_prefix_with_a_real_draft(target, draft
             d = proposer.manager.tables.get(rid)
             assert proposer.computed.get(rid, 0) <= n and (d is None or d.num_tokens == proposer.computed[rid])
             # contents: the same K/V as a fresh prefill of the accepted tokens (stale slots are past n)
-            got = _cache_prefix(eng.kv.kv, eng.kv_manager.block_table(rid), n)
+            got = _cache_prefix(eng.backend.kv.kv, eng.kv_manager.block_table(rid), n)
             want = _prefill_kv(target, (seq.prompt_ids + seq.output_ids)[:n])
             torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
     assert rounds == 4 and eng.counters.num_drafts > 0

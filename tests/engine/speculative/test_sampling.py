@@ -11,7 +11,8 @@ from scipy.stats import chi2_contingency
 
 from tripath.core.data_dirs import MODELS_DIR
 from tripath.core.speculative import FixedK
-from tripath.engine.engine import Engine, EngineConfig
+from tripath.engine.engine import Engine
+from tripath.engine.engine_config import EngineConfig
 from tripath.engine.model.checkpoint import load_checkpoint
 from tripath.engine.model.tokenizer import ByteTokenizer
 from tripath.engine.sampling import SamplingParams

@@ -9,7 +9,8 @@ import torch
 
 from tripath.core.data_dirs import MODELS_DIR
 from tripath.core.speculative import AdaptiveK, ControllerConfig, FixedK, SpecCosts
-from tripath.engine.engine import Engine, EngineConfig
+from tripath.engine.engine import Engine
+from tripath.engine.engine_config import EngineConfig
 from tripath.engine.model.checkpoint import load_checkpoint
 from tripath.engine.model.model import LlamaModel
 from tripath.engine.model.tokenizer import ByteTokenizer

@@ -7,17 +7,32 @@ import os
 import pytest
 import torch
 
-from tripath.engine.engine import Engine, EngineConfig
+from tripath.engine.engine import Engine
+from tripath.engine.engine_config import EngineConfig
 from tripath.engine.kv.dense import DenseKVCache, _step
 from tripath.engine.model.config import PRESETS
 from tripath.engine.model.model import LlamaModel
 from tripath.engine.tiered.cache import TieredKVCache
-from tripath.engine.tiered.reference_engine import TieredEngine
 from tripath.engine.tiered.tiers import SSDTier, TierConfig, TransferStats
 
 CFG = PRESETS["tiny-gqa"]  # 2 layers, 2 KV heads x 8 dims: a page of 16 tokens is 2 KiB in fp32
-TIERS = TierConfig(chunk_tokens=16, device_pages=30, host_pages=6, ssd_pages=1000)
+TIERS = TierConfig(chunk_tokens=16, device_pages=30, host_pages=6, ssd_pages=1000, sink_tokens=4, window_tokens=32)
 NEW = 12
+
+
+def tiered_engine(model: LlamaModel, tiers: TierConfig) -> Engine:
+    return Engine(model, EngineConfig(block_size=16, num_blocks=1, fuse_projections=False, tiered=tiers))
+
+
+def logits_of(engine: Engine, prompts: list[list[int]]) -> tuple[list[list[int]], list[torch.Tensor]]:
+    """Outputs and the logits of every step, as the LM head produced them."""
+    seen: list[torch.Tensor] = []
+    hook = engine.model.lm_head.register_forward_hook(lambda _m, _i, out: seen.append(out.detach().clone()))
+    try:
+        outs = engine.generate(prompts, NEW)
+    finally:
+        hook.remove()
+    return outs, seen
 
 
 @pytest.fixture(scope="module")
@@ -46,20 +61,25 @@ def reference(model: LlamaModel, prompt: list[int]) -> tuple[list[int], list[tor
 
 @pytest.mark.parametrize("prefetch", [False, True])
 def test_tiered_generation_is_bit_identical_and_uses_host_and_ssd(model, prompt, reference, prefetch):
-    tokens, logits = reference
+    tokens, _ = reference
+    paged = Engine(model, EngineConfig(block_size=16, num_blocks=64, fuse_projections=False))
+    _, paged_logits = logits_of(paged, [prompt])
     # 300 + 12 tokens = 20 chunks per layer, 40 pages; the device holds 30 and the host 6: SSD must be used
-    with TieredEngine(model, TIERS, sink_tokens=4, window_tokens=32, prefetch=prefetch, keep_logits=True) as eng:
-        result = eng.generate(prompt, NEW)
-        stats = eng.cache.tiers.stats
-        assert result.ok and list(result.output_ids) == tokens
-        assert all(torch.equal(a, b) for a, b in zip(eng.logits[0], logits, strict=True))
+    with tiered_engine(model, TierConfig(**{**TIERS.__dict__, "prefetch": prefetch})) as eng:
+        outs, logits = logits_of(eng, [prompt])
+        cache = eng.backend.cache
+        stats = cache.tiers.stats
+        assert not eng.errors and outs[0] == tokens
+        assert len(logits) == len(paged_logits) == NEW  # every bit of every step as the untiered pool's
+        assert all(torch.equal(a.view(torch.int32), b.view(torch.int32)) for a, b in zip(logits, paged_logits,
+                                                                                        strict=True))
         for link in ("device->host", "host->ssd", "ssd->host", "host->device"):
             assert stats.get(link).pages > 0, link
         # every page write to SSD was read back at most once, and pages moved whole
         assert stats.get("ssd->host").pages <= stats.get("host->ssd").pages
-        assert stats.get("host->ssd").bytes == stats.get("host->ssd").pages * eng.cache.tiers.page_bytes
-        assert eng.cache.residency() == {"device": 0, "host": 0, "ssd": 0}  # finished: all freed
-        directory = eng.cache.tiers.ssd.directory
+        assert stats.get("host->ssd").bytes == stats.get("host->ssd").pages * cache.tiers.page_bytes
+        assert cache.residency() == {"device": 0, "host": 0, "ssd": 0}  # finished: all freed
+        directory = cache.tiers.ssd.directory
         assert directory is not None and directory.is_dir()
     assert not directory.exists()  # temp files removed on shutdown
 
@@ -72,14 +92,14 @@ def test_tiered_tokens_match_the_paged_engine(model, prompt, reference):
 def test_interleaved_requests_give_each_ones_own_output(model, prompt, reference):
     other = prompt[::-1][:120]
     # A needs 20 pages for one layer plus its own and B's pinned pages; together they need the SSD
-    tiers = TierConfig(chunk_tokens=16, device_pages=34, host_pages=6, ssd_pages=1000)
-    with TieredEngine(model, tiers, sink_tokens=4, window_tokens=32) as eng:
-        alone = eng.generate(other, NEW).output_ids
-        a, b = eng.add_request(prompt, NEW), eng.add_request(other, NEW)
-        results = eng.run()
-        assert eng.cache.tiers.stats.get("ssd->host").pages > 0
-    assert [r.request_id for r in results] == [a, b]
-    assert list(results[0].output_ids) == reference[0] and results[1].output_ids == alone
+    tiers = TierConfig(chunk_tokens=16, device_pages=34, host_pages=6, ssd_pages=1000, sink_tokens=4,
+                       window_tokens=32)
+    with tiered_engine(model, tiers) as eng:
+        (alone,) = eng.generate([other], NEW)
+        a, b = eng.generate([prompt, other], NEW)  # batched together, step by step
+        assert eng.backend.cache.tiers.stats.get("ssd->host").pages > 0
+        assert not eng.errors
+    assert a == reference[0] and b == alone
 
 
 def test_gather_returns_the_exact_bytes_appended_and_pins_sinks_and_window():

@@ -8,9 +8,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from tripath.engine.engine import Engine, EngineConfig, StepRecord
+from tripath.engine.engine import Engine
+from tripath.engine.engine_config import EngineConfig
 from tripath.engine.model.config import PRESETS
 from tripath.engine.model.model import LlamaModel
+from tripath.engine.step_record import StepRecord
 from tripath.engine.tiered.tiers import TierConfig
 
 CFG = PRESETS["tiny-gqa"]  # 2 layers, 2 KV heads x 8 dims: a page of 16 tokens is 2 KiB in fp32
@@ -65,19 +67,19 @@ def test_batched_tiered_generation_is_bit_identical_to_the_paged_pool(model, tmp
         assert len(logits) == len(plain_logits)
         assert all(torch.equal(a.view(torch.int32), b.view(torch.int32)) for a, b in zip(logits, plain_logits,
                                                                                         strict=True))
-        stats = engine.tiered.cache.tiers.stats
+        stats = engine.backend.cache.tiers.stats
         for link in ("device->host", "host->ssd", "ssd->host", "host->device"):
             assert stats.get(link).pages > 0, link
         # the steps' per-link fields add up to the tiers' own counters, in whole pages
-        page = engine.tiered.cache.tiers.page_bytes
+        page = engine.backend.cache.tiers.page_bytes
         for link, name in (("host->ssd", "host_ssd"), ("ssd->host", "ssd_host"), ("device->host", "device_host")):
             moved = sum(getattr(s, f"paging_bytes_{name}") for s in steps)
             assert moved == stats.get(link).bytes and moved % page == 0
             assert sum(getattr(s, f"paging_s_{name}") for s in steps) == pytest.approx(stats.get(link).seconds)
         assert all(s.failed == () for s in steps) and not engine.errors
-        assert engine.tiered.cache.residency() == {"device": 0, "host": 0, "ssd": 0}  # finished: all freed
+        assert engine.backend.cache.residency() == {"device": 0, "host": 0, "ssd": 0}  # finished: all freed
         assert engine.kv_manager.blocks_used == 0
-        directory = engine.tiered.cache.tiers.ssd.directory
+        directory = engine.backend.cache.tiers.ssd.directory
         assert directory is not None and directory.is_dir()
     assert not directory.exists() and not list(tmp_path.iterdir())  # temp files removed on shutdown
 
@@ -89,7 +91,7 @@ def test_step_records_of_the_paged_pool_carry_zero_paging(model):
 
 
 def ssd_files(engine: Engine) -> list[Path]:
-    directory = engine.tiered.cache.tiers.ssd.directory
+    directory = engine.backend.cache.tiers.ssd.directory
     assert directory is not None
     return sorted(directory.glob("page-*.kv"))
 
@@ -102,7 +104,7 @@ def test_a_fault_ends_only_its_request_while_the_others_run(model, tmp_path, dam
         ids = [engine.add_request(p, NEW) for p in prompts()]
         records = [engine.step() for _ in range(3)]  # every prompt prefilled; the oldest pages are on the SSD
         assert all(engine.sequences[i].output_ids for i in ids)
-        cache = engine.tiered.cache
+        cache = engine.backend.cache
         on_ssd = {key[0] for key, state in cache.pages.items() if state.tier == "ssd"}
         if damage == "enospc":
             # the next page files are written into /dev/full: whoever needs a page moved to SSD hits ENOSPC
@@ -199,6 +201,6 @@ def test_tiers_too_small_for_everyone_preempt_by_recompute_and_still_give_the_sa
         while engine.has_unfinished:
             steps.append(engine.step())
         assert steps[0].batch_size == 2 and sum(s.num_preempted for s in steps) == 1
-        assert engine.tiered.cache.tiers.stats.get("ssd->host").pages > 0
+        assert engine.backend.cache.tiers.stats.get("ssd->host").pages > 0
         assert [engine.output(i) for i in ids] == alone and not engine.errors
-        assert engine.tiered.cache.residency() == {"device": 0, "host": 0, "ssd": 0}
+        assert engine.backend.cache.residency() == {"device": 0, "host": 0, "ssd": 0}

@@ -1,4 +1,7 @@
-"""Fault injection on the SSD tier: each fault fails only its request, clearly; the engine keeps serving."""
+"""Fault injection on the SSD tier: each fault fails only its request, clearly; the engine keeps serving.
+
+Requests the tiers can never hold are refused up front (RequestRejected names the limit); faults the
+admission cannot foresee (the file system's, damaged pages) end their request in the step they strike."""
 
 from __future__ import annotations
 
@@ -8,15 +11,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from tripath.engine.kv.dense import greedy_generate
+from tests.engine.test_paged import dense_greedy
+from tripath.engine.engine import Engine
+from tripath.engine.engine_config import EngineConfig, RequestRejected
 from tripath.engine.model.config import PRESETS
 from tripath.engine.model.model import LlamaModel
-from tripath.engine.tiered.reference_engine import TieredEngine
 from tripath.engine.tiered.tiers import TierConfig
 
 CFG = PRESETS["tiny-gqa"]
 NEW = 6
-STOP = 10_000  # never produced: generate exactly NEW tokens
 
 
 @pytest.fixture(scope="module")
@@ -35,42 +38,53 @@ def short_prompt() -> list[int]:  # 3 chunks per layer: fits on the device with 
     return torch.randint(0, 256, (40,), generator=torch.Generator().manual_seed(6)).tolist()
 
 
-def engine(model: LlamaModel, tmp_path: Path, **kw: object) -> TieredEngine:
-    base = {"chunk_tokens": 16, "device_pages": 30, "host_pages": 6, "ssd_pages": 1000, "ssd_dir": str(tmp_path)}
-    return TieredEngine(model, TierConfig(**{**base, **kw}), sink_tokens=4, window_tokens=32)
+def engine(model: LlamaModel, tmp_path: Path, **kw: object) -> Engine:
+    base = {"chunk_tokens": 16, "device_pages": 30, "host_pages": 6, "ssd_pages": 1000, "ssd_dir": str(tmp_path),
+            "sink_tokens": 4, "window_tokens": 32}
+    tiers = TierConfig(**{**base, **kw})
+    return Engine(model, EngineConfig(block_size=16, num_blocks=1, fuse_projections=False, tiered=tiers))
 
 
-def assert_serves_short(eng: TieredEngine, model: LlamaModel, short_prompt: list[int]) -> None:
+def serve(eng: Engine, prompt: list[int], new: int) -> tuple[list[int], str | None]:
+    """One request to the end: its output and the tier fault that ended it (None: it finished)."""
+    rid = eng.add_request(prompt, new)
+    while eng.has_unfinished:
+        eng.step()
+    return eng.output(rid), eng.errors.get(rid)
+
+
+def assert_serves_short(eng: Engine, model: LlamaModel, short_prompt: list[int]) -> None:
     """After a fault, the next request is answered exactly as the plain cache answers it, and nothing leaks."""
-    result = eng.generate(short_prompt, NEW)
-    assert result.ok and list(result.output_ids) == greedy_generate(model, short_prompt, NEW, STOP)
-    cache = eng.cache
+    output, error = serve(eng, short_prompt, NEW)
+    assert error is None and output == dense_greedy(model, short_prompt, NEW)
+    cache = eng.backend.cache
     assert cache.residency() == {"device": 0, "host": 0, "ssd": 0}
     assert cache.tiers.device_pool.num_free == cache.tiers.device_pool.capacity
     assert cache.tiers.host_pool.num_free == cache.tiers.host_pool.capacity and not cache.tiers.ssd.live
 
 
-def ssd_files(eng: TieredEngine) -> list[Path]:
-    directory = eng.cache.tiers.ssd.directory
+def ssd_files(eng: Engine) -> list[Path]:
+    directory = eng.backend.cache.tiers.ssd.directory
     assert directory is not None
     return sorted(directory.glob("page-*.kv"))
 
 
-def test_ssd_quota_full_fails_the_request_that_needs_it(model, long_prompt, short_prompt, tmp_path):
+def test_ssd_quota_too_small_refuses_the_request_that_needs_it(model, long_prompt, short_prompt, tmp_path):
     with engine(model, tmp_path, ssd_pages=2) as eng:
-        result = eng.generate(long_prompt, NEW)
-        assert not result.ok and result.error.startswith("DiskFull: SSD tier: all 2 pages in use")
+        with pytest.raises(RequestRejected, match=r"needs 40 KV pages of 16 tokens, the tiers hold 36"):
+            eng.add_request(long_prompt, NEW)
         assert_serves_short(eng, model, short_prompt)
 
 
 def test_enospc_from_the_file_system_is_disk_full(model, long_prompt, short_prompt, tmp_path):
     with engine(model, tmp_path) as eng:
-        assert eng.generate(long_prompt, 1).ok  # creates the SSD directory
-        directory, first = eng.cache.tiers.ssd.directory, eng.cache.tiers.ssd.next_page_id
+        assert serve(eng, long_prompt, 1)[1] is None  # creates the SSD directory
+        ssd = eng.backend.cache.tiers.ssd
+        directory, first = ssd.directory, ssd.next_page_id
         for page_id in range(first, first + 2000):  # the next page files are written into /dev/full: ENOSPC
             os.symlink("/dev/full", directory / f"page-{page_id}.kv")
-        result = eng.generate(long_prompt, NEW)
-        assert not result.ok and result.error.startswith("DiskFull") and "No space left" in result.error
+        _, error = serve(eng, long_prompt, NEW)
+        assert error is not None and error.startswith("DiskFull") and "No space left" in error
         for link in directory.glob("page-*.kv"):
             if link.is_symlink():
                 link.unlink()
@@ -82,7 +96,7 @@ def test_enospc_from_the_file_system_is_disk_full(model, long_prompt, short_prom
 def test_damaged_page_fails_its_request_and_spares_the_other(model, long_prompt, short_prompt, tmp_path, damage):
     with engine(model, tmp_path, device_pages=34) as eng:
         victim, bystander = eng.add_request(long_prompt, NEW), eng.add_request(short_prompt, NEW)
-        eng.step()  # both prefilled; the long one's older pages are on the SSD
+        eng.step()  # both prefilled together; the long one's older pages are on the SSD
         files = ssd_files(eng)
         assert files
         for path in files:
@@ -94,12 +108,13 @@ def test_damaged_page_fails_its_request_and_spares_the_other(model, long_prompt,
                 path.write_bytes(bytes(blob))
             else:
                 path.write_bytes(path.read_bytes()[:-4])
-        results = eng.run()
+        while eng.has_unfinished:
+            eng.step()
         expected = "PageMissing" if damage == "missing" else "PageCorrupt"
-        assert results[victim].error is not None and results[victim].error.startswith(expected)
-        assert results[victim].output_ids == results[victim].output_ids[:1]  # nothing after the damage
-        assert results[bystander].ok
-        assert list(results[bystander].output_ids) == greedy_generate(model, short_prompt, NEW, STOP)
+        assert eng.errors[victim].startswith(expected)
+        assert len(eng.output(victim)) == 1  # nothing after the damage
+        assert bystander not in eng.errors
+        assert eng.output(bystander) == dense_greedy(model, short_prompt, NEW)
         assert_serves_short(eng, model, short_prompt)
 
 
@@ -107,22 +122,22 @@ def test_unwritable_directory_fails_only_requests_that_spill(model, long_prompt,
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("a regular file where the SSD directory should be")
     with engine(model, tmp_path, ssd_dir=str(blocker / "kv")) as eng:
-        result = eng.generate(long_prompt, NEW)
-        assert not result.ok and result.error.startswith("TierUnwritable: SSD tier: cannot create a directory")
-        assert str(blocker) in result.error
+        _, error = serve(eng, long_prompt, NEW)
+        assert error is not None and error.startswith("TierUnwritable: SSD tier: cannot create a directory")
+        assert str(blocker) in error
         assert_serves_short(eng, model, short_prompt)
 
 
-def test_request_larger_than_the_device_pool_fails_alone(model, long_prompt, short_prompt, tmp_path):
+def test_request_larger_than_the_device_pool_is_refused_alone(model, long_prompt, short_prompt, tmp_path):
     # 300 tokens = 19 chunks per layer must sit on the device together for one layer's attention
     with engine(model, tmp_path, device_pages=12) as eng:
-        result = eng.generate(long_prompt, NEW)
-        assert not result.ok and result.error.startswith("DeviceFull: device pool: all 12 pages")
+        with pytest.raises(RequestRejected, match=r"device pages .* the device pool holds 12"):
+            eng.add_request(long_prompt, NEW)
         assert_serves_short(eng, model, short_prompt)
 
 
 def test_pages_read_back_from_disk_after_dropping_the_page_cache(model, long_prompt, tmp_path):
     with engine(model, tmp_path, drop_page_cache=True) as eng:  # fsync + POSIX_FADV_DONTNEED per page
-        result = eng.generate(long_prompt, NEW)
-        assert result.ok and list(result.output_ids) == greedy_generate(model, long_prompt, NEW, STOP)
-        assert eng.cache.tiers.stats.get("ssd->host").pages > 0
+        output, error = serve(eng, long_prompt, NEW)
+        assert error is None and output == dense_greedy(model, long_prompt, NEW)
+        assert eng.backend.cache.tiers.stats.get("ssd->host").pages > 0

@@ -11,7 +11,8 @@ import torch
 
 from tripath.cli.serve import main
 from tripath.core.records import COMPLETED, REJECTED
-from tripath.engine.engine import Engine, EngineConfig
+from tripath.engine.engine import Engine
+from tripath.engine.engine_config import EngineConfig
 from tripath.engine.model.config import PRESETS
 from tripath.engine.model.model import LlamaModel
 from tripath.engine.serving import PromptSource, serve

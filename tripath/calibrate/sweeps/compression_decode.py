@@ -33,9 +33,9 @@ import torch
 from scipy.optimize import nnls
 
 from tripath.calibrate.samples import Sample, SampleLog
-from tripath.engine.engine import Engine, EngineConfig
-from tripath.engine.kv.compressed_attention import CompressedAttention
-from tripath.engine.kv.paged_attention import PagedAttention, SequenceChunk
+from tripath.engine.engine import Engine
+from tripath.engine.engine_config import EngineConfig
+from tripath.engine.kv.paged_attention import SequenceChunk
 from tripath.engine.model.model import LlamaModel
 from tripath.profile.cost_model import Coefficient, FitQuality
 from tripath.profile.dequant import COEFFICIENTS, UNITS, DecodeDequant
@@ -75,22 +75,21 @@ def step_times(model: LlamaModel, mode: str, batch: int, context: int, clock: Ca
     """ms of each timed decode step of ``batch`` sequences around ``context`` tokens each (module docstring)."""
     engine, tables = _engine(model, mode, batch, context)
     start = context - DECODE_STEPS // 2 - DECODE_WARMUP  # cached tokens before the first step
-    store = engine.kv_store
+    store = engine.backend.store if mode != "fp" else None  # the compressed back end's
     if store is not None:  # as a prefill leaves it: complete blocks sealed, the partial last block staged
         for table in tables:
             for index in range(-(-start // BLOCK)):
                 store.open_block(table[index])
                 if store.sealable(index, start):
                     store.seal(table[index])
-    group, vocab = engine.model.config.kv_group_size, engine.model.config.vocab_size
+    vocab, request_ids = engine.model.config.vocab_size, list(range(batch))
     ids = (torch.arange(batch, dtype=torch.int64) % vocab).unsqueeze(0)
     rows = torch.arange(batch, dtype=torch.int64)
     out = []
     for step in range(DECODE_WARMUP + DECODE_STEPS):
         chunks = [SequenceChunk(start + step, 1, table) for table in tables]
         t0 = clock()
-        attention = (CompressedAttention(store, chunks, group) if store is not None
-                     else PagedAttention(engine.kv, chunks, group))
+        attention = engine.backend.attention(chunks, request_ids)
         engine.model(ids, attention.positions, attention, logits_index=rows)[0].argmax(-1).tolist()
         if step >= DECODE_WARMUP:
             out.append((clock() - t0) * 1e3)

@@ -32,7 +32,8 @@ import torch
 from tripath.calibrate.fit import fit_formula
 from tripath.calibrate.samples import Sample, SampleLog
 from tripath.calibrate.timer import TimerConfig
-from tripath.engine.engine import Engine, EngineConfig
+from tripath.engine.engine import Engine
+from tripath.engine.engine_config import EngineConfig
 from tripath.engine.model.model import LlamaModel
 from tripath.engine.tiered.tiers import TierConfig
 from tripath.profile.profile import Coefficient, CostModel, PagingLink

@@ -85,7 +85,8 @@ def batch_rows(target: Any, draft: Any, prompts: list[list[int]], k: int, layers
     import torch  # the engine only where it is measured: the fit below stays importable without torch
 
     from tripath.core.speculative import FixedK
-    from tripath.engine.engine import Engine, EngineConfig
+    from tripath.engine.engine import Engine
+    from tripath.engine.engine_config import EngineConfig
     from tripath.engine.speculative.engine import SpeculativeEngine
     from tripath.engine.speculative.proposers import DraftModelProposer
 

@@ -48,11 +48,13 @@ from tripath.calibrate.sweeps.spec_sections import (  # re-exported: the row nam
     speculative_sections,
 )
 from tripath.core.speculative import FixedK
-from tripath.engine.engine import Engine, EngineConfig, StepRecord
+from tripath.engine.engine import Engine
+from tripath.engine.engine_config import EngineConfig
 from tripath.engine.model.model import LlamaModel
 from tripath.engine.speculative.engine import SpecStepRecord, SpeculativeEngine
 from tripath.engine.speculative.metrics import SpecCounters
 from tripath.engine.speculative.proposers import DraftModelProposer
+from tripath.engine.step_record import StepRecord
 from tripath.training.corpus import TASKS
 
 ENGINE = EngineConfig(num_blocks=256, block_size=16)

@@ -1,8 +1,8 @@
 """The simplest KV cache: per-layer contiguous K/V tensors grown by concatenation.
 
-Used here for two things that only need correctness, not paging: greedy generation with
-the tiny models (tests, the model card) and measuring the per-token decode cost of the
-draft and the target at batch 1 (the draft/target cost ratio c of speculative decoding).
+Used where only correctness matters, not paging: the reference attention arithmetic
+(``dense_attention``) and measuring the per-token decode cost of the draft and the target at
+batch 1 (the draft/target cost ratio c of speculative decoding).
 """
 
 from __future__ import annotations
@@ -34,15 +34,21 @@ class DenseKVCache:
             k = torch.cat([past_k, k], dim=1)  # [B, Tc + Tn, Hkv, D]
             v = torch.cat([past_v, v], dim=1)
         self.keys[layer], self.values[layer] = k, v
-        group = q.shape[2] // k.shape[2]
-        qh = q.transpose(1, 2)  # [B, Hq, Tn, D]
-        kh = k.transpose(1, 2).repeat_interleave(group, dim=1)  # [B, Hq, Tc + Tn, D], HF repeat_kv order
-        vh = v.transpose(1, 2).repeat_interleave(group, dim=1)
-        new, total = q.shape[1], k.shape[1]
-        # New token i sits at absolute position total - new + i and sees keys 0..that position.
-        mask = torch.ones(new, total, dtype=torch.bool, device=q.device).tril(diagonal=total - new)
-        out = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask)
-        return out.transpose(1, 2)  # [B, Tn, Hq, D]
+        return dense_attention(q, k, v)
+
+
+def dense_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    """q [B, Tn, Hq, D] for the last Tn of the L positions of k/v [B, L, Hkv, D] -> [B, Tn, Hq, D]; the
+    reference arithmetic other attention paths (the KV-compression modes) reuse to stay bit-comparable."""
+    group = q.shape[2] // k.shape[2]
+    qh = q.transpose(1, 2)  # [B, Hq, Tn, D]
+    kh = k.transpose(1, 2).repeat_interleave(group, dim=1)  # [B, Hq, L, D], HF repeat_kv order
+    vh = v.transpose(1, 2).repeat_interleave(group, dim=1)
+    new, total = q.shape[1], k.shape[1]
+    # New token i sits at absolute position total - new + i and sees keys 0..that position.
+    mask = torch.ones(new, total, dtype=torch.bool, device=q.device).tril(diagonal=total - new)
+    out = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask)
+    return out.transpose(1, 2)  # [B, Tn, Hq, D]
 
 
 def _step(model: LlamaModel, cache: DenseKVCache, ids: Tensor) -> Tensor:
@@ -51,27 +57,6 @@ def _step(model: LlamaModel, cache: DenseKVCache, ids: Tensor) -> Tensor:
     positions = torch.arange(start, start + ids.shape[1], device=ids.device).unsqueeze(0)  # [1, Tn]
     last = torch.tensor([ids.shape[1] - 1], device=ids.device)
     return model(ids, positions=positions, attention=cache, logits_index=last)[0, -1]
-
-
-@torch.inference_mode()
-def greedy_generate(model: LlamaModel, prompt_ids: list[int], max_new_tokens: int, stop_id: int) -> list[int]:
-    """Greedy continuation of prompt_ids (batch 1), stopping after stop_id or max_new_tokens."""
-    device = next(model.parameters()).device
-    if len(prompt_ids) + max_new_tokens > model.config.max_position_embeddings:
-        raise ValueError(
-            f"max_new_tokens: prompt ({len(prompt_ids)}) + {max_new_tokens} exceeds "
-            f"max_position_embeddings ({model.config.max_position_embeddings})"
-        )
-    cache = DenseKVCache(model.config.num_layers)
-    logits = _step(model, cache, torch.tensor([prompt_ids], device=device))
-    out: list[int] = []
-    for _ in range(max_new_tokens):
-        token = int(logits.argmax())
-        out.append(token)
-        if token == stop_id:
-            break
-        logits = _step(model, cache, torch.tensor([[token]], device=device))
-    return out
 
 
 @torch.inference_mode()

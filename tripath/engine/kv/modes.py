@@ -20,10 +20,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from tripath.engine.kv.dense import dense_attention
 from tripath.engine.kv.quant import check_mixed_fields, mode_bits, quantize_keys, quantize_values
 from tripath.engine.kv.window import SinkWindowCache
 from tripath.engine.model.model import AttentionFn
-from tripath.engine.tiered.attention import dense_attention
 
 MODES = ("fp", "int8", "int4", "mixed-int8", "mixed-int4", "window")
 

@@ -74,6 +74,13 @@ class KVCacheManager:
         self.block_size = block_size
         self.tables: dict[int, BlockTable] = {}
 
+    def check_request(self, kv_tokens: int) -> str | None:
+        """Why a sequence of kv_tokens KV slots can never fit the whole pool, or None."""
+        capacity = self.pool.num_blocks * self.block_size
+        if kv_tokens > capacity:
+            return f"needs {kv_tokens} KV slots, the pool holds {capacity}"
+        return None
+
     def blocks_needed(self, seq_id: int, num_tokens: int) -> int:
         """New physical blocks for seq_id to hold num_tokens tokens in all (incl. a copy-on-write)."""
         table = self.tables.get(seq_id)

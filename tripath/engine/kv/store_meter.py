@@ -19,7 +19,8 @@ from dataclasses import dataclass
 
 import torch
 
-from tripath.engine.engine import Engine, EngineConfig
+from tripath.engine.engine import Engine
+from tripath.engine.engine_config import EngineConfig
 from tripath.engine.model.model import LlamaModel
 from tripath.engine.sampling import SamplingParams
 
@@ -43,12 +44,6 @@ def _engine(model: LlamaModel, mode: str | None, tokens: int, block_size: int) -
     return Engine(model, config)
 
 
-def _resident(engine: Engine) -> int:
-    if engine.kv_store is None:
-        return engine.kv.kv.untyped_storage().nbytes()
-    return engine.kv_store.resident_bytes()["kv"]
-
-
 @torch.inference_mode()
 def measure_store(model: LlamaModel, prompt: list[int], contexts: list[int], steps: int, rounds: int,
                   block_size: int = 16) -> list[StorePoint]:
@@ -69,7 +64,7 @@ def measure_store(model: LlamaModel, prompt: list[int], contexts: list[int], ste
                     start = time.thread_time()
                     engine.step()
                     times[mode].append(time.thread_time() - start)
-                resident[mode] = _resident(engine)
+                resident[mode] = engine.backend.kv_bytes()
         for mode in MODES:
             ms = [t * 1e3 for t in times[mode]]
             total = ctx + steps - 1  # tokens whose K/V the pool held at the end

@@ -17,7 +17,6 @@ With EngineConfig.kv_compression the target's KV lives in a CompressedKVStore as
 
 from __future__ import annotations
 
-import math
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -25,9 +24,10 @@ from dataclasses import dataclass
 import torch
 
 from tripath.core.speculative import Controller, FixedK
-from tripath.engine.engine import EngineConfig, RequestRejected, StepRecord, run_to_completion
-from tripath.engine.kv.compressed_store import CompressedKVStore, StoreConfig
-from tripath.engine.kv.paged import KVCacheManager, KVTensors
+from tripath.engine.engine import run_to_completion
+from tripath.engine.engine_config import EngineConfig, RequestRejected
+from tripath.engine.kv.compressed_backend import CompressedBackend
+from tripath.engine.kv.paged_backend import PagedBackend
 from tripath.engine.model.fusion import fuse_projections
 from tripath.engine.model.model import LlamaModel
 from tripath.engine.sampling import SamplingParams, sample
@@ -36,6 +36,7 @@ from tripath.engine.speculative.compressed import compressed_forward, rollback
 from tripath.engine.speculative.metrics import SpecCounters, SpecTimings
 from tripath.engine.speculative.proposers import PagedChunk, Proposal, Proposer, paged_forward
 from tripath.engine.speculative.rejection import greedy_verify, rejection_sample, sampling_probs
+from tripath.engine.step_record import StepRecord
 
 
 @dataclass(frozen=True)
@@ -68,17 +69,13 @@ class SpeculativeEngine:
         self.config = config
         param = next(target.parameters())
         self.device, self.dtype = param.device, param.dtype
-        self.kv_manager = KVCacheManager(config.num_blocks, config.block_size)
-        self.kv_store: CompressedKVStore | None = None
         if config.tiered is not None:
             raise ValueError("EngineConfig.tiered: the SpeculativeEngine has no tiered KV")
-        if config.kv_compression is not None:
-            # the target's KV compressed as in Engine
-            # (tripath/engine/speculative/compressed.py); the draft's stays exact
-            store = StoreConfig(config.kv_compression, config.block_size, math.gcd(32, int(target.config.head_dim)))
-            self.kv_store = CompressedKVStore(target.config, config.num_blocks, store, self.dtype, self.device)
-        else:
-            self.kv = KVTensors.allocate(target.config, config.num_blocks, config.block_size, self.dtype, self.device)
+        # the target's KV compressed as in Engine (tripath/engine/speculative/compressed.py); the draft's stays exact
+        self.backend: PagedBackend | CompressedBackend = (
+            PagedBackend(target.config, config, self.dtype, self.device) if config.kv_compression is None
+            else CompressedBackend(target.config, config, self.dtype, self.device))
+        self.kv_manager = self.backend.manager
         self.proposer = proposer
         self.controller = controller if controller is not None else FixedK(4)
         self.generator = generator
@@ -104,8 +101,9 @@ class SpeculativeEngine:
             limit = min(limit, draft.config.max_position_embeddings + 1)
         if total > limit:
             return f"prompt + output = {total} tokens exceeds max_position_embeddings ({limit}, target and draft)"
-        if total - 1 > self.config.kv_capacity_tokens:
-            return f"needs {total - 1} KV slots, the pool holds {self.config.kv_capacity_tokens}"
+        reason = self.kv_manager.check_request(total - 1)
+        if reason is not None:
+            return reason
         if prompt_len > self.config.max_batched_tokens:
             return f"prompt of {prompt_len} tokens exceeds max_batched_tokens (no chunked prefill here)"
         return None
@@ -177,10 +175,10 @@ class SpeculativeEngine:
             chunks.append(PagedChunk(seq.request_id, seq.num_computed, tail + drafts, 1 + num_draft[i]))
         chunks += [PagedChunk(s.request_id, 0, list(s.prompt_ids), 1) for s in new]
         t0 = time.perf_counter()
-        if self.kv_store is None:
-            logits = paged_forward(self.model, self.kv, self.kv_manager, chunks)
+        if isinstance(self.backend, PagedBackend):
+            logits = paged_forward(self.model, self.backend.kv, self.kv_manager, chunks)
         else:
-            logits = compressed_forward(self.model, self.kv_store, self.kv_manager, chunks)
+            logits = compressed_forward(self.model, self.backend.store, self.kv_manager, chunks)
         accepted, emitted = self._verify(rounds, new, num_draft, proposal, logits)
         verify_s = time.perf_counter() - t0  # includes the sampler: .tolist() in _verify synced the device
         first, finished = [], []
@@ -189,10 +187,10 @@ class SpeculativeEngine:
                 first.append(seq.request_id)
             seq.num_computed = seq.num_tokens + (accepted[i] if i < len(rounds) else 0)
             seq.output_ids += emitted[i]
-            if self.kv_store is None:
+            if isinstance(self.backend, PagedBackend):
                 self.kv_manager.truncate(seq.request_id, seq.num_computed)  # rejected drafts leave the cache
             else:  # ... and the store, which then seals the blocks the accepted prefix filled
-                rollback(self.kv_store, self.kv_manager, seq.request_id, seq.num_computed)
+                rollback(self.backend.store, self.kv_manager, seq.request_id, seq.num_computed)
             if i < len(rounds):
                 self.proposer.commit(seq)
                 self.controller.observe(seq.request_id, num_draft[i], accepted[i])
@@ -285,8 +283,8 @@ class SpeculativeEngine:
 
     def _finish(self, seq: Sequence) -> None:
         self.kv_manager.free(seq.request_id)
-        if self.kv_store is not None:
-            self.kv_store.drop_free(self.kv_manager.pool.refcount)  # its staged blocks go now, not next step
+        if isinstance(self.backend, CompressedBackend):
+            self.backend.drop_freed()  # its staged blocks go now, not next step
         self.proposer.free(seq.request_id)
         self.controller.forget(seq.request_id)
         self._committed_blocks -= self._lifetime_blocks(seq)

@@ -26,9 +26,10 @@ from dataclasses import dataclass
 
 import torch
 
+from tripath.engine.engine import Engine
+from tripath.engine.engine_config import EngineConfig
 from tripath.engine.model.config import ModelConfig
 from tripath.engine.model.model import LlamaModel
-from tripath.engine.tiered.reference_engine import TieredEngine
 from tripath.engine.tiered.tiers import TierConfig
 
 LINKS = ("device->host", "host->device", "host->ssd", "ssd->host")
@@ -119,30 +120,33 @@ def _decode_ms(model: LlamaModel, prompt: list[int], tiers: TierConfig, steps: i
                prefetch: bool) -> tuple[list[float], dict[str, tuple[int, int, float, float]], str, float]:
     """Per-step wall ms of `steps` decodes after the prefill, the links' (pages, bytes, wall s, CPU s) over
     them, the residency after prefill, and the main thread's ms per step inside the cache."""
-    with TieredEngine(model, tiers, sinks, window, prefetch) as eng:
-        eng.add_request(prompt, steps + 3)
+    tiers = TierConfig(**{**tiers.__dict__, "sink_tokens": sinks, "window_tokens": window, "prefetch": prefetch})
+    config = EngineConfig(max_batch_size=1, max_batched_tokens=len(prompt), block_size=tiers.chunk_tokens,
+                          num_blocks=1, fuse_projections=False, tiered=tiers)
+    with Engine(model, config) as eng:
+        cache = eng.backend.cache
+        rid = eng.add_request(prompt, steps + 3)
         eng.step()  # prefill, not timed
         eng.step()  # two warm-up decodes: first-touch allocations, thread start-up
         eng.step()
-        res = eng.cache.residency()
-        before = {k: (v.pages, v.bytes, v.seconds) for k, v in eng.cache.tiers.stats.links.items()}
-        stall0 = eng.cache.stall_s
+        res = cache.residency()
+        before = {k: (v.pages, v.bytes, v.seconds) for k, v in cache.tiers.stats.links.items()}
+        stall0 = cache.stall_s
         times, per_step = [], {link: [] for link in LINKS}
         cpu_per_step: dict[str, list[float]] = {link: [] for link in LINKS}
         for _ in range(steps):
             start = time.perf_counter()
-            seconds = {link: eng.cache.tiers.stats.get(link).seconds for link in LINKS}
-            cpu = {link: eng.cache.tiers.stats.get(link).cpu_seconds for link in LINKS}
+            seconds = {link: cache.tiers.stats.get(link).seconds for link in LINKS}
+            cpu = {link: cache.tiers.stats.get(link).cpu_seconds for link in LINKS}
             eng.step()
             times.append((time.perf_counter() - start) * 1e3)
             for link in LINKS:
-                per_step[link].append(eng.cache.tiers.stats.get(link).seconds - seconds[link])
-                cpu_per_step[link].append(eng.cache.tiers.stats.get(link).cpu_seconds - cpu[link])
-        after = eng.cache.tiers.stats.links
-        stall_ms = (eng.cache.stall_s - stall0) * 1e3 / steps
-        failed = [r.error for r in eng.results.values() if not r.ok]
-        if failed:  # a fault would leave the timings meaningless
-            raise RuntimeError(f"paging measurement at {len(prompt)} tokens failed: {failed[0]}")
+                per_step[link].append(cache.tiers.stats.get(link).seconds - seconds[link])
+                cpu_per_step[link].append(cache.tiers.stats.get(link).cpu_seconds - cpu[link])
+        after = cache.tiers.stats.links
+        stall_ms = (cache.stall_s - stall0) * 1e3 / steps
+        if rid in eng.errors:  # a fault would leave the timings meaningless
+            raise RuntimeError(f"paging measurement at {len(prompt)} tokens failed: {eng.errors[rid]}")
         delta = {}
         for link in LINKS:
             p0, b0, s0 = before.get(link, (0, 0, 0.0))
@@ -162,7 +166,7 @@ def measure_paging(config: ModelConfig, context: int, chunk_tokens: int = 256, s
     model = LlamaModel(config, torch.Generator().manual_seed(seed)).eval()
     device = next(model.parameters()).device
     prompt = torch.randint(0, config.vocab_size, (context,), generator=torch.Generator().manual_seed(seed + 1))
-    chunks = -(-(context + steps) // chunk_tokens)
+    chunks = -(-(context + steps + 2) // chunk_tokens)  # the KV of prompt + (steps + 3) outputs - 1
     pinned = -(-sinks // chunk_tokens) + -(-window // chunk_tokens) + 1  # per layer
     total_pages = chunks * config.num_layers
     roomy = TierConfig(chunk_tokens, device_pages=total_pages + 1, host_pages=0, ssd_pages=0, ssd_dir=ssd_dir)

@@ -1,5 +1,5 @@
-"""The continuous-batching Engine's KV store when tiering is on: a TieredKVCache plus the block
-accounting the Scheduler admits and preempts against.
+"""The continuous-batching Engine's KV back end when tiering is on (tripath/engine/kv/backend.py): a
+TieredKVCache, the block accounting the Scheduler admits and preempts against, and per-step paging counters.
 
 The Scheduler only asks a KVCacheManager ``can_reserve`` / ``reserve`` / ``free``.  Here its blocks are
 the tiered cache's chunks (block_size = chunk_tokens), and there are as many as one layer's share of
@@ -18,11 +18,14 @@ from __future__ import annotations
 import shutil
 import weakref
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from tripath.engine.kv.paged import KVCacheManager
+from tripath.engine.kv.paged_attention import SequenceChunk
 from tripath.engine.model.config import ModelConfig
+from tripath.engine.tiered.batch_attention import TieredBatchAttention
 from tripath.engine.tiered.cache import TieredKVCache
 from tripath.engine.tiered.tiers import TierConfig
 
@@ -63,25 +66,30 @@ class TieredAccounting(KVCacheManager):
         sizes[seq_id] = max(sizes.get(seq_id, 0), num_tokens)
         return self.store.device_pages_needed(list(sizes.values())) <= self.store.config.device_pages
 
+    def check_request(self, kv_tokens: int) -> str | None:
+        return self.store.check_request(kv_tokens)
+
     def free(self, seq_id: int) -> None:
         super().free(seq_id)
         self.store.cache.free(seq_id)
 
 
 class TieredStore:
-    """A TieredKVCache for one Engine, its accounting, and per-step paging counters."""
+    """A TieredKVCache for one Engine, its accounting, and per-step paging counters; block_size is the
+    Engine's (the padding of the batched decode buffer, as the paged pool's block multiple)."""
 
     def __init__(self, model_config: ModelConfig, tier_config: TierConfig, dtype: torch.dtype,
-                 device: torch.device) -> None:
+                 device: torch.device, block_size: int) -> None:
         self.config = tier_config
         self.num_layers = model_config.num_layers
+        self.device, self.block_size, self.group = device, block_size, model_config.kv_group_size
         self.cache = TieredKVCache(model_config, tier_config, dtype, device, tier_config.sink_tokens,
                                    tier_config.window_tokens, tier_config.prefetch)
         total_pages = tier_config.device_pages + tier_config.host_pages + tier_config.ssd_pages
         # per layer (a chunk needs a page in every layer), less one page: paging a page in when every tier
         # is full needs one free slot for the chain of evictions (device -> host -> SSD) it starts
         self.capacity_chunks = (total_pages - 1) // self.num_layers
-        self.accounting = TieredAccounting(self, max(self.capacity_chunks, 1), tier_config.chunk_tokens)
+        self.manager = TieredAccounting(self, max(self.capacity_chunks, 1), tier_config.chunk_tokens)
         self._mark = self.snapshot()
         # the SSD directory goes even if close() is never called (interpreter exit, garbage collection)
         self._finalizer = weakref.finalize(self, _remove_dir, self.cache.tiers.ssd)
@@ -114,6 +122,32 @@ class TieredStore:
             return (f"needs {need} device pages (sinks and window of every layer plus one layer's context), "
                     f"the device pool holds {self.config.device_pages}")
         return None
+
+    # ---- one step ----------------------------------------------------------------------------
+    def prepare(self, copies: list[tuple[int, int]]) -> None:
+        """Nothing to copy: a tiered sequence never shares a block."""
+
+    def attention(self, chunks: list[SequenceChunk], request_ids: list[int]) -> TieredBatchAttention:
+        return TieredBatchAttention(self.cache, request_ids, [c.num_cached for c in chunks],
+                                    [c.num_new for c in chunks], self.block_size, self.group, self.device)
+
+    def faults(self, attention: TieredBatchAttention) -> dict[int, str]:
+        """Requests a tier fault ended in this forward: they end, the rest of the batch goes on."""
+        return attention.failed
+
+    def step_fields(self) -> dict[str, Any]:
+        """StepRecord's paging fields: what moved since the end of the previous step (fetch-ahead runs between)."""
+        moved = self.since_last()
+        fields: dict[str, Any] = {}
+        for link, nbytes, seconds in zip(("device_host", "host_device", "host_ssd", "ssd_host"), moved.bytes,
+                                         moved.seconds, strict=True):
+            fields[f"paging_bytes_{link}"], fields[f"paging_s_{link}"] = nbytes, seconds
+        fields["paging_stall_s"] = moved.stall_s
+        return fields
+
+    def kv_bytes(self) -> int:
+        """The device pool's pages (host and SSD pages are not device memory)."""
+        return self.cache.tiers.device_pool.data.untyped_storage().nbytes()
 
     # ---- counters -----------------------------------------------------------------------------
     def snapshot(self) -> PagingSnapshot:
