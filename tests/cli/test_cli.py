@@ -131,6 +131,13 @@ def test_shipped_quickstart_runs_by_name(capsys):
     assert counts["arrived"] == counts["completed"] + counts["rejected"] > 0
 
 
+def test_trace_replay_prints_its_table(capsys):
+    # a trace replay has no single arrival rate: the table says where its arrivals come from instead
+    assert main(["simulate", "azure-conv-replay", "--replications", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "arrivals trace" in out and "req/s (" not in out.split("\n")[2]
+
+
 def test_help_works_for_every_command():
     for argv in (["--help"], ["simulate", "--help"]):
         proc = subprocess.run([sys.executable, "-m", "tripath.cli.main", *argv], capture_output=True, text=True,

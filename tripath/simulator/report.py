@@ -53,7 +53,9 @@ def format_summary(report: dict[str, Any]) -> str:
         f"scenario {report['scenario']}: {report['replications']} replication(s), seed {report['seed']}, "
         f"{report['replicas']} replica(s)",
         f"profile  {profile['key']}  (numbers of kind '{profile['source']}'; latencies below are simulated)",
-        f"arrivals {rate['value']:.4g} req/s ({rate['source']})",
+        # a trace replay has its own timestamps and no single rate
+        f"arrivals {rate['source']}" if rate["value"] is None
+        else f"arrivals {rate['value']:.4g} req/s ({rate['source']})",
         f"requests {counts['arrived']} arrived, {counts['completed']} completed, {counts['rejected']} rejected",
     ]
     if report.get("strategies") is not None:
