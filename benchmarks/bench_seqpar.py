@@ -31,7 +31,7 @@ from tripath.engine.model.model import LlamaModel
 from tripath.engine.seqpar.dist import DistConfig, spawn, subgroup
 from tripath.engine.seqpar.parallel import SeqParConfig, SequenceParallel, TieredShardCache
 from tripath.engine.tiered.cache import TieredKVCache
-from tripath.engine.tiered.tiers import TierConfig
+from tripath.engine.tiered.tier_config import TierConfig
 from tripath.training.train import TARGET_CONFIG
 
 GOAL_SPEEDUP, GOAL_FROM_TOKENS = 1.8, 8192

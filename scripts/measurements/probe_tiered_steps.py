@@ -25,7 +25,7 @@ from tripath.engine.engine import Engine
 from tripath.engine.engine_config import EngineConfig
 from tripath.engine.model.checkpoint import load_checkpoint
 from tripath.engine.model.model import LlamaModel
-from tripath.engine.tiered.tiers import TierConfig
+from tripath.engine.tiered.tier_config import TierConfig
 
 LINKS = ("device_host", "host_device", "host_ssd", "ssd_host")
 

@@ -20,7 +20,7 @@ from tripath.core.records import COMPLETED, REJECTED, RequestRecord
 from tripath.engine.engine import Engine
 from tripath.engine.engine_config import EngineConfig
 from tripath.engine.serving import write_records_csv, write_steps_csv
-from tripath.engine.tiered.tiers import TierConfig
+from tripath.engine.tiered.tier_config import TierConfig
 from tripath.engine.workload_replay import PromptSource, serve
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tripath.engine.kv.compressed_store import STORE_MODES
-from tripath.engine.tiered.tiers import TierConfig
+from tripath.engine.tiered.tier_config import TierConfig
 
 
 @dataclass(frozen=True)

@@ -90,7 +90,7 @@ def engine_config(data: dict[str, Any], kv_tokens: int, layers: int,
     if "compression" in strategy:
         extra["kv_compression"] = str(strategy["compression"]["mode"])
     if "tiered" in strategy:
-        from tripath.engine.tiered.tiers import TierConfig
+        from tripath.engine.tiered.tier_config import TierConfig
 
         chunk = int(strategy["tiered"].get("chunk_tokens", 256))
         device = max(1, kv_tokens // chunk) * layers

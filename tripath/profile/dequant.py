@@ -17,7 +17,7 @@ block bookkeeping); q0: per step. The calibration's compression sweep measures t
 fits the difference (tripath/calibrate/sweeps/compression_decode.py); ``points`` keeps the measured grid.
 
 Older profiles have no ``decode_extra``: the simulator then multiplies the step by the mode's single
-``decode_overhead_ratio`` as before (tripath/simulator/paths/compression.py).
+``decode_overhead_ratio`` alone (tripath/simulator/paths/compression.py).
 """
 
 from __future__ import annotations

@@ -138,7 +138,7 @@ class CompressionMode(Section):
     interpolates it at each chunk's length (the overhead grows with length) and uses it over the scalar;
     decode_extra (optional, tripath/profile/dequant.py): the compressed decode step's extra ms over the
     full-precision one, fitted per (batch, context); the simulator adds it instead of multiplying by
-    decode_overhead_ratio (absent: the ratio, as before).
+    decode_overhead_ratio (absent: the ratio alone).
     """
 
     kv_bytes_ratio: Coefficient = json_field(coefficient(positive=True, high=1.0))

@@ -28,7 +28,7 @@ from tripath.engine.seqpar.dist import DistConfig, RankFailure, spawn, subgroup
 from tripath.engine.seqpar.parallel import SeqParConfig, SequenceParallel, TieredShardCache
 from tripath.engine.seqpar.sharding import ShardLayout
 from tripath.engine.tiered.cache import TieredKVCache
-from tripath.engine.tiered.tiers import TierConfig
+from tripath.engine.tiered.tier_config import TierConfig
 from tripath.training.corpus import load_eval_prompts
 
 LENGTH, HQ, HKV, D = 53, 4, 2, 16

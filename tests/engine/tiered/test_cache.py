@@ -13,7 +13,8 @@ from tripath.engine.kv.dense import DenseKVCache, _step
 from tripath.engine.model.config import PRESETS
 from tripath.engine.model.model import LlamaModel
 from tripath.engine.tiered.cache import TieredKVCache
-from tripath.engine.tiered.tiers import SSDTier, TierConfig, TransferStats
+from tripath.engine.tiered.ssd import SSDTier
+from tripath.engine.tiered.tier_config import TierConfig, TransferStats
 
 CFG = PRESETS["tiny-gqa"]  # 2 layers, 2 KV heads x 8 dims: a page of 16 tokens is 2 KiB in fp32
 TIERS = TierConfig(chunk_tokens=16, device_pages=30, host_pages=6, ssd_pages=1000, sink_tokens=4, window_tokens=32)

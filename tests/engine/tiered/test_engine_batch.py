@@ -13,7 +13,7 @@ from tripath.engine.engine_config import EngineConfig
 from tripath.engine.model.config import PRESETS
 from tripath.engine.model.model import LlamaModel
 from tripath.engine.step_record import StepRecord
-from tripath.engine.tiered.tiers import TierConfig
+from tripath.engine.tiered.tier_config import TierConfig
 
 CFG = PRESETS["tiny-gqa"]  # 2 layers, 2 KV heads x 8 dims: a page of 16 tokens is 2 KiB in fp32
 LENGTHS = (300, 170, 90, 40)  # different lengths, admitted together

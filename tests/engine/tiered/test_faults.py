@@ -16,7 +16,7 @@ from tripath.engine.engine import Engine
 from tripath.engine.engine_config import EngineConfig, RequestRejected
 from tripath.engine.model.config import PRESETS
 from tripath.engine.model.model import LlamaModel
-from tripath.engine.tiered.tiers import TierConfig
+from tripath.engine.tiered.tier_config import TierConfig
 
 CFG = PRESETS["tiny-gqa"]
 NEW = 6

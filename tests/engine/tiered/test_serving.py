@@ -16,7 +16,7 @@ from tripath.engine.engine_config import EngineConfig
 from tripath.engine.model.config import PRESETS
 from tripath.engine.model.model import LlamaModel
 from tripath.engine.serving import PromptSource, serve
-from tripath.engine.tiered.tiers import TierConfig
+from tripath.engine.tiered.tier_config import TierConfig
 from tripath.simulator.scenario.scenario import load_scenario
 from tripath.simulator.scenario.workload import generate_requests
 

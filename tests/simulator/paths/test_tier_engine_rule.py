@@ -98,7 +98,7 @@ def test_pinned_chunks_match_the_cache() -> None:
 
     from tripath.engine.model.config import PRESETS
     from tripath.engine.tiered.cache import TieredKVCache
-    from tripath.engine.tiered.tiers import TierConfig
+    from tripath.engine.tiered.tier_config import TierConfig
 
     rule = _rule(24)
     lengths = (100, 256, 257, 600, 1024, 1025, 1279, 1280, 4096)

@@ -22,7 +22,7 @@ def _shown(path: Path) -> str:
 
 def main() -> None:
     st.title("Fidelity")
-    st.caption("Simulated against measured records of the same requests (issue 10's `tripath validate`). "
+    st.caption("Simulated against measured records of the same requests (`tripath validate`). "
                "Signed relative error = (sim - real) / real: positive = the simulator is pessimistic.")
     folders = validation.report_folders()
     if not folders:

@@ -279,7 +279,7 @@ def prefill_ratio(prefill_ms: dict[tuple[int, int], float], fp: int, index: int,
 def _with_reference(prefill_ms: dict[tuple[int, int], float], references: dict[tuple[int, int], float], fp: int,
                     index: int) -> dict[tuple[int, int], float]:
     """The comp_prefill times with fp's replaced, per length, by the fp prefill timed alternately with this mode
-    (REF_SWEEP rows) where the samples have them (older sample logs: the fp pass's rows, as before)."""
+    (REF_SWEEP rows) where the samples have them (older sample logs: the fp pass's rows)."""
     out = dict(prefill_ms)
     out.update({(fp, n): ms for (i, n), ms in references.items() if i == index})
     return out

@@ -35,7 +35,7 @@ from tripath.calibrate.timer import TimerConfig
 from tripath.engine.engine import Engine
 from tripath.engine.engine_config import EngineConfig
 from tripath.engine.model.model import LlamaModel
-from tripath.engine.tiered.tiers import TierConfig
+from tripath.engine.tiered.tier_config import TierConfig
 from tripath.profile.profile import Coefficient, CostModel, PagingLink
 
 TIERED, PAGED, DIFF = "tier_step", "tier_step_paged", "tier_step_diff"

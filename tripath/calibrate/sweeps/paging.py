@@ -40,7 +40,8 @@ from tripath.calibrate.sweeps.tier_miss import measure_misses, miss_links
 from tripath.calibrate.timer import TimerConfig
 from tripath.engine.model.config import ModelConfig
 from tripath.engine.model.model import LlamaModel
-from tripath.engine.tiered.tiers import TierConfig, Tiers
+from tripath.engine.tiered.tier_config import TierConfig
+from tripath.engine.tiered.tiers import Tiers
 from tripath.profile.profile import Coefficient, CostModel, PagingLink
 
 LINKS = ("device->host", "host->device", "host->ssd", "ssd->host")

@@ -20,7 +20,7 @@ from torch import Tensor
 
 from tripath.engine.kv.paged_attention import chunk_attention, decode_attention, prefix_mask
 from tripath.engine.tiered.cache import TieredKVCache
-from tripath.engine.tiered.tiers import TierFault
+from tripath.engine.tiered.faults import TierFault
 
 
 class TieredBatchAttention:

@@ -26,7 +26,9 @@ import torch
 from torch import Tensor
 
 from tripath.engine.model.config import ModelConfig
-from tripath.engine.tiered.tiers import DeviceFull, TierConfig, TierFault, Tiers
+from tripath.engine.tiered.faults import DeviceFull, TierFault
+from tripath.engine.tiered.tier_config import TierConfig
+from tripath.engine.tiered.tiers import Tiers
 
 PageKey = tuple[int, int, int]  # (sequence id, layer, chunk index)
 

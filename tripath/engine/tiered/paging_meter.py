@@ -30,7 +30,7 @@ from tripath.engine.engine import Engine
 from tripath.engine.engine_config import EngineConfig
 from tripath.engine.model.config import ModelConfig
 from tripath.engine.model.model import LlamaModel
-from tripath.engine.tiered.tiers import TierConfig
+from tripath.engine.tiered.tier_config import TierConfig
 
 LINKS = ("device->host", "host->device", "host->ssd", "ssd->host")
 

@@ -22,7 +22,7 @@ import xxhash
 from tripath.engine.tiered.faults import DiskFull, PageCorrupt, PageMissing, TierUnwritable
 
 if TYPE_CHECKING:
-    from tripath.engine.tiered.tiers import TierConfig, TransferStats
+    from tripath.engine.tiered.tier_config import TierConfig, TransferStats
 
 _MAGIC = b"TKV2"
 _HEADER = struct.Struct("<4s4xQQQ")  # magic, page id, payload bytes, xxh3_64 of the payload

@@ -27,7 +27,7 @@ from tripath.engine.kv.paged_attention import SequenceChunk
 from tripath.engine.model.config import ModelConfig
 from tripath.engine.tiered.batch_attention import TieredBatchAttention
 from tripath.engine.tiered.cache import TieredKVCache
-from tripath.engine.tiered.tiers import TierConfig
+from tripath.engine.tiered.tier_config import TierConfig
 
 LINKS = ("device->host", "host->device", "host->ssd", "ssd->host")
 

@@ -16,7 +16,7 @@ j), the first rejection ends the round, and the target's token after it is alway
 i.i.d. a the mean is E = (1 - a^(K+1)) / (1 - a). Where the profile measured how a varies between
 prompts of a task (``between_prompt_sd``), each request draws its own a once from a Beta with the
 task's mean and that sd and scales its p_j to it (tripath/simulator/paths/acceptance_spread.py); without it every
-request has the task's p_j, as before. K_i is capped at remaining_i - 1 so a sequence
+request has the task's p_j. K_i is capped at remaining_i - 1 so a sequence
 never emits past its output length. KV compression lowers each p_j by its acceptance_drop.
 
 The adaptive policy is tripath/core/speculative.py's AdaptiveK itself (the same rule as the
@@ -37,7 +37,7 @@ speculative.draft_prefill_ratio, else c (a decode-step ratio, which overstates a
 fixed costs weigh less there; docs/simulator_paths.md). That is real_engine's
 schedule, so it applies to profiles calibrated on it (source kind "measured"); the seed and
 published profiles describe vLLM-style engines, whose draft prefills in the target's prefill step
-(``lazy_draft`` False: PathStep charges the prefill x (1 + c) there, as before).
+(``lazy_draft`` False: PathStep charges the prefill x (1 + c) there).
 """
 
 from __future__ import annotations
@@ -132,7 +132,7 @@ def _raw_table(entries: Sequence[TaskAcceptance], k: int) -> np.ndarray:
 def acceptance_spread(entries: Sequence[TaskAcceptance], k: int, drop: float, rng: np.random.Generator
                       ) -> AcceptanceSpread | None:
     """Per-request acceptance where some task's entry has a between-prompt spread; None (one a per task,
-    as before) where none has."""
+    the task's own) where none has."""
     means, sds = _spreads(entries)
     if not (sds > 0).any():
         return None
