@@ -11,6 +11,7 @@ import argparse
 import json
 import math
 import time
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -22,6 +23,9 @@ from tripath.engine.engine_config import EngineConfig
 from tripath.engine.serving import write_records_csv, write_steps_csv
 from tripath.engine.tiered.tier_config import TierConfig
 from tripath.engine.workload_replay import PromptSource, serve
+
+if TYPE_CHECKING:
+    from tripath.simulator.scenario.scenario import Scenario
 
 
 def resolve_rate(arrival_rate: float | None, override: float | None, source: str | None) -> float | None:
@@ -113,14 +117,14 @@ def _add_tier_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--window-tokens", type=int, default=256, help="recent window kept on the device")
 
 
-def tier_config(args: argparse.Namespace, scenario: object, num_layers: int) -> TierConfig | None:
+def tier_config(args: argparse.Namespace, scenario: Scenario, num_layers: int) -> TierConfig | None:
     """The TierConfig the flags and the scenario's [strategy.tiered] ask for, or None (tiering off).
 
     Capacities are pages (chunk_tokens tokens of one layer's K and V).  Only chunk_tokens comes from the
     scenario: its host/SSD GiB describe the simulated hardware, and this engine preallocates its tiers,
     so they are sized by the flags here.
     """
-    spec = getattr(getattr(scenario, "strategy", None), "tiered", None)
+    spec = scenario.strategy.tiered
     if not args.tiered and spec is None:
         return None
     chunk = args.chunk_tokens or (spec.chunk_tokens if spec is not None else 256)
