@@ -58,9 +58,8 @@ STORED_MODES = tuple(m for m in MEASURED_MODES if m in STORE_MODES)  # served th
 COMP_SWEEPS = ("comp_bytes", "comp_step", "comp_agree", "comp_accept")  # comp_prefill: only fp and stored modes
 NEW_TOKENS = 32
 # prompt tokens of the prefill timing (the tiny target holds 2048). The ratio is not linear in length: the
-# store's chunked attention (256-key chunks) and the per-block sealing make it rise from ~1.3 at 128 tokens
-# to ~2 by 256 (measured 22:45 UTC: 1.32 at 128, 1.55 at 192, 1.9-2.0 at 256-384), so three lengths
-# interpolated linearly priced a 256-token prompt at 1.47; served prompts (median ~200) need the dense grid.
+# store's chunked attention (256-key chunks) and the per-block sealing make it rise steeply up to 256 tokens,
+# so served prompts (a few hundred tokens) need a dense grid (docs/simulator_paths.md, KV compression).
 PREFILL_LENGTHS = (64, 128, 192, 256, 384, 512, 768, 1024)
 PREFILL_REPS = 3
 REF_SWEEP = "comp_prefill_ref"  # fp prefill timed alternately with a stored mode's (x1 = the mode's index)
@@ -279,7 +278,7 @@ def prefill_ratio(prefill_ms: dict[tuple[int, int], float], fp: int, index: int,
 def _with_reference(prefill_ms: dict[tuple[int, int], float], references: dict[tuple[int, int], float], fp: int,
                     index: int) -> dict[tuple[int, int], float]:
     """The comp_prefill times with fp's replaced, per length, by the fp prefill timed alternately with this mode
-    (REF_SWEEP rows) where the samples have them (older sample logs: the fp pass's rows, as before)."""
+    (REF_SWEEP rows) where the samples have them; a log without them keeps the fp pass's rows."""
     out = dict(prefill_ms)
     out.update({(fp, n): ms for (i, n), ms in references.items() if i == index})
     return out

@@ -8,13 +8,11 @@ target's shape with seeded random weights (speed does not depend on the values).
 Clock: a rank's thread CPU time plus the wall time it waited inside collectives
 (``PhaseTimes.comm_wait_s``), i.e. the wall clock less the time the thread was off a core while
 computing; the profile takes the minimum over the repetitions. A rank blocked in a collective waits
-for its peer, the socket and a core: real time that a thread-CPU clock cannot see (measured on the
-tiny target at 900 tokens, quiet machine: a decode step is ~5 ms of thread CPU but ~10-12 ms of
-wall, ~6 ms of it in the 7 collectives of the step), so it is counted. Outside the collectives the
-thread CPU time is what the work costs on a core of its own, the clock of the profile's other
-costs; plain wall time would also count other jobs' load (at load average 4.5 on the 2 cores, the
-wall-clock P = 2 prefill was slower than P = 1: speedup 0.86-1.08). The P = 1 prefill is its thread
-CPU time. tripath/fidelity/seqpar_serving.py's CPU-time replay uses the same clock.
+for its peer, the socket and a core: real time, on an idle machine too, that a thread-CPU clock cannot
+see, so it is counted. Outside the collectives the thread CPU time is what the work costs on a core of
+its own, the clock of the profile's other costs; plain wall time would also count other jobs' load.
+The P = 1 prefill is its thread CPU time. tripath/fidelity/seqpar_serving.py's CPU-time replay uses the
+same clock; docs/seqpar_wall_time.md has the measurements behind it.
 
 Rows in the calibration's samples CSV, layers 0, x1 = prompt length, x2 = P (1 or 2), ms, each a
 median / min / max over the repetitions:
@@ -30,9 +28,7 @@ the engine's comm timer, mean of the ranks: the rank that computes faster waits 
 simulator prices the mean rank's compute; MEAN over the steps, and the profile fits the MEDIAN over
 the repetitions, not the minimum: a request's TPOT is the mean of its steps, and the waits vary
 between repetitions on an idle machine too (which core each rank and gloo thread wakes on), so the
-luckiest repetition is not what a served request sees. On the quiet 22:14 UTC calibration the
-repetitions gave 5.17 / 6.16 / 6.22 ms at 512 tokens; the minimum priced seqpar-2's TPOT P50 at
-9.9 ms where the engine took 11.75 ms, see docs/seqpar_wall_time.md).
+luckiest repetition is not what a served request sees (docs/seqpar_wall_time.md, "Round 2").
 The decode merge combines P partials of one query per layer, not T = C queries as a prefill's does,
 so it gets its own fit (the profile's ``decode_merge``) instead of reusing the prefill merge;
 ``decode_comm`` is fitted likewise.
