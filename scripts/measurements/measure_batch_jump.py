@@ -6,8 +6,9 @@ far more than one row's worth more (docs/fidelity.md, "decode_v2"), so served st
 light scenarios' commonest, cost more than the line through the sweep's points gives and B = 1 less.
 This times decode steps at every B in --batches and per-sequence contexts --contexts on the calibration
 probe, the points interleaved in a random order (each timed run follows a different shape, and contention
-drifts over all points alike), thread CPU time, and prints measured / priced per point; the spread of that ratio over B at one context is the model-shape error
-(the overall level also carries the machine's contention when it is shared).
+drifts over all points alike), thread CPU time, and prints measured / priced per point; the spread of that
+ratio over B at one context is the model-shape error (the overall level also carries the machine's
+contention when it is shared).
 
     .venv/bin/python scripts/measurements/measure_batch_jump.py [--profile cpu-tiny] [--rounds 15] [--json]
 """
