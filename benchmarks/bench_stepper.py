@@ -12,7 +12,7 @@ wall time), the best of the repeats; the ratio is old / new.
 
 Cases: ``paths`` (speculative K 4 + tiered + int8 on cpu-tiny, Azure conversation lengths, Poisson
 2 req/s, about 0.75 of its saturation) and ``continuous`` (the seed profile's baseline physics through
-the loop, quickstart at 0.8 x saturation: A8's 11 us per iteration case, docs/batching.md).
+the loop, quickstart at 0.8 x saturation: the 11 us per iteration case of docs/batching.md, Performance).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from io import BytesIO
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_AGAINST = "ab5ca7c"  # the last commit before the loop passed a DecodeBatch (issue 8, item 6)
+DEFAULT_AGAINST = "ab5ca7c"  # the last commit before the loop passed a DecodeBatch (docs/batching.md, Performance)
 PATHS = {"speculative": {"k": 4}, "tiered": {"chunk_tokens": 256}, "compression": {"mode": "int8"}}
 
 

@@ -4,7 +4,7 @@ For each context length a random-weight `bench-small` model (fp32) decodes a few
 pool that holds only the pinned pages and one layer's context and a host tier that holds half of
 the rest, so every unpinned page crosses device<->host and host<->SSD each step (synchronous
 transfers: nothing else on the clock).  In the same run, one plain tensor copy and one plain file
-write / read of the same bytes give this machine's reference bandwidth.  Goal (issue 5): every
+write / read of the same bytes give this machine's reference bandwidth.  Goal: every
 link at >= 70% of its plain figure.
 
 Both sides are timed on two clocks (tripath/engine/tiered/paging_meter.py): wall time, and the transferring

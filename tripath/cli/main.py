@@ -130,7 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     from tripath.fidelity.validate import add_subcommand as add_validate
 
     add_validate(sub)
-    # matrix, plan, whatif, stack, breakeven: planning analyses (issue 9; tripath/planning/ loads when they run)
+    # matrix, plan, whatif, stack, breakeven: planning analyses (tripath/planning/ loads when they run)
     from tripath.cli.planning_parser import add_subcommands as add_planning
 
     add_planning(sub)

@@ -1,4 +1,4 @@
-"""`tripath matrix | plan | whatif | stack | breakeven`: commands over tripath/planning/ (issue 9; parser:
+"""`tripath matrix | plan | whatif | stack | breakeven`: commands over tripath/planning/ (parser:
 planning_parser.py).
 
 Every command prints where its numbers come from (simulated on a <source> profile, or computed

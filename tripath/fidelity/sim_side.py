@@ -71,7 +71,7 @@ def _mean_field(records: list[RequestRecord], name: str) -> float | None:
 
 
 def path_quantities(records: list[RequestRecord]) -> Paths:
-    """Per-path means from the records' optional per-path fields (issue 8), where the records have them."""
+    """Per-path means from the records' optional per-path fields, where the records have them."""
     done = [r for r in records if r.completed]
     paths: Paths = {}
     if done and hasattr(done[0], "draft_rounds") and hasattr(done[0], "accepted_tokens"):

@@ -16,8 +16,8 @@ block bookkeeping); q0: per step. The calibration's compression sweep measures t
 (the paged pool) and the compressed one over a grid of (batch, context per sequence) in one run and
 fits the difference (tripath/calibrate/sweeps/compression_decode.py); ``points`` keeps the measured grid.
 
-Older profiles have no ``decode_extra``: the simulator then multiplies the step by the mode's single
-``decode_overhead_ratio`` as before (tripath/simulator/paths/compression.py).
+Without ``decode_extra`` (older profiles) the simulator multiplies the step by the mode's single
+``decode_overhead_ratio`` (tripath/simulator/paths/compression.py).
 """
 
 from __future__ import annotations

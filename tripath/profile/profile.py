@@ -4,9 +4,9 @@ This module is the only reader and writer of profile JSON (schema version 1). ca
 through ``save_profile``; the simulator and the app read through ``load_profile`` /
 ``resolve_profile``. Every structural or value problem is an ``InputError`` naming the file and
 the dotted field, e.g. ``data/profiles/x.json: costs.decode.coefficients.d_ctx.value: must be a
-finite number >= 0, got -1``. The sections are defined in ``profile_schema.py`` (key, hardware,
+finite number >= 0, got -1``. The sections are defined in ``schema.py`` (key, hardware,
 model, memory, provenance), ``cost_model.py`` (named formulas with coefficients) and
-``profile_paths.py`` (speculative, acceptance, paging, sequence parallel, compression).
+``sections.py`` and ``speculative.py`` (speculative, acceptance, paging, sequence parallel, compression).
 """
 
 from __future__ import annotations

@@ -192,7 +192,7 @@ class CompressionMode:
     interpolates it at each chunk's length (the overhead grows with length) and uses it over the scalar;
     decode_extra (optional, tripath/profile/dequant.py): the compressed decode step's extra ms over the
     full-precision one, fitted per (batch, context); the simulator adds it instead of multiplying by
-    decode_overhead_ratio (absent: the ratio, as before).
+    decode_overhead_ratio (absent: it multiplies by the ratio).
     """
 
     kv_bytes_ratio: Coefficient

@@ -81,7 +81,7 @@ class Speculative:
     def verify_at(self, k: int) -> float:
         """v(K) in target decode steps for proposal length ``k``.
 
-        Without ``verify_by_k`` (a single-K profile): ``verify_cost_ratio`` at any K, as before. With
+        Without ``verify_by_k`` (a single-K profile): ``verify_cost_ratio`` at every K. With
         it: the measured value at K; between measured Ks, linear interpolation; below the smallest, the
         line from v(0) = 1 (verifying one token is one decode step) to it; above the largest, the last
         segment's line (never below the largest measured value)."""

@@ -30,7 +30,7 @@ scheduled sequences (decodes + prefill chunks) and T new tokens (B + the chunks'
 
     iteration ms     = the above + overhead_ms(N, T)
 
-A profile without it prices every iteration exactly as before (no term is added, not even 0.0).
+A profile without it adds no term at all (not even 0.0), so its iterations are priced by the sum above alone.
 
 Every query is checked against the model's measured domain; those outside are counted and
 reported in the summary (tripath/core/records.py: Extrapolations), never silently trusted.

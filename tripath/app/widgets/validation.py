@@ -1,4 +1,4 @@
-"""Finding and reading the latest fidelity report that `tripath validate` wrote (issue 10).
+"""Finding and reading the latest fidelity report that `tripath validate` wrote.
 
 A report is a folder holding error_table.json (tripath/fidelity/report.py documents its fields),
 error_table.md, cdf_<scenario>.png and records_{real,sim}_<scenario>.csv. The report writer

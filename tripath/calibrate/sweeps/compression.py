@@ -24,7 +24,7 @@ reference) decodes the same eval prompts greedily at batch 1 through the mode's 
   reading compressed KV (tripath.engine.kv.quality.greedy_acceptance): median_ms = accepted,
   reps = accepted + rejections.
 
-Rows: x1 = the mode's index in ``kv_compression.MODES``, x2 = 0.  A mode is measured whole or skipped
+Rows: x1 = the mode's index in ``tripath.engine.kv.modes.MODES``, x2 = 0.  A mode is measured whole or skipped
 (resume).  The decode overhead of the quantized modes is that of on-the-fly dequantization in PyTorch
 ops against the full-precision dense cache, not of a fused low-bit GPU kernel.
 
@@ -207,7 +207,7 @@ def measure_compression(target: LlamaModel, draft: LlamaModel | None, prompts: l
             if row.key not in log.done:
                 log.append(row)
         measured += 1
-    # per (batch, context): the decode step through the Engine's store vs its paged pool (dequant_cost.py)
+    # per (batch, context): the decode step through the Engine's store vs its paged pool (tripath/profile/dequant.py)
     measured += measure_decode_grid(target, STORED_MODES, log, clock)
     return measured
 

@@ -1,7 +1,7 @@
 """Gather sweep: what the tiered Engine's decode step costs over the paged Engine's, all pages on the device.
 
 Every step, for every scheduled sequence and every layer, ``TieredBatchAttention`` (tripath/engine/
-tiered_batch_attention.py) allocates a zeroed buffer, appends the new K/V to the sequence's pages
+tiered/batch_attention.py) allocates a zeroed buffer, appends the new K/V to the sequence's pages
 (``TieredKVCache.append``), copies every page of the layer into the buffer (``gather_into``, a Python
 loop over chunks with LRU bookkeeping) and starts the next layer's fetch-ahead, even when every page
 is on the device. The paged Engine reads the same context with one ``index_copy_`` and one

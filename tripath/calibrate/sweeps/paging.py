@@ -204,5 +204,5 @@ def paging_sections(samples: list[Sample], kv_bytes_per_token: int, statistic: s
     gather = gather_link(samples, kv_bytes_per_token, what, main_chunk)
     if gather is not None:  # only where the sweep timed the Engine (measure_paging's model)
         out[GATHER] = gather
-    out.update(miss_links(samples, kv_bytes_per_token, main_chunk, what))  # likewise (sweep_tier_miss.py)
+    out.update(miss_links(samples, kv_bytes_per_token, main_chunk, what))  # likewise (tier_miss.py)
     return out

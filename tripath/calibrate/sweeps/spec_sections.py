@@ -113,7 +113,7 @@ def speculative_sections(samples: list[Sample], draft_name: str, k: int
     """The profile's ``speculative`` and ``acceptance`` sections from the spec_* rows.
 
     The headline entries are at K = ``k``; when more than one K was measured, ``verify_by_k`` and each
-    task's ``by_k`` hold every measured K (a single-K run writes the sections as before).
+    task's ``by_k`` hold every measured K (a single-K run writes neither).
     """
     rows = [s for s in samples if is_spec_sweep(s.sweep)]
     by_key = {s.key: s for s in rows}

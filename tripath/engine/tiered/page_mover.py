@@ -2,7 +2,7 @@
 
 A mixin of TieredKVCache (tripath/engine/tiered/cache.py), kept apart because the moves (and their
 threading: a prefetch copies on a background thread) are one concern and the sequence API another.
-The policy (which pages are pinned, LRU order) stays in tiered_cache.py; the moves call it.
+The policy (which pages are pinned, LRU order) stays in cache.py; the moves call it.
 """
 
 from __future__ import annotations

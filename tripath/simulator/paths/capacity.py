@@ -1,7 +1,7 @@
 """Saturation throughput of replicas with optimization paths on (capacity.py's estimate, path by path).
 
 tripath/simulator/capacity.py estimates the baseline; with [strategy.*] tables the same generation-of-B*
-argument is made on the paths' physics (tripath/simulator/paths/step.py and the *_physics modules), for mean
+argument is made on the paths' physics (tripath/simulator/paths/step.py and the path modules beside it), for mean
 prompt P and output O tokens, with b the profile's KV bytes per token and C one rank's KV budget:
 
     bytes per token   b' = ceil(b x kv_bytes_ratio)                          (compression; else b)
@@ -20,9 +20,9 @@ prompt P and output O tokens, with b the profile's KV bytes per token and C one 
     rate per replica  B* x 1000 / ms;  replicas = gpus // (tp x P_sp)  (runner.cluster_config)
 
 decode' and prefill' are the transformed cost model (compression's decode overhead; SP's split,
-speedup and merge: path_step.path_cost). paging(S) is TierPhysics.iteration for a decode
+speedup and merge: step.path_cost). paging(S) is TierPhysics.iteration for a decode
 iteration holding S live tokens that reads all of them and writes B* x E: in steady state the whole
-off-device share of the KV is paged in every iteration (tier_physics.py), with overlap 0; where
+off-device share of the KV is paged in every iteration (tiered.py), with overlap 0; where
 real_engine's tier rule applies (measured profiles), TierPhysics.engine_step of B* sequences at the
 mean context instead (the tiered read's extra plus page moves per step). With
 adaptive K the estimate takes the K in 1..K_max that maximises E(K) / f(K) (the controller's
@@ -120,7 +120,7 @@ def path_saturation(scenario: Any, profile: Any, mean_prompt: float, mean_output
     if tiers is not None:
         live = round(context)
         if tiers.rule is not None:
-            # real_engine's per-step rule (tier_engine_rule.py): every page of every sequence read each step,
+            # real_engine's per-step rule (tiered_engine_rule.py): every page of every sequence read each step,
             # each sequence at the mean context
             each = [max(1, round(context / batch))] * batch
             paging_ms = 1000.0 * tiers.engine_step(each, each, live)[0]

@@ -16,7 +16,7 @@ j), the first rejection ends the round, and the target's token after it is alway
 i.i.d. a the mean is E = (1 - a^(K+1)) / (1 - a). Where the profile measured how a varies between
 prompts of a task (``between_prompt_sd``), each request draws its own a once from a Beta with the
 task's mean and that sd and scales its p_j to it (tripath/simulator/paths/acceptance_spread.py); without it every
-request has the task's p_j, as before. K_i is capped at remaining_i - 1 so a sequence
+request has the task's p_j. K_i is capped at remaining_i - 1 so a sequence
 never emits past its output length. KV compression lowers each p_j by its acceptance_drop.
 
 The adaptive policy is tripath/engine/speculative/controller.py's AdaptiveK itself (the same rule as the
@@ -37,7 +37,7 @@ speculative.draft_prefill_ratio, else c (a decode-step ratio, which overstates a
 fixed costs weigh less there; docs/simulator_paths.md). That is real_engine's
 schedule, so it applies to profiles calibrated on it (source kind "measured"); the seed and
 published profiles describe vLLM-style engines, whose draft prefills in the target's prefill step
-(``lazy_draft`` False: PathStep charges the prefill x (1 + c) there, as before).
+(``lazy_draft`` False: PathStep charges the prefill x (1 + c) there).
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ from typing import Any
 
 import numpy as np
 
-# spec_controller.py is pure Python (no torch): importing it keeps one rule for engine and simulator.
+# the controller is pure Python (no torch): importing it keeps one rule for engine and simulator.
 from tripath.engine.speculative.controller import AdaptiveK, ControllerConfig, SpecCosts, best_k
 from tripath.profile.engine_rules import follows_real_engine
 from tripath.simulator.paths.acceptance_spread import AcceptanceSpread, mean_survival, replica_key
@@ -96,8 +96,8 @@ def _raw_table(entries: Sequence[Any], k: int) -> np.ndarray:
 
 def acceptance_spread(entries: Sequence[Any], k: int, drop: float, rng: np.random.Generator
                       ) -> AcceptanceSpread | None:
-    """Per-request acceptance where some task's entry has a between-prompt spread; None (one a per task,
-    as before) where none has."""
+    """Per-request acceptance where some task's entry has a between-prompt spread; None (one a per task)
+    where none has."""
     means, sds = _spreads(entries)
     if not (sds > 0).any():
         return None
@@ -162,7 +162,7 @@ class SpeculativePhysics:
         w = the profile's round_per_sequence (measured at its K = k by tripath/calibrate/sweeps/spec_batch.py): each
         sequence's K draft tokens, K + 1 verify rows and bookkeeping, which the batch-1 ratio K c + v(K) times
         the batch's decode step leaves out. Scaled by K_max / k: that work is per proposed token (an assumption
-        between measured Ks; docs/speculative.md). 0 without the coefficient (the rule before) or at K_max = 0.
+        between measured Ks; docs/speculative.md). 0 without the coefficient (the batch-1 ratio alone) or at K_max = 0.
         """
         if self.per_sequence == 0.0 or k_max == 0 or batch <= 1:
             return 0.0

@@ -16,9 +16,9 @@ iteration on top, in ``PathStep``. One iteration's milliseconds, from the profil
     base          the decode part if B > 0, else prefill(0, 0) (the iteration's fixed cost)
     compute       base + prefill part (+ the profile's step_overhead(N, T) once, when it has one)
     seconds       compute + paging stall (tiered: max(0, paging - overlap x compute); measured profiles:
-                  real_engine's per-step read and page moves, tier_engine_rule.py)
+                  real_engine's per-step read and page moves, tiered_engine_rule.py)
 
-tripath/simulator/paths/speculative.py, tier_physics.py, sp_physics.py and compression_physics.py hold each
+tripath/simulator/paths/speculative.py, tiered.py, seqpar.py and compression.py hold each
 path's formulas and say where their numbers come from; docs/simulator_paths.md puts them together.
 ``build_step_model`` returns step_model.BaselineStep with every strategy off (records equal the
 baseline's bit for bit), ``TransformedStep`` (BaselineStep on the transformed model) with only
@@ -148,14 +148,14 @@ class PathStep:
             base_ms = factor * self._decode_ms(decodes)
             if self.spec is not None and batch > 1:
                 # each sequence beyond the first: its own draft tokens, verify rows and bookkeeping, in batch-1
-                # decode steps at the batch's mean context (spec_physics.batch_extra; 0 without the coefficient)
+                # decode steps at the batch's mean context (SpeculativePhysics.batch_extra; 0 without the coefficient)
                 extra = self.spec.batch_extra(batch, int(ks.max()))
                 if extra:
                     base_ms += extra * float(self.cost._decode_ms(1, decodes.total_context // batch))
             decode_merge *= factor
             comp = self.transforms.compression
             if self.spec is not None and comp is not None and comp.decode_extra is not None and self.sp is None:
-                # dequantization is the verify's alone (its B(K+1) rows), not every pass's (compression_physics)
+                # dequantization is the verify's alone (its B(K+1) rows), not every pass's (compression.py)
                 priced = self._decode_context(decodes)  # the S inside _decode_ms's (transformed) price
                 extra = float(comp.decode_extra.extra_ms(batch, priced))
                 base_ms += comp.round_extra_ms(batch, priced, int(ks.max())) - factor * extra
@@ -189,7 +189,7 @@ class PathStep:
         stall_s, moved = 0.0, {}
         written = sum(p.new_tokens for p in prefills) + int(emitted.sum())
         if self.tiers is not None and self.tiers.rule is not None:
-            # real_engine's rule (tier_engine_rule.py): each sequence's pages, every one read every step; a first
+            # real_engine's rule (tiered_engine_rule.py): each sequence's pages, every one read every step; a first
             # prompt chunk attends over its own K/V and reads nothing from the cache
             held = [*decodes.contexts, *(p.context_before + p.new_tokens for p in prefills)]
             reads = [*decodes.contexts, *(p.context_before + p.new_tokens for p in prefills if p.context_before)]
