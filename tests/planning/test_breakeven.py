@@ -6,11 +6,9 @@ import math
 
 import pytest
 
+from tests.helpers import SEED
 from tripath.planning.breakeven import breakeven, breakeven_acceptance, effective_verify_ratio
 from tripath.profile.formulas import expected_tokens_per_round
-from tripath.profile.profile import resolve_profile
-
-SEED = resolve_profile("seed-llama2-70b-a100")
 
 
 @pytest.mark.parametrize("c, v", [(0.3, 1.0), (0.5, 1.0), (0.2, 1.3)])

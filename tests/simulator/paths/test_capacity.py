@@ -13,16 +13,14 @@ import tomllib
 import numpy as np
 import pytest
 
+from tests.helpers import SEED, TINY
 from tripath.core import metrics
 from tripath.core.data_dirs import SCENARIOS_DIR
-from tripath.profile.profile import resolve_profile
 from tripath.simulator.capacity import saturation
 from tripath.simulator.paths.capacity import path_saturation
 from tripath.simulator.runner import simulate
 from tripath.simulator.scenario.scenario import scenario_from_dict
 
-SEED = resolve_profile("seed-llama2-70b-a100")
-TINY = resolve_profile("cpu-tiny")
 P, O = 1000.0, 200.0  # fixed lengths: the means are exact
 
 

@@ -7,8 +7,8 @@ import tomllib
 import numpy as np
 import pytest
 
+from tests.helpers import SEED, TINY
 from tripath.core.data_dirs import SCENARIOS_DIR
-from tripath.profile.profile import resolve_profile
 from tripath.simulator.costs import IterationCost
 from tripath.simulator.paths.seqpar import SpPhysics
 from tripath.simulator.paths.step import PathStep, TransformedStep, build_step_model, path_cost
@@ -16,8 +16,8 @@ from tripath.simulator.scenario.scenario import scenario_from_dict
 from tripath.simulator.scenario.strategy import SequenceParallelSpec, StrategySpec
 from tripath.simulator.step_model import Decode, PrefillChunk
 
-SEED = resolve_profile("seed-llama2-70b-a100")  # P = 2: speedup 1.8 at 4K-32K, merge m0 + m_ctx C
-TINY = resolve_profile("cpu-tiny")  # P = 2 measured at 512, 1024, 2048 tokens
+# SEED: P = 2: speedup 1.8 at 4K-32K, merge m0 + m_ctx C
+# TINY: P = 2 measured at 512, 1024, 2048 tokens
 M0, M_CTX = 3.04348, 0.000371518  # seed sequence_parallel.2.merge (sp_merge_v1)
 
 

@@ -10,6 +10,7 @@ import tomllib
 import numpy as np
 import pytest
 
+from tests.helpers import SEED, TINY
 from tripath.core.data_dirs import SCENARIOS_DIR
 from tripath.core.errors import InputError
 from tripath.profile.profile import resolve_profile
@@ -26,9 +27,6 @@ from tripath.simulator.scenario.strategy import (
     strategy_to_dict,
 )
 from tripath.simulator.step_model import BaselineStep, Decode, PrefillChunk
-
-SEED = resolve_profile("seed-llama2-70b-a100")
-TINY = resolve_profile("cpu-tiny")
 
 
 def _quickstart(requests: int = 60, **changes) -> dict:
