@@ -1,15 +1,19 @@
 """Plain helpers and constants shared by test modules (used at import time, so not fixtures).
 
 The shipped profiles most tests run on, records compared bit for bit, the iteration costs and Poisson
-request lists of the loop-equivalence tests, and a paging link on cpu-tiny's KV size.
+request lists of the loop-equivalence tests, a paging link on cpu-tiny's KV size, and scripts imported by path.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
+import sys
+from types import ModuleType
 
 import numpy as np
 
+from tripath.core.data_dirs import REPO_ROOT
 from tripath.core.request import RequestSpec
 from tripath.profile.cost_model import Coefficient, CostModel
 from tripath.profile.profile import PagingLink, resolve_profile
@@ -77,3 +81,15 @@ def tiny_paging_link(setup_ms: float, gbps: float) -> PagingLink:
                                    "bandwidth_gbps": Coefficient(gbps, "GB/s", "fitted")}, ("bytes",),
                      {"bytes": (1.0, 1e9)})
     return PagingLink(cost, 2048 * 3072 / (gbps * 1e6))
+
+
+def load_script(relative: str) -> ModuleType:
+    """A script of the repository (``scripts/...py``, not a package module) imported by path, under its file's
+    stem in sys.modules: dataclasses look their module up while a class is built."""
+    path = REPO_ROOT / relative
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[path.stem] = module
+    spec.loader.exec_module(module)
+    return module

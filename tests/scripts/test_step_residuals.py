@@ -2,25 +2,19 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
+from tests.helpers import load_script
 from tripath.engine.engine import Engine, EngineConfig
 from tripath.engine.model.config import PRESETS
 from tripath.engine.model.model import LlamaModel
 from tripath.simulator.costs import IterationCost
 from tripath.simulator.step_model import BaselineStep
 
-_spec = importlib.util.spec_from_file_location(
-    "step_residuals", Path(__file__).resolve().parents[2] / "scripts" / "measurements" / "step_residuals.py")
-sr = importlib.util.module_from_spec(_spec)
-sys.modules["step_residuals"] = sr  # dataclasses look their module up while the class is built
-_spec.loader.exec_module(sr)
+sr = load_script("scripts/measurements/step_residuals.py")
 
 # prefill ms = 2 + 0.1 T (context ignored); decode ms = 3 + 0.5 B + 0.01 S; padded to 16-token blocks
 PRE = (2.0, 0.1)
