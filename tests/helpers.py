@@ -1,7 +1,8 @@
 """Plain helpers and constants shared by test modules (used at import time, so not fixtures).
 
 The shipped profiles most tests run on, records compared bit for bit, the iteration costs and Poisson
-request lists of the loop-equivalence tests, a paging link on cpu-tiny's KV size, and scripts imported by path.
+request lists of the loop-equivalence tests, a paging link on cpu-tiny's KV size, shipped scenarios as raw
+dicts, and scripts imported by path.
 """
 
 from __future__ import annotations
@@ -9,11 +10,12 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import sys
+import tomllib
 from types import ModuleType
 
 import numpy as np
 
-from tripath.core.data_dirs import REPO_ROOT
+from tripath.core.data_dirs import REPO_ROOT, SCENARIOS_DIR
 from tripath.core.request import RequestSpec
 from tripath.profile.cost_model import Coefficient, CostModel
 from tripath.profile.profile import PagingLink, resolve_profile
@@ -93,3 +95,9 @@ def load_script(relative: str) -> ModuleType:
     sys.modules[path.stem] = module
     spec.loader.exec_module(module)
     return module
+
+
+def shipped_scenario_dict(name: str) -> dict:
+    """A shipped scenario file (data/scenarios/NAME.toml) as its raw TOML dict, a fresh one each call."""
+    with open(SCENARIOS_DIR / f"{name}.toml", "rb") as fh:
+        return tomllib.load(fh)

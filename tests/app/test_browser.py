@@ -18,12 +18,12 @@ import socket
 import subprocess
 import sys
 import time
-import tomllib
 import urllib.request
 from pathlib import Path
 
 import pytest
 
+from tests.helpers import shipped_scenario_dict
 from tripath.core.data_dirs import REPO_ROOT
 
 CHROMIUM_CANDIDATES = ("/usr/bin/chromium", "/usr/bin/chromium-browser")
@@ -42,8 +42,7 @@ def _chromium() -> str:
 
 
 def _quickstart_requests() -> int:
-    with open(REPO_ROOT / "data/scenarios/quickstart.toml", "rb") as handle:
-        return int(tomllib.load(handle)["workload"]["requests"])
+    return int(shipped_scenario_dict("quickstart")["workload"]["requests"])
 
 
 def _free_port() -> int:

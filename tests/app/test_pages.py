@@ -10,7 +10,6 @@ from __future__ import annotations
 import copy
 import json
 import math
-import tomllib
 from pathlib import Path
 
 import pandas as pd
@@ -18,6 +17,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from tests.app.app_driver import app, frame
+from tests.helpers import shipped_scenario_dict
 from tripath.app.widgets import profiles, validation
 from tripath.core.data_dirs import REPO_ROOT
 from tripath.profile.profile import resolve_profile
@@ -49,8 +49,7 @@ def _explore(at: AppTest, rate: float, requests: int = 80, replications: int = 2
 def test_explorer_shows_what_the_cli_functions_compute() -> None:
     at = _explore(app(), rate=0.1, interval_s=20.0)
     # the same scenario built by hand from the shipped file, simulated by the CLI's functions
-    with open(REPO_ROOT / "data/scenarios/quickstart.toml", "rb") as handle:
-        data = tomllib.load(handle)
+    data = shipped_scenario_dict("quickstart")
     data.pop("profile")
     data["workload"]["requests"] = 80
     data["workload"]["arrival"] = {"kind": "poisson", "rate_per_s": 0.1}
@@ -220,8 +219,7 @@ def test_explorer_strategy_tables_reach_the_simulator() -> None:
     at.button(key="run").click().run()
     assert not at.exception and not at.error, [e.value for e in at.error]
     profile = resolve_profile("seed-llama2-70b-a100")
-    with open(REPO_ROOT / "data/scenarios/quickstart.toml", "rb") as handle:
-        data = tomllib.load(handle)
+    data = shipped_scenario_dict("quickstart")
     data.pop("profile")
     data["workload"]["requests"] = 60
     data["workload"]["arrival"] = {"kind": "poisson", "rate_per_s": 0.1}
