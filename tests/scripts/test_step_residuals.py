@@ -64,18 +64,14 @@ def test_kinds_and_summary_ratios() -> None:
     assert math.isclose(sum(v["busy_share"] for k, v in s.items() if k != "all"), 1.0)
 
 
+@pytest.mark.usefixtures("one_torch_thread")
 def test_engine_records_each_sequence_cached_and_new_tokens() -> None:
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        model = LlamaModel(PRESETS["tiny-gqa"], torch.Generator().manual_seed(1)).eval()
-        engine = Engine(model, EngineConfig(4, 64, 16, 32), torch.Generator().manual_seed(0))
-        engine.add_request(list(range(5)), 3)
-        engine.add_request(list(range(12)), 2)
-        shapes = []
-        while engine.has_unfinished:
-            shapes.append(engine.step().chunk_shapes)
-    finally:
-        torch.set_num_threads(before)
+    model = LlamaModel(PRESETS["tiny-gqa"], torch.Generator().manual_seed(1)).eval()
+    engine = Engine(model, EngineConfig(4, 64, 16, 32), torch.Generator().manual_seed(0))
+    engine.add_request(list(range(5)), 3)
+    engine.add_request(list(range(12)), 2)
+    shapes = []
+    while engine.has_unfinished:
+        shapes.append(engine.step().chunk_shapes)
     # step 1: both prompts whole; then one token each after what is cached; request 1 stops after 2 tokens
     assert shapes == [((0, 5), (0, 12)), ((5, 1), (12, 1)), ((6, 1),)]

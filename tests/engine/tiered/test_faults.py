@@ -20,8 +20,7 @@ STOP = 10_000  # never produced: generate exactly NEW tokens
 
 
 @pytest.fixture(scope="module")
-def model() -> LlamaModel:
-    torch.set_num_threads(1)
+def model(one_torch_thread) -> LlamaModel:
     return LlamaModel(CFG, torch.Generator().manual_seed(1)).eval()
 
 

@@ -123,8 +123,7 @@ def test_fit_recovers_known_coefficients():
 
 
 @pytest.fixture(scope="module")
-def small_model() -> LlamaModel:
-    torch.set_num_threads(1)
+def small_model(one_torch_thread) -> LlamaModel:
     return LlamaModel(dataclasses.replace(PRESETS["tiny-gqa"], vocab_size=264), torch.Generator().manual_seed(0))
 
 
