@@ -1,4 +1,4 @@
-"""CUDA correctness checks and a short calibration, for a machine with one GPU (H200 / H100 / A100).
+"""CUDA correctness checks and a short calibration, for a session with one GPU (H200 / H100 / A100).
 
     python scripts/gpu_check.py --out-dir "$OUT"           # estimated 4-8 min on one H200 (never run); < 15 on an A100
     python scripts/gpu_check.py --out-dir /tmp/x --dry-run # CPU: the same jobs on tiny models and grids
