@@ -115,7 +115,7 @@ def _row(rows: list[dict], **match: object) -> dict:
 
 
 def _findings(step_rows: list[dict], fit: dict) -> list[str]:
-    """The issue's claims about tiering, each answered from this run's numbers (compression: its own block)."""
+    """The findings about tiering, each answered from this run's numbers (compression: its own block)."""
     longest = max(r["context"] for r in step_rows)
     sync = _row(step_rows, context=longest, prefetch=False)
     return [

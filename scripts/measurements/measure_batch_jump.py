@@ -2,14 +2,13 @@
 
 decode_v1 charges the linear layers d_seq per sequence (ms = d0 + d_seq B + d_ctx S). On CPU a
 one-row matmul takes MKL's matrix-vector path and two or three rows take the general one, which costs
-far more than one row's worth more (F.linear [M, 256] x [256, 1376] + [M, 688] x [688, 256], one thread:
-M = 1 60 us, 2 111 us, 3 156 us, 4 135 us, 8 191 us; measured 22:50 UTC 2026-11-29 on this machine under
-load), so served steps of 2-4 sequences, the light scenarios' commonest, cost more than the line through
-the sweep's points gives and B = 1 less. This times decode steps at every B in --batches and per-sequence
-contexts --contexts on the calibration probe, the points interleaved in a random order (each timed run
-follows a different shape, and contention drifts over all points alike), thread CPU time, and prints
-measured / priced per point; the spread of that ratio over B at one context is the model-shape error
-(the overall level also carries the machine's contention when it is shared).
+far more than one row's worth more (docs/fidelity.md, "decode_v2"), so served steps of 2-4 sequences, the
+light scenarios' commonest, cost more than the line through the sweep's points gives and B = 1 less.
+This times decode steps at every B in --batches and per-sequence contexts --contexts on the calibration
+probe, the points interleaved in a random order (each timed run follows a different shape, and contention
+drifts over all points alike), thread CPU time, and prints measured / priced per point; the spread of that
+ratio over B at one context is the model-shape error (the overall level also carries the machine's
+contention when it is shared).
 
     .venv/bin/python scripts/measurements/measure_batch_jump.py [--profile cpu-tiny] [--rounds 15] [--json]
 """

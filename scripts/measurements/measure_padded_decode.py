@@ -5,9 +5,10 @@ masked). This times, in one run and interleaved, three batches of B decoding seq
 probe's forward (tripath/calibrate/probe.StepProbe, thread CPU time, one torch thread: the calibration's clock):
 
     mixed     the contexts given (one long, the rest short, or a spread)
-    sum       B equal contexts with the same Σ as mixed (what the simulator charged before)
+    sum       B equal contexts with the same Σ as mixed (what the simulator charges on seed and published
+              profiles)
     padded    B equal contexts of the mixed batch's longest in whole blocks (what it charges on measured
-              profiles now, tripath/simulator/engine_rules.decode_block_tokens)
+              profiles, tripath/profile/engine_rules.decode_block_tokens)
 
 and prints mixed/sum and mixed/padded: near 1 for the rule that holds. Equal-context batches are what the
 decode sweep fits, so the comparison needs no profile and is immune to how loaded the machine was when the

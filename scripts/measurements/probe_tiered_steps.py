@@ -1,7 +1,6 @@
 """What the tiered Engine does per decode step: pages moved per link, main-thread stall, and step time against
 the paged Engine. The evidence behind tripath/simulator/paths/tiered_engine_rule.py (docs/tiered_kv.md, "What the
-engine does
-per step").
+engine does per step").
 
     .venv/bin/python scripts/measurements/probe_tiered_steps.py [--model data/models/tiny-target] [--json]
 

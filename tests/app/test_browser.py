@@ -18,13 +18,14 @@ import socket
 import subprocess
 import sys
 import time
-import tomllib
 import urllib.request
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.helpers import shipped_scenario_dict
+from tripath.core.data_dirs import REPO_ROOT
+
 CHROMIUM_CANDIDATES = ("/usr/bin/chromium", "/usr/bin/chromium-browser")
 START_TIMEOUT_S = 90.0
 STEP_TIMEOUT_MS = 90_000  # the shared 2-core machine can be slow; a run takes ~1 s of CPU
@@ -41,8 +42,7 @@ def _chromium() -> str:
 
 
 def _quickstart_requests() -> int:
-    with open(ROOT / "data/scenarios/quickstart.toml", "rb") as handle:
-        return int(tomllib.load(handle)["workload"]["requests"])
+    return int(shipped_scenario_dict("quickstart")["workload"]["requests"])
 
 
 def _free_port() -> int:
@@ -72,7 +72,7 @@ def app_url(tmp_path: Path):
     with open(log, "w") as out:
         # `tripath app` execs `streamlit run app.py --server.headless true --server.port PORT`: same pid
         server = subprocess.Popen([sys.executable, "-m", "tripath.cli.main", "app", "--port", str(port),
-                                   "--address", "127.0.0.1"], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+                                   "--address", "127.0.0.1"], cwd=REPO_ROOT, stdout=out, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
         _wait_healthy(url, server, log)

@@ -10,45 +10,24 @@ from __future__ import annotations
 import copy
 import json
 import math
-import sys
-import tomllib
 from pathlib import Path
 
 import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
-ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:  # the pages import app_pages, which lives beside app.py (not installed)
-    sys.path.insert(0, str(ROOT))
-
-from tripath.app.widgets import profiles, validation  # noqa: E402
-from tripath.profile.profile import resolve_profile  # noqa: E402
-from tripath.simulator.runner import simulate  # noqa: E402
-from tripath.simulator.scenario.scenario import scenario_from_dict  # noqa: E402
-from tripath.simulator.summary import summary  # noqa: E402
-
-TIMEOUT_S = 120  # the machine is shared: generous, never part of what is asserted
-
-
-def _app(page: str | None = None) -> AppTest:
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT_S).run()
-    if page:
-        at.switch_page(f"tripath/app/pages/{page}.py").run()
-    assert not at.exception, at.exception
-    return at
-
-
-def _frame(at: AppTest, column: str) -> pd.DataFrame:
-    """The (first) dataframe on the page holding ``column``."""
-    for element in at.dataframe:
-        if column in element.value.columns:
-            return element.value
-    raise AssertionError(f"no table with column {column!r}; tables: {[list(e.value.columns) for e in at.dataframe]}")
+from tests.app.app_driver import app, frame
+from tests.helpers import shipped_scenario_dict
+from tripath.app.widgets import profiles, validation
+from tripath.core.data_dirs import REPO_ROOT
+from tripath.profile.profile import resolve_profile
+from tripath.simulator.runner import simulate
+from tripath.simulator.scenario.scenario import scenario_from_dict
+from tripath.simulator.summary import summary
 
 
 def _p99(at: AppTest, metric: str) -> float:
-    table = _frame(at, "percentile")
+    table = frame(at, "percentile")
     return float(table[(table["metric"] == metric) & (table["percentile"] == "P99")]["mean ms"].iloc[0])
 
 
@@ -69,16 +48,15 @@ def _explore(at: AppTest, rate: float, requests: int = 80, replications: int = 2
 
 
 def test_explorer_shows_what_the_cli_functions_compute() -> None:
-    at = _explore(_app(), rate=0.1, interval_s=20.0)
+    at = _explore(app(), rate=0.1, interval_s=20.0)
     # the same scenario built by hand from the shipped file, simulated by the CLI's functions
-    with open(ROOT / "data/scenarios/quickstart.toml", "rb") as handle:
-        data = tomllib.load(handle)
+    data = shipped_scenario_dict("quickstart")
     data.pop("profile")
     data["workload"]["requests"] = 80
     data["workload"]["arrival"] = {"kind": "poisson", "rate_per_s": 0.1}
     report = summary(simulate(scenario_from_dict(data), resolve_profile("seed-llama2-70b-a100"), seed=0,
                               replications=2))
-    table = _frame(at, "percentile")
+    table = frame(at, "percentile")
     assert len(table) == 4 * 4
     for metric in ("ttft", "tpot", "e2e", "queueing"):
         for level, label in (("p50", "P50"), ("p99", "P99"), ("p999", "P99.9")):
@@ -96,7 +74,7 @@ def test_explorer_shows_what_the_cli_functions_compute() -> None:
 
 def test_explorer_raising_the_rate_raises_p99() -> None:
     """Same seed, same lengths, arrivals compressed in time: queueing can only grow (and does)."""
-    at = _explore(_app(), rate=0.05)
+    at = _explore(app(), rate=0.05)
     low_ttft, low_e2e = _p99(at, "ttft"), _p99(at, "e2e")
     at.number_input(key="quickstart.rate_per_s").set_value(0.4)  # above the ~0.26 req/s saturation estimate
     at.button(key="run").click().run()
@@ -107,8 +85,8 @@ def test_explorer_raising_the_rate_raises_p99() -> None:
 
 
 def test_explorer_reports_bad_input_and_keeps_the_last_result() -> None:
-    at = _explore(_app(), rate=0.1)
-    before = _frame(at, "percentile").copy()
+    at = _explore(app(), rate=0.1)
+    before = frame(at, "percentile").copy()
     at.selectbox(key="quickstart.prompt.kind").set_value("uniform").run()
     at.number_input(key="quickstart.prompt.low").set_value(5000)
     at.number_input(key="quickstart.prompt.high").set_value(100)
@@ -117,7 +95,7 @@ def test_explorer_reports_bad_input_and_keeps_the_last_result() -> None:
     assert any("workload.prompt_tokens.high" in e.value for e in at.error), [e.value for e in at.error]
     # the previous result stays, flagged as out of date: nothing half-updated
     assert any("inputs changed" in w.value for w in at.warning)
-    pd.testing.assert_frame_equal(_frame(at, "percentile"), before)
+    pd.testing.assert_frame_equal(frame(at, "percentile"), before)
     at.text_input(key="quickstart.tasks").set_value("dialogue").run()
     assert any("NAME:WEIGHT" in e.value for e in at.error)
 
@@ -126,11 +104,11 @@ def test_explorer_reports_bad_input_and_keeps_the_last_result() -> None:
 
 
 def _coefficients(at: AppTest) -> pd.DataFrame:
-    return _frame(at, "coefficient")
+    return frame(at, "coefficient")
 
 
 def test_calibration_other_profile_other_coefficients() -> None:
-    at = _app("calibration")
+    at = app("calibration")
     assert at.selectbox(key="calibration_profile").value == "cpu-tiny"
     tiny = _coefficients(at)
     profile = resolve_profile("cpu-tiny")
@@ -144,11 +122,11 @@ def test_calibration_other_profile_other_coefficients() -> None:
     assert seed_d0["value"] != d0["value"]
     assert any("seed" in m.value and "not measured" in m.value for m in at.markdown)  # the kind, in words
     # the raw samples the seed fits used: the seed tables' rows, every one of them
-    raw = (ROOT / "data/profiles/seed-llama2-70b-a100.samples.csv").read_text().splitlines()
-    assert len(_frame(at, "used_by")) == len(raw) - 1
+    raw = (REPO_ROOT / "data/profiles/seed-llama2-70b-a100.samples.csv").read_text().splitlines()
+    assert len(frame(at, "used_by")) == len(raw) - 1
     # compare: B / A is the ratio of the two profiles' own coefficients
     at.selectbox(key="compare_with").set_value("cpu-tiny").run()
-    table = _frame(at, "B / A")
+    table = frame(at, "B / A")
     row = table[(table["cost"] == "decode") & (table["coefficient"] == "d_ctx")].iloc[0]
     a = resolve_profile("seed-llama2-70b-a100").costs["decode"].coefficients["d_ctx"].value
     b = profile.costs["decode"].coefficients["d_ctx"].value
@@ -156,7 +134,7 @@ def test_calibration_other_profile_other_coefficients() -> None:
 
 
 def _bad_uploads() -> list[tuple[str, bytes, str]]:
-    good = json.loads((ROOT / "data/profiles/cpu-tiny.json").read_text())
+    good = json.loads((REPO_ROOT / "data/profiles/cpu-tiny.json").read_text())
     negative = copy.deepcopy(good)
     negative["costs"]["decode"]["coefficients"]["d_ctx"]["value"] = -1.0
     big = json.dumps({**good, "notes": ["x" * (profiles.MAX_UPLOAD_BYTES + 10)]}).encode()
@@ -169,7 +147,7 @@ def _bad_uploads() -> list[tuple[str, bytes, str]]:
 @pytest.mark.parametrize("filename, content, expected", _bad_uploads(), ids=lambda v: str(v)[:16])
 def test_calibration_bad_upload_shows_an_error_and_changes_nothing(filename: str, content: bytes,
                                                                     expected: str) -> None:
-    at = _app("calibration")
+    at = app("calibration")
     at.selectbox(key="calibration_profile").set_value("published-llama2-7b-a100").run()
     options = list(at.selectbox(key="calibration_profile").options)
     table = _coefficients(at).copy()
@@ -183,12 +161,12 @@ def test_calibration_bad_upload_shows_an_error_and_changes_nothing(filename: str
 
 
 def test_calibration_good_upload_is_selected_and_offered_to_the_explorer() -> None:
-    at = _app("calibration")
-    text = (ROOT / "data/profiles/cpu-tiny.json").read_bytes()
+    at = app("calibration")
+    text = (REPO_ROOT / "data/profiles/cpu-tiny.json").read_bytes()
     at.file_uploader(key="profile_upload").set_value(("mine.json", text, "application/json")).run()
     assert not at.exception and not at.error
     assert at.selectbox(key="calibration_profile").value == "uploaded: mine.json"
-    pd.testing.assert_frame_equal(_coefficients(at), _coefficients(_app("calibration")))  # same as shipped cpu-tiny
+    pd.testing.assert_frame_equal(_coefficients(at), _coefficients(app("calibration")))  # same as shipped cpu-tiny
     at.switch_page("tripath/app/pages/explorer.py").run()
     assert "uploaded: mine.json" in at.selectbox(key="explorer_profile").options
 
@@ -198,7 +176,7 @@ def test_calibration_good_upload_is_selected_and_offered_to_the_explorer() -> No
 
 def test_fidelity_without_a_report_says_so(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setattr(validation, "SEARCH_ROOTS", (tmp_path / "validation",))
-    at = _app("fidelity")
+    at = app("fidelity")
     assert any("No validation run yet" in i.value for i in at.info)
     assert not at.dataframe
 
@@ -219,15 +197,15 @@ def test_fidelity_shows_the_latest_report(monkeypatch: pytest.MonkeyPatch, tmp_p
                ScenarioResult("spec", "speculative", "y.toml", 10, reason="engine: not available")]
     write_report(tmp_path / "validation", meta, results)
     monkeypatch.setattr(validation, "SEARCH_ROOTS", (tmp_path / "validation",))
-    at = _app("fidelity")
+    at = app("fidelity")
     assert not at.info
-    errors = _frame(at, "within first bar")
+    errors = frame(at, "within first bar")
     assert list(errors["quantity"]) == ["ttft p50", "ttft p99"]
     assert errors["error"].tolist() == pytest.approx([0.1, -0.2])  # (sim - real) / real
     assert errors["within first bar"].tolist() == [True, False]  # 10 % at P50 is inside, 20 % at P99 is not
     assert errors["within noise"].tolist()[0] is True  # 110 lies in [90, 115]
     assert errors["within noise"].isna().tolist()[1]  # no interval: unknown, not False
-    status = _frame(at, "status")
+    status = frame(at, "status")
     assert status.set_index("scenario").loc["spec", "reason"] == "engine: not available"
     assert any("cpu-tiny" in m.value and "measured" in m.value for m in at.markdown)
     assert math.isclose(status.set_index("scenario").loc["steady", "worst error"], -0.2)
@@ -235,15 +213,14 @@ def test_fidelity_shows_the_latest_report(monkeypatch: pytest.MonkeyPatch, tmp_p
 
 def test_explorer_strategy_tables_reach_the_simulator() -> None:
     """Ticking a path writes its [strategy.*] table (the agreed format) and the result is runner.simulate's."""
-    at = _explore(_app(), rate=0.1, requests=60)
+    at = _explore(app(), rate=0.1, requests=60)
     baseline_tpot = _p99(at, "tpot")
     assert at.checkbox(key="quickstart.compression").disabled  # the seed profile has no compression modes
     at.checkbox(key="quickstart.spec").check().run()
     at.button(key="run").click().run()
     assert not at.exception and not at.error, [e.value for e in at.error]
     profile = resolve_profile("seed-llama2-70b-a100")
-    with open(ROOT / "data/scenarios/quickstart.toml", "rb") as handle:
-        data = tomllib.load(handle)
+    data = shipped_scenario_dict("quickstart")
     data.pop("profile")
     data["workload"]["requests"] = 60
     data["workload"]["arrival"] = {"kind": "poisson", "rate_per_s": 0.1}
@@ -258,6 +235,6 @@ def test_tripath_app_subcommand_is_registered() -> None:
 
     args = build_parser().parse_args(["app", "--port", "8600"])
     assert args.port == 8600 and args.address == "localhost"
-    assert (ROOT / "app.py").is_file()  # what `tripath app` serves (tests/app/test_browser.py runs it for real)
+    assert (REPO_ROOT / "app.py").is_file()  # what `tripath app` serves (tests/app/test_browser.py runs it for real)
     with pytest.raises(SystemExit):
         build_parser().parse_args(["app", "--port", "0"])

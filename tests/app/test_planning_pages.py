@@ -7,48 +7,24 @@ its inputs change.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
-ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:  # the pages import app_pages, which lives beside app.py (not installed)
-    sys.path.insert(0, str(ROOT))
-
-from tripath.profile.profile import resolve_profile  # noqa: E402
-
-TIMEOUT_S = 120  # the machine is shared: generous, never part of what is asserted
-
-
-def _app(page: str) -> AppTest:
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=TIMEOUT_S).run()
-    at.switch_page(f"tripath/app/pages/{page}.py").run()
-    assert not at.exception, at.exception
-    return at
-
-
-def _frame(at: AppTest, column: str) -> pd.DataFrame:
-    """The (first) dataframe on the page holding ``column``."""
-    for element in at.dataframe:
-        if column in element.value.columns:
-            return element.value
-    raise AssertionError(f"no table with column {column!r}; tables: {[list(e.value.columns) for e in at.dataframe]}")
-
+from tests.app.app_driver import app, frame
+from tripath.profile.profile import resolve_profile
 
 
 def test_matrix_page_shows_planning_decision_matrix() -> None:
     from tripath.planning.matrix import decision_matrix
 
-    at = _app("matrix")
+    at = app("matrix")
     at.number_input(key="matrix_requests").set_value(20)
     at.checkbox(key="matrix.cache").uncheck()
     at.button(key="matrix_run").click().run()
     assert not at.exception and not at.error
     expected = decision_matrix(resolve_profile("seed-llama2-70b-a100"), requests=20).to_dict()
-    summary_table = _frame(at, "seed recommends")
+    summary_table = frame(at, "seed recommends")
     assert list(summary_table["cell"]) == [c["scenario"] for c in expected["cells"]]
     assert list(summary_table["recommended"]) == [c["recommended"] or "none meets the SLA" for c in expected["cells"]]
     assert list(summary_table["runner-up"]) == [c["runner_up"] or "-" for c in expected["cells"]]
@@ -56,7 +32,7 @@ def test_matrix_page_shows_planning_decision_matrix() -> None:
     # selecting a cell shows that cell's numbers
     for cell in expected["cells"][:3]:
         at.selectbox(key="matrix_cell").set_value(cell["scenario"]).run()
-        table = _frame(at, "not applicable / refused").set_index("candidate")
+        table = frame(at, "not applicable / refused").set_index("candidate")
         for row in cell["candidates"]:
             if "not_applicable" in row:
                 assert table.loc[row["candidate"], "not applicable / refused"] == row["not_applicable"]
@@ -69,14 +45,14 @@ def _capacity(at: AppTest, qps: float) -> pd.DataFrame:
     at.number_input(key="capacity_qps").set_value(qps)
     at.button(key="capacity_run").click().run()
     assert not at.exception and not at.error, [e.value for e in at.error]
-    return _frame(at, "GPUs per replica").set_index("candidate")
+    return frame(at, "GPUs per replica").set_index("candidate")
 
 
 def test_capacity_page_more_load_more_gpus() -> None:
     from tripath.planning.capacity import plan
     from tripath.planning.scenario_dict import load_scenario_dict
 
-    at = _app("capacity")
+    at = app("capacity")
     at.number_input(key="capacity_requests").set_value(40)
     at.number_input(key="capacity_sla_ttft").set_value(5000.0)
     at.number_input(key="capacity_sla_tpot").set_value(200.0)
@@ -107,14 +83,14 @@ def test_capacity_page_more_load_more_gpus() -> None:
 
 def test_whatif_sla_sweep_changes_attainment_not_latency() -> None:
     """Sweeping an SLA threshold re-judges the same simulation: equal P99s, attainment non-decreasing."""
-    at = _app("whatif")
+    at = app("whatif")
     at.number_input(key="whatif_requests").set_value(40)
     at.checkbox(key="whatif.cache").uncheck()
     at.selectbox(key="whatif_field").set_value("TTFT SLA (sla.ttft_p99_ms)").run()
     at.text_input(key="whatif_values").set_value("500, 5000, 1000000")
     at.button(key="whatif_run").click().run()
     assert not at.exception and not at.error, [e.value for e in at.error]
-    table = _frame(at, "sla.ttft_p99_ms")
+    table = frame(at, "sla.ttft_p99_ms")
     assert list(table["sla.ttft_p99_ms"]) == [500, 5000, 1000000]
     assert table["TTFT P99 ms"].nunique() == 1 and table["E2E P99 ms"].nunique() == 1
     shares = list(table["share meeting every term"])
@@ -125,7 +101,7 @@ def test_whatif_load_step_fixed_and_adaptive() -> None:
     from tripath.planning.scenario_dict import load_scenario_dict
     from tripath.planning.whatif import load_step
 
-    at = _app("whatif")
+    at = app("whatif")
     at.number_input(key="whatif_requests").set_value(60)
     at.checkbox(key="whatif.cache").uncheck()
     at.number_input(key="step_factor").set_value(3.0)
@@ -133,7 +109,7 @@ def test_whatif_load_step_fixed_and_adaptive() -> None:
     at.number_input(key="step_window").set_value(50.0)
     at.button(key="step_run").click().run()
     assert not at.exception and not at.error, [e.value for e in at.error]
-    table = _frame(at, "policy")
+    table = frame(at, "policy")
     data, source = load_scenario_dict("quickstart")
     data.pop("profile")
     data["workload"]["requests"] = 60

@@ -7,10 +7,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from tests.simulator.loop.test_fast_path import (
-    assert_same,
-    poisson_requests,
-)
+from tests.helpers import assert_fast_equals_reference, poisson_requests
 from tripath.calibrate.fit import fit_formula
 from tripath.calibrate.hardware import SPECS
 from tripath.calibrate.published.projection import project_profile
@@ -85,7 +82,8 @@ def test_v2_profile_fast_path_equals_reference():
     profile = with_decode_v2(resolve_profile("cpu-tiny"))
     requests = poisson_requests(np.random.default_rng(3), 120, 40.0, 600, 60)
     replica = ReplicaConfig(8, 2048, profile.kv_capacity_bytes, profile.model.kv_bytes_per_token)
-    fast, _ = assert_same(requests, ClusterConfig(2, replica), lambda: IterationCost.from_profile(profile))
+    fast, _ = assert_fast_equals_reference(requests, ClusterConfig(2, replica),
+                                           lambda: IterationCost.from_profile(profile))
     assert sum(r.status == "completed" for r in fast.records) > 0
 
 

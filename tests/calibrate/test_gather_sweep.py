@@ -20,8 +20,7 @@ TIMER = TimerConfig(warmup=1, reps=2)
 
 
 @pytest.fixture(scope="module")
-def swept(tmp_path_factory):
-    torch.set_num_threads(1)
+def swept(tmp_path_factory, one_torch_thread):
     model = LlamaModel(CONFIG, torch.Generator().manual_seed(0)).eval()
     path = tmp_path_factory.mktemp("gather") / "x.samples.csv"
     with SampleLog.open(path, {"t": 1}) as log:

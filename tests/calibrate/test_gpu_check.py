@@ -3,27 +3,18 @@ jobs on the CPU with tiny models, so the profiles it would ship carry the K swee
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
-from tripath.core.data_dirs import REPO_ROOT
+from tests.helpers import load_script
 from tripath.profile.profile import load_profile
-
-
-def _script():  # noqa: ANN202 (a module object)
-    spec = importlib.util.spec_from_file_location("gpu_check", REPO_ROOT / "scripts" / "gpu_check.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.slow
 def test_dry_run_calibrates_with_the_new_sweeps(tmp_path: Path) -> None:
-    gpu_check = _script()
+    gpu_check = load_script("scripts/gpu_check.py")
     assert gpu_check.main(["--out-dir", str(tmp_path), "--dry-run"]) == 0
     report = json.loads((tmp_path / "gpu_check.json").read_text())
     assert report["dry_run"] and [c["pass"] for c in report["checks"]] == [True, True]
@@ -40,7 +31,8 @@ def test_dry_run_calibrates_with_the_new_sweeps(tmp_path: Path) -> None:
 def test_jobs_for_a_gpu_are_the_full_grids(tmp_path: Path) -> None:
     """What a GPU session runs (built here, not run): 7B shapes, full grid, paging per chunk size; the tiny pair
     with the speculative sweep at K = 1..8. Both fit the script's budget only without the CPU-only sweeps."""
-    big, tiny = _script().calibration_jobs(tmp_path, "full", dry_run=False, device_name="NVIDIA H200")
+    gpu_check = load_script("scripts/gpu_check.py")
+    big, tiny = gpu_check.calibration_jobs(tmp_path, "full", dry_run=False, device_name="NVIDIA H200")
     assert Path(big.out).name == "h200-llama2-7b.json" and Path(tiny.out).name == "h200-tiny.json"
     assert (big.device, big.target.preset, big.target.dtype, big.preset.name) == ("cuda", "llama2-7b", "bfloat16",
                                                                                    "full")

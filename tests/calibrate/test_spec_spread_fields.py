@@ -9,14 +9,14 @@ import math
 
 import pytest
 
+from tests.helpers import TINY as SHIPPED
 from tripath.calibrate.samples import Sample
 from tripath.calibrate.sweeps.prompt_spread import between_prompt_sd
 from tripath.calibrate.sweeps.speculative import accept_sweep, prompt_sweep, speculative_sections
 from tripath.core.errors import InputError
 from tripath.profile.cost_model import Coefficient
-from tripath.profile.profile import Profile, Speculative, TaskAcceptance, resolve_profile
+from tripath.profile.profile import Profile, Speculative, TaskAcceptance
 
-SHIPPED = resolve_profile("cpu-tiny")
 # the shipped profile as calibrated before these fields existed (a fresh calibration has both)
 TINY = dataclasses.replace(
     SHIPPED, speculative=dataclasses.replace(SHIPPED.speculative, draft_prefill_ratio=None),

@@ -27,8 +27,7 @@ SETTINGS = SpecSettings(k=3, prompts=2, new_tokens=12, ks=(1, 2))  # K grid 1, 2
 
 
 @pytest.fixture(scope="module")
-def swept(tmp_path_factory):
-    torch.set_num_threads(1)
+def swept(tmp_path_factory, one_torch_thread):
     target = LlamaModel(PRESETS["tiny-gqa"], torch.Generator().manual_seed(1)).eval()
     prompts = {"code": [[1, 5, 9, 13, 2, 7], [1, 3, 3, 3, 8]], "math": [[1, 4, 4, 6, 6, 10, 12]]}
     path = tmp_path_factory.mktemp("spec") / "x.samples.csv"

@@ -11,18 +11,21 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.simulator.paths.test_tier_engine_rule import PAGE, TINY, _link
+from tests.helpers import TINY, tiny_paging_link
+from tests.helpers import TINY_PAGE_BYTES as PAGE
 from tripath.calibrate.samples import Sample, SampleLog
 from tripath.calibrate.sweeps.tier_miss import measure_misses, miss_links, sweep_name
 from tripath.calibrate.timer import TimerConfig
+from tripath.core.data_dirs import MODELS_DIR
 from tripath.engine.model.checkpoint import load_checkpoint
 from tripath.simulator.paths.tiered_engine_rule import EngineTierRule
 
-MODEL = Path(__file__).resolve().parents[2] / "data/models/tiny-target"
+MODEL = MODELS_DIR / "tiny-target"
 
 
-DH, HS = _link(0.01, 1.0), _link(0.02, 0.5)
-MISSES = {"miss_host": _link(1.0, 0.5), "miss_ssd": _link(2.0, 0.25), "miss_direct": _link(1.5, 0.4)}
+DH, HS = tiny_paging_link(0.01, 1.0), tiny_paging_link(0.02, 0.5)
+MISSES = {"miss_host": tiny_paging_link(1.0, 0.5), "miss_ssd": tiny_paging_link(2.0, 0.25),
+          "miss_direct": tiny_paging_link(1.5, 0.4)}
 
 
 def _rule(host_pages: int, measured: bool = True) -> EngineTierRule:

@@ -49,11 +49,8 @@ def test_round_rows_need_rounds_on_both_sides() -> None:
 
 
 @pytest.fixture(scope="module")
-def target() -> LlamaModel:
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield LlamaModel(PRESETS["tiny-gqa"], torch.Generator().manual_seed(1)).eval()
-    torch.set_num_threads(before)
+def target(one_torch_thread) -> LlamaModel:
+    return LlamaModel(PRESETS["tiny-gqa"], torch.Generator().manual_seed(1)).eval()
 
 
 def test_engine_side_records_rounds_and_accepted_per_request(target: LlamaModel) -> None:

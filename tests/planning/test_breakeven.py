@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from tests.helpers import SEED
 from tripath.core.speculative import SpecCosts, breakeven_acceptance, expected_tokens
 from tripath.planning.breakeven import breakeven, effective_verify_ratio
-from tripath.profile.profile import resolve_profile
-
-SEED = resolve_profile("seed-llama2-70b-a100")
 
 
 def test_seed_profile_k5_matches_its_stated_breakeven_and_solves_the_equation():

@@ -6,12 +6,10 @@ import json
 
 import pytest
 
+from tests.helpers import SEED as PROFILE
 from tripath.planning.candidates import BASELINE
 from tripath.planning.capacity import SearchSpec, _job, goodput_curve, plan, search_rate, search_replicas
 from tripath.planning.sweep import run_cached
-from tripath.profile.profile import resolve_profile
-
-PROFILE = resolve_profile("seed-llama2-70b-a100")
 
 
 def small_scenario(ttft_ms: float = 4000.0, tpot_ms: float = 80.0) -> dict:

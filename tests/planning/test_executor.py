@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from tests.helpers import SEED as PROFILE
 from tripath.planning.cache import ResultCache
 from tripath.planning.executor import LocalPoolExecutor, make_executor
 from tripath.planning.sweep import make_job, run_job, run_sweep
-from tripath.profile.profile import resolve_profile
-
-PROFILE = resolve_profile("seed-llama2-70b-a100")
 
 
 def scenario(rate: float, wait_ms: float = 0.0) -> dict:

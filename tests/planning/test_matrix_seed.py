@@ -21,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.helpers import SEED
 from tripath.planning.matrix import SEED_MATRIX, decision_matrix
 from tripath.planning.scenario_dict import load_scenario_dict
 from tripath.planning.seed_sla import (
@@ -31,9 +32,7 @@ from tripath.planning.seed_sla import (
     residual_quantile,
     service_samples,
 )
-from tripath.profile.profile import resolve_profile
 
-SEED = resolve_profile("seed-llama2-70b-a100")
 BUDGET_TOKENS = SEED.kv_capacity_bytes // SEED.model.kv_bytes_per_token
 UPPER = CELL_UPPER
 

@@ -7,10 +7,9 @@ import itertools
 
 import pytest
 
+from tests.helpers import SEED
 from tripath.planning.stack import INTERACTIONS, order_classes, stack
-from tripath.profile.profile import Profile, resolve_profile
-
-SEED = resolve_profile("seed-llama2-70b-a100")
+from tripath.profile.profile import Profile
 
 
 def coefficient(value: float, unit: str = "1") -> dict:

@@ -7,13 +7,11 @@ import json
 import numpy as np
 import pytest
 
+from tests.helpers import SEED as PROFILE
 from tripath.planning.scenario_dict import build, with_fields
 from tripath.planning.sweep import make_job, run_job
 from tripath.planning.whatif import load_step, parse_value, parse_vary, step_trace, whatif
-from tripath.profile.profile import resolve_profile
 from tripath.simulator.scenario.workload import generate_requests
-
-PROFILE = resolve_profile("seed-llama2-70b-a100")
 
 
 def scenario() -> dict:

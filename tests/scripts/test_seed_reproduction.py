@@ -6,24 +6,16 @@ the row names the figure the model follows instead (docs/simulator_paths.md show
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
+from tests.helpers import load_script
+from tripath.core.data_dirs import REPO_ROOT
 from tripath.profile.profile import resolve_profile
-
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "reproduce_seed.py"
 
 
 @pytest.fixture(scope="module")
 def module():
-    spec = importlib.util.spec_from_file_location("reproduce_seed", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["reproduce_seed"] = mod  # dataclasses look their module up while building the class
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("scripts/reproduce_seed.py")
 
 
 @pytest.fixture(scope="module")
@@ -64,5 +56,5 @@ def test_markdown_lists_every_row(module, rows):
 
 
 def test_docs_show_the_table_the_script_prints(module, rows):
-    docs = (Path(__file__).resolve().parents[2] / "docs" / "simulator_paths.md").read_text(encoding="utf-8")
+    docs = (REPO_ROOT / "docs" / "simulator_paths.md").read_text(encoding="utf-8")
     assert module.markdown(rows) in docs  # rerun scripts/reproduce_seed.py and paste its table if this fails

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
+from tests.helpers import load_script
 from tripath.engine.engine import Engine
 from tripath.engine.engine_config import EngineConfig
 from tripath.engine.model.config import PRESETS
@@ -17,11 +15,7 @@ from tripath.engine.model.model import LlamaModel
 from tripath.simulator.costs import IterationCost
 from tripath.simulator.step_model import BaselineStep
 
-_spec = importlib.util.spec_from_file_location(
-    "step_residuals", Path(__file__).resolve().parents[2] / "scripts" / "measurements" / "step_residuals.py")
-sr = importlib.util.module_from_spec(_spec)
-sys.modules["step_residuals"] = sr  # dataclasses look their module up while the class is built
-_spec.loader.exec_module(sr)
+sr = load_script("scripts/measurements/step_residuals.py")
 
 # prefill ms = 2 + 0.1 T (context ignored); decode ms = 3 + 0.5 B + 0.01 S; padded to 16-token blocks
 PRE = (2.0, 0.1)
@@ -71,18 +65,14 @@ def test_kinds_and_summary_ratios() -> None:
     assert math.isclose(sum(v["busy_share"] for k, v in s.items() if k != "all"), 1.0)
 
 
+@pytest.mark.usefixtures("one_torch_thread")
 def test_engine_records_each_sequence_cached_and_new_tokens() -> None:
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        model = LlamaModel(PRESETS["tiny-gqa"], torch.Generator().manual_seed(1)).eval()
-        engine = Engine(model, EngineConfig(4, 64, 16, 32), torch.Generator().manual_seed(0))
-        engine.add_request(list(range(5)), 3)
-        engine.add_request(list(range(12)), 2)
-        shapes = []
-        while engine.has_unfinished:
-            shapes.append(engine.step().chunk_shapes)
-    finally:
-        torch.set_num_threads(before)
+    model = LlamaModel(PRESETS["tiny-gqa"], torch.Generator().manual_seed(1)).eval()
+    engine = Engine(model, EngineConfig(4, 64, 16, 32), torch.Generator().manual_seed(0))
+    engine.add_request(list(range(5)), 3)
+    engine.add_request(list(range(12)), 2)
+    shapes = []
+    while engine.has_unfinished:
+        shapes.append(engine.step().chunk_shapes)
     # step 1: both prompts whole; then one token each after what is cached; request 1 stops after 2 tokens
     assert shapes == [((0, 5), (0, 12)), ((5, 1), (12, 1)), ((6, 1),)]

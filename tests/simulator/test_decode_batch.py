@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tripath.profile.profile import resolve_profile
+from tests.helpers import SEED, TINY
 from tripath.simulator.costs import IterationCost
 from tripath.simulator.paths.step import PathStep, TransformedStep, Transforms
 from tripath.simulator.run_costs import RunCosts
@@ -18,8 +18,6 @@ from tripath.simulator.scenario.strategy import (
 )
 from tripath.simulator.step_model import BaselineStep, Decode, DecodeBatch, PrefillChunk, ones
 
-SEED = resolve_profile("seed-llama2-70b-a100")
-TINY = resolve_profile("cpu-tiny")
 DECODES = [Decode(0, 0, 1200, 40), Decode(7, 1, 300, 1), Decode(3, 0, 9000, 5)]
 
 

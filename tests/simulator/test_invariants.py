@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.helpers import bits
 from tripath.core.errors import InputError
 from tripath.core.request import RequestSpec
 from tripath.profile.profile import resolve_profile
@@ -18,10 +19,6 @@ from tripath.simulator.loop.cluster import ClusterConfig, simulate_requests
 from tripath.simulator.loop.replica import ReplicaConfig
 from tripath.simulator.runner import simulate
 from tripath.simulator.scenario.scenario import load_scenario
-
-
-def bits(records) -> list[tuple]:
-    return [tuple(v.hex() if isinstance(v, float) else v for v in dataclasses.astuple(r)) for r in records]
 
 
 def check_invariants(result, config: ClusterConfig) -> None:

@@ -4,12 +4,12 @@ to whole KV blocks on measured profiles, at the sum of contexts on others; every
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from tests.simulator.loop.test_stepper_equivalence import bits, poisson
+from tests.helpers import bits, poisson_requests
+from tripath.core.data_dirs import PROFILES_DIR
 from tripath.profile.engine_rules import REAL_ENGINE_BLOCK_TOKENS, decode_block_tokens
 from tripath.profile.profile import resolve_profile
 from tripath.simulator.costs import IterationCost
@@ -18,8 +18,6 @@ from tripath.simulator.loop.cluster import ClusterConfig, simulate_requests
 from tripath.simulator.loop.replica import ReplicaConfig
 from tripath.simulator.loop.stepper import StepperSetup
 from tripath.simulator.step_model import BaselineStep, Decode, PrefillChunk
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def linear(block: int | None) -> IterationCost:
@@ -74,7 +72,7 @@ def test_keys_at_block_edges() -> None:
 
 
 def test_which_profiles_pad() -> None:
-    assert decode_block_tokens(resolve_profile(str(ROOT / "data/profiles/cpu-tiny.json"))) == REAL_ENGINE_BLOCK_TOKENS
+    assert decode_block_tokens(resolve_profile(str(PROFILES_DIR / "cpu-tiny.json"))) == REAL_ENGINE_BLOCK_TOKENS
     for name in ("seed-llama2-70b-a100", "published-llama2-7b-a100", "published-llama2-70b-tp2-h100"):
         profile = resolve_profile(name)
         assert decode_block_tokens(profile) is None
@@ -85,12 +83,12 @@ def test_block_size_is_the_engines_and_the_calibrations() -> None:
     from tripath.engine.engine_config import EngineConfig
 
     assert REAL_ENGINE_BLOCK_TOKENS == EngineConfig().block_size
-    meta = json.loads((ROOT / "data/profiles/cpu-tiny.samples.meta").read_text())
+    meta = json.loads((PROFILES_DIR / "cpu-tiny.samples.meta").read_text())
     assert meta["block_size"] == REAL_ENGINE_BLOCK_TOKENS
 
 
 def measured_cost() -> IterationCost:
-    return IterationCost.from_profile(resolve_profile(str(ROOT / "data/profiles/cpu-tiny.json")))
+    return IterationCost.from_profile(resolve_profile(str(PROFILES_DIR / "cpu-tiny.json")))
 
 
 CASES = [
@@ -104,7 +102,7 @@ CASES = [
 
 @pytest.mark.parametrize(("replicas", "rate", "max_batch", "kv_tokens", "make_cost", "on_ticks"), CASES)
 def test_fast_reference_and_loop_agree_with_padding(replicas, rate, max_batch, kv_tokens, make_cost, on_ticks) -> None:
-    requests = poisson(replicas * 7 + max_batch, 300, rate, 600, 60, on_ticks)
+    requests = poisson_requests(np.random.default_rng(replicas * 7 + max_batch), 300, rate, 600, 60, on_ticks)
     replica = ReplicaConfig(max_batch, 700, kv_tokens * 2, 2)
     config = ClusterConfig(replicas, replica)
     fast = simulate_requests(requests, config, make_cost(), fast=True)
@@ -122,7 +120,7 @@ def test_fast_reference_and_loop_agree_with_padding(replicas, rate, max_batch, k
 def test_padding_never_cheaper_and_changes_mixed_batches() -> None:
     """Padded keys >= Σ contexts, so every request finishes no earlier on the same arrivals; prompts of
     different lengths make the two differ."""
-    requests = poisson(11, 200, 60.0, 600, 60, False)
+    requests = poisson_requests(np.random.default_rng(11), 200, 60.0, 600, 60, False)
     config = ClusterConfig(1, ReplicaConfig(16, 700, 1 << 21, 2))
     summed = simulate_requests(requests, config, linear(None)).records
     padded = simulate_requests(requests, config, linear(16)).records
@@ -138,7 +136,7 @@ def test_paths_keep_the_rule_where_their_engine_pads() -> None:
     from tripath.simulator.paths.seqpar import SpPhysics
     from tripath.simulator.paths.step import path_cost
 
-    tiny = resolve_profile(str(ROOT / "data/profiles/cpu-tiny.json"))
+    tiny = resolve_profile(str(PROFILES_DIR / "cpu-tiny.json"))
     cost = IterationCost.from_profile(tiny)
     compressed = CompressionPhysics("int8", tiny.compression["int8"])
     assert path_cost(cost, compressed, None).block_tokens == REAL_ENGINE_BLOCK_TOKENS

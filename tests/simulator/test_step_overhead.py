@@ -8,10 +8,11 @@ import dataclasses
 import numpy as np
 import pytest
 
+from tests.helpers import TINY as SHIPPED
 from tripath.core.errors import InputError
 from tripath.profile.cost_model import Coefficient, CostModel
 from tripath.profile.formulas import overhead_v1
-from tripath.profile.profile import load_profile, resolve_profile, save_profile
+from tripath.profile.profile import load_profile, save_profile
 from tripath.simulator.costs import IterationCost
 from tripath.simulator.paths.provenance import one_line, strategies
 from tripath.simulator.paths.step import PathStep
@@ -21,7 +22,6 @@ from tripath.simulator.scenario.scenario import scenario_from_dict
 from tripath.simulator.scenario.strategy import SpeculativeSpec, StrategySpec, TieredSpec
 from tripath.simulator.step_model import Decode, PrefillChunk
 
-SHIPPED = resolve_profile("cpu-tiny")
 # the shipped profile without its measured overhead: each test adds the overhead it computes by hand
 TINY = dataclasses.replace(SHIPPED, costs={k: v for k, v in SHIPPED.costs.items() if k != "step_overhead"})
 

@@ -27,13 +27,7 @@ TOK = ByteTokenizer()
 UNIFORM_NATS = math.log(VOCAB_SIZE)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    # Two threads per process on a shared 2-core CPU oversubscribe it and run several times slower.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

@@ -4,9 +4,9 @@ On CUDA each repetition is bracketed by CUDA events on the current stream and re
 synchronize, so the time is the device's, not the launch queue's. On CPU the clock is either
 ``wall`` (perf_counter) or ``thread``: the CPU time of the calling thread (time.thread_time).
 With one torch thread all the work runs on the calling thread, so its CPU time is what the step
-costs on an idle core; other processes on a shared machine inflate it far less than wall time
-(wall time under a load of 4 on 2 cores was measured at twice the thread time here) but still
-through shared caches and memory bandwidth (8-40 % at load 4-8): calibrate on a quiet machine.
+costs on an idle core; other processes on a shared machine inflate it far less than wall time, but
+still through shared caches and memory bandwidth (docs/fidelity.md, "Machine noise"): calibrate on a
+quiet machine.
 """
 
 from __future__ import annotations

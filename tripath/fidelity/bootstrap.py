@@ -16,8 +16,8 @@ output tokens) over the makespan from the first arrival to the last finish; the 
 same on both sides, so its interval is narrow by construction (the makespan moves only when a
 resample drops the first or the last request).
 
-Everything is vectorised over resamples (a (resamples, n) index matrix), so 1,000 resamples of 300
-requests cost tens of milliseconds (benchmarks/bench_fidelity_bootstrap.py).
+Everything is vectorised over resamples (a (resamples, n) index matrix), so the interval costs little
+beside the serving (docs/fidelity.md; benchmarks/bench_fidelity_bootstrap.py).
 """
 
 from __future__ import annotations

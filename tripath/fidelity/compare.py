@@ -7,7 +7,7 @@ Signed relative error = (sim - real) / real: positive when the simulator is pess
 more latency, or more throughput, than was measured), negative when optimistic. It is undefined
 (None) when the measured value is zero, missing or not finite.
 
-The issue's first bar: |error| <= 10 % at P50 and <= 15 % at P99 (then 5 % / 10 %). P90 is held to
+The first bar: |error| <= 10 % at P50 and <= 15 % at P99 (the second: 5 % / 10 %). P90 is held to
 the tail bar, and throughput and per-path means to the P50 bar (they are central quantities).
 
 Noise: a row may carry the measured value's 95 % interval (``real_ci``, from tripath.fidelity.bootstrap).
@@ -29,7 +29,7 @@ from tripath.core.records import RequestRecord
 LATENCY_METRICS = ("ttft", "tpot", "e2e")
 LEVELS = {"p50": 50.0, "p90": 90.0, "p99": 99.0}
 THROUGHPUT = ("requests_per_s", "output_tokens_per_s")
-# (central bar, tail bar) as fractions: the first bar and the one after it
+# (central bar, tail bar) as fractions: the first fidelity bar and the tighter second one
 FIRST_BAR = (0.10, 0.15)
 SECOND_BAR = (0.05, 0.10)
 

@@ -43,8 +43,7 @@ class CpuClock:
     With one torch thread the engine computes on the calling thread, so time.thread_time() is what a
     step costs on an idle core (the clock the profile was calibrated with); other jobs on the shared
     cores inflate it far less than wall time, but not by nothing (shared caches and memory bandwidth:
-    8-40 % at load 4-8 here, scripts/measurements/step_residuals.py). Waiting for the next arrival advances the clock
-    without sleeping.
+    docs/fidelity.md, "Machine noise"). Waiting for the next arrival advances the clock without sleeping.
     """
 
     def __init__(self) -> None:

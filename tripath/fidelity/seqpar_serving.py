@@ -8,23 +8,19 @@ sets max_batch_size = 1, so the simulator serves the same way.
 
 Clock "cpu" (SpReplayClock) replays in rank 0's thread CPU time plus the wall time its collectives
 waited (for the peer, the socket, a core), plus idle gaps. Thread CPU alone cannot see a rank
-blocked in a collective: measured here (tiny target, 900-token prompt, quiet machine) a decode step
-is ~5 ms of thread CPU but ~10-12 ms of wall, ~6 ms of it inside the 7 collectives per step (6
-all-gathers of (out, lse) and the token broadcast). That wait is real time on an idle machine
-too, so the replay counts it; under contention it is inflated like any wall time.
+blocked in a collective (6 all-gathers of (out, lse) and the token broadcast per decode step). That
+wait is real time on an idle machine too, so the replay counts it; under contention it is inflated
+like any wall time.
 
 Core share, per rank: thread CPU / wall of its steps OUTSIDE the collectives (inside them the rank
 blocks by design), the fewest of the ranks: 1.00 = every rank had a core of its own while computing.
-The parent process sleeps in spawn's join (0.2 s timeouts; ~0.01 s of CPU over a run, measured).
+The parent process sleeps in spawn's join (0.2 s timeouts), so it takes next to no CPU.
 That per-rank share barely sees contention in decode: a rank blocked in a collective needs a free
 core to wake on when its peer's data arrives, and that wake-up delay is counted as a wait, not as
-time off a core while computing. Measured at load average 5.9 (other jobs on the 2 cores, 22:43
-UTC, 30 requests): TPOT per request 11-56 ms (median 18 ms); the slowest 10 % of steps took 71 ms,
-62 ms of it inside the collectives with BOTH ranks waiting (thread CPU 8 ms); over the decode
-steps the per-rank share was 0.90-0.94 while their wall was 4.2x their thread CPU. So the
-served core share is also capped by the machine share: 1 - (CPU the rest of the machine used while
-the ranks served, from /proc/stat less the ranks' own process CPU) / (wall x P), the part of the P
-cores the ranks need that other processes left free (None off Linux).
+time off a core while computing (docs/seqpar_wall_time.md, "Round 2"). So the served core share is
+also capped by the machine share: 1 - (CPU the rest of the machine used while the ranks served, from
+/proc/stat less the ranks' own process CPU) / (wall x P), the part of the P cores the ranks need that
+other processes left free (None off Linux).
 """
 
 from __future__ import annotations

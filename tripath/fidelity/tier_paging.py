@@ -4,7 +4,7 @@ real_engine's ``StepRecord.paging_stall_s`` is the main thread's whole time in t
 the new K/V, copying every page of every layer into the attention buffer (which the paged engine also does,
 as one vectorized gather inside its forward) and, once the pool overflows, moving pages and waiting for the
 fetch-ahead thread. The simulator books the read's extra over the paged engine as the step's compute and only
-the page moves as paging (tripath/simulator/paths/step.py, tier_engine_rule.py), so the engine's stall is compared
+the page moves as paging (tripath/simulator/paths/step.py, tiered_engine_rule.py), so the engine's stall is compared
 only beyond what a step that moves nothing stalls.
 
 That baseline is measured in the same run, from the same engine's steps that moved no page:

@@ -1,6 +1,6 @@
 """The candidate paths as scenario-dict transforms: baseline, each path, the sensible combinations.
 
-A candidate sets the scenario's ``[strategy.*]`` tables (the agreed issue-8 format) and knows how
+A candidate sets the scenario's ``[strategy.*]`` tables (tripath/simulator/scenario/strategy.py) and knows how
 many GPUs one replica of it occupies (tp x sequence-parallel degree). ``applicability`` says why a
 profile or cluster cannot support it ("no acceptance for task 'math'", ...), so an analysis can
 report "not applicable: <why>" instead of silently dropping the candidate.

@@ -42,8 +42,8 @@ def decode_v2(*, batch: float, total_context: float, d0: float, d_multi: float, 
     """decode_v1 plus a step at batch 2: ms = d0 + d_multi*[B >= 2] + d_seq*B + d_ctx*S.
 
     On CPU BLAS one decoding row runs the linear layers as matrix-vector products (gemv); from two
-    rows on they run as matrix-matrix products (gemm), whose fixed cost is higher (one thread: 60 us
-    at 1 row, 111 at 2, 135 at 4; scripts/measurements/measure_batch_jump.py). A straight line through all
+    rows on they run as matrix-matrix products (gemm), whose fixed cost is higher (docs/fidelity.md;
+    scripts/measurements/measure_batch_jump.py). A straight line through all
     batches overprices batch 1 and underprices 2-4; d_multi is that jump. ``batch`` may be a numpy
     array ([B >= 2] is then elementwise). Still linear in its coefficients, so tripath.calibrate.fit fits it.
     """

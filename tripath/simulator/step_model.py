@@ -54,10 +54,10 @@ class Decode:
 class DecodeBatch:
     """The decoding sequences of one iteration as parallel lists, one entry per sequence in the loop's order.
 
-    The loop hands the model this instead of one ``Decode`` object per sequence: building a frozen
-    object per sequence per iteration was most of the loop's cost at large batches (docs/batching.md,
+    The loop hands the model this instead of one ``Decode`` object per sequence: a frozen object per
+    sequence per iteration would dominate the loop's cost at large batches (docs/batching.md,
     Performance). ``total_context`` is the sum of ``contexts`` (the S priced unless the cost model pads
-attention to the longest context: IterationCost.keys). Iterating or indexing gives
+    attention to the longest context: IterationCost.keys). Iterating or indexing gives
     ``Decode`` views, for callers (tests, scripts) that think in sequences.
     """
 
@@ -87,8 +87,8 @@ _ONES = np.ones(0, dtype=np.int64)
 
 
 def ones(n: int) -> np.ndarray:
-    """A read-only int64 array of n ones (one token per decode), sliced from a shared array: making a new
-    one every iteration was a measurable part of the loop's per-iteration cost."""
+    """A read-only int64 array of n ones (one token per decode), sliced from a shared array, so no
+    iteration pays for allocating one (a measurable part of the loop's per-iteration cost)."""
     global _ONES
     if n > len(_ONES):
         _ONES = np.ones(max(n, 2 * len(_ONES), 256), dtype=np.int64)

@@ -245,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", choices=("both", "target", "draft"), default="both")
     parser.add_argument("--eval-every", type=int, default=250)
     # One thread: on a CPU shared with other jobs, two OpenMP threads per process oversubscribe the
-    # cores and ran 2.5x slower than one (measured here: 4.2k vs 10.5k tokens/s for the draft).
+    # cores and run slower than one (README.md, "The real engine").
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--no-bf16", action="store_true", help="train in fp32 instead of bf16 autocast")
     parser.add_argument("--no-card", action="store_true", help="skip writing MODEL_CARD.md")

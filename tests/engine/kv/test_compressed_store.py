@@ -20,9 +20,7 @@ CFG = ModelConfig(vocab_size=264, hidden_size=256, intermediate_size=64, num_lay
 HQ, HKV, D = 8, 2, 32
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread() -> None:
-    torch.set_num_threads(1)  # the CPU is shared; many small ops run no faster on more threads
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def qkv(tokens: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-import torch
 
 from tripath.core.data_dirs import MODELS_DIR
 from tripath.engine.kv.modes import KVCompression
@@ -18,8 +17,7 @@ CASES = 24
 
 
 @pytest.fixture(scope="module")
-def model() -> LlamaModel:
-    torch.set_num_threads(1)
+def model(one_torch_thread) -> LlamaModel:
     _, m = load_checkpoint(MODELS_DIR / "tiny-needle")
     return m.eval()
 

@@ -29,8 +29,7 @@ def gen(seed: int) -> torch.Generator:
 
 
 @pytest.fixture(scope="module")
-def model() -> LlamaModel:
-    torch.set_num_threads(1)
+def model(one_torch_thread) -> LlamaModel:
     return LlamaModel(CFG, gen(1)).eval()
 
 

@@ -13,14 +13,7 @@ from tripath.engine.kv.paged_attention import PagedAttention, SequenceChunk
 from tripath.engine.model.config import PRESETS, ModelConfig
 from tripath.engine.model.model import LlamaModel
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny models gain nothing from more threads, and on a shared CPU OpenMP spin-waits cost ~10x."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 TOL = 1e-4

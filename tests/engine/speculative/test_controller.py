@@ -20,12 +20,7 @@ from tripath.engine.speculative.proposers import DraftModelProposer
 CFG = EngineConfig(num_blocks=64, block_size=4)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def test_vllm_counter_definitions_by_hand():

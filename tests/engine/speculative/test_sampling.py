@@ -24,12 +24,7 @@ PROMPT = ByteTokenizer().encode("Summary: ", add_bos=True)  # an uncertain conti
 SAMPLING = SamplingParams(temperature=1.0, top_p=0.95)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _second_tokens(make: object) -> np.ndarray:

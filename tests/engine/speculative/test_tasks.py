@@ -5,7 +5,6 @@ prompt lookup; and the acceptance it measures is a real, task-dependent number."
 from __future__ import annotations
 
 import pytest
-import torch
 
 from tripath.core.data_dirs import MODELS_DIR
 from tripath.core.speculative import AdaptiveK, ControllerConfig, FixedK, SpecCosts
@@ -22,12 +21,7 @@ CFG = EngineConfig(num_blocks=320, block_size=16)
 NEW = 32
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

@@ -37,8 +37,7 @@ def logits_of(engine: Engine, prompts: list[list[int]]) -> tuple[list[list[int]]
 
 
 @pytest.fixture(scope="module")
-def model() -> LlamaModel:
-    torch.set_num_threads(1)
+def model(one_torch_thread) -> LlamaModel:
     return LlamaModel(CFG, torch.Generator().manual_seed(1)).eval()
 
 

@@ -26,8 +26,7 @@ BATCH = {"max_batch_size": 8, "max_batched_tokens": 256, "block_size": 16}  # 25
 
 
 @pytest.fixture(scope="module")
-def model() -> LlamaModel:
-    torch.set_num_threads(1)
+def model(one_torch_thread) -> LlamaModel:
     return LlamaModel(CFG, torch.Generator().manual_seed(1)).eval()
 
 

@@ -23,8 +23,7 @@ NEW = 6
 
 
 @pytest.fixture(scope="module")
-def model() -> LlamaModel:
-    torch.set_num_threads(1)
+def model(one_torch_thread) -> LlamaModel:
     return LlamaModel(CFG, torch.Generator().manual_seed(1)).eval()
 
 

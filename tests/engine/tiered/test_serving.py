@@ -46,12 +46,7 @@ TIER_FLAGS = ["--chunk-tokens", "16", "--device-pages", "48", "--host-pages", "8
               "--window-tokens", "32"]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture()

@@ -2,65 +2,16 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tripath.core.request import RequestSpec
+from tests.helpers import assert_fast_equals_reference, poisson_requests, smooth_costs, tick_costs
 from tripath.profile.profile import resolve_profile
 from tripath.simulator.costs import IterationCost
-from tripath.simulator.loop.cluster import ClusterConfig, simulate_requests
+from tripath.simulator.loop.cluster import ClusterConfig
 from tripath.simulator.loop.replica import ReplicaConfig
-
-TICK = 1.0 / 1024.0  # seconds; costs below are whole ticks, so boundaries and arrivals collide exactly
-
-
-def bits(records) -> list[tuple]:
-    """Records as tuples with floats in hex: equal only if bit-identical (NaN included)."""
-    return [tuple(v.hex() if isinstance(v, float) else v for v in dataclasses.astuple(r)) for r in records]
-
-
-def tick_costs() -> IterationCost:
-    """Costs that are whole multiples of 1/1024 s, exactly (x * 0.9765625 ms / 1000 = x / 1024 s)."""
-
-    def prefill(tokens, context):
-        return 0.9765625 * (10 + tokens // 64)
-
-    def decode(batch, total_context):
-        return 0.9765625 * (4 + batch + total_context // 512)
-
-    return IterationCost(prefill, decode)
-
-
-def smooth_costs() -> IterationCost:
-    return IterationCost.linear(12.5, 0.02, 7.0, 0.35, 0.00013)
-
-
-def poisson_requests(rng: np.random.Generator, n: int, rate: float, max_prompt: int, max_output: int,
-                     on_ticks: bool = False) -> list[RequestSpec]:
-    gaps = rng.exponential(1.0 / rate, n)
-    if on_ticks:
-        gaps = np.floor(gaps / TICK) * TICK  # many arrivals exactly at iteration boundaries, some together
-    arrivals = np.cumsum(gaps)
-    prompts = rng.integers(1, max_prompt + 1, n)
-    outputs = rng.integers(1, max_output + 1, n)
-    return [RequestSpec(i, float(arrivals[i]), int(prompts[i]), int(outputs[i])) for i in range(n)]
-
-
-def assert_same(requests, config, make_cost):
-    fast_cost, ref_cost = make_cost(), make_cost()
-    fast = simulate_requests(requests, config, fast_cost, fast=True)
-    ref = simulate_requests(requests, config, ref_cost, fast=False)
-    assert bits(fast.records) == bits(ref.records)
-    for f, r in zip(fast.replicas, ref.replicas, strict=True):
-        assert (f.busy_s, f.iterations, f.peak_kv_bytes) == (r.busy_s, r.iterations, r.peak_kv_bytes)
-    assert fast.extrapolations == ref.extrapolations
-    assert fast.events <= ref.events
-    return fast, ref
-
 
 CASES = {
     # name: (replicas, max_batch, max_tokens, capacity tokens, rate, max_prompt, max_output, on_ticks)
@@ -81,7 +32,7 @@ def test_fast_equals_reference(case, costs):
     rng = np.random.default_rng(sorted(CASES).index(case))
     requests = poisson_requests(rng, 400, rate, max_prompt, max_output, on_ticks)
     config = ClusterConfig(replicas, ReplicaConfig(max_batch, max_tokens, capacity, kv_bytes_per_token=1))
-    fast, ref = assert_same(requests, config, costs)
+    fast, ref = assert_fast_equals_reference(requests, config, costs)
     assert sum(r.status == "completed" for r in fast.records) > 0
 
 
@@ -92,7 +43,7 @@ def test_fast_equals_reference_on_the_seed_profile_with_rejections():
     requests = poisson_requests(rng, 300, 0.3, 9000, 400)
     replica = ReplicaConfig(64, 8192, profile.kv_capacity_bytes, profile.model.kv_bytes_per_token)
     config = ClusterConfig(2, replica)
-    fast, ref = assert_same(requests, config, lambda: IterationCost.from_profile(profile))
+    fast, ref = assert_fast_equals_reference(requests, config, lambda: IterationCost.from_profile(profile))
     assert any(r.status == "rejected" for r in fast.records)
     assert fast.extrapolations.decode_outside > 0  # the seed's decode was fitted at batch 1 only
     assert fast.events < ref.events / 3
@@ -114,7 +65,7 @@ def test_fast_equals_reference_on_random_small_workloads(seed, n, replicas, max_
     rng = np.random.default_rng(seed)
     requests = poisson_requests(rng, n, rate, 2000, 50, on_ticks)
     config = ClusterConfig(replicas, ReplicaConfig(max_batch, max_tokens, capacity, kv_bytes_per_token=1))
-    assert_same(requests, config, tick_costs if on_ticks else smooth_costs)
+    assert_fast_equals_reference(requests, config, tick_costs if on_ticks else smooth_costs)
 
 
 def test_bound_profile_costs_equal_the_profile_formulas_bit_for_bit():
@@ -138,6 +89,6 @@ def test_fast_equals_reference_with_runs_longer_than_the_evaluation_horizon():
     rng = np.random.default_rng(5)
     requests = poisson_requests(rng, 30, 2.0, 300, 6000)
     config = ClusterConfig(2, ReplicaConfig(8, 8192, 10**7, kv_bytes_per_token=1))
-    fast, ref = assert_same(requests, config, smooth_costs)
+    fast, ref = assert_fast_equals_reference(requests, config, smooth_costs)
     assert max(r.output_tokens for r in requests) > 5000
     assert fast.events < ref.events / 50

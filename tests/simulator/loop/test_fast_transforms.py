@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import tomllib
 
 import numpy as np
 import pytest
 
-from tripath.core.data_dirs import SCENARIOS_DIR
+from tests.helpers import shipped_scenario_dict
 from tripath.profile.profile import resolve_profile
 from tripath.simulator.runner import simulate
 from tripath.simulator.scenario.scenario import scenario_from_dict
@@ -17,8 +16,7 @@ from tripath.simulator.summary import summary
 
 
 def _scenario(profile: str, strategy: dict, gpus: int = 1, requests: int = 120, rate: float = 2.0):
-    with open(SCENARIOS_DIR / "quickstart.toml", "rb") as fh:
-        data = tomllib.load(fh)
+    data = shipped_scenario_dict("quickstart")
     data["profile"] = profile
     data["workload"]["requests"] = requests
     data["workload"]["arrival"] = {"kind": "poisson", "rate_per_s": rate}

@@ -3,12 +3,10 @@ reproduces the fast Replica's records bit for bit: the "all options off equals t
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import pytest
 
-from tripath.core.request import RequestSpec
+from tests.helpers import bits, poisson_requests, smooth_costs, tick_costs
 from tripath.simulator.costs import IterationCost
 from tripath.simulator.loop.batching import Continuous
 from tripath.simulator.loop.cluster import ClusterConfig, simulate_requests
@@ -17,39 +15,6 @@ from tripath.simulator.loop.stepper import StepperSetup
 from tripath.simulator.scenario.scenario import scenario_from_dict
 from tripath.simulator.scenario.workload import generate_requests
 from tripath.simulator.step_model import BaselineStep
-
-TICK = 1.0 / 1024.0
-
-
-def bits(records) -> list[tuple]:
-    return [tuple(v.hex() if isinstance(v, float) else v for v in dataclasses.astuple(r)) for r in records]
-
-
-def tick_costs() -> IterationCost:
-    """Whole multiples of 1/1024 s: boundaries and arrivals collide exactly (the hard cases)."""
-
-    def prefill(tokens, context):
-        return 0.9765625 * (10 + tokens // 64)
-
-    def decode(batch, total_context):
-        return 0.9765625 * (4 + batch + total_context // 512)
-
-    return IterationCost(prefill, decode)
-
-
-def smooth_costs() -> IterationCost:
-    return IterationCost.linear(12.5, 0.02, 7.0, 0.35, 0.00013)
-
-
-def poisson(seed: int, n: int, rate: float, max_prompt: int, max_output: int, on_ticks: bool) -> list[RequestSpec]:
-    rng = np.random.default_rng(seed)
-    gaps = rng.exponential(1.0 / rate, n)
-    if on_ticks:
-        gaps = np.floor(gaps / TICK) * TICK
-    arrivals = np.cumsum(gaps)
-    prompts = rng.integers(1, max_prompt + 1, n)
-    outputs = rng.integers(1, max_output + 1, n)
-    return [RequestSpec(i, float(arrivals[i]), int(prompts[i]), int(outputs[i])) for i in range(n)]
 
 
 def stepper_setup(config: ClusterConfig, make_cost, costs: list) -> StepperSetup:
@@ -82,14 +47,14 @@ def assert_same(requests, config, make_cost) -> None:
     (2, 200.0, 4, 1 << 20, smooth_costs, False),  # overloaded: long queues, batch room binds
 ])
 def test_poisson_workloads(replicas, rate, max_batch, kv_tokens, make_cost, on_ticks) -> None:
-    requests = poisson(replicas * 7 + max_batch, 400, rate, 600, 60, on_ticks)
+    requests = poisson_requests(np.random.default_rng(replicas * 7 + max_batch), 400, rate, 600, 60, on_ticks)
     config = ClusterConfig(replicas, ReplicaConfig(max_batch, 700, kv_tokens * 2, 2))
     assert_same(requests, config, make_cost)
 
 
 def test_rejections_and_token_budget() -> None:
     """Some requests exceed the KV capacity (rejected by the router); prompts over the budget run alone."""
-    requests = poisson(5, 300, 30.0, 3000, 200, False)
+    requests = poisson_requests(np.random.default_rng(5), 300, 30.0, 3000, 200, False)
     config = ClusterConfig(2, ReplicaConfig(32, 512, 2500 * 3, 3))
     fast = simulate_requests(requests, config, tick_costs())
     assert any(not r.completed for r in fast.records)

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import csv
-import dataclasses
 
 import numpy as np
 import pytest
 
+from tests.helpers import bits
 from tripath.core.request import RequestSpec
 from tripath.profile.profile import resolve_profile
 from tripath.simulator.costs import IterationCost
@@ -17,10 +17,6 @@ from tripath.simulator.loop.streaming import RequestArrays, StreamingCluster, st
 from tripath.simulator.runner import arrival_rate, cluster_config
 from tripath.simulator.scenario.scenario import load_scenario
 from tripath.simulator.scenario.workload import generate_arrays, generate_requests
-
-
-def bits(records) -> list[tuple]:
-    return [tuple(v.hex() if isinstance(v, float) else v for v in dataclasses.astuple(r)) for r in records]
 
 
 def arrays_of(requests: list[RequestSpec]) -> RequestArrays:

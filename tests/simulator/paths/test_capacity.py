@@ -8,29 +8,24 @@ calling the code under test's helpers.
 from __future__ import annotations
 
 import math
-import tomllib
 
 import numpy as np
 import pytest
 
+from tests.helpers import SEED, TINY, shipped_scenario_dict
 from tripath.core import metrics
-from tripath.core.data_dirs import SCENARIOS_DIR
-from tripath.profile.profile import resolve_profile
 from tripath.simulator.capacity import saturation
 from tripath.simulator.paths.capacity import path_saturation
 from tripath.simulator.run_costs import RunCosts
 from tripath.simulator.runner import simulate
 from tripath.simulator.scenario.scenario import scenario_from_dict
 
-SEED = resolve_profile("seed-llama2-70b-a100")
-TINY = resolve_profile("cpu-tiny")
 P, O = 1000.0, 200.0  # fixed lengths: the means are exact
 
 
 def _data(profile: str, strategy: dict, tasks: dict | None = None, load: float = 0.5, n: int = 50,
           gpus: int = 1) -> dict:
-    with open(SCENARIOS_DIR / "quickstart.toml", "rb") as fh:
-        data = tomllib.load(fh)
+    data = shipped_scenario_dict("quickstart")
     data["profile"] = profile
     data["workload"]["requests"] = n
     data["workload"]["arrival"] = {"kind": "poisson", "load_fraction": load}

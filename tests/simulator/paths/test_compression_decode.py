@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from tests.helpers import TINY
 from tripath.calibrate.samples import Sample, SampleLog
 from tripath.calibrate.sweeps.compression_decode import PREFIX, decode_extra, measure_decode_grid
 from tripath.core.errors import InputError
@@ -18,7 +19,7 @@ from tripath.engine.model.config import PRESETS
 from tripath.engine.model.model import LlamaModel
 from tripath.profile.cost_model import Coefficient
 from tripath.profile.dequant import COEFFICIENTS, UNITS, DecodeDequant
-from tripath.profile.profile import CompressionMode, resolve_profile
+from tripath.profile.profile import CompressionMode
 from tripath.simulator.costs import IterationCost
 from tripath.simulator.paths.compression import CompressionPhysics
 from tripath.simulator.paths.step import PathStep
@@ -26,7 +27,6 @@ from tripath.simulator.run_costs import RunCosts
 from tripath.simulator.scenario.strategy import CompressionSpec, SpeculativeSpec, StrategySpec
 from tripath.simulator.step_model import Decode
 
-TINY = resolve_profile("cpu-tiny")
 Q = {"q0": 1.0, "q_seq": 0.5, "q_ctx": 0.002, "q_len": 0.004}
 
 
@@ -124,8 +124,7 @@ def test_fit_recovers_known_coefficients():
 
 
 @pytest.fixture(scope="module")
-def small_model() -> LlamaModel:
-    torch.set_num_threads(1)
+def small_model(one_torch_thread) -> LlamaModel:
     return LlamaModel(dataclasses.replace(PRESETS["tiny-gqa"], vocab_size=264), torch.Generator().manual_seed(0))
 
 

@@ -8,9 +8,9 @@ import math
 import numpy as np
 import pytest
 
+from tests.helpers import SEED, TINY
 from tripath.core.errors import InputError
 from tripath.profile.cost_model import Coefficient
-from tripath.profile.profile import resolve_profile
 from tripath.simulator.costs import IterationCost
 from tripath.simulator.paths.compression import CompressionPhysics
 from tripath.simulator.paths.step import PathStep
@@ -18,8 +18,7 @@ from tripath.simulator.run_costs import RunCosts
 from tripath.simulator.scenario.strategy import CompressionSpec, SpeculativeSpec, StrategySpec, TieredSpec
 from tripath.simulator.step_model import Decode
 
-TINY = resolve_profile("cpu-tiny")  # measured modes: int8, int4, mixed-int4, window
-SEED = resolve_profile("seed-llama2-70b-a100")
+# TINY: measured modes: int8, int4, mixed-int4, window
 
 
 def _step(profile, strategy, tasks=("code",), seed=0):

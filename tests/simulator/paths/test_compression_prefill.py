@@ -7,11 +7,11 @@ import dataclasses
 import numpy as np
 import pytest
 
+from tests.helpers import SEED
 from tripath.calibrate.samples import Sample
 from tripath.calibrate.sweeps.compression import REF_SWEEP, compression_section, prefill_points, prefill_ratio
 from tripath.engine.kv.modes import MODES
 from tripath.profile.cost_model import Coefficient
-from tripath.profile.profile import resolve_profile
 from tripath.profile.sections import CompressionMode
 from tripath.simulator.costs import IterationCost
 from tripath.simulator.paths.compression import CompressionPhysics
@@ -20,7 +20,6 @@ from tripath.simulator.run_costs import RunCosts
 from tripath.simulator.scenario.strategy import CompressionSpec, StrategySpec
 from tripath.simulator.step_model import Decode, PrefillChunk
 
-SEED = resolve_profile("seed-llama2-70b-a100")
 FP, INT8, WINDOW = MODES.index("fp"), MODES.index("int8"), MODES.index("window")
 
 

@@ -3,23 +3,17 @@
 from __future__ import annotations
 
 import json
-import tomllib
 
-from tripath.core.data_dirs import SCENARIOS_DIR
-from tripath.profile.profile import resolve_profile
+from tests.helpers import SEED, TINY, shipped_scenario_dict
 from tripath.simulator.paths.provenance import one_line, strategies
 from tripath.simulator.report import format_summary
 from tripath.simulator.runner import simulate
 from tripath.simulator.scenario.scenario import load_scenario, scenario_from_dict
 from tripath.simulator.summary import _json_ready, summary
 
-SEED = resolve_profile("seed-llama2-70b-a100")
-TINY = resolve_profile("cpu-tiny")
-
 
 def _scenario(strategy: dict, requests: int = 20, profile: str = "seed-llama2-70b-a100"):
-    with open(SCENARIOS_DIR / "quickstart.toml", "rb") as fh:
-        data = tomllib.load(fh)
+    data = shipped_scenario_dict("quickstart")
     data["profile"] = profile
     data["cluster"] = {"gpus": 2}
     data["workload"]["requests"] = requests

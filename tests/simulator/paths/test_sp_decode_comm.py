@@ -9,16 +9,16 @@ import time
 import numpy as np
 import pytest
 
+from tests.helpers import SEED
 from tripath.calibrate.samples import Sample
 from tripath.calibrate.sweeps.seqpar import seqpar_section, speedup
 from tripath.engine.seqpar.attention import PhaseTimes
 from tripath.fidelity.seqpar_serving import RankUse, SeqParServed, SpReplayClock
 from tripath.profile.cost_model import Coefficient, CostModel
-from tripath.profile.profile import resolve_profile
 from tripath.profile.sections import SequenceParallel
 from tripath.simulator.paths.seqpar import SpPhysics
 
-SEED = resolve_profile("seed-llama2-70b-a100")  # sequence_parallel[2] without decode_comm
+# SEED: sequence_parallel[2] without decode_comm
 C0, C_CTX = 5.0, 0.001  # a hand-made decode communication model: ms = C0 + C_CTX * C
 
 

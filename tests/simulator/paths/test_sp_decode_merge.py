@@ -7,11 +7,11 @@ import dataclasses
 
 import pytest
 
+from tests.helpers import SEED
 from tripath.profile.cost_model import Coefficient, CostModel
-from tripath.profile.profile import resolve_profile
 from tripath.simulator.paths.seqpar import SpPhysics
 
-SEED = resolve_profile("seed-llama2-70b-a100")  # sequence_parallel[2]: rows + prefill merge, no decode_merge
+# SEED: sequence_parallel[2]: rows + prefill merge, no decode_merge
 D0, D_CTX = 0.9, 0.0001  # a hand-made decode merge model: ms = D0 + D_CTX * C
 
 

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import tomllib
-
 import numpy as np
 import pytest
 
-from tripath.core.data_dirs import SCENARIOS_DIR
-from tripath.profile.profile import resolve_profile
+from tests.helpers import SEED, TINY, shipped_scenario_dict
 from tripath.simulator.costs import IterationCost
 from tripath.simulator.paths.seqpar import SpPhysics
 from tripath.simulator.paths.step import PathStep, TransformedStep, build_step_model, path_cost
@@ -17,14 +14,9 @@ from tripath.simulator.scenario.scenario import scenario_from_dict
 from tripath.simulator.scenario.strategy import SequenceParallelSpec, StrategySpec
 from tripath.simulator.step_model import Decode, PrefillChunk
 
-SEED = resolve_profile("seed-llama2-70b-a100")  # P = 2: speedup 1.8 at 4K-32K, merge m0 + m_ctx C
-TINY = resolve_profile("cpu-tiny")  # P = 2 measured at 512, 1024, 2048 tokens
+# SEED: P = 2: speedup 1.8 at 4K-32K, merge m0 + m_ctx C
+# TINY: P = 2 measured at 512, 1024, 2048 tokens
 M0, M_CTX = 3.04348, 0.000371518  # seed sequence_parallel.2.merge (sp_merge_v1)
-
-
-def _quickstart_dict() -> dict:
-    with open(SCENARIOS_DIR / "quickstart.toml", "rb") as fh:
-        return tomllib.load(fh)
 
 
 def _step(profile, degree=2):
@@ -81,7 +73,8 @@ def test_sp_alone_is_a_transformed_cost_model():
     cost = path_cost(IterationCost.from_profile(SEED), None, SpPhysics(SEED.sequence_parallel[2]))
     contexts = np.array([4096.0, 9000.0, 30_000.0])
     assert cost.decode_s(1, contexts).tolist() == [cost.decode_s(1, np.array([c]))[0] for c in contexts]
-    scenario = scenario_from_dict({**_quickstart_dict(), "strategy": {"sequence_parallel": {"degree": 2}}})
+    data = shipped_scenario_dict("quickstart")
+    scenario = scenario_from_dict({**data, "strategy": {"sequence_parallel": {"degree": 2}}})
     model = build_step_model(RunCosts.for_scenario(scenario, SEED), np.random.default_rng(0))
     assert isinstance(model, TransformedStep) and model.gpus == 2
     result = model.step([], [Decode(0, 0, 16_000, 5)], 16_000)

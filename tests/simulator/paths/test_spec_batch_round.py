@@ -8,18 +8,19 @@ import dataclasses
 import numpy as np
 import pytest
 
+from tests.helpers import SEED
 from tripath.calibrate.samples import Sample
 from tripath.calibrate.sweeps.spec_batch import BATCH_SWEEPS, batch_medians, round_per_sequence
 from tripath.calibrate.sweeps.spec_sections import is_spec_sweep
 from tripath.core.errors import InputError
-from tripath.profile.profile import Coefficient, Speculative, resolve_profile
+from tripath.profile.profile import Coefficient, Speculative
 from tripath.simulator.costs import IterationCost
 from tripath.simulator.paths.step import PathStep
 from tripath.simulator.run_costs import RunCosts
 from tripath.simulator.scenario.strategy import SpeculativeSpec, StrategySpec
 from tripath.simulator.step_model import Decode
 
-SEED = resolve_profile("seed-llama2-70b-a100")  # speculative.k = 5
+# SEED: speculative.k = 5
 W = Coefficient(0.3, "target steps", "measured", "test")
 
 

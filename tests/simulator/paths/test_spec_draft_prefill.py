@@ -9,7 +9,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from tripath.profile.profile import resolve_profile
+from tests.helpers import SEED
 from tripath.simulator.costs import IterationCost
 from tripath.simulator.paths.speculative import SpeculativeParams, SpeculativePhysics
 from tripath.simulator.paths.step import PathStep
@@ -17,7 +17,7 @@ from tripath.simulator.run_costs import RunCosts
 from tripath.simulator.scenario.strategy import SpeculativeSpec, StrategySpec
 from tripath.simulator.step_model import Decode, DecodeBatch, PrefillChunk
 
-SEED = resolve_profile("seed-llama2-70b-a100")  # c = 0.265262, v = 1; a vLLM-style engine (source "seed")
+# SEED: c = 0.265262, v = 1; a vLLM-style engine (source "seed")
 MEASURED = dataclasses.replace(SEED, source="measured")  # the same numbers, as if calibrated on real_engine
 
 

@@ -8,15 +8,15 @@ import math
 import numpy as np
 import pytest
 
-from tripath.profile.profile import resolve_profile
+from tests.helpers import SEED, TINY
 from tripath.simulator.paths.speculative import SpeculativeParams, SpeculativePhysics, acceptance_table
 from tripath.simulator.paths.step import PathStep
 from tripath.simulator.run_costs import RunCosts
 from tripath.simulator.scenario.strategy import SpeculativeSpec, StrategySpec
 from tripath.simulator.step_model import Decode, DecodeBatch
 
-SEED = resolve_profile("seed-llama2-70b-a100")  # i.i.d. acceptance per task, K = 5, c = 0.265, v = 1
-TINY = resolve_profile("cpu-tiny")  # measured per-position acceptance at K = 4
+# SEED: i.i.d. acceptance per task, K = 5, c = 0.265, v = 1
+# TINY: measured per-position acceptance at K = 4
 
 
 def _mean_tokens(physics: SpeculativePhysics, task: int, n: int) -> tuple[float, float]:

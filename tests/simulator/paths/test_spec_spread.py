@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from tripath.profile.profile import resolve_profile
+from tests.helpers import SEED
+from tests.helpers import TINY as SHIPPED
 from tripath.simulator.paths.acceptance_spread import AcceptanceSpread, beta_parameters
 from tripath.simulator.paths.speculative import SpeculativeParams, SpeculativePhysics
 from tripath.simulator.runner import simulate
@@ -19,8 +20,8 @@ from tripath.simulator.scenario.scenario import load_scenario
 from tripath.simulator.scenario.strategy import SpeculativeSpec
 from tripath.simulator.step_model import Decode, DecodeBatch
 
-SEED = resolve_profile("seed-llama2-70b-a100")  # i.i.d. acceptance per task (no per-position), K = 5
-SHIPPED = resolve_profile("cpu-tiny")  # per-position acceptance at K = 1, 2, 4, 6
+# SEED: i.i.d. acceptance per task (no per-position), K = 5
+# SHIPPED: per-position acceptance at K = 1, 2, 4, 6
 
 
 def without_spread(profile):

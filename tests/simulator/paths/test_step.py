@@ -5,12 +5,11 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
-import tomllib
 
 import numpy as np
 import pytest
 
-from tripath.core.data_dirs import SCENARIOS_DIR
+from tests.helpers import SEED, TINY, shipped_scenario_dict
 from tripath.core.errors import InputError
 from tripath.profile.profile import resolve_profile
 from tripath.simulator.costs import IterationCost
@@ -28,13 +27,9 @@ from tripath.simulator.scenario.strategy import (
 )
 from tripath.simulator.step_model import BaselineStep, Decode, PrefillChunk
 
-SEED = resolve_profile("seed-llama2-70b-a100")
-TINY = resolve_profile("cpu-tiny")
-
 
 def _quickstart(requests: int = 60, **changes) -> dict:
-    with open(SCENARIOS_DIR / "quickstart.toml", "rb") as fh:
-        data = tomllib.load(fh)
+    data = shipped_scenario_dict("quickstart")
     data["workload"]["requests"] = requests
     data.update(changes)
     return data

@@ -8,31 +8,22 @@ import copy
 import dataclasses
 import math
 import tomllib
-from pathlib import Path
 
 import pytest
 
-from tripath.profile.cost_model import Coefficient, CostModel
-from tripath.profile.profile import PagingLink, resolve_profile
+from tests.helpers import SEED, TINY, tiny_paging_link
+from tests.helpers import TINY_PAGE_BYTES as PAGE
+from tripath.core.data_dirs import SCENARIOS_DIR
 from tripath.simulator.paths.tiered import TierPhysics, TierTables
 from tripath.simulator.paths.tiered_engine_rule import EngineTierRule
 from tripath.simulator.runner import simulate
 from tripath.simulator.scenario.scenario import scenario_from_dict
 from tripath.simulator.scenario.strategy import TieredSpec
 
-TINY = resolve_profile("cpu-tiny")  # 6 layers, 3,072 bytes of KV per token: a 256-token page is 131,072 bytes
-PAGE = 131_072
-SCENARIO = Path(__file__).resolve().parents[3] / "data/scenarios/validation/tiered-host-ssd.toml"
+SCENARIO = SCENARIOS_DIR / "validation/tiered-host-ssd.toml"
 
 
-def _link(setup_ms: float, gbps: float) -> PagingLink:
-    cost = CostModel("paging_v1", {"setup_ms": Coefficient(setup_ms, "ms", "fitted"),
-                                   "bandwidth_gbps": Coefficient(gbps, "GB/s", "fitted")}, ("bytes",),
-                     {"bytes": (1.0, 1e9)})
-    return PagingLink(cost, 2048 * 3072 / (gbps * 1e6))
-
-
-DH, HS, GATHER = _link(0.01, 1.0), _link(0.02, 0.5), _link(0.005, 10.0)
+DH, HS, GATHER = tiny_paging_link(0.01, 1.0), tiny_paging_link(0.02, 0.5), tiny_paging_link(0.005, 10.0)
 DH_PAGE = 0.01 + PAGE / 1e6  # ms per page over device<->host: 0.141072
 HS_PAGE = 0.02 + PAGE / 0.5e6  # ms per page over host<->SSD: 0.282144
 
@@ -139,7 +130,6 @@ def test_misses_count_every_sequence_read() -> None:
 
 
 def test_seed_profiles_keep_the_aggregate_model() -> None:
-    seed = resolve_profile("seed-llama2-70b-a100")
-    assert TierPhysics(TieredSpec(), TierTables.from_profile(seed), 327_680, 8192).rule is None
+    assert TierPhysics(TieredSpec(), TierTables.from_profile(SEED), 327_680, 8192).rule is None
     assert TierPhysics(TieredSpec(), TierTables.from_profile(TINY), 3072, 1052).rule is not None
     assert math.isclose(TierPhysics(TieredSpec(), TierTables.from_profile(TINY), 3072, 1052).rule.page_bytes, PAGE)

@@ -5,14 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tripath.profile.profile import resolve_profile
+from tests.helpers import SEED
 from tripath.simulator.paths.step import PathStep
 from tripath.simulator.paths.tiered import TierPhysics, TierTables
 from tripath.simulator.run_costs import RunCosts
 from tripath.simulator.scenario.strategy import GIB, SequenceParallelSpec, StrategySpec, TieredSpec
 from tripath.simulator.step_model import Decode, PrefillChunk
 
-SEED = resolve_profile("seed-llama2-70b-a100")
 B = 327_680  # LLaMA-2-70B fp16 KV bytes per token
 D = 8192  # the seed profile's device KV budget in tokens (2,684,354,560 bytes)
 SETUP_MS, GBPS = 21.25, 143.166  # seed paging.device_host: paging_v1 fitted to Table 3.2

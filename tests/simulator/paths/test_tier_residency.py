@@ -6,10 +6,11 @@ from __future__ import annotations
 import copy
 import dataclasses
 import tomllib
-from pathlib import Path
 
 import pytest
 
+from tests.helpers import SEED
+from tripath.core.data_dirs import SCENARIOS_DIR
 from tripath.core.errors import InputError
 from tripath.profile.profile import resolve_profile
 from tripath.simulator.paths.capacity import path_saturation
@@ -19,10 +20,10 @@ from tripath.simulator.runner import simulate
 from tripath.simulator.scenario.scenario import scenario_from_dict
 from tripath.simulator.scenario.strategy import TieredSpec
 
-SEED = resolve_profile("seed-llama2-70b-a100")  # 80 layers
+# SEED: 80 layers
 B = 327_680  # LLaMA-2-70B fp16 KV bytes per token
 D = 8192  # device tokens: 32 chunks of 256 per layer, 2,560 device pages
-SCENARIO = Path(__file__).resolve().parents[3] / "data/scenarios/validation/tiered-host-ssd.toml"
+SCENARIO = SCENARIOS_DIR / "validation/tiered-host-ssd.toml"
 
 
 def _tiers(**spec: object) -> TierPhysics:

@@ -1,6 +1,6 @@
 """The explorer's scenario editor: widgets that turn a shipped scenario into an edited TOML-shaped dict.
 
-The dict follows the agreed scenario format (README of data/scenarios and the issue-8 tables
+The dict follows the agreed scenario format (README of data/scenarios, with the tables
 [batching] and [strategy.*]) and is validated only by tripath.simulator.scenario.scenario.scenario_from_dict,
 the CLI's reader: the app never re-implements a check. A field this simulator build does not
 accept yet (e.g. a batching policy still being built) is reported by that reader, by name.

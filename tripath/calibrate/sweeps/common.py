@@ -1,9 +1,8 @@
 """What a sweep is: the cost model it feeds, its grid points, and the probe step that times one point.
 
-Each sweep lives in its own module (``sweep_prefill``, ``sweep_decode``) and registers a ``Sweep``
-here. The paging (per link, chunk sizes), speculative (tasks x K), sequence-parallel (P x length)
-and compression sweeps will be modules of the same shape once the engine has those features;
-until then a profile simply lacks those optional sections (nothing is faked).
+The two core sweeps each define one ``Sweep`` in their own module (prefill.py, decode.py). The optional
+sweeps (paging, speculative, sequence parallel, compression, step overhead) time more than one probe step
+and build the profile's optional sections themselves (tripath/calibrate/optional_sweeps.py).
 """
 
 from __future__ import annotations

@@ -2,9 +2,8 @@
 
 Why a grid: the compression sweep's decode_overhead_ratio is one number, measured at batch 1 over
 one prompt, but a compressed store's decode step dequantizes every cached token it reads, so its
-extra time grows with batch x context while the full-precision step barely does: served batches
-(3-4 sequences of a few hundred tokens in the kv-int8 validation scenario) ran at 2.0-2.7x the
-full-precision step where the batch-1 ratio said 1.65 (docs/fidelity.md).
+extra time grows with batch x context while the full-precision step barely does, and the batch-1
+ratio under-prices served batches (docs/simulator_paths.md, KV compression).
 
 What is timed, per mode of ``modes`` and for full precision ("fp"): one decode step of B sequences
 of C tokens each (total context S = B x C) as ``Engine.step`` runs it: the Engine built for the mode
@@ -41,9 +40,8 @@ from tripath.profile.cost_model import Coefficient, FitQuality
 from tripath.profile.dequant import COEFFICIENTS, UNITS, DecodeDequant
 
 # Served batches are mostly 2-8 sequences of 128-800 tokens, and the extra is not linear between grid
-# points (B = 1 attends through a different path than B >= 2; the chunk loop steps every 256 tokens):
-# fitted on batches 1, 4, 8 x 128, 512, 1024 it priced B = 2 x 640 at 4.9 ms where 7.1 was measured and
-# B = 3 x 384 at 4.2 ms (5.6 measured), 22:45 UTC. The grid covers the served shapes instead.
+# points (B = 1 attends through a different path than B >= 2; the chunk loop steps every 256 tokens), so
+# the grid covers the served shapes (a sparser one mispriced them: docs/simulator_paths.md, KV compression).
 DECODE_BATCHES = (1, 2, 4, 8, 16)
 DECODE_CONTEXTS = (128, 384, 640, 1024)  # tokens per sequence (the tiny target holds 2048)
 DECODE_WARMUP = 2

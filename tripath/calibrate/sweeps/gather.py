@@ -1,17 +1,16 @@
 """Gather sweep: what the tiered Engine's decode step costs over the paged Engine's, all pages on the device.
 
 Every step, for every scheduled sequence and every layer, ``TieredBatchAttention`` (tripath/engine/
-tiered_batch_attention.py) allocates a zeroed buffer, appends the new K/V to the sequence's pages
+tiered/batch_attention.py) allocates a zeroed buffer, appends the new K/V to the sequence's pages
 (``TieredKVCache.append``), copies every page of the layer into the buffer (``gather_into``, a Python
 loop over chunks with LRU bookkeeping) and starts the next layer's fetch-ahead, even when every page
 is on the device. The paged Engine reads the same context with one ``index_copy_`` and one
 ``gather_blocks``. The profile's decode costs were measured on the paged Engine, so what tiering adds
 to a step is the difference, which this sweep times on the two Engines side by side: the same
 requests, decode steps interleaved (one tiered step, one paged step: the same contention), the
-serving thread's CPU time. A microbenchmark of append + gather_into alone gave a third to a half of
-the difference measured this way (the per-sequence loop, mask and fetch-ahead calls are the rest),
-so the sweep times whole steps. No tier transfer happens in it: the device pool holds every page
-(transfers are the ``paging`` rows).
+serving thread's CPU time. Whole steps, because append + gather_into alone miss much of the difference
+(the per-sequence loop, mask and fetch-ahead calls are the rest: docs/tiered_kv.md). No tier transfer
+happens in it: the device pool holds every page (transfers are the ``paging`` rows).
 
 Rows in the samples CSV: sweeps ``tier_step_c{C}`` (tiered, pages of C tokens), ``tier_step_paged_c{C}``
 and ``tier_step_diff_c{C}`` (the paired differences, step by step); layers 0; x1 = reads per step
@@ -41,7 +40,7 @@ from tripath.profile.profile import Coefficient, CostModel, PagingLink
 TIERED, PAGED, DIFF = "tier_step", "tier_step_paged", "tier_step_diff"
 GATHER = "gather"  # the profile's paging key (not a link between tiers: the tiered attention's read)
 POINTS = ((1, 256), (1, 1024), (2, 512), (4, 256), (4, 1024))  # (batch, prompt tokens per sequence)
-REPS_FACTOR = 8  # a difference of ~0.2-2 ms between ~5-10 ms steps under contention: 8x the preset's repetitions
+REPS_FACTOR = 8  # a difference of tenths of a ms between steps ten times longer: 8x the preset's repetitions
 BLOCK_SIZE = 16  # the paged Engine's default block (tripath serve)
 
 

@@ -22,10 +22,8 @@ Rows: ``overhead`` (the paired differences: median, min, max), ``overhead_step``
 ``overhead_forward`` (the two sides, for inspection). The fit is overhead_v1:
 ms = o0 + o_seq * sequences + o_tok * new_tokens (tripath/profile/formulas.py).
 
-On the tiny target (this 2-core machine, 21:45 UTC, load 5-7, thread CPU time) the overhead is
-0.1-0.3 ms per step beside 4-14 ms decode steps (o0 0.10 ms, o_seq 0, o_tok 0.0026 ms/token), and
-the sweep takes about 40 s of the quick preset (11 points x 33 pairs). Switched on by
-``tripath calibrate --step-overhead`` (``CalibrationJob.step_overhead``).
+Switched on by ``tripath calibrate --step-overhead`` (``CalibrationJob.step_overhead``); docs/fidelity.md
+gives the figures measured on the tiny target.
 """
 
 from __future__ import annotations
@@ -48,7 +46,7 @@ from tripath.profile.profile import Coefficient, CostModel, FitQuality
 SWEEP = "overhead"
 PREFILL_MAX = 512
 # paired repetitions per point = this x the preset's reps: the overhead is a small difference of two times
-# (0.1-0.5 ms beside 4-90 ms here), so it needs more pairs than a time does; decode steps are cheap
+# (tenths of a ms beside steps of several ms), so it needs more pairs than a time does; decode steps are cheap
 REPS_FACTOR = 3
 ROWS = (SWEEP, "overhead_step", "overhead_forward")
 FORMULA = "overhead_v1"

@@ -56,8 +56,8 @@ def _transfer(tiers: Tiers, link: str, pages: int) -> Callable[[], None]:
     """A closure that moves ``pages`` pages over ``link`` once, page by page as the cache does. Each call
     moves the next ``pages`` slots of pools larger than the CPU's caches (``COLD_BYTES``), so a page is cold
     when it moves, as in the engine, where a page is touched once per step between the model's weights and
-    activations; the same few pages copied again and again ran from the cache at several times the speed
-    (23 GB/s fitted against 2-8 GB/s of the engine's own per-link timings, docs/tiered_kv.md)."""
+    activations; the same few pages copied again and again run from the cache at several times the speed
+    (docs/tiered_kv.md)."""
     dev, host, ssd = tiers.device_pool.data, tiers.host_pool.data, tiers.ssd
     pool = min(tiers.device_pool.capacity, tiers.host_pool.capacity)
     sync = (lambda: torch.cuda.synchronize(tiers.device)) if tiers.device.type == "cuda" else (lambda: None)
@@ -205,5 +205,5 @@ def paging_sections(samples: list[Sample], kv_bytes_per_token: int, statistic: s
     gather = gather_link(samples, kv_bytes_per_token, what, main_chunk)
     if gather is not None:  # only where the sweep timed the Engine (measure_paging's model)
         out[GATHER] = gather
-    out.update(miss_links(samples, kv_bytes_per_token, main_chunk, what))  # likewise (sweep_tier_miss.py)
+    out.update(miss_links(samples, kv_bytes_per_token, main_chunk, what))  # likewise (tier_miss.py)
     return out

@@ -1,19 +1,18 @@
 """Speculative rounds at batch B > 1: what each extra sequence adds to a round, beyond a decode step's share.
 
-The speculative sweep measures c and v(K) at batch 1, and the simulator priced a round at batch B as
-(K c + v(K)) x decode_ms(B, S): the batch-1 ratio times the batch's plain decode step. On real_engine a
-round does per-sequence work that a plain decode step does not: K draft tokens per sequence through the
-draft, K + 1 verify rows per sequence through the target, and the per-sequence bookkeeping of proposing,
-verifying and rolling back (fidelity finding: in the served speculative-math replay, requests that
-overlapped 3 others had TPOT -39 % in the simulator, requests alone -5 %). So this sweep times, at
-the profile's K, full rounds of B sequences (every one proposing, none prefilling) and plain decode
-steps of the same B sequences, B in BATCHES, and ``round_per_sequence`` fits
+The speculative sweep measures c and v(K) at batch 1; a round at batch B priced as (K c + v(K)) x
+decode_ms(B, S), the batch-1 ratio times the batch's plain decode step, leaves out the per-sequence work a
+real_engine round does beyond a plain decode step: K draft tokens per sequence through the draft, K + 1
+verify rows per sequence through the target, and the per-sequence bookkeeping of proposing, verifying and
+rolling back (the served TPOT error grows with the batch: docs/speculative.md, "Rounds at batch B > 1").
+So this sweep times, at the profile's K, full rounds of B sequences (every one proposing, none
+prefilling) and plain decode steps of the same B sequences, B in BATCHES, and ``round_per_sequence`` fits
 
     round(B) = round(1) x decode(B) / decode(1) + (B - 1) x w x decode(1)
 
 by least squares through the origin: w is the extra per additional sequence in batch-1 target decode
-steps, 0 where the batch-1 ratio already scales (the simulator's old rule). Prompts: the task's eval
-prompts, cut or repeated to PROMPT_TOKENS (a fixed context, so B is the only thing that changes).
+steps, 0 where the batch-1 ratio already scales. Prompts: the task's eval prompts, cut or repeated to
+PROMPT_TOKENS (a fixed context, so B is the only thing that changes).
 
 Rows (samples CSV; x1 = B, x2 = K): ``spec_batch_round`` the round's median ms, ``spec_batch_decode``
 the plain decode step's median ms, both by the job's clock (thread CPU time on a CPU job).

@@ -3,7 +3,7 @@
 For each task of the eval prompts and each K of the grid, a few prompts are decoded greedily at
 batch 1, once by the target alone (the unit of cost: one plain target decode step) and once by the
 SpeculativeEngine with a draft-model proposer at fixed K, interleaved prompt by prompt so that
-contention on a shared machine hits both alike. Measured: spec_metrics' per-token acceptance a
+contention on a shared machine hits both alike. Measured: tripath.engine.speculative.metrics' per-token acceptance a
 (accepted / (accepted + rejections)), per-position acceptance, the draft pass time (c = draft pass /
 target step) and the verify pass over K+1 tokens (v(K) = verify pass / target step). Clock: the
 engine's wall-clock pass times, or with ``SpecSettings.clock = "thread"`` (a CPU job timed by thread

@@ -4,9 +4,9 @@ Once a step's pages exceed the device pool, real_engine's LRU misses every unpin
 (tripath/simulator/paths/tiered_engine_rule.py, rule 2): each miss evicts a page and pages one in, on the main thread
 or on the
 fetch-ahead thread the main thread then waits for, through host RAM or SSD files. The link sweep
-(sweep_paging.py) times bare copies; this sweep times the Engine doing it. Two tiered Engines serve the same
+(paging.py) times bare copies; this sweep times the Engine doing it. Two tiered Engines serve the same
 requests with the same page size: one whose device pool holds every page (the reference: its extra over the
-paged Engine is ``paging.gather``, sweep_gather.py) and one whose pool is the admission minimum (TieredStore
+paged Engine is ``paging.gather``, gather.py) and one whose pool is the admission minimum (TieredStore
 .device_pages_needed), so every step misses a known number of pages. Decode steps are interleaved (one each:
 the same contention) and the miss count of every step is read from the Engine's own StepRecord (pages paged
 in), not predicted.

@@ -6,8 +6,8 @@ On CUDA the device pool is GPU memory and the host tier is pinned host memory (s
 asynchronously on a side stream); on CPU both are RAM and the "device" pool is simply bounded.
 The SSD tier writes one file per page slot (files are reused) with a 64-bit XXH3 checksum of the
 payload and the page id in a header, so a missing, truncated, corrupted or misplaced page is detected
-on read instead of being used.  XXH3 (about 50 GB/s on one core here) replaced CRC-32 (about 4 GB/s):
-with CRC-32 the checksum, not the file read, limited SSD paging to under 70% of a plain file read.
+on read instead of being used.  XXH3 is fast enough beside the file read not to limit SSD paging
+(CRC-32 is not: docs/tiered_kv.md).
 Every transfer is timed per link (device<->host, host<->ssd) for the paging-cost measurements.
 """
 

@@ -153,7 +153,7 @@ class Stepper:
         self.config = config or StepperConfig()
         self.reserve_output = self.config.preemption == "none"
         self.capacity = model.kv_capacity_tokens
-        # tiered KV: the engine's device residency rule also bounds who runs (tier_physics.device_fits)
+        # tiered KV: the engine's device residency rule also bounds who runs (TierPhysics.device_fits)
         tiers = getattr(model, "tiers", None)
         self._device_fits: Callable[[list[int]], bool] | None = None if tiers is None else tiers.device_fits
         self.queue: deque[int] = deque()  # requests waiting (preempted ones at the head)

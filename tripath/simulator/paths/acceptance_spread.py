@@ -1,9 +1,9 @@
 """Per-request draft acceptance: each request draws its own a from the task's between-prompt spread.
 
-Measured per prompt, acceptance varies far more than the rounds' own sampling noise explains (on the
-tiny pair, code prompts range 0.67-1.00, between-prompt sd 0.12 after that noise is removed): how well a
-draft predicts the target depends on the text. One task-level a for every request gives every request
-the same expected tokens per round, so the simulated TPOT spread is too narrow (fidelity finding 5).
+Measured per prompt, acceptance varies far more than the rounds' own sampling noise explains
+(docs/speculative.md, "Per-request acceptance"): how well a draft predicts the target depends on the
+text. One task-level a for every request gives every request the same expected tokens per round, so
+the simulated TPOT spread would be too narrow.
 Where the profile measured the spread (``TaskAcceptance.between_prompt_sd``), request r draws
 
     a_r ~ Beta(alpha, beta),  alpha = m nu, beta = (1 - m) nu,  nu = m (1 - m) / sd^2 - 1

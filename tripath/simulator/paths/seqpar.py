@@ -20,7 +20,7 @@ same IterationCost arithmetic as the baseline (tripath/simulator/paths/step.py: 
   query per layer (tripath/calibrate/sweeps/seqpar.py). A decode merge combines per-query partials, so its
   cost does not grow like the prefill merge's, which combines T = C queries; profiles measured
   before the sweep timed decode have no ``decode_merge``, and then the prefill merge_ms(S) is
-  charged (an overestimate: fidelity found +422 % merge per request), and ``merge_source`` says
+  charged (an overestimate: docs/simulator_paths.md), and ``merge_source`` says
   so. Decode merge queries are not counted as extrapolations: the fast path evaluates decode
   costs a few iterations ahead of use.
 - Communication: the ranks exchange their partials in collectives (all-gathers of (out, lse) per

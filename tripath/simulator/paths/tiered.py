@@ -114,7 +114,7 @@ class TierPhysics:
         self.rule: EngineTierRule | None = None
         if self.residency:  # the engine's pool holds whole pages: D rounds down to whole chunks
             self.device_tokens = (device_tokens // self.chunk) * self.chunk
-            # its per-step read and page moves (tier_engine_rule.py); each SP rank has 1/P of the pools
+            # its per-step read and page moves (tiered_engine_rule.py); each SP rank has 1/P of the pools
             host_pages = (self.host_tokens // self.chunk) * self.layers
             self.rule = EngineTierRule(paging, self.chunk, self.layers, kv_bytes_per_token, self.device_pages // ranks,
                                        host_pages // ranks, spec.sink_tokens, spec.window_tokens, ranks)
@@ -178,7 +178,7 @@ class TierPhysics:
         return ms / 1000.0, {link: nbytes for link, nbytes in moved.items() if nbytes > 0}
 
     def engine_step(self, reads: list[int], held: list[int], live: int) -> tuple[float, dict[str, int]]:
-        """real_engine's tier work of one step (tier_engine_rule.py): paging seconds (the tiered read's extra
+        """real_engine's tier work of one step (tiered_engine_rule.py): paging seconds (the tiered read's extra
         plus page moves, before overlap) and bytes per link; ``reads``/``held``: tokens of each sequence read
         / holding pages after the step's appends; ``live``: tokens held after the step."""
         read_s, move_s, moved = self.engine_step_split(reads, held, live)

@@ -17,7 +17,7 @@ Measured on real_engine (docs/tiered_kv.md, "What the engine does per step"):
    K/V). A profile without ``paging.gather`` books no read overhead.
 2. **LRU under a cyclic scan.** Pages are per (sequence, layer, chunk); a sequence of n tokens has
    c(n) = ceil(n / chunk) chunks per layer, of which pinned(n) (the chunks holding a sink token or a
-   token of the recent window, tiered_cache.pinned) never leave the device. Each step reads the
+   token of the recent window, TieredKVCache.pinned) never leave the device. Each step reads the
    layers in order, so when the step's pages P = layers x sum c(n_i) exceed the device pool G, LRU
    always evicts the page read longest ago, which is the next one needed: every unpinned page read
    misses, m = layers x sum over sequences read of (c(n_i) − pinned(n_i)), each a page in and a
@@ -37,8 +37,8 @@ Measured on real_engine (docs/tiered_kv.md, "What the engine does per step"):
    crosses (kind ``host``: device<->host; ``ssd``: all four links, the host full; ``direct``: no host).
    A step's moves then cost miss_{kind}(m x page bytes) = setup_ms + m x page bytes / bandwidth (one
    setup per step that misses, none otherwise): the copies, the files, the eviction chain and the main
-   thread's wait on the fetch-ahead thread, which the bare copies of rule 4 leave out (a step with 12
-   misses stalled 5.7 ms in wall time against 0.4 ms priced by rule 4, docs/tiered_kv.md). The sweep
+   thread's wait on the fetch-ahead thread, which the bare copies of rule 4 leave out (they under-price
+   a missing step several times over: docs/tiered_kv.md, "Page misses measured on the Engine"). The sweep
    runs at the main page size (256 tokens); at another chunk size the fit is evaluated at that size's
    bytes, so a per-page cost that does not scale with bytes is carried as if it did.
 """
@@ -72,7 +72,7 @@ class EngineTierRule:
         self.miss = {kind: paging[miss_key(kind)].cost_for(chunk) for kind in MISS_KINDS if miss_key(kind) in paging}
 
     def pinned(self, n: int) -> int:
-        """Chunks of one layer that hold a sink token or a window token (tiered_cache.TieredKVCache.pinned)."""
+        """Chunks of one layer that hold a sink token or a window token (the engine's TieredKVCache.pinned)."""
         chunks = -(-n // self.chunk)
         return sum(1 for j in range(chunks)
                    if j * self.chunk < self.sink or (j + 1) * self.chunk > n - self.window)

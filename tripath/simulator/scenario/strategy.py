@@ -63,7 +63,7 @@ class TieredSpec:
     chunk_tokens: int = 256  # paging granularity (one page)
     policy: str = "lru"
     # pinned on the device for every live sequence (tripath/engine/tiered/tiers.py TierConfig's defaults): they
-    # bound how many sequences the device pool admits (tier_physics.TierPhysics.device_fits)
+    # bound how many sequences the device pool admits (tripath/simulator/paths/tiered.py: TierPhysics.device_fits)
     sink_tokens: int = 4
     window_tokens: int = 256
     # apply that residency rule? None: when the profile was measured on real_engine (source "measured"),

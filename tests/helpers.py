@@ -1,0 +1,103 @@
+"""Plain helpers and constants shared by test modules (used at import time, so not fixtures).
+
+The shipped profiles most tests run on, records compared bit for bit, the iteration costs and Poisson
+request lists of the loop-equivalence tests, a paging link on cpu-tiny's KV size, shipped scenarios as raw
+dicts, and scripts imported by path.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import sys
+import tomllib
+from types import ModuleType
+
+import numpy as np
+
+from tripath.core.data_dirs import REPO_ROOT, SCENARIOS_DIR
+from tripath.core.request import RequestSpec
+from tripath.profile.cost_model import Coefficient, CostModel
+from tripath.profile.profile import PagingLink, resolve_profile
+from tripath.simulator.costs import IterationCost
+from tripath.simulator.loop.cluster import simulate_requests
+
+SEED = resolve_profile("seed-llama2-70b-a100")
+TINY = resolve_profile("cpu-tiny")  # 6 layers, 3,072 bytes of KV per token
+TINY_PAGE_BYTES = 131_072  # one layer's 256-token page on cpu-tiny: 256 x 3,072 / 6
+
+TICK = 1.0 / 1024.0  # seconds; tick_costs are whole ticks, so boundaries and arrivals collide exactly
+
+
+def bits(records) -> list[tuple]:
+    """Records as tuples with floats in hex: equal only if bit-identical (NaN included)."""
+    return [tuple(v.hex() if isinstance(v, float) else v for v in dataclasses.astuple(r)) for r in records]
+
+
+def assert_fast_equals_reference(requests, config, make_cost):
+    """The fast path and the one-event-per-iteration reference give bit-identical records and replica stats;
+    returns both results (the fast one never uses more events)."""
+    fast_cost, ref_cost = make_cost(), make_cost()
+    fast = simulate_requests(requests, config, fast_cost, fast=True)
+    ref = simulate_requests(requests, config, ref_cost, fast=False)
+    assert bits(fast.records) == bits(ref.records)
+    for f, r in zip(fast.replicas, ref.replicas, strict=True):
+        assert (f.busy_s, f.iterations, f.peak_kv_bytes) == (r.busy_s, r.iterations, r.peak_kv_bytes)
+    assert fast.extrapolations == ref.extrapolations
+    assert fast.events <= ref.events
+    return fast, ref
+
+
+def tick_costs() -> IterationCost:
+    """Costs that are whole multiples of 1/1024 s, exactly (x * 0.9765625 ms / 1000 = x / 1024 s)."""
+
+    def prefill(tokens, context):
+        return 0.9765625 * (10 + tokens // 64)
+
+    def decode(batch, total_context):
+        return 0.9765625 * (4 + batch + total_context // 512)
+
+    return IterationCost(prefill, decode)
+
+
+def smooth_costs() -> IterationCost:
+    return IterationCost.linear(12.5, 0.02, 7.0, 0.35, 0.00013)
+
+
+def poisson_requests(rng: np.random.Generator, n: int, rate: float, max_prompt: int, max_output: int,
+                     on_ticks: bool = False) -> list[RequestSpec]:
+    """n requests arriving as a Poisson process at ``rate``, lengths uniform in [1, max]; ``on_ticks`` floors
+    the gaps to whole ticks, so many arrivals land exactly on iteration boundaries, some together."""
+    gaps = rng.exponential(1.0 / rate, n)
+    if on_ticks:
+        gaps = np.floor(gaps / TICK) * TICK
+    arrivals = np.cumsum(gaps)
+    prompts = rng.integers(1, max_prompt + 1, n)
+    outputs = rng.integers(1, max_output + 1, n)
+    return [RequestSpec(i, float(arrivals[i]), int(prompts[i]), int(outputs[i])) for i in range(n)]
+
+
+def tiny_paging_link(setup_ms: float, gbps: float) -> PagingLink:
+    """A fitted paging_v1 link (setup_ms + bytes / bandwidth), its ms per 2K tokens at cpu-tiny's KV size."""
+    cost = CostModel("paging_v1", {"setup_ms": Coefficient(setup_ms, "ms", "fitted"),
+                                   "bandwidth_gbps": Coefficient(gbps, "GB/s", "fitted")}, ("bytes",),
+                     {"bytes": (1.0, 1e9)})
+    return PagingLink(cost, 2048 * 3072 / (gbps * 1e6))
+
+
+def load_script(relative: str) -> ModuleType:
+    """A script of the repository (``scripts/...py``, not a package module) imported by path, under its file's
+    stem in sys.modules: dataclasses look their module up while a class is built."""
+    path = REPO_ROOT / relative
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[path.stem] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def shipped_scenario_dict(name: str) -> dict:
+    """A shipped scenario file (data/scenarios/NAME.toml) as its raw TOML dict, a fresh one each call."""
+    with open(SCENARIOS_DIR / f"{name}.toml", "rb") as fh:
+        return tomllib.load(fh)
