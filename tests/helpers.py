@@ -12,6 +12,7 @@ import importlib.util
 import sys
 import tomllib
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -27,6 +28,9 @@ TINY = resolve_profile("cpu-tiny")  # 6 layers, 3,072 bytes of KV per token
 TINY_PAGE_BYTES = 131_072  # one layer's 256-token page on cpu-tiny: 256 x 3,072 / 6
 
 TICK = 1.0 / 1024.0  # seconds; tick_costs are whole ticks, so boundaries and arrivals collide exactly
+
+if TYPE_CHECKING:
+    from tripath.engine.model.model import LlamaModel
 
 
 def bits(records) -> list[tuple]:
@@ -101,3 +105,14 @@ def shipped_scenario_dict(name: str) -> dict:
     """A shipped scenario file (data/scenarios/NAME.toml) as its raw TOML dict, a fresh one each call."""
     with open(SCENARIOS_DIR / f"{name}.toml", "rb") as fh:
         return tomllib.load(fh)
+
+
+def dense_greedy(model: LlamaModel, prompt: list[int], n: int) -> list[int]:
+    """Reference: no cache at all, the whole sequence re-run for every token (torch loads only here)."""
+    import torch
+
+    ids = list(prompt)
+    with torch.no_grad():
+        for _ in range(n):
+            ids.append(int(model(torch.tensor([ids]))[0, -1].argmax()))
+    return ids[len(prompt) :]

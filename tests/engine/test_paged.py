@@ -7,6 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.helpers import dense_greedy
 from tripath.engine.engine import Engine
 from tripath.engine.engine_config import EngineConfig, RequestRejected
 from tripath.engine.kv.paged import KVCacheManager, KVTensors
@@ -31,15 +32,6 @@ def model() -> LlamaModel:
 def prompts() -> list[list[int]]:
     g = torch.Generator().manual_seed(2)
     return [torch.randint(0, 256, (n,), generator=g).tolist() for n in LENGTHS]
-
-
-def dense_greedy(model: LlamaModel, prompt: list[int], n: int) -> list[int]:
-    """Reference: no cache at all, the whole sequence re-run for every token."""
-    ids = list(prompt)
-    with torch.no_grad():
-        for _ in range(n):
-            ids.append(int(model(torch.tensor([ids]))[0, -1].argmax()))
-    return ids[len(prompt) :]
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from tests.engine.test_paged import dense_greedy
+from tests.helpers import dense_greedy
 from tripath.core.data_dirs import MODELS_DIR
 from tripath.engine.model.checkpoint import load_checkpoint
 from tripath.engine.model.tokenizer import ByteTokenizer

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.engine.test_paged import dense_greedy
+from tests.helpers import dense_greedy
 from tripath.engine.engine import Engine
 from tripath.engine.engine_config import EngineConfig, RequestRejected
 from tripath.engine.model.config import PRESETS

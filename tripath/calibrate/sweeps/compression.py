@@ -59,8 +59,8 @@ COMP_SWEEPS = ("comp_bytes", "comp_step", "comp_agree", "comp_accept")  # comp_p
 NEW_TOKENS = 32
 # prompt tokens of the prefill timing (the tiny target holds 2048). The ratio is not linear in length: the
 # store's chunked attention (256-key chunks) and the per-block sealing make it rise from ~1.3 at 128 tokens
-# to ~2 by 256 (measured 22:45 UTC: 1.32 at 128, 1.55 at 192, 1.9-2.0 at 256-384), so three lengths
-# interpolated linearly priced a 256-token prompt at 1.47; served prompts (median ~200) need the dense grid.
+# to ~2 by 256 (docs/simulator_paths.md has the measured ratios), so a sparse grid misprices served prompts
+# (median ~200 tokens): they need the dense grid.
 PREFILL_LENGTHS = (64, 128, 192, 256, 384, 512, 768, 1024)
 PREFILL_REPS = 3
 REF_SWEEP = "comp_prefill_ref"  # fp prefill timed alternately with a stored mode's (x1 = the mode's index)

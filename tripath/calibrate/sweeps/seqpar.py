@@ -28,9 +28,8 @@ the engine's comm timer, mean of the ranks: the rank that computes faster waits 
 simulator prices the mean rank's compute; MEAN over the steps, and the profile fits the MEDIAN over
 the repetitions, not the minimum: a request's TPOT is the mean of its steps, and the waits vary
 between repetitions on an idle machine too (which core each rank and gloo thread wakes on), so the
-luckiest repetition is not what a served request sees. On the quiet 22:14 UTC calibration the
-repetitions gave 5.17 / 6.16 / 6.22 ms at 512 tokens; the minimum priced seqpar-2's TPOT P50 at
-9.9 ms where the engine took 11.75 ms, see docs/seqpar_wall_time.md).
+luckiest repetition is not what a served request sees (the measured spread and its effect on
+seqpar-2's TPOT: docs/seqpar_wall_time.md).
 The decode merge combines P partials of one query per layer, not T = C queries as a prefill's does,
 so it gets its own fit (the profile's ``decode_merge``) instead of reusing the prefill merge;
 ``decode_comm`` is fitted likewise.
