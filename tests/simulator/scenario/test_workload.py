@@ -49,6 +49,19 @@ def test_poisson_count_over_a_duration() -> None:
     assert abs(len(reqs) - rate * duration) < 4 * math.sqrt(rate * duration)
 
 
+def test_constant_arrivals_are_evenly_spaced_and_draw_nothing() -> None:
+    # inference-perf's "constant" load: request i arrives at (i + 1) / rate; the length draws are unaffected
+    rate = 8.0
+    arrival = ArrivalSpec(kind="constant", rate_per_s=rate)
+    lengths = LengthSpec(kind="uniform", low=10, high=500)
+    reqs = generate_requests(_workload(arrival, prompt=lengths, requests=50), np.random.default_rng(3), rate)
+    assert [r.arrival_s for r in reqs] == pytest.approx([(i + 1) / rate for i in range(50)], rel=1e-12)
+    timed = generate_requests(_workload(arrival, prompt=lengths, duration_s=2.0), np.random.default_rng(3), rate)
+    assert len(timed) == 15 and timed[-1].arrival_s < 2.0  # arrivals at 1/8 .. 15/8 s
+    with pytest.raises(InputError, match="cv"):
+        ArrivalSpec(kind="constant", rate_per_s=rate, cv=0.5)
+
+
 @pytest.mark.parametrize("cv", [0.5, 2.0])
 def test_gamma_interarrivals_have_the_requested_cv(cv: float) -> None:
     n, rate = 50000, 2.0

@@ -89,9 +89,10 @@ def edit(base: str, profile: Profile) -> dict[str, Any]:
 
 def _arrival(workload: dict[str, Any], k: str) -> None:
     arrival = workload["arrival"]
-    kinds = ("poisson", "gamma", "trace")
+    kinds = ("poisson", "gamma", "constant", "trace")
     kind = st.selectbox("arrivals", kinds, index=kinds.index(arrival["kind"]), key=k + "arrival",
-                        help="gamma: bursty arrivals with the given inter-arrival CV (1 = Poisson)")
+                        help="gamma: bursty arrivals with the given inter-arrival CV (1 = Poisson); constant: evenly "
+                             "spaced, as a benchmark client sends")
     if kind == "trace":
         traces = sorted(SHIPPED_TRACES)
         current = arrival.get("trace", traces[0])

@@ -102,9 +102,14 @@ def _replayed_rows(workload: WorkloadSpec, trace: Trace) -> np.ndarray:
 def _renewal_arrivals(
     workload: WorkloadSpec, arrival: ArrivalSpec, rate_per_s: float, rng: np.random.Generator
 ) -> np.ndarray:
-    """Arrival times of a renewal process: exponential (poisson) or gamma inter-arrivals, mean 1/rate."""
+    """Arrival times of a renewal process: exponential (poisson), gamma or constant inter-arrivals, mean 1/rate.
+
+    constant: every gap 1/rate, the fixed-rate load of benchmark clients (inference-perf's "constant"); it
+    draws nothing from ``rng``."""
 
     def gaps(size: int) -> np.ndarray:
+        if arrival.kind == "constant":
+            return np.full(size, 1.0 / rate_per_s)
         if arrival.kind == "poisson":
             return rng.exponential(1.0 / rate_per_s, size)
         # gamma with shape k = 1/cv^2 and scale 1/(rate k): mean 1/rate, std cv/rate

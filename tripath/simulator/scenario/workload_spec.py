@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from tripath.simulator.scenario.checks import at_least, check_kind, fail, only_for, positive
 
-ARRIVAL_KINDS = ("poisson", "gamma", "trace")
+ARRIVAL_KINDS = ("poisson", "gamma", "constant", "trace")
 LENGTH_KINDS = ("fixed", "uniform", "lognormal", "empirical", "trace")
 LENGTH_COLUMNS = ("prompt", "output")
 # the parameters each length kind requires (and no other kind accepts); "trace" takes none
@@ -20,8 +20,8 @@ LENGTH_PARAMS = {"fixed": ("value",), "uniform": ("low", "high"), "lognormal": (
 
 @dataclass(frozen=True)
 class ArrivalSpec:
-    kind: str  # "poisson" | "gamma" | "trace"
-    rate_per_s: float | None = None  # exactly one of rate_per_s / load_fraction for poisson and gamma
+    kind: str  # "poisson" | "gamma" | "constant" (fixed gaps 1/rate, as load generators send) | "trace"
+    rate_per_s: float | None = None  # exactly one of rate_per_s / load_fraction for poisson, gamma, constant
     load_fraction: float | None = None  # fraction of the replicas' saturation throughput (capacity.py)
     cv: float | None = None  # gamma only: coefficient of variation of inter-arrival times (1 = poisson)
     trace: str | None = None  # trace only: a shipped trace name (e.g. "azure-conv-2023") or a path
@@ -29,7 +29,7 @@ class ArrivalSpec:
 
     def __post_init__(self) -> None:
         check_kind(self.kind, ARRIVAL_KINDS)
-        rated = ("poisson", "gamma")
+        rated = ("poisson", "gamma", "constant")
         only_for(self, {"rate_per_s": rated, "load_fraction": rated, "cv": ("gamma",), "trace": ("trace",)})
         positive("rate_per_s", self.rate_per_s)
         if self.load_fraction is not None and not (0.0 < self.load_fraction <= 2.0):
