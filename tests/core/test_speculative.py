@@ -13,6 +13,7 @@ from tripath.core.speculative import (
     AdaptiveK,
     ControllerConfig,
     SpecCosts,
+    acceptance_for_tokens,
     best_k,
     breakeven_acceptance,
     expected_tokens,
@@ -156,3 +157,14 @@ def test_a_fallen_back_sequence_reverts_to_the_engine_acceptance():
     assert ctrl.choose(2) == 0
     ks = [ctrl.choose(2) for _ in range(30)]
     assert ks[0] == 0 and ks[-1] > 0  # its own bad evidence faded; it speculates again
+
+
+def test_acceptance_for_tokens_inverts_expected_tokens():
+    for k in (1, 3, 5):
+        for a in (0.0, 0.3, 0.75, 0.99):
+            assert acceptance_for_tokens(k, expected_tokens(k, a)) == pytest.approx(a, abs=1e-9)
+    # K + 1: every draft accepted (E's cancellation near a = 1 limits the bisection to about 1e-9)
+    assert acceptance_for_tokens(4, 5.0) == pytest.approx(1.0, abs=1e-8)
+    for bad in (0.5, 6.5):
+        with pytest.raises(ValueError, match=r"\[1, 6\]"):
+            acceptance_for_tokens(5, bad)

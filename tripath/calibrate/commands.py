@@ -1,4 +1,4 @@
-"""`tripath calibrate` and `tripath profile {show,compare,plot,project}`: thin wrappers over typed functions.
+"""`tripath calibrate` and `tripath profile {show,compare,plot,project,acceptance}`: thin wrappers over typed functions.
 
 Only argparse is imported at module level, so building the parser (``tripath --help``) never
 loads torch or matplotlib; each command imports what it runs.
@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from tripath.core.data_dirs import PROFILES_DIR
+from tripath.core.errors import InputError
 
 EXIT_REFUSED = 3  # a fit exceeded the threshold: nothing written (samples kept)
 
@@ -132,6 +133,45 @@ def _cmd_project(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_acceptance(args: argparse.Namespace) -> int:
+    from tripath.core.atomic import write_text
+    from tripath.profile.profile import load_profile, save_profile
+    from tripath.profile.vllm_metrics import merge_overlay, overlay, read_acceptance, scenario_table
+
+    entry, counters = read_acceptance(args.file, args.task, args.model)
+    entries = {args.task: entry}
+    layer = overlay(entries)
+    if args.into is not None:
+        if args.out is None:
+            raise InputError(None, "--out", "--into writes the merged profile: give --out PATH")
+        merged = merge_overlay(load_profile(profile_path(args.into)), layer, args.file)
+        save_profile(merged, args.out)
+        written = f"wrote {args.out}: {args.into} with acceptance.{args.task} from {args.file}"
+    elif args.out is not None:
+        write_text(Path(args.out), json.dumps(layer, indent=2) + "\n")
+        written = f"wrote {args.out}"
+    else:
+        written = None
+    if args.json:
+        drafts = counters.drafts.value
+        print(json.dumps({
+            "task": args.task, "k": entry.k, "mean": entry.mean, "per_position": entry.per_position,
+            "mean_acceptance_length": 1.0 + counters.accepted.value / drafts,
+            "draft_acceptance_rate": counters.accepted.value / counters.draft_tokens.value
+            if counters.draft_tokens.value else None,
+            "counters": {"drafts": drafts, "draft_tokens": counters.draft_tokens.value,
+                         "accepted_tokens": counters.accepted.value,
+                         "accepted_per_position": [c.value for c in counters.per_pos]},
+            "model_name": counters.model_name, "overlay": layer, "scenario": scenario_table(entries),
+            "written": written}, indent=2))
+        return 0
+    if written is not None:
+        print(written)
+    else:
+        print(scenario_table(entries) if args.as_ == "scenario" else json.dumps(layer, indent=2))
+    return 0
+
+
 def add_subcommands(sub: argparse._SubParsersAction) -> None:
     """Register `calibrate` and `profile` on the tripath parser."""
     cal = sub.add_parser("calibrate", help="time the real engine, fit the cost formulas, write a profile",
@@ -182,7 +222,7 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
     cal.add_argument("--json", action="store_true")
     cal.set_defaults(func=_cmd_calibrate)
 
-    prof = sub.add_parser("profile", help="inspect, compare, plot or project calibration profiles")
+    prof = sub.add_parser("profile", help="inspect, compare, plot or project calibration profiles; import acceptance")
     psub = prof.add_subparsers(dest="profile_command", required=True, metavar="ACTION")
     show = psub.add_parser("show", help="coefficients, domains, fit errors and sources of one profile")
     show.add_argument("name", help="profile name (data/profiles/NAME.json) or path")
@@ -202,3 +242,20 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
     proj.add_argument("--to", required=True, help="target hardware: a100-80gb, h100-sxm or h200")
     proj.add_argument("--out", help="default: data/profiles/projected-SRC-to-SPEC.json beside the source")
     proj.set_defaults(func=_cmd_project)
+    acc = psub.add_parser(
+        "acceptance", help="per-task draft acceptance from a vLLM /metrics dump (a profile overlay or scenario table)",
+        description="Read vLLM's speculative-decoding counters (vllm:spec_decode_num_drafts, _num_draft_tokens, "
+                    "_num_accepted_tokens, _num_accepted_tokens_per_pos; Prometheus text, with or without _total) "
+                    "and print the task's acceptance: per-position P(token j accepted | tokens before it "
+                    "accepted) and the mean a, as a profile overlay (JSON acceptance section) or as the scenario "
+                    "line `[strategy.speculative] acceptance = {TASK = a}` (docs/acceptance.md).")
+    acc.add_argument("file", help="the metrics dump (e.g. curl http://HOST:8000/metrics > metrics.txt)")
+    acc.add_argument("--task", required=True, help="the task the dump measured (a scenario's [workload.tasks] name; "
+                                                   "the dump does not say)")
+    acc.add_argument("--model", help="keep this model_name's series (needed when the dump holds several)")
+    acc.add_argument("--as", dest="as_", choices=("overlay", "scenario"), default="overlay",
+                     help="print a profile overlay (default) or the scenario table line")
+    acc.add_argument("--out", help="write the overlay (or, with --into, the merged profile) here")
+    acc.add_argument("--into", metavar="PROFILE", help="merge into this profile (name or path) and write it to --out")
+    acc.add_argument("--json", action="store_true", help="counters, per-position acceptance, mean a and both forms")
+    acc.set_defaults(func=_cmd_acceptance)

@@ -94,10 +94,22 @@ def breakeven_acceptance(k: int, costs: SpecCosts, tol: float = 1e-13) -> float 
         return 0.0
     if target >= k + 1:
         return None
+    return acceptance_for_tokens(k, target, tol)
+
+
+def acceptance_for_tokens(k: int, tokens: float, tol: float = 1e-13) -> float:
+    """The a with E(K, a) = ``tokens`` (1 <= tokens <= K + 1), by bisection: E's inverse in a.
+
+    Reads a per-token acceptance off a published mean accepted length (tokens per round, bonus included).
+    """
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    if not 1.0 <= tokens <= k + 1:
+        raise ValueError(f"tokens: E(K, a) lies in [1, K + 1] = [1, {k + 1}], got {tokens}")
     lo, hi = 0.0, 1.0
     while hi - lo > tol:
         mid = 0.5 * (lo + hi)
-        if expected_tokens(k, mid) < target:
+        if expected_tokens(k, mid) < tokens:
             lo = mid
         else:
             hi = mid

@@ -82,6 +82,11 @@ class Speculative(Section):
         return interpolate({kk: c.value for kk, c in self.verify_by_k.items()}, k, (0.0, 1.0))
 
 
+# A scenario's own acceptance table (tripath/simulator/run_costs.py) labels the entries it puts in a run's profile so.
+SCENARIO_SOURCE = "scenario"
+ACCEPTANCE_SOURCES = (*VALUE_SOURCES, SCENARIO_SOURCE)
+
+
 @dataclass(frozen=True)
 class TaskAcceptance(Section):
     """Draft-token acceptance for one task at proposal length k.
@@ -99,7 +104,7 @@ class TaskAcceptance(Section):
     mean: float = json_field(number(high=1.0))
     k: int = json_field(count(1))
     per_position: tuple[float, ...] | None = json_field(each(number(high=1.0)))
-    source: str = json_field(text(allowed=VALUE_SOURCES))
+    source: str = json_field(text(allowed=ACCEPTANCE_SOURCES))
     note: str = note_field()
     # written only when measured, so single-K profiles keep their exact bytes (likewise the spread)
     by_k: dict[int, TaskAcceptance] = json_field(default_factory=dict, omit=True, key="a proposal length K")

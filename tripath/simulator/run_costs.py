@@ -11,25 +11,53 @@ it reads the profile. What the conversion holds:
   sequence-parallel section of the degree, the compression mode (CompressionPhysics, stateless);
 - ``swap_s``: the device_host transfer cost swap preemption charges (None without that link).
 
+A scenario's own acceptance table replaces the profile's entries for its tasks first (``with_scenario_acceptance``).
+
 The conversion checks the scenario's paths against the profile first (strategy.check_against_profile).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tripath.core.errors import InputError
 from tripath.profile.profile import Profile
 from tripath.profile.sections import SequenceParallel
+from tripath.profile.speculative import SCENARIO_SOURCE, TaskAcceptance
 from tripath.simulator.costs import IterationCost
 from tripath.simulator.paths.compression import CompressionPhysics
 from tripath.simulator.paths.speculative import SpeculativeParams
 from tripath.simulator.paths.tiered import TierTables
 from tripath.simulator.scenario.scenario import Scenario
-from tripath.simulator.scenario.strategy import DEVICE_HOST, StrategySpec, check_against_profile
+from tripath.simulator.scenario.strategy import (
+    DEVICE_HOST,
+    PROMPT_LOOKUP_PREFIX,
+    StrategySpec,
+    check_against_profile,
+)
 
 GIB = 2**30
+
+
+def with_scenario_acceptance(profile: Profile, strategy: StrategySpec, source: str | None = None) -> Profile:
+    """The profile with the scenario's ``[strategy.speculative] acceptance`` table in place of its own entries.
+
+    Each listed task gets one entry (source "scenario", no per-position or spread: the user gave one a) under the
+    proposer's key (``prompt_lookup:TASK`` for prompt lookup), whether or not the profile had one; the others keep
+    the profile's. Without the table this is ``profile`` itself, so such runs are unchanged.
+    """
+    spec = strategy.speculative
+    if spec is None or not spec.acceptance:
+        return profile
+    prefix = PROMPT_LOOKUP_PREFIX if spec.proposer == "prompt_lookup" else ""
+    k = spec.k or (profile.speculative.k if profile.speculative is not None else 1)
+    where = source or "the scenario"
+    table = dict(profile.acceptance)
+    for task, a in spec.acceptance:
+        table[prefix + task] = TaskAcceptance(a, k, None, SCENARIO_SOURCE,
+                                              f"[strategy.speculative] acceptance.{task} in {where}")
+    return replace(profile, acceptance=table)
 
 
 def kv_capacity(scenario: Scenario, profile: Profile) -> tuple[int, str]:
@@ -68,6 +96,7 @@ class RunCosts:
                      source: str | None = None) -> RunCosts:
         """Check the paths against the profile (InputError naming ``source``) and convert it."""
         tasks = tuple(tasks)
+        profile = with_scenario_acceptance(profile, strategy, source)
         check_against_profile(strategy, profile, tasks, source)
         sp, comp = strategy.sequence_parallel, strategy.compression
         swap_s = None

@@ -12,7 +12,8 @@ tripath/simulator/capacity.py; the KV budget is the profile's, or tp x cluster.d
 the model's weights.
 
 The profile is read here, at the top: ``RunCosts.for_scenario`` (tripath/simulator/run_costs.py) converts it
-once per run into the costs and path parameters the loops and the paths use, and nothing below reads it.
+once per run into the costs and path parameters the loops and the paths use, and nothing below reads it; a
+scenario's own ``[strategy.speculative] acceptance`` table replaces the profile's entries for its tasks first.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from tripath.simulator.loop.stepper_setup import loop_reason, stepper_setup
 from tripath.simulator.paths.capacity import path_saturation
 from tripath.simulator.paths.provenance import strategies
 from tripath.simulator.paths.step import Transforms, fast_transforms, replica_gpus
-from tripath.simulator.run_costs import RunCosts, kv_capacity
+from tripath.simulator.run_costs import RunCosts, kv_capacity, with_scenario_acceptance
 from tripath.simulator.scenario.scenario import Scenario
 from tripath.simulator.scenario.workload import generate_requests, mean_lengths
 
@@ -145,6 +146,8 @@ def simulate(scenario: Scenario, profile: Profile, seed: int = 0, replications: 
         raise ValueError(f"replications must be >= 1, got {replications}")
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
+    # the scenario's own acceptance table, where it has one, is the run's (and the summary's provenance)
+    profile = with_scenario_acceptance(profile, scenario.strategy, scenario.source_path)
     config, capacity_source = cluster_config(scenario, profile)
     costs = RunCosts.for_scenario(scenario, profile)  # the paths checked against the profile, before any run
     strategy = scenario.strategy

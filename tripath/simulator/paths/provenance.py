@@ -40,6 +40,8 @@ def _speculative(spec: SpeculativeSpec, profile: Profile, tasks: tuple[str, ...]
     params = {"k": k, "k_from": "profile speculative.k" if spec.k is None else "scenario",
               "adaptive": spec.adaptive, "proposer": spec.proposer,
               "draft_model": None if lookup else section.draft_model}
+    if spec.acceptance:  # the scenario's own table replaced the profile's entries (source "scenario" below)
+        params["acceptance_from_scenario"] = [task for task, _ in spec.acceptance]
     if spec.adaptive:
         params["fallback_acceptance"] = spec.fallback_acceptance
         params["fallback_from"] = ("break-even speedup 1 (tripath/simulator/paths/speculative.py)"
@@ -148,6 +150,8 @@ def one_line(report: dict[str, Any]) -> str:
         p = report[name]["parameters"]
         if name == "speculative":
             detail = f"K {p['k']} ({p['k_from']}), adaptive {str(p['adaptive']).lower()}, {p['proposer']}"
+            if p.get("acceptance_from_scenario"):
+                detail += f", acceptance of {', '.join(p['acceptance_from_scenario'])} from the scenario"
         elif name == "tiered":
             detail = (f"host {p['host_capacity_gib']:.4g} GiB, SSD {p['ssd_capacity_gib']:.4g} GiB, "
                       f"chunk {p['chunk_tokens']}, {p['policy']}")

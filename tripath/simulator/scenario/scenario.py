@@ -116,6 +116,13 @@ class Scenario:
     def __post_init__(self) -> None:
         if not self.name:
             fail("name", "must be non-empty")
+        spec = self.strategy.speculative
+        if spec is not None:  # the table's tasks must be the workload's (a typo would be silently unused)
+            tasks = [task for task, _ in self.workload.tasks]
+            for task, _ in spec.acceptance:
+                if task not in tasks:
+                    fail(f"strategy.speculative.acceptance.{task}",
+                         f"unknown task {task!r}; the workload's tasks: {', '.join(tasks)}")
 
 
 def load_scenario(path: str | Path) -> Scenario:

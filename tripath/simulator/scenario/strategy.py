@@ -41,6 +41,9 @@ class SpeculativeSpec:
     adaptive: bool = False  # adaptive K (tripath/core/speculative.py's AdaptiveK)
     fallback_acceptance: float | None = None  # adaptive: plain decoding below this acceptance; None: break-even
     proposer: str = "draft"
+    # the user's own per-task acceptance a, (task, a) in table order: replaces the profile's entry for that task
+    # (tripath/simulator/run_costs.py with_scenario_acceptance); the proposer's entry (prompt_lookup: too)
+    acceptance: tuple[tuple[str, float], ...] = ()
 
     def __post_init__(self) -> None:
         if self.k is not None and self.k < 1:
@@ -54,6 +57,15 @@ class SpeculativeSpec:
             _fail("fallback_acceptance", "only valid with adaptive = true (a fixed K never falls back)")
         if self.proposer not in PROPOSERS:
             _fail("proposer", f"must be one of {', '.join(PROPOSERS)}, got {self.proposer!r}")
+        for task, a in self.acceptance:
+            if not task:
+                _fail("acceptance", "task names must be non-empty")
+            _finite(f"acceptance.{task}", a, 0.0, 1.0)
+
+    @property
+    def acceptance_table(self) -> dict[str, float]:
+        """The scenario's own acceptance per task (empty: the profile's for every task)."""
+        return dict(self.acceptance)
 
 
 @dataclass(frozen=True)
@@ -117,13 +129,23 @@ class StrategySpec:
 STRATEGY_TABLES: dict[str, type] = {"speculative": SpeculativeSpec, "tiered": TieredSpec,
                                     "sequence_parallel": SequenceParallelSpec, "compression": CompressionSpec}
 _TYPES: dict[str, dict[str, tuple[type, ...]]] = {
-    "speculative": {"k": (int,), "adaptive": (bool,), "fallback_acceptance": (int, float), "proposer": (str,)},
+    "speculative": {"k": (int,), "adaptive": (bool,), "fallback_acceptance": (int, float), "proposer": (str,),
+                    "acceptance": (dict,)},
     "tiered": {"host_capacity_gib": (int, float), "ssd_capacity_gib": (int, float), "chunk_tokens": (int,),
                "policy": (str,), "sink_tokens": (int,), "window_tokens": (int,),
                "device_residency": (bool,)},
     "sequence_parallel": {"degree": (int,)},
     "compression": {"mode": (str,)},
 }
+
+
+def _task_numbers(table: dict[str, Any], source: str | None, where: str) -> tuple[tuple[str, float], ...]:
+    """An inline table of task -> number (``{dialogue = 0.71}``) as (task, value) pairs, in table order."""
+    for task, value in table.items():
+        if not isinstance(value, int | float) or isinstance(value, bool):
+            raise InputError(source, f"{where}.{task}", f"must be a number in [0, 1], got {type(value).__name__} "
+                                                        f"{value!r}")
+    return tuple((task, float(value)) for task, value in table.items())
 
 
 def strategy_from_dict(raw: object, source: str | None = None) -> StrategySpec:
@@ -148,7 +170,8 @@ def strategy_from_dict(raw: object, source: str | None = None) -> StrategySpec:
             if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
                 raise InputError(source, f"{where}.{key}", f"must be {' or '.join(k.__name__ for k in kinds)}, "
                                                            f"got {type(value).__name__} {value!r}")
-            kwargs[key] = float(value) if float in kinds else value
+            kwargs[key] = (float(value) if float in kinds else
+                           _task_numbers(value, source, f"{where}.{key}") if dict in kinds else value)
         try:
             specs[name] = STRATEGY_TABLES[name](**kwargs)
         except InputError as exc:
@@ -162,7 +185,8 @@ def strategy_to_dict(spec: StrategySpec) -> dict[str, dict[str, Any]]:
     for name in STRATEGY_TABLES:
         table = getattr(spec, name)
         if table is not None:
-            out[name] = {k: v for k, v in vars(table).items() if v is not None}
+            out[name] = {k: dict(v) if k == "acceptance" else v for k, v in vars(table).items()
+                         if v is not None and not (k == "acceptance" and not v)}
     return out
 
 
