@@ -19,7 +19,8 @@ def vllm_serving_table(results: list[StageResult]) -> str:
     """Measured vs simulated P50/P90/P99 per stage, with the relative errors."""
     lines = [f"### vLLM serving on H100, Llama-2-70B TP4 (profile `{PROFILE}`)", "",
              f"Measured: {SOURCE}. Per-token measured = 2 x the reported TPOT (see the method).", "",
-             "| stage | metric | measured P50 / P90 / P99 (ms) | simulated P50 / P90 / P99 (ms) | error P50 / P90 / P99 |",
+             "| stage | metric | measured P50 / P90 / P99 (ms) | simulated P50 / P90 / P99 (ms) "
+             "| error P50 / P90 / P99 |",
              "|---|---|---|---|---|"]
     for r in results:
         s = r.stage
