@@ -7,10 +7,12 @@ import json
 
 import pytest
 
-from tests.helpers import TINY
+from tests.helpers import TINY, shipped_scenario_dict
 from tripath.calibrate.published.compression import MODES, compression_sections, stored_bytes_per_token
 from tripath.core.errors import InputError
 from tripath.profile.profile import Profile, resolve_profile
+from tripath.simulator.runner import simulate
+from tripath.simulator.scenario.scenario import scenario_from_dict
 
 PUBLISHED = ("published-llama2-7b-a100", "published-llama2-70b-tp2-a100", "published-llama2-7b-h100",
              "published-llama2-70b-tp2-h100")
@@ -96,3 +98,36 @@ def test_sections_round_trip_in_a_profile(name):
 def test_a_gpu_without_a_published_rate_is_an_input_error():
     with pytest.raises(InputError, match=r"hardware\.device_name: no published FP32 rate"):
         compression_sections(TINY)
+
+
+def _peak_in_flight(records) -> int:
+    """Most requests admitted and not yet finished at one time."""
+    events = sorted([(r.admitted_s, 1) for r in records] + [(r.finish_s, -1) for r in records])
+    live = peak = 0
+    for _, step in events:
+        live += step
+        peak = max(peak, live)
+    return peak
+
+
+def test_int8_on_a_published_profile_admits_more_requests_when_memory_binds():
+    name = "published-llama2-7b-a100"
+    profile = resolve_profile(name)
+    profile = dataclasses.replace(profile, compression=compression_sections(profile))
+    runs = {}
+    for label, strategy in (("fp16", {}), ("int8", {"compression": {"mode": "int8"}})):
+        data = shipped_scenario_dict("summarization-very-long")  # 16-32K-token prompts
+        data["profile"] = name
+        data["workload"]["requests"] = 40
+        data["workload"]["arrival"] = {"kind": "poisson", "rate_per_s": 5.0}  # every request waits: memory binds
+        data["batching"]["max_batch_size"] = 64  # the batch cap never binds before the KV does
+        data["strategy"] = strategy
+        runs[label] = simulate(scenario_from_dict(data), profile, seed=1).runs[0]
+    for run in runs.values():
+        assert all(r.completed for r in run.records)
+        assert run.replicas[0].peak_kv_bytes <= profile.kv_capacity_bytes
+    # fp16 holds 63,832,580,096 / 524,288 = 121,750 tokens: at most 7 prompts of >= 16,384 tokens at once;
+    # int8 holds 63,832,580,096 / 311,296 = 205,054 tokens: at most 12
+    fp16, int8 = _peak_in_flight(runs["fp16"].records), _peak_in_flight(runs["int8"].records)
+    assert fp16 <= 121_750 // 16_384 and int8 <= 205_054 // 16_384
+    assert int8 > fp16
