@@ -128,8 +128,10 @@ class CompressionMode(Section):
 
     kv_bytes_ratio: compressed / uncompressed KV bytes per token, in (0, 1];
     decode_overhead_ratio: decode time reading compressed KV; its unit says how: "ratio" (what the
-    calibration sweep writes) = whole decode step with the mode / without, any other unit ("1",
-    "fraction") = extra attention time as a fraction of it (tripath/simulator/paths/compression.py);
+    calibration sweep writes) = whole decode step with the mode / without, "attention_ratio" (the
+    published GPU profiles') = attention time with the mode / without (below 1 where the mode reads
+    fewer bytes than it dequantizes), any other unit ("1", "fraction") = extra attention time as a
+    fraction of it (tripath/simulator/paths/compression.py);
     quality_loss: task-quality loss (unit says which metric); acceptance_drop: absolute drop of
     speculative acceptance when the target reads compressed KV (the negative coupling);
     prefill_overhead_ratio (optional, unit "ratio"): prefill time writing into the compressed store /

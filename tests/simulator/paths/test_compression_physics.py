@@ -108,3 +108,36 @@ def test_zero_step_ratio_is_an_input_error():
     profile = _with_mode(SEED, "free", decode_overhead_ratio=0.0)
     with pytest.raises(InputError, match=r"compression\.free\.decode_overhead_ratio: .* must be > 0"):
         CompressionPhysics("free", profile.compression["free"])
+
+
+def test_attention_ratio_multiplies_the_attention_part_by_the_value():
+    # unit "attention_ratio": attention time with the mode / without, so attention x value (here below 1)
+    mode = dataclasses.replace(_with_mode(SEED, "int8x", decode_overhead_ratio=0.53,
+                                          unit_decode_overhead_ratio="attention_ratio").compression["int8x"],
+                               prefill_overhead_ratio=None, prefill_overhead_points=())  # a published GPU mode's
+    physics = CompressionPhysics("int8x", mode)
+
+    def decode(batch, total_context):  # a small cost model: 10 ms fixed, 2 ms a sequence, 0.01 ms a cached token
+        return 10.0 + 2.0 * batch + 0.01 * total_context
+
+    compressed = physics.decode_fn(decode)
+    assert compressed(4, 1000) == pytest.approx(10.0 + 8.0 + 0.53 * 10.0, rel=1e-12)
+    assert compressed(1, 0) == decode(1, 0)  # no context: nothing to read, nothing saved
+    many = compressed(2, np.array([0.0, 500.0, 2000.0]))  # the fast path's arrays
+    assert many == pytest.approx(14.0 + 0.53 * 0.01 * np.array([0.0, 500.0, 2000.0]), rel=1e-12)
+    assert physics.prefill_fn(decode) is decode  # prefill unchanged (no prefill fields)
+
+
+def test_attention_ratio_through_a_step_on_the_seed():
+    profile = _with_mode(SEED, "int8x", kv_bytes_ratio=0.5, decode_overhead_ratio=0.5,
+                         unit_decode_overhead_ratio="attention_ratio")
+    step = _step(profile, StrategySpec(compression=CompressionSpec("int8x")), tasks=("dialogue",))
+    result = step.step([], [Decode(0, 0, 8000, 4)], 8000)
+    fixed, attention = 2.15916 + 0.884316, 0.00964886 * 8000  # seed decode_v1 at B = 1, S = 8000
+    assert result.seconds == pytest.approx((fixed + 0.5 * attention) / 1000, rel=1e-9)
+
+
+def test_zero_attention_ratio_is_an_input_error():
+    profile = _with_mode(SEED, "free", decode_overhead_ratio=0.0, unit_decode_overhead_ratio="attention_ratio")
+    with pytest.raises(InputError, match=r"compression\.free\.decode_overhead_ratio: .*'attention_ratio'.* > 0"):
+        CompressionPhysics("free", profile.compression["free"])

@@ -8,7 +8,10 @@ A mode of the profile's ``compression`` section changes three things:
   (tripath/calibrate/sweeps/compression.py) measures decode_overhead_ratio as (decode step with the mode)
   / (decode step without), unit "ratio", and the decode part of an iteration is multiplied by it.
   A profile that states it as the extra fraction of attention time (unit "1" or "fraction", as
-  tripath/profile/sections.py's docstring puts it) gets the attention part multiplied by 1 + value.
+  tripath/profile/sections.py's docstring puts it) gets the attention part multiplied by 1 + value;
+  one that states attention time with the mode / without (unit "attention_ratio": a GPU profile whose
+  compressed attention reads fewer bytes, tripath/calibrate/published/compression.py) gets it
+  multiplied by the value itself, which may be below 1.
   Dequantization is work per token read, not a multiple of the full-precision step, and one ratio
   measured at batch 1 under-prices served batches (their ratio grows with batch and context); a
   profile with ``decode_extra`` (tripath/profile/dequant.py, fitted on a (batch, context) grid by the
@@ -43,6 +46,7 @@ from tripath.core.errors import InputError
 from tripath.profile.sections import CompressionMode
 
 STEP_RATIO_UNITS = ("ratio",)  # the sweep's unit: a whole-step time ratio
+ATTENTION_RATIO_UNITS = ("attention_ratio",)  # attention time with the mode / without
 
 
 class CompressionPhysics:
@@ -61,11 +65,15 @@ class CompressionPhysics:
         self.prefill_ratios = np.array([float(r) for _, r in points])
         self.decode_extra = getattr(m, "decode_extra", None)
         overhead = float(m.decode_overhead_ratio.value)
-        if m.decode_overhead_ratio.unit.strip().lower() in STEP_RATIO_UNITS:
-            if overhead <= 0:  # a step-time ratio of 0 would make decoding free
+        unit = m.decode_overhead_ratio.unit.strip().lower()
+        if unit in STEP_RATIO_UNITS or unit in ATTENTION_RATIO_UNITS:
+            if overhead <= 0:  # a time ratio of 0 would make decoding (or its attention) free
                 raise InputError(None, f"compression.{mode}.decode_overhead_ratio",
-                                 f"a step-time ratio (unit 'ratio') must be > 0, got {overhead}")
+                                 f"a time ratio (unit {unit!r}) must be > 0, got {overhead}")
+        if unit in STEP_RATIO_UNITS:
             self.step_factor, self.attention_factor = overhead, 1.0
+        elif unit in ATTENTION_RATIO_UNITS:
+            self.step_factor, self.attention_factor = 1.0, overhead
         else:
             self.step_factor, self.attention_factor = 1.0, 1.0 + overhead
 
