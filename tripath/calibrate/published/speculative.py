@@ -209,7 +209,8 @@ def derived_points(root: Path, gpu: str, draft: str, family: str, tp: int) -> tu
     for t in thinned(tokens):
         beyond = max(0.0, ref.layers * (float(np.interp(t, tokens, linear)) - per_layer_floor))
         embed = max(float(emb[0]), float(np.interp(t, tokens, emb)) * d.hidden / ref.hidden)
-        out.append((t, d.layers * per_layer_floor + head_floor + embed + max(memory_ms, weights / ref_weights * beyond)))
+        ms = d.layers * per_layer_floor + head_floor + embed + max(memory_ms, weights / ref_weights * beyond)
+        out.append((t, ms))
     return monotone(out)
 
 
