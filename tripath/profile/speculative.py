@@ -6,8 +6,9 @@ Optional in a profile; frozen dataclasses checked when built and read and writte
 
 from __future__ import annotations
 
+import bisect
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tripath.core.errors import InputError
 from tripath.profile.codec import Section, json_field, note_field
@@ -31,6 +32,100 @@ def interpolate(points: dict[int, float], k: int, anchor: tuple[float, float] | 
             return y0 + (y1 - y0) * (k - x0) / (x1 - x0)
     (x0, y0), (x1, y1) = pts[-2], pts[-1]
     return max(y1, y0 + (y1 - y0) * (k - x0) / (x1 - x0))
+
+
+def _step_points(field: str, points: object) -> tuple[tuple[int, float], ...]:
+    """At least two (tokens >= 1, ms > 0) pairs, tokens strictly increasing (measured medians may dip: kept)."""
+    rows = tuple(points)  # type: ignore[arg-type]
+    if len(rows) < 2:
+        raise InputError(None, field, f"must hold at least 2 [tokens, ms] points, got {len(rows)}")
+    for i, (tokens, ms) in enumerate(rows):
+        check_count(f"{field}[{i}][0]", tokens, low=1)
+        number(positive=True)(f"{field}[{i}][1]", ms)
+        if i and tokens <= rows[i - 1][0]:
+            raise InputError(None, f"{field}[{i}][0]", f"tokens must increase, got {tokens} after {rows[i - 1][0]}")
+    return tuple((int(t), float(ms)) for t, ms in rows)
+
+
+@dataclass(frozen=True)
+class StepCurve(Section):
+    """One model's iteration on the GPU: the non-attention time by batched tokens T, plus attention per cached
+    token read.
+
+    points: (T, ms) of the whole iteration without attention (linear layers, norms, tensor-parallel
+    all-reduces, embedding, at full depth), piecewise linear between points; below the first point its value,
+    beyond the last the last segment's line (the compute-bound regime is linear in T). attention_per_token:
+    ms per cached token one pass reads (decode attention is memory-bound: each cached K/V is read once per
+    pass, whatever the number of queries). ``source`` labels the points (VALUE_SOURCES).
+    """
+
+    model: str = json_field(text())
+    tp: int = json_field(count(1))
+    points: tuple[tuple[int, float], ...] = json_field(_step_points, shape="a pair [tokens, ms]")
+    attention_per_token: Coefficient = json_field(coefficient(positive=True, unit="ms/token"))
+    source: str = json_field(text(allowed=VALUE_SOURCES))
+    note: str = note_field()
+    _tokens: tuple[int, ...] = field(init=False, repr=False, compare=False)  # the points' T, for bisect
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        object.__setattr__(self, "_tokens", tuple(t for t, _ in self.points))
+
+    def linear_ms(self, tokens: float) -> float:
+        """The non-attention iteration time at ``tokens`` batched tokens (the points' piecewise-linear curve)."""
+        xs = self._tokens
+        pts = self.points
+        if tokens <= xs[0]:
+            return pts[0][1]
+        i = min(bisect.bisect_left(xs, tokens), len(xs) - 1)
+        (x0, y0), (x1, y1) = pts[i - 1], pts[i]
+        return y0 + (y1 - y0) * (tokens - x0) / (x1 - x0)
+
+    def pass_ms(self, tokens: float, context: float) -> float:
+        """One forward pass over ``tokens`` batched tokens that reads ``context`` cached tokens in all."""
+        return self.linear_ms(tokens) + self.attention_per_token.value * context
+
+
+@dataclass(frozen=True)
+class RoundCosts(Section):
+    """A speculative round's cost by batch B, total context S (cached tokens over the batch) and K, on a GPU.
+
+        verify_ms(B, K, S) = target(B (K+1) tokens) + target attention x S   (K+1 queries read the KV once)
+        draft_ms(B, S)     = draft(B tokens) + draft attention x S
+        c(B, S)    = draft_ms(B, S) / verify_ms(B, 0, S)
+        v(K, B, S) = verify_ms(B, K, S) / verify_ms(B, 0, S)
+
+    A round costs (K c + v) plain target decode steps; verify_ms(B, 0, S) is that plain step on these curves.
+    """
+
+    target: StepCurve
+    draft: StepCurve
+    note: str = note_field()
+
+    def verify_ms(self, batch: float, k: int, context: float) -> float:
+        """The target's pass over B (K+1) tokens reading S cached tokens (K = 0: a plain decode step)."""
+        return self.target.pass_ms(batch * (k + 1), context)
+
+    def draft_ms(self, batch: float, context: float) -> float:
+        """One draft step of B sequences (one token each) reading S cached tokens."""
+        return self.draft.pass_ms(batch, context)
+
+    def cost_ratio(self, batch: float, context: float) -> float:
+        """c(B, S): one draft step / one plain target decode step."""
+        return self.draft_ms(batch, context) / self.verify_ms(batch, 0, context)
+
+    def verify_ratio(self, k: int, batch: float, context: float) -> float:
+        """v(K, B, S): the verify pass over K+1 tokens per sequence / one plain target decode step."""
+        return self.verify_ms(batch, k, context) / self.verify_ms(batch, 0, context)
+
+    def round_factor(self, k: int, batch: float, context: float, draft: bool = True) -> float:
+        """K c(B, S) + v(K, B, S) in plain target decode steps; 1 at K = 0; without ``draft`` (prompt lookup: no
+        draft model) v alone."""
+        if k == 0:
+            return 1.0
+        plain = self.verify_ms(batch, 0, context)
+        drafts = k * self.draft_ms(batch, context) if draft else 0.0
+        return (drafts + self.verify_ms(batch, k, context)) / plain
 
 
 @dataclass(frozen=True)
@@ -58,6 +153,15 @@ class Speculative(Section):
     # extra batch-1 target decode steps each sequence beyond the first adds to a round at K = k (measured by
     # tripath/calibrate/sweeps/spec_batch.py); absent: a round at batch B is the batch-1 ratio x the batch's decode step
     round_per_sequence: Coefficient | None = json_field(coefficient(), default=None, omit=True)
+    # GPU profiles: the round's cost by batch and context (RoundCosts); absent, the batch-1 ratios above price
+    # every batch. With it the scalars hold its batch-1 values (the adaptive controller and break-even read them)
+    round_costs: RoundCosts | None = json_field(default=None, omit=True)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.round_costs is not None and self.round_per_sequence is not None:
+            raise InputError(None, "round_costs", "round_costs and round_per_sequence both price a round at "
+                             "batch > 1: give one")
 
     @property
     def prefill_ratio(self) -> float:

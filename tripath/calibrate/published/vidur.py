@@ -77,10 +77,10 @@ def linear_table(root: Path, gpu: str, model: VidurModel) -> tuple[np.ndarray, n
     return table.tokens.to_numpy(float), table.linear.to_numpy(float), table.emb.to_numpy(float)
 
 
-def all_reduce_table(root: Path, gpu: str) -> tuple[np.ndarray, np.ndarray]:
-    """(message bytes, ms) of a 2-GPU all-reduce inside one node (NVLink)."""
+def all_reduce_table(root: Path, gpu: str, workers: int = 2) -> tuple[np.ndarray, np.ndarray]:
+    """(message bytes, ms) of an all-reduce over ``workers`` GPUs inside one node (NVLink)."""
     df = pd.read_csv(all_reduce_path(root, gpu))
-    df = df[(df.num_workers == 2) & (df.devices_per_node == 2) & (df.collective == "all_reduce")]
+    df = df[(df.num_workers == workers) & (df.devices_per_node == workers) & (df.collective == "all_reduce")]
     table = df.groupby("size", as_index=False)["time_stats.all_reduce.median"].mean()
     return table["size"].to_numpy(float), table["time_stats.all_reduce.median"].to_numpy(float)
 

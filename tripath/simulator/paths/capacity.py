@@ -13,6 +13,7 @@ prompt P and output O tokens, with b the profile's KV bytes per token and C one 
     context           S  = B* x (P + (O + 1) / 2)                            (mean, as capacity.py)
     speculation       E  = sum over tasks w_t (1 + sum_{j<=K} p_t,1 ... p_t,j)  tokens per round
                       f  = K c + v(K)  target steps per round;  draft prefill factor 1 + c
+                      (round_costs in the profile: f = K c(B*, S) + v(K, B*, S), paths/speculative.py)
                       (E = f = 1 and no draft without speculation; prompt lookup: c = 0)
     one decode round  r  = f x decode'(B*, S) + paging(S)
     generation        ms = ((O - 1) / E) x r + B* x (1 + c) x (prefill'(P, 0) - prefill'(0, 0))
@@ -62,18 +63,23 @@ def tokens_per_round(params: SpeculativeParams, tasks: list[tuple[str, float]], 
     return float(weights @ per_task / weights.sum())
 
 
-def _round_factor(params: SpeculativeParams, c: float, k: int) -> float:
-    """f = K c + v(K) with the profile's measured v(K); 1 at K = 0 (a plain step: the profile has no v(0))."""
+def _round_factor(params: SpeculativeParams, c: float, k: int, batch: int, context: float) -> float:
+    """f = K c + v(K) with the profile's measured v(K); 1 at K = 0 (a plain step: the profile has no v(0)). With
+    the profile's round_costs, c(B, S) and v(K, B, S) at the estimate's batch and context."""
+    if params.round_costs is not None:
+        return params.round_factor(k, batch, context)
     return 1.0 if k == 0 else round_cost(k, c, float(params.verify[k]))
 
 
-def speculative_k(params: SpeculativeParams, tasks: list[tuple[str, float]], drop: float, c: float) -> int:
+def speculative_k(params: SpeculativeParams, tasks: list[tuple[str, float]], drop: float, c: float,
+                  batch: int = 1, context: float = 0.0) -> int:
     """The K the estimate runs: the scenario's (or profile's) K, or adaptive's best K (0: fallen back)."""
     spec = params.spec
     k_max = params.k
     if not spec.adaptive:
         return k_max
-    best, speedup = best_k(lambda k: tokens_per_round(params, tasks, k, drop) / _round_factor(params, c, k), k_max)
+    best, speedup = best_k(lambda k: tokens_per_round(params, tasks, k, drop)
+                           / _round_factor(params, c, k, batch, context), k_max)
     exit_speedup = 1.0
     if spec.fallback_acceptance is not None:
         base, per_token = linear_verify(params, k_max)
@@ -107,9 +113,9 @@ def path_saturation(scenario: Scenario, costs: RunCosts, mean_prompt: float, mea
         params = costs.speculative
         c = params.c
         drop = 0.0 if t.compression is None else t.compression.acceptance_drop
-        k = speculative_k(params, tasks, drop, c)
+        k = speculative_k(params, tasks, drop, c, batch, context)
         per_round = tokens_per_round(params, tasks, k, drop)
-        factor, draft = _round_factor(params, c, k), c
+        factor, draft = _round_factor(params, c, k, batch, context), c
 
     cost = t.cost
     fixed = float(cost.prefill_ms(0, 0))

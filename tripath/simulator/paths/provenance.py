@@ -55,6 +55,20 @@ def _speculative(spec: SpeculativeSpec, profile: Profile, tasks: tuple[str, ...]
         numbers.append(_coefficient("speculative.draft_prefill_ratio", section.draft_prefill_ratio))
     if getattr(section, "round_per_sequence", None) is not None and not lookup:  # rounds at batch > 1
         numbers.append(_coefficient("speculative.round_per_sequence", section.round_per_sequence))
+    rounds = getattr(section, "round_costs", None)
+    if rounds is not None:  # said only here, so summaries of profiles without it keep their bytes
+        params["round_cost_form"] = ("c(B, S) and v(K, B, S) from speculative.round_costs (the draft's and "
+                                     "target's iteration by batched tokens); without it: batch-1 ratios x the "
+                                     "batch's decode step")
+        # the curves' points and attention per cached token, each with its own label
+        for role, curve in (("target", rounds.target), ("draft", rounds.draft)):
+            if role == "draft" and lookup:
+                continue
+            numbers.append({"field": f"speculative.round_costs.{role}.points", "value": len(curve.points),
+                            "unit": "points (tokens, ms)", "source": curve.source, "model": curve.model,
+                            "tp": curve.tp})
+            numbers.append(_coefficient(f"speculative.round_costs.{role}.attention_per_token",
+                                        curve.attention_per_token))
     for task in tasks:
         key = PROMPT_LOOKUP_PREFIX + task if lookup else task
         entry = profile.acceptance_for(key, k)

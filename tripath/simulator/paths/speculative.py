@@ -8,7 +8,11 @@ decode part of the iteration costs (Leviathan et al. 2023; profile.speculative)
 
 where c is the draft/target per-token cost ratio and v(K) the verify pass over K+1 tokens in
 target decode steps (profile.verify_cost_ratio(K), per K where the profile measured it). A round
-with K_max = 0 (every sequence fallen back, or one token left) is a plain decode step.
+with K_max = 0 (every sequence fallen back, or one token left) is a plain decode step. Where the
+profile has speculative.round_costs (GPU profiles: the draft's and the target's iteration by batched
+tokens, tripath/profile/speculative.py RoundCosts), c and v depend on the batch B and the priced
+context S of the iteration: round_ms = (K_max c(B, S) + v(K_max, B, S)) x decode_ms(B, S), so a
+verify pass over B (K_max + 1) tokens turns compute-bound at large B; plain decoding is unchanged.
 
 Sequence i emits accepted_i + 1 tokens: draft token j is accepted with the task's conditional
 probability p_j (the profile's per-position acceptance where it has it, else its mean a for every
@@ -51,6 +55,7 @@ from tripath.core.speculative import AdaptiveK, ControllerConfig, SpecCosts, bes
 from tripath.profile.engine_rules import follows_real_engine
 from tripath.profile.profile import Profile
 from tripath.profile.sections import TaskAcceptance
+from tripath.profile.speculative import RoundCosts
 from tripath.simulator.paths.acceptance_spread import AcceptanceSpread, mean_survival, replica_key
 from tripath.simulator.scenario.strategy import PROMPT_LOOKUP_PREFIX, SpeculativeSpec
 from tripath.simulator.step_model import DecodeBatch
@@ -70,6 +75,7 @@ class SpeculativeParams:
     per_sequence: float  # round_per_sequence (0 without it, or for prompt lookup)
     per_sequence_k: int  # the profile's K, at which round_per_sequence was measured
     acceptance: tuple[tuple[TaskAcceptance, ...], ...]  # [K - 1][task]: each task's entry at K = 1..k
+    round_costs: RoundCosts | None = None  # c(B, S), v(K, B, S) where the profile has them (GPU profiles)
 
     @classmethod
     def from_profile(cls, spec: SpeculativeSpec, profile: Profile, tasks: Sequence[str]) -> SpeculativeParams:
@@ -89,7 +95,15 @@ class SpeculativeParams:
             0.0 if per_seq is None or lookup else float(per_seq.value),
             int(section.k),
             tuple(tuple(profile.acceptance_for(key, j) for key in keys) for j in range(1, k + 1)),
+            getattr(section, "round_costs", None),
         )
+
+    def round_factor(self, k: int, batch: int, context: float) -> float:
+        """K c + v(K) in decode steps of this batch: c(B, S), v(K, B, S) with round_costs (prompt lookup: v
+        alone), else the profile's batch-1 ratios (round_cost, bit for bit as before); 1 at K = 0."""
+        if self.round_costs is None:
+            return round_cost(k, self.c, self.verify[k])
+        return self.round_costs.round_factor(k, batch, context, draft=not self.prompt_lookup)
 
     def entries(self, k: int) -> tuple[TaskAcceptance, ...]:
         """Each task's acceptance entry at proposal length k (1 <= k <= self.k)."""
@@ -159,7 +173,7 @@ class SpeculativePhysics:
         # the draft's prompt pass / the target's: measured where the profile has it, else c (its decode ratio)
         self.prefill_ratio = params.prefill_ratio
         self.lazy_draft = params.lazy_draft
-        self._verify = params.verify
+        self._params = params
         # measured profiles' extra per additional sequence in a round (batch_extra); prompt lookup: 0, its verify
         # stays batch-1
         self.per_sequence = params.per_sequence
@@ -186,9 +200,10 @@ class SpeculativePhysics:
                                       probe_k=min(default.probe_k, self.k))
             self.controller = AdaptiveK(config, costs)
 
-    def round_factor(self, k_max: int) -> float:
-        """Cost of the batch's round in target decode steps: K c + v(K); 1 for a plain step."""
-        return round_cost(k_max, self.c, self._verify[k_max])
+    def round_factor(self, k_max: int, batch: int = 1, context: float = 0.0) -> float:
+        """Cost of the batch's round in its own target decode steps: K c + v(K); 1 for a plain step. With the
+        profile's round_costs, c(B, S) and v(K, B, S) at this batch and priced context (SpeculativeParams)."""
+        return self._params.round_factor(k_max, batch, context)
 
     def batch_extra(self, batch: int, k_max: int) -> float:
         """What sequences beyond the first add to a round, in batch-1 target decode steps: (B - 1) w K / k.

@@ -7,7 +7,8 @@ transformed model is priced by the same IterationCost arithmetic as the baseline
 iteration on top, in ``PathStep``. One iteration's milliseconds, from the profile's models:
 
     decode part   d' = decode'(B, S)         compression: x its overhead; SP: attention / P + merge_ms(S)
-                  speculation: x (K_max c + v(K_max)) for the batch's round (1 without speculation)
+                  speculation: x (K_max c + v(K_max)) for the batch's round (1 without speculation); with
+                  the profile's round_costs c(B, S) and v(K_max, B, S) at the batch and its priced S
     prefill part  sum over chunks of prefill'(T, ctx) - prefill(0, 0)
                   SP: work / speedup(ctx + T) + merge_ms(ctx + T)
     draft prefill measured profiles (real_engine's DraftModelProposer): c x the prefill part of the prompt
@@ -142,7 +143,9 @@ class PathStep:
         decode_merge, prefill_merge = self.transforms.merge_ms(prefills, decodes)
         if batch:
             # every pass of the round (K_max draft steps at c, the verify at v) is a full (SP) step
-            factor = 1.0 if self.spec is None else self.spec.round_factor(int(ks.max()))
+            # with the profile's round_costs, c and v at this batch and its priced context (paths/speculative.py)
+            factor = 1.0 if self.spec is None else self.spec.round_factor(int(ks.max()), batch,
+                                                                          self._decode_context(decodes))
             base_ms = factor * self._decode_ms(decodes)
             if self.spec is not None and batch > 1:
                 # each sequence beyond the first: its own draft tokens, verify rows and bookkeeping, in batch-1
