@@ -10,6 +10,7 @@ import pytest
 
 from tests.helpers import SEED, shipped_scenario_dict
 from tripath.profile.sections import SequenceParallel, SpDecodeRow
+from tripath.simulator.paths.provenance import strategies
 from tripath.simulator.paths.seqpar import SpPhysics
 from tripath.simulator.runner import simulate
 from tripath.simulator.scenario.scenario import scenario_from_dict
@@ -74,3 +75,12 @@ def test_booked_merge_and_decode_steps_follow_the_batch_rows():
     assert all(r.merge_s < b.merge_s for r, b in zip(rows, base, strict=True))
     # 5 ms more communication in every row: every decode step, so every time per output token, 5 ms longer
     assert _tpot_ms(more) - _tpot_ms(rows) == pytest.approx(5.0, rel=1e-6)
+
+
+def test_the_summary_names_the_rows():
+    data = shipped_scenario_dict("fixed-length-multi-gpu-sp")
+    numbers = strategies(scenario_from_dict(data), _with_rows(SEED))["sequence_parallel"]["numbers_from"]
+    entry = next(n for n in numbers if n["field"] == "sequence_parallel.2.decode_rows")
+    assert entry["value"] == 3 and entry["batch"] == [1, 16] and entry["source"] == "seed"
+    plain = strategies(scenario_from_dict(data), SEED)["sequence_parallel"]["numbers_from"]
+    assert not any(n["field"].endswith("decode_rows") for n in plain)
