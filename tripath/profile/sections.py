@@ -20,8 +20,8 @@ from tripath.profile.dequant import DecodeDequant
 from tripath.profile.fields import VALUE_SOURCES, check_count, check_number, count, entries, number, text
 from tripath.profile.speculative import Speculative, TaskAcceptance
 
-__all__ = ["MISS_KINDS", "CompressionMode", "PagingLink", "SequenceParallel", "SpRow", "Speculative", "TaskAcceptance",
-           "miss_key"]
+__all__ = ["MISS_KINDS", "CompressionMode", "PagingLink", "SequenceParallel", "SpDecodeRow", "SpRow", "Speculative",
+           "TaskAcceptance", "miss_key"]
 
 # The link sets a measured tier miss crosses (host: device<->host; ssd: all four links; direct: no host tier),
 # each fitted under the paging key miss_key(kind) by calibrate's tier-miss sweep and read by the simulator.
@@ -85,6 +85,27 @@ def _increasing_rows(field: str, rows: tuple[SpRow, ...]) -> tuple[SpRow, ...]:
 
 
 @dataclass(frozen=True)
+class SpDecodeRow(Section):
+    """One decode step at a batch size: the merge of the ranks' partials and the time in their collectives.
+
+    Both depend on the batch (the partials hold one query per sequence), not on the context, which each rank's
+    attention reads from its own shard."""
+
+    batch: int = json_field(count(1))
+    merge_ms: float = json_field(number())
+    comm_ms: float = json_field(number())
+
+
+def _increasing_batches(field: str, rows: tuple[SpDecodeRow, ...]) -> tuple[SpDecodeRow, ...]:
+    """Decode rows by strictly increasing batch, kept as a tuple."""
+    rows = tuple(rows)
+    batches = [row.batch for row in rows]
+    if batches != sorted(set(batches)):
+        raise InputError(None, field, "batch must be strictly increasing")
+    return rows
+
+
+@dataclass(frozen=True)
 class SequenceParallel(Section):
     """Sequence parallelism at one degree P: table rows and/or a fitted merge-overhead model."""
 
@@ -99,6 +120,9 @@ class SequenceParallel(Section):
     # wall time in the collectives of one decode step (all-gathers of (out, lse), token broadcast); None in
     # profiles measured before the seqpar sweep timed it (the simulator then charges no communication)
     decode_comm: CostModel | None = json_field(cost_model_of("context_tokens"), default=None, omit=True)
+    # per batch size: one decode step's merge and collectives (profiles built from published collective timings);
+    # where present the simulator interpolates them at the iteration's batch instead of decode_merge / decode_comm
+    decode_rows: tuple[SpDecodeRow, ...] = json_field(_increasing_batches, default=(), omit=True)
 
     def __post_init__(self) -> None:
         super().__post_init__()

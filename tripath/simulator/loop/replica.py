@@ -92,11 +92,11 @@ class Replica:
 
     def __init__(self, env: Clock, index: int, config: ReplicaConfig, cost: IterationCost, ledger: Ledger,
                  next_arrival: Callable[[], float], expects_next_arrival: Callable[[int], bool],
-                 fast: bool = True, merge_ms: Callable[[Any], Any] | None = None,
+                 fast: bool = True, merge_ms: Callable[[Any, Any], Any] | None = None,
                  prefill_merge_ms: Callable[[Any], Any] | None = None) -> None:
         self.env = env
-        # sequence parallelism's merge model (ms at a total context, elementwise over arrays): its time is
-        # already inside the cost model's prices; this only books it to the requests, like the loop does.
+        # sequence parallelism's merge model (ms at a total context, elementwise over arrays, and the batch): its
+        # time is already inside the cost model's prices; this only books it to the requests, like the loop does.
         # merge_ms prices a decode iteration's merge; prefill_merge_ms a prompt's (default: the same model)
         self._merge_ms = merge_ms
         self._prefill_merge_ms = prefill_merge_ms if prefill_merge_ms is not None else merge_ms
@@ -312,7 +312,7 @@ class Replica:
         if admitted:
             decodes -= 1
             if before:
-                total_ms += float(merge(context))
+                total_ms += float(merge(context, len(before)))
             prompts = [ledger.prompt[r] for r in admitted]
             prefill_merge = self._prefill_merge_ms
             assert prefill_merge is not None
@@ -320,7 +320,7 @@ class Replica:
             context += len(before) + sum(prompts) + len(admitted)  # as Run.add_mixed's growth
         batch = len(before) + len(admitted)
         if decodes > 0:
-            total_ms += float(np.sum(merge(np.arange(context, context + batch * decodes, batch))))
+            total_ms += float(np.sum(merge(np.arange(context, context + batch * decodes, batch), batch)))
         seconds = total_ms / 1000.0
         for request in (*before, *admitted):
             ledger.merge_s[request] += seconds

@@ -112,6 +112,10 @@ def _sequence_parallel(spec: SequenceParallelSpec, profile: Profile) -> dict[str
         "source": section.source, "context_tokens": [min(contexts), max(contexts)]}]
     if section.merge is not None:
         numbers += _cost_model(f"sequence_parallel.{spec.degree}.merge", section.merge)
+    if section.decode_rows:  # per-batch decode merge and communication (published GPU profiles)
+        batches = [row.batch for row in section.decode_rows]
+        numbers.append({"field": f"sequence_parallel.{spec.degree}.decode_rows", "value": len(batches),
+                        "unit": "rows", "source": section.source, "batch": [min(batches), max(batches)]})
     return {"parameters": params, "numbers_from": numbers}
 
 

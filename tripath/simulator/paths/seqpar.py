@@ -33,6 +33,10 @@ same IterationCost arithmetic as the baseline (tripath/simulator/paths/step.py: 
   simulated per-request TPOT has no spread where the engine's does (docs/seqpar_wall_time.md);
   profiles without it charge no communication, and
   ``comm_source`` says so. The prefill's collectives are inside its measured wall-clock speedup.
+- Per batch: where the section has ``decode_rows`` (profiles built from published collective timings:
+  tripath/calibrate/published/seqpar.py), a decode step's merge and communication are the rows' merge_ms and
+  comm_ms interpolated at the iteration's batch B (end rows held outside them), instead of the two
+  context models above: the partials hold one query per sequence, so their size grows with B, not S.
 - merge_ms(C) is the profile's fitted merge model (sp_merge_v1: m0 + m_ctx C) where it has one,
   else its rows' merge_ms interpolated like the speedup.
 
@@ -68,6 +72,13 @@ class SpPhysics:
         self.comm_source = ("decode_comm (measured wall time in the collectives per decode step)"
                             if self._decode_comm is not None
                             else "none (no decode_comm in the profile: decode communication not charged)")
+        rows = getattr(sp, "decode_rows", ())
+        self._by_batch = None
+        if rows:  # per-batch rows take precedence over the context models
+            self._by_batch = tuple(np.array(column, dtype=float) for column in
+                                   zip(*((r.batch, r.merge_ms, r.comm_ms) for r in rows), strict=True))
+            self.merge_source = "decode_rows merge_ms (per decode step, interpolated at the batch)"
+            self.comm_source = "decode_rows comm_ms (collectives per decode step, interpolated at the batch)"
         self.queries = 0
         self.outside = 0
 
@@ -111,19 +122,33 @@ class SpPhysics:
 
         def sp_decode(batch: Any, total_context: Any) -> Any:
             fixed = decode(batch, 0)
-            return (fixed + (decode(batch, total_context) - fixed) / degree + self.decode_merge_array(total_context)
-                    + self.decode_comm_array(total_context))
+            return (fixed + (decode(batch, total_context) - fixed) / degree
+                    + self.decode_merge_array(total_context, batch) + self.decode_comm_array(total_context, batch))
 
         return sp_decode
 
-    def decode_comm_array(self, context: Any) -> Any:
-        """Wall ms in the collectives of one decode step, elementwise over a scalar or an array (0 without a model)."""
+    def _at_batch(self, column: int, context: Any, batch: Any) -> Any:
+        """Column ``column`` of the per-batch rows at ``batch``, broadcast over ``context``'s shape."""
+        assert self._by_batch is not None
+        if batch is None:
+            raise ValueError("this SP section prices decode per batch: pass the iteration's batch")
+        value = np.interp(batch, self._by_batch[0], self._by_batch[column])
+        return value + np.zeros_like(context, dtype=float) if np.ndim(context) else float(value)
+
+    def decode_comm_array(self, context: Any, batch: Any = None) -> Any:
+        """Wall ms in the collectives of one decode step, elementwise over a scalar or an array (0 without a model).
+
+        ``batch``: the iteration's decoding sequences, needed where the section has per-batch rows."""
+        if self._by_batch is not None:
+            return self._at_batch(2, context, batch)
         if self._decode_comm is None:
             return 0.0  # broadcasts over an array of contexts
         return self._decode_comm.evaluate(context_tokens=context)
 
-    def decode_merge_array(self, context: Any) -> Any:
-        """The merge of one decode step, elementwise over a scalar or an array of contexts."""
+    def decode_merge_array(self, context: Any, batch: Any = None) -> Any:
+        """The merge of one decode step, elementwise over a scalar or an array of contexts (``batch`` as above)."""
+        if self._by_batch is not None:
+            return self._at_batch(1, context, batch)
         if self._decode_merge is not None:
             return self._decode_merge.evaluate(context_tokens=context)
         return self.merge_array(context)

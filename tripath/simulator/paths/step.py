@@ -92,7 +92,7 @@ class Transforms:
         """(decode merge, prefill merges) in ms of one iteration: the SP merge inside its cost."""
         if self.sp is None:
             return 0.0, 0.0
-        decode = float(self.sp.decode_merge_array(decodes.total_context)) if len(decodes) else 0.0
+        decode = float(self.sp.decode_merge_array(decodes.total_context, len(decodes))) if len(decodes) else 0.0
         return decode, sum(self.sp.merge_ms(p.context_before + p.new_tokens) for p in prefills)
 
     def sp_extrapolations(self) -> tuple[int, int]:
