@@ -12,11 +12,10 @@ import dataclasses
 import pytest
 
 from tests.helpers import SEED
-from tripath.planning.candidates import BASELINE, candidates, size_to_profile
+from tripath.planning.candidates import BASELINE, candidates, size_to_profile, tiering_idle
 from tripath.planning.capacity import plan
-from tripath.planning.matrix import decision_matrix, tiering_idle
+from tripath.planning.matrix import decision_matrix
 from tripath.planning.scenario_dict import load_scenario_dict, with_fields
-from tripath.planning.sweep import Outcome
 from tripath.profile.profile import resolve_profile
 
 TP2 = resolve_profile("published-llama2-70b-tp2-a100")
@@ -84,11 +83,11 @@ def test_tiering_that_pages_nothing_says_so() -> None:
 def test_tiering_idle_needs_no_paging_and_a_peak_within_budget() -> None:
     tiered = next(c for c in candidates(TP2) if c.name == "tiered")
     fits = {"paging_ms_per_request": 0.0, "peak_kv_bytes": 2**30, "kv_capacity_bytes": 2**31}
-    assert tiering_idle(tiered, Outcome(fits), 1) is not None
-    assert tiering_idle(BASELINE, Outcome(fits), 1) is None
-    assert tiering_idle(tiered, Outcome({**fits, "paging_ms_per_request": 0.5}), 1) is None
-    assert tiering_idle(tiered, Outcome({**fits, "peak_kv_bytes": 2**32}), 1) is None
-    assert tiering_idle(tiered, Outcome({k: v for k, v in fits.items() if k != "paging_ms_per_request"}), 1) is None
+    assert tiering_idle(tiered, fits, 1) is not None
+    assert tiering_idle(BASELINE, fits, 1) is None
+    assert tiering_idle(tiered, {**fits, "paging_ms_per_request": 0.5}, 1) is None
+    assert tiering_idle(tiered, {**fits, "peak_kv_bytes": 2**32}, 1) is None
+    assert tiering_idle(tiered, {k: v for k, v in fits.items() if k != "paging_ms_per_request"}, 1) is None
 
 
 def test_plan_on_tp2_with_a_one_gpu_scenario_sizes_each_candidate() -> None:

@@ -137,6 +137,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
                 if "cost_usd_per_hour" in row else "")
         lines.append(f"  {name:<34} {row['replicas']} replica(s) = {row['gpus']} GPU(s){cost}; "
                      f"P99 {_p99s(row['outcome'])}; goodput req/s {goodput}")
+        if "remark" in row:
+            lines.append(f"  {'':<34} {row['remark']}")
     lines += ["", f"recommended: {result['recommended'] or 'none meets the SLA'}"]
     return _emit(args, result, "\n".join(lines))
 

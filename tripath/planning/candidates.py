@@ -176,3 +176,17 @@ def by_names(profile: Profile, names: list[str] | None) -> list[Candidate]:
     if missing:
         raise ValueError(f"unknown candidate(s) {', '.join(missing)}; known: {', '.join(known)}")
     return [known[n] for n in names]
+
+
+def tiering_idle(candidate: Candidate, outcome: dict[str, Any] | None, max_batch_size: int | None) -> str | None:
+    """Why a tiered candidate's numbers (a sweep outcome's dict) equal those of the same candidate without
+    tiering, when they do: it paged nothing, the largest live KV fitting the device's KV budget (else None)."""
+    if "tiered" not in candidate.paths or outcome is None or outcome.get("error"):
+        return None
+    paging, peak = outcome.get("paging_ms_per_request"), outcome.get("peak_kv_bytes")
+    budget = outcome.get("kv_capacity_bytes")
+    if paging is None or paging > 0.0 or peak is None or budget is None or peak > budget:
+        return None
+    batch = "" if max_batch_size is None else f" (max_batch_size {max_batch_size})"
+    return (f"tiered never engaged: the peak live KV, {peak / 2**30:.1f} GiB{batch}, fits the device's KV budget "
+            f"of {budget / 2**30:.1f} GiB, so nothing was paged and the numbers are those without tiering")

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tripath.planning.cache import ResultCache
-from tripath.planning.candidates import Candidate, by_names
+from tripath.planning.candidates import Candidate, by_names, tiering_idle
 from tripath.planning.executor import Executor, LocalPoolExecutor
 from tripath.planning.scenario_dict import with_fields, with_rate
 from tripath.planning.sweep import Job, Outcome, run_cached
@@ -236,7 +236,11 @@ def plan(data: dict[str, Any], source: str | None, profile: Profile, qps: float,
                         attainment_levels, cache_dir=cache_dir) for c in chosen]
     executor = executor or LocalPoolExecutor(1)
     rows = executor.map(plan_candidate, specs)
-    for row in rows:
+    batch = data.get("batching", {}).get("max_batch_size")
+    for candidate, row in zip(chosen, rows, strict=True):
+        remark = tiering_idle(candidate, row.get("outcome"), batch)
+        if remark is not None:
+            row["remark"] = remark
         if row.get("gpus") is not None and gpu_price is not None:
             row["cost_usd_per_hour"] = row["gpus"] * gpu_price
             row["cost_usd_per_1k_requests"] = row["gpus"] * gpu_price / (qps * 3600.0) * 1000.0

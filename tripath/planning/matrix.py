@@ -30,7 +30,7 @@ from typing import Any
 
 from tripath.planning.attribution import Attribution, attribute
 from tripath.planning.cache import ResultCache
-from tripath.planning.candidates import BASELINE, Candidate, Sizing, candidates, size_to_profile
+from tripath.planning.candidates import BASELINE, Candidate, Sizing, candidates, size_to_profile, tiering_idle
 from tripath.planning.executor import Executor
 from tripath.planning.scenario_dict import build, load_scenario_dict, with_fields, with_rate, with_requests
 from tripath.planning.seed_notes import SEED_CLAIM, SEED_NOTES
@@ -59,20 +59,6 @@ def cell_rate(data: dict[str, Any], source: str | None, profile: Profile) -> flo
     config, _ = cluster_config(scenario, profile)
     rate, _, _ = arrival_rate(scenario, profile, config)
     return rate
-
-
-def tiering_idle(candidate: Candidate, outcome: Outcome | None, max_batch_size: int | None) -> str | None:
-    """Why a tiered candidate's numbers equal those of the same candidate without tiering, when they do: it
-    paged nothing because the largest live KV fitted the device's KV budget (None otherwise)."""
-    if "tiered" not in candidate.paths or outcome is None or outcome.error:
-        return None
-    o = outcome.data
-    paging, peak, budget = o.get("paging_ms_per_request"), o.get("peak_kv_bytes"), o.get("kv_capacity_bytes")
-    if paging is None or paging > 0.0 or peak is None or budget is None or peak > budget:
-        return None
-    batch = "" if max_batch_size is None else f" (max_batch_size {max_batch_size})"
-    return (f"tiered never engaged: the peak live KV, {peak / 2**30:.1f} GiB{batch}, fits the device's KV budget "
-            f"of {budget / 2**30:.1f} GiB, so nothing was paged and the numbers are those without tiering")
 
 
 @dataclass(frozen=True)
@@ -295,7 +281,7 @@ def decision_matrix(profile: Profile, cells: Sequence[tuple[str, str | None]] = 
         for c, reason, i in rows:
             outcome = None if i is None or outcomes[i].error else outcomes[i]
             results.append(CandidateResult(c, reason if reason is not None else outcomes[i].error, outcome,
-                                           tiering_idle(c, outcome, batch)))
+                                           tiering_idle(c, None if outcome is None else outcome.data, batch)))
         sla = {t: data.get("sla", {}).get(f"{t}_p99_ms") for t in ("ttft", "tpot", "e2e")}
         cells_out.append(Cell(data.get("name", "?"), sla, int(data.get("cluster", {}).get("gpus", 1)), rate,
                               tuple(results), seed_choice, sizing))

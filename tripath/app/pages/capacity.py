@@ -113,7 +113,8 @@ def _row(r: dict[str, Any]) -> dict[str, Any]:
             "USD per 1K requests": r.get("cost_usd_per_1k_requests"),
             **{f"{t.upper()} P99 ms": (p99.get(t) or {}).get("mean") for t in TERMS},
             "not applicable": r.get("not_applicable") or ("no size up to the search limit meets the SLA"
-                                                          if r.get("replicas") is None and outcome else "")}
+                                                          if r.get("replicas") is None and outcome else ""),
+            "note": r.get("remark", "")}
 
 
 main()
