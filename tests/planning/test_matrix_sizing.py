@@ -110,3 +110,13 @@ def test_the_cells_rate_is_the_sized_baselines() -> None:
     two = decision_matrix(TP2, [(name, None)], requests=REQUESTS).cells[0]
     four = decision_matrix(TP2_SP, [(name, None)], requests=REQUESTS).cells[0]
     assert four.rate_per_s == pytest.approx(2.0 * two.rate_per_s)
+
+
+def test_stack_on_tp2_with_a_one_gpu_scenario_is_sized_too() -> None:
+    from tripath.planning.stack import stack
+
+    data = with_fields(one_gpu_cell(), {"workload.requests": REQUESTS})
+    result = stack(data, None, TP2_SP, replications=1)
+    assert result.sizing is not None and result.sizing.gpus == 4 and result.to_dict()["sized"]["gpus"] == 4
+    assert set(result.paths) == {"tiered", "sequence_parallel"}  # SP fits the sized cluster
+    assert all("error" not in s for s in result.subsets.values())

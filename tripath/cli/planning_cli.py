@@ -196,6 +196,7 @@ def _cmd_stack(args: argparse.Namespace) -> int:
     result = stack(data, source, profile, args.seed, args.replications, args.compression_mode, executor,
                    cache, metric=args.metric).to_dict()
     lines = [f"Stacking on {result['scenario']}: {result['numbers_from']}",
+             *([result["sized"]["note"]] if "sized" in result else []),
              f"paths: {', '.join(result['paths']) or 'none'}"]
     lines += [f"  {p}: not applicable: {why}" for p, why in result["not_applicable"].items()]
     lines.append("P99 ms ttft / tpot / e2e per set:")
