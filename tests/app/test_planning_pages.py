@@ -121,3 +121,48 @@ def test_whatif_load_step_fixed_and_adaptive() -> None:
         assert mine["TTFT P99 ms"].tolist() == pytest.approx([w["ttft_p99_ms"]["mean"] for w in windows],
                                                               nan_ok=True)
     assert any(d.label == "transient (PNG)" for d in at.download_button)
+
+
+def test_matrix_page_on_a_tp2_profile_sizes_the_cells_without_an_error() -> None:
+    at = app("matrix")
+    at.selectbox(key="matrix_profile").set_value("published-llama2-70b-tp2-a100").run()
+    at.number_input(key="matrix_requests").set_value(10)
+    at.checkbox(key="matrix.cache").uncheck()
+    at.button(key="matrix_run").click().run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    summary = frame(at, "scenario's GPUs").set_index("cell")
+    assert summary.loc["dialogue-medium", "GPUs"] == 2 and summary.loc["dialogue-medium", "scenario's GPUs"] == 1
+    assert summary.loc["fixed-length-multi-gpu", "GPUs"] == 2  # holds one TP2 replica as given
+    assert any(i.value.startswith("Sized to 2 GPUs") for i in at.info)  # the selected (first) cell says so
+    table = frame(at, "not applicable / refused").set_index("candidate")
+    assert table.loc["tiered", "note"].startswith("tiered never engaged")
+
+
+def test_matrix_page_shows_a_failed_run_as_one_error_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    import tripath.planning.matrix
+    from tripath.core.errors import InputError
+
+    def refuse(*args, **kwargs):
+        raise InputError("cell.toml", "cluster.gpus", "refused for the test")
+
+    monkeypatch.setattr(tripath.planning.matrix, "decision_matrix", refuse)
+    at = app("matrix")
+    at.checkbox(key="matrix.cache").uncheck()
+    at.button(key="matrix_run").click().run()
+    assert not at.exception
+    assert [e.value for e in at.error] == ["cell.toml: cluster.gpus: refused for the test"]
+
+
+def test_capacity_page_on_a_tp2_profile_with_a_one_gpu_scenario() -> None:
+    at = app("capacity")
+    at.selectbox(key="capacity_scenario").set_value("dialogue-medium").run()
+    at.selectbox(key="capacity_profile").set_value("published-llama2-70b-tp2-a100").run()
+    at.number_input(key="capacity_requests").set_value(10)
+    at.number_input(key="capacity_max_replicas").set_value(2)
+    at.number_input(key="capacity_sla_ttft").set_value(100_000.0)  # loose: one replica meets it
+    at.number_input(key="capacity_sla_tpot").set_value(200.0)
+    at.multiselect(key="capacity_candidates").set_value(["baseline"])
+    at.checkbox(key="capacity.cache").uncheck()
+    table = _capacity(at, 0.005)
+    assert table.loc["baseline", "GPUs per replica"] == 2 and table.loc["baseline", "GPUs"] == 2
+    assert any("cluster.gpus (1) is not used" in c.value for c in at.caption)

@@ -97,3 +97,16 @@ def test_matrix_json_and_text_show_primary_path_and_memory(capsys, tmp_path):
     code, out, _ = run(capsys, "matrix", "--profile", "seed-llama2-70b-a100", "--requests", "20",
                        "--workers", "1", "--cache-dir", cache)
     assert code == 0 and "needed for memory: tiered" in out and "a gain claim" in out and "why: " in out
+
+
+def test_matrix_and_plan_on_a_tp2_profile_size_the_one_gpu_cells(capsys):
+    code, out, err = run(capsys, "matrix", "--profile", "published-llama2-70b-tp2-a100", "--requests", "10",
+                         "--workers", "1", "--no-cache")
+    assert code == 0 and "error" not in err
+    assert out.count("sized to 2 GPUs: the scenario's 1 GPU cannot hold one replica of the profile's TP2") == 4
+    assert "tiered never engaged" in out  # 8-16K at batch 1 fits the TP2 KV budget: said, not a silent copy
+    code, out, _ = run(capsys, "plan", "dialogue-medium", "--profile", "published-llama2-70b-tp2-a100", "--qps",
+                       "0.005", "--requests", "10", "--candidates", "baseline", "tiered", "--max-replicas", "2",
+                       "--workers", "1", "--no-cache")
+    assert code == 0 and "replica(s) = 2 GPU(s)" in out and "cluster.gpus (1) is not used" in out
+    assert "tiered never engaged" in out

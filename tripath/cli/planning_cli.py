@@ -73,6 +73,8 @@ def _cmd_matrix(args: argparse.Namespace) -> int:
     for cell in result["cells"]:
         lines.append(f"{cell['scenario']} ({cell['gpus']} GPU, {cell['rate_per_s']:.4g} req/s, SLA P99 ms "
                      f"ttft/tpot/e2e {' / '.join(_ms(v) for v in cell['sla_ms'].values())})")
+        if "sized" in cell:
+            lines.append(f"  {cell['sized']['note']}")
         lines.append(f"  recommended: {cell['recommended'] or 'none meets the SLA'}; runner-up: "
                      f"{cell['runner_up'] or '-'}; best single path: {cell['best_single_path'] or '-'}")
         attribution = cell["attribution"] or {}
@@ -94,6 +96,8 @@ def _cmd_matrix(args: argparse.Namespace) -> int:
                          f"P99 {_p99s(row):<28} margin {'-' if margin is None else f'{margin:+.0%}':>7} "
                          f"GPUs {row['gpus']} rejected {row['rejected_share']:.0%} "
                          f"peak KV {row['peak_kv_bytes'] / 2**30:.1f} GiB")
+            if "remark" in row:
+                lines.append(f"    {'':<34} {row['remark']}")
         lines.append("")
     return _emit(args, result, "\n".join(lines))
 
@@ -101,8 +105,11 @@ def _cmd_matrix(args: argparse.Namespace) -> int:
 # --- plan ---------------------------------------------------------------------------------------
 def _cmd_plan(args: argparse.Namespace) -> int:
     from tripath.planning.capacity import plan
+    from tripath.planning.scenario_dict import with_requests
 
     data, source, profile = _scenario(args)
+    if args.requests is not None:
+        data = with_requests(data, args.requests)
     executor, cache = _runtime(args)
     sla = {"ttft": args.sla_ttft_ms, "tpot": args.sla_tpot_ms, "e2e": args.sla_e2e_ms}
     try:
@@ -113,7 +120,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
             raise
         raise InputError(source, "sla" if "SLA" in str(err) else "candidates", str(err)) from None
     lines = [f"Capacity plan for {result['scenario']} at {args.qps:g} req/s: {result['numbers_from']}",
-             f"SLA P99 ms ttft/tpot/e2e: {' / '.join(_ms(v) for v in result['sla_ms'].values())}", ""]
+             f"SLA P99 ms ttft/tpot/e2e: {' / '.join(_ms(v) for v in result['sla_ms'].values())}",
+             result["sizing"], ""]
     for row in result["candidates"]:
         name = row["candidate"]["name"]
         if row.get("not_applicable"):
@@ -129,6 +137,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
                 if "cost_usd_per_hour" in row else "")
         lines.append(f"  {name:<34} {row['replicas']} replica(s) = {row['gpus']} GPU(s){cost}; "
                      f"P99 {_p99s(row['outcome'])}; goodput req/s {goodput}")
+        if "remark" in row:
+            lines.append(f"  {'':<34} {row['remark']}")
     lines += ["", f"recommended: {result['recommended'] or 'none meets the SLA'}"]
     return _emit(args, result, "\n".join(lines))
 
@@ -186,6 +196,7 @@ def _cmd_stack(args: argparse.Namespace) -> int:
     result = stack(data, source, profile, args.seed, args.replications, args.compression_mode, executor,
                    cache, metric=args.metric).to_dict()
     lines = [f"Stacking on {result['scenario']}: {result['numbers_from']}",
+             *([result["sized"]["note"]] if "sized" in result else []),
              f"paths: {', '.join(result['paths']) or 'none'}"]
     lines += [f"  {p}: not applicable: {why}" for p, why in result["not_applicable"].items()]
     lines.append("P99 ms ttft / tpot / e2e per set:")

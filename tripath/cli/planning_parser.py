@@ -45,6 +45,8 @@ def add_subcommands(sub: Any) -> None:
     plan.add_argument("--gpu-price", type=positive_float, help="USD per GPU-hour (your price) for the cost columns")
     plan.add_argument("--candidates", nargs="+", help="candidate names (default: all; e.g. baseline speculative)")
     plan.add_argument("--max-replicas", type=positive_int, default=256, help="search bound")
+    plan.add_argument("--requests", type=positive_int, default=None,
+                      help="override the scenario's request count per simulation (quicker, wider intervals)")
     _sweep_options(plan, replications=1)
     plan.set_defaults(func=_cmd_plan)
 

@@ -12,6 +12,7 @@ tiered is included but flagged: the seed does not recommend it (paging traffic a
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,8 +52,19 @@ class Candidate:
 
     def applicability(self, profile: Profile, data: dict[str, Any]) -> str | None:
         """None when the profile and cluster support this candidate, else why not."""
-        tasks = list(data.get("workload", {}).get("tasks") or {"default": 1.0})
+        reasons = self._profile_gaps(profile, data)
         gpus = int(data.get("cluster", {}).get("gpus", 1))
+        need = self.gpus_per_replica(profile)
+        if need > gpus:
+            reasons.append(f"needs {need} GPUs per replica, the cluster has {gpus}")
+        return "; ".join(reasons) or None
+
+    def profile_support(self, profile: Profile, data: dict[str, Any]) -> str | None:
+        """None when the profile supports this candidate on the scenario's tasks, whatever the cluster's size."""
+        return "; ".join(self._profile_gaps(profile, data)) or None
+
+    def _profile_gaps(self, profile: Profile, data: dict[str, Any]) -> list[str]:
+        tasks = list(data.get("workload", {}).get("tasks") or {"default": 1.0})
         reasons = []
         spec = self.strategy.get("speculative")
         if spec is not None:
@@ -74,16 +86,53 @@ class Candidate:
         if comp is not None and comp.get("mode") not in profile.compression:
             have = ", ".join(profile.compression) or "none"
             reasons.append(f"compression mode {comp.get('mode')!r} not in the profile (it has: {have})")
-        need = self.gpus_per_replica(profile)
-        if need > gpus:
-            reasons.append(f"needs {need} GPUs per replica, the cluster has {gpus}")
-        return "; ".join(reasons) or None
+        return reasons
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "paths": list(self.paths), "strategy": self.strategy, "note": self.note}
 
 
 BASELINE = Candidate("baseline", {}, "no optimization path")
+
+
+@dataclass(frozen=True)
+class Sizing:
+    """A cell's cluster sized to the profile: the scenario's GPUs could not hold one replica of the baseline."""
+
+    scenario_gpus: int
+    gpus: int
+    tp: int
+    largest: Candidate  # the candidate whose replica sets ``gpus``
+
+    def note(self) -> str:
+        degree = self.gpus // self.tp
+        replica = f"TP{self.tp}" + (f" x SP{degree}" if degree > 1 else "")
+        return (f"sized to {self.gpus} GPUs: the scenario's {_gpus(self.scenario_gpus)} cannot hold one replica "
+                f"of the profile's TP{self.tp}; {self.gpus} GPUs hold one replica of every candidate the profile "
+                f"supports (the largest: {self.largest.name}, {replica}), so every candidate runs on the same "
+                f"{self.gpus} GPUs")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"scenario_gpus": self.scenario_gpus, "gpus": self.gpus, "largest": self.largest.name,
+                "note": self.note()}
+
+
+def _gpus(n: int) -> str:
+    return f"{n} GPU" if n == 1 else f"{n} GPUs"
+
+
+def size_to_profile(profile: Profile, data: dict[str, Any], every: Sequence[Candidate]) -> Sizing | None:
+    """The cluster a cell runs on when the scenario's GPUs cannot hold one replica of the baseline (fewer than
+    the profile's tp): the smallest that holds one replica of every candidate the profile supports (the largest
+    tp x SP degree), so the cell's candidates compare on equal hardware. None when the scenario's GPUs hold the
+    baseline: they are kept (a candidate needing more is then not applicable)."""
+    gpus = int(data.get("cluster", {}).get("gpus", 1))
+    tp = int(profile.key.tp)
+    if gpus >= BASELINE.gpus_per_replica(profile):
+        return None
+    supported = [c for c in every if c.profile_support(profile, data) is None] or [BASELINE]
+    largest = max(supported, key=lambda c: c.gpus_per_replica(profile))
+    return Sizing(gpus, largest.gpus_per_replica(profile), tp, largest)
 
 
 def candidates(profile: Profile) -> list[Candidate]:
@@ -127,3 +176,17 @@ def by_names(profile: Profile, names: list[str] | None) -> list[Candidate]:
     if missing:
         raise ValueError(f"unknown candidate(s) {', '.join(missing)}; known: {', '.join(known)}")
     return [known[n] for n in names]
+
+
+def tiering_idle(candidate: Candidate, outcome: dict[str, Any] | None, max_batch_size: int | None) -> str | None:
+    """Why a tiered candidate's numbers (a sweep outcome's dict) equal those of the same candidate without
+    tiering, when they do: it paged nothing, the largest live KV fitting the device's KV budget (else None)."""
+    if "tiered" not in candidate.paths or outcome is None or outcome.get("error"):
+        return None
+    paging, peak = outcome.get("paging_ms_per_request"), outcome.get("peak_kv_bytes")
+    budget = outcome.get("kv_capacity_bytes")
+    if paging is None or paging > 0.0 or peak is None or budget is None or peak > budget:
+        return None
+    batch = "" if max_batch_size is None else f" (max_batch_size {max_batch_size})"
+    return (f"tiered never engaged: the peak live KV, {peak / 2**30:.1f} GiB{batch}, fits the device's KV budget "
+            f"of {budget / 2**30:.1f} GiB, so nothing was paged and the numbers are those without tiering")

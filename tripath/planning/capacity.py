@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tripath.planning.cache import ResultCache
-from tripath.planning.candidates import Candidate, by_names
+from tripath.planning.candidates import Candidate, by_names, tiering_idle
 from tripath.planning.executor import Executor, LocalPoolExecutor
 from tripath.planning.scenario_dict import with_fields, with_rate
 from tripath.planning.sweep import Job, Outcome, run_cached
@@ -137,7 +137,7 @@ def plan_candidate(spec: SearchSpec) -> dict[str, Any]:
     candidate = spec.candidate
     profile = Profile.from_dict(json.loads(spec.profile_json))
     base = json.loads(spec.scenario_json)
-    reason = candidate.applicability(profile, with_fields(base, {"cluster.gpus": 10**6}))
+    reason = candidate.profile_support(profile, base)
     out: dict[str, Any] = {"candidate": candidate.to_dict(), "not_applicable": reason,
                            "gpus_per_replica": candidate.gpus_per_replica(profile)}
     if reason is not None:
@@ -193,6 +193,14 @@ class Plan:
     sla_ms: dict[str, float | None]
     gpu_price: float | None
     rows: tuple[dict[str, Any], ...]
+    tp: int = 1
+    scenario_gpus: int = 1
+
+    @property
+    def sizing(self) -> str:
+        """How the GPUs are counted: the search sizes every candidate, whatever the scenario's cluster says."""
+        return (f"GPUs per candidate = replicas x one replica's GPUs (the profile's TP{self.tp}, x the SP degree "
+                f"for sequence-parallel candidates); the scenario's cluster.gpus ({self.scenario_gpus}) is not used")
 
     @property
     def recommended(self) -> dict[str, Any] | None:
@@ -206,6 +214,7 @@ class Plan:
         return {"scenario": self.scenario, "profile": {"key": self.profile_key, "source": self.profile_source},
                 "numbers_from": f"simulated on a '{self.profile_source}' profile ({self.profile_key})",
                 "qps": self.qps, "sla_ms": self.sla_ms, "gpu_price_usd_per_gpu_hour": self.gpu_price,
+                "sizing": self.sizing,
                 "candidates": list(self.rows), "recommended": None if best is None else best["candidate"]["name"]}
 
 
@@ -227,8 +236,13 @@ def plan(data: dict[str, Any], source: str | None, profile: Profile, qps: float,
                         attainment_levels, cache_dir=cache_dir) for c in chosen]
     executor = executor or LocalPoolExecutor(1)
     rows = executor.map(plan_candidate, specs)
-    for row in rows:
+    batch = data.get("batching", {}).get("max_batch_size")
+    for candidate, row in zip(chosen, rows, strict=True):
+        remark = tiering_idle(candidate, row.get("outcome"), batch)
+        if remark is not None:
+            row["remark"] = remark
         if row.get("gpus") is not None and gpu_price is not None:
             row["cost_usd_per_hour"] = row["gpus"] * gpu_price
             row["cost_usd_per_1k_requests"] = row["gpus"] * gpu_price / (qps * 3600.0) * 1000.0
-    return Plan(data.get("name", "scenario"), profile.key_str(), profile.source, qps, sla, gpu_price, tuple(rows))
+    return Plan(data.get("name", "scenario"), profile.key_str(), profile.source, qps, sla, gpu_price, tuple(rows),
+                int(profile.key.tp), int(data.get("cluster", {}).get("gpus", 1)))

@@ -30,9 +30,9 @@ from typing import Any
 
 from tripath.planning.attribution import Attribution, attribute
 from tripath.planning.cache import ResultCache
-from tripath.planning.candidates import BASELINE, Candidate, candidates
+from tripath.planning.candidates import BASELINE, Candidate, Sizing, candidates, size_to_profile, tiering_idle
 from tripath.planning.executor import Executor
-from tripath.planning.scenario_dict import build, load_scenario_dict, with_rate
+from tripath.planning.scenario_dict import build, load_scenario_dict, with_fields, with_rate, with_requests
 from tripath.planning.seed_notes import SEED_CLAIM, SEED_NOTES
 from tripath.planning.seed_sla import tpot_target_note
 from tripath.planning.sweep import MAX_REJECTED, Outcome, make_job, run_sweep
@@ -66,6 +66,7 @@ class CandidateResult:
     candidate: Candidate
     not_applicable: str | None
     outcome: Outcome | None
+    remark: str | None = None  # what a reader needs to read the numbers (tiering_idle)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"candidate": self.candidate.name, "paths": list(self.candidate.paths),
@@ -77,6 +78,8 @@ class CandidateResult:
             keys = ("meets_sla", "gpus", "replicas", "p99_ms", "sla_margin", "counts", "rejected_share",
                     "gpu_hours_per_1k", "peak_kv_bytes", "kv_capacity_bytes", "reject_reasons")
             out.update({k: o.get(k) for k in keys})
+        if self.remark is not None:
+            out["remark"] = self.remark
         return out
 
 
@@ -88,6 +91,7 @@ class Cell:
     rate_per_s: float | None
     results: tuple[CandidateResult, ...]
     seed_recommends: str | None = None
+    sizing: Sizing | None = None  # set when the scenario's GPUs could not hold one replica of the profile
 
     def ranked(self, single_only: bool = False) -> list[CandidateResult]:
         ok = [r for r in self.results if r.outcome is not None and r.outcome.meets_sla
@@ -205,7 +209,9 @@ class Cell:
                 f"here the {part} of {self.chosen.candidate.name if self.chosen else '-'} is {self.compared_path}")
 
     def to_dict(self) -> dict[str, Any]:
+        sized = {} if self.sizing is None else {"sized": self.sizing.to_dict()}
         return {"scenario": self.scenario, "sla_ms": self.sla_ms, "gpus": self.gpus, "rate_per_s": self.rate_per_s,
+                **sized,
                 "recommended": self.recommended, "runner_up": self.runner_up,
                 "best_single_path": self.best_single_path, "closest_single_path": self.closest_single_path,
                 "chosen": None if self.chosen is None else self.chosen.candidate.name,
@@ -243,34 +249,40 @@ def decision_matrix(profile: Profile, cells: Sequence[tuple[str, str | None]] = 
     """Simulate every applicable candidate in every cell (one sweep), rank, and compare with the seed.
 
     ``cells``: (scenario name or path, the seed's recommendation or None). ``requests`` overrides
-    each cell's request count (smaller for quick looks; the CI widens)."""
+    each cell's request count (smaller for quick looks; the CI widens). A cell whose GPUs cannot hold
+    one replica of the profile (its TP) is sized to it (candidates.size_to_profile), and says so."""
     plans = []
     jobs = []
+    every = candidates(profile)
     for name, seed_choice in cells:
         data, source = load_scenario_dict(name)
         if requests is not None:
-            data = {**data, "workload": {**data["workload"], "requests": requests}}
-            data["workload"].pop("duration_s", None)
+            data = with_requests(data, requests)
+        sizing = size_to_profile(profile, data, every)
+        if sizing is not None:
+            data = with_fields(data, {"cluster.gpus": sizing.gpus})
         rate = cell_rate(data, source, profile)
         if rate is not None:
             data = with_rate(data, rate)
         rows = []
-        for candidate in candidates(profile):
+        for candidate in every:
             reason = candidate.applicability(profile, data)
             index = None
             if reason is None:
                 index = len(jobs)
                 jobs.append(make_job(candidate.apply(data), source, profile, seed, replications))
             rows.append((candidate, reason, index))
-        plans.append((data, seed_choice, rate, rows))
+        plans.append((data, seed_choice, rate, rows, sizing))
     outcomes = run_sweep(jobs, executor, cache, desc="decision matrix")
     cells_out = []
-    for data, seed_choice, rate, rows in plans:
-        results = tuple(CandidateResult(c, reason if reason is not None else
-                                        (None if outcomes[i].error is None else outcomes[i].error),
-                                        None if i is None or outcomes[i].error else outcomes[i])
-                        for c, reason, i in rows)
+    for data, seed_choice, rate, rows, sizing in plans:
+        batch = data.get("batching", {}).get("max_batch_size")
+        results = []
+        for c, reason, i in rows:
+            outcome = None if i is None or outcomes[i].error else outcomes[i]
+            results.append(CandidateResult(c, reason if reason is not None else outcomes[i].error, outcome,
+                                           tiering_idle(c, None if outcome is None else outcome.data, batch)))
         sla = {t: data.get("sla", {}).get(f"{t}_p99_ms") for t in ("ttft", "tpot", "e2e")}
         cells_out.append(Cell(data.get("name", "?"), sla, int(data.get("cluster", {}).get("gpus", 1)), rate,
-                              results, seed_choice))
+                              tuple(results), seed_choice, sizing))
     return Matrix(profile.key_str(), profile.source, seed, replications, tuple(cells_out))

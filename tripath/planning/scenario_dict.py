@@ -71,5 +71,10 @@ def with_rate(data: dict[str, Any], rate_per_s: float) -> dict[str, Any]:
     return with_fields(data, {"workload.arrival.load_fraction": None, "workload.arrival.rate_per_s": rate_per_s})
 
 
+def with_requests(data: dict[str, Any], requests: int) -> dict[str, Any]:
+    """A fixed request count (a duration dropped): the quick looks' override of a scenario's workload size."""
+    return with_fields(data, {"workload.requests": requests, "workload.duration_s": None})
+
+
 def build(data: dict[str, Any], source: str | None) -> Scenario:
     return scenario_from_dict(data, source)

@@ -28,8 +28,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from tripath.planning.cache import ResultCache
-from tripath.planning.candidates import PATH_ORDER, SP_DEGREE, Candidate
+from tripath.planning.candidates import BASELINE, PATH_ORDER, SP_DEGREE, Candidate, Sizing, size_to_profile
 from tripath.planning.executor import Executor
+from tripath.planning.scenario_dict import with_fields
 from tripath.planning.sweep import MAX_REJECTED, TERMS, Outcome, make_job, run_sweep
 from tripath.profile.profile import Profile
 
@@ -68,13 +69,15 @@ def order_classes(paths: tuple[str, ...], interacting: set[frozenset[str]]) -> l
     return list(kept.values())
 
 
+def _single_paths(profile: Profile, compression_mode: str | None) -> dict[str, dict[str, Any]]:
+    return {"speculative": {}, "tiered": {}, "sequence_parallel": {"degree": SP_DEGREE},
+            "compression": {"mode": compression_mode or (sorted(profile.compression) or ["int8"])[0]}}
+
+
 def path_tables(profile: Profile, data: dict[str, Any], compression_mode: str | None = None
                 ) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
     """(the applicable paths' strategy tables, why each other path is not applicable)."""
-    tables: dict[str, dict[str, Any]] = {"speculative": {}, "tiered": {},
-                                         "sequence_parallel": {"degree": SP_DEGREE},
-                                         "compression": {"mode": compression_mode or
-                                                         (sorted(profile.compression) or ["int8"])[0]}}
+    tables = _single_paths(profile, compression_mode)
     ok, skipped = {}, {}
     for path in PATH_ORDER:
         reason = Candidate(path, {path: tables[path]}).applicability(profile, data)
@@ -117,6 +120,7 @@ class Stack:
     orders: tuple[dict[str, Any], ...]
     couplings: tuple[dict[str, Any], ...]
     order_reduction: dict[str, Any] | None = None
+    sizing: Sizing | None = None  # set when the scenario's GPUs could not hold one replica of the profile
 
     @property
     def negative_couplings(self) -> list[dict[str, Any]]:
@@ -128,7 +132,8 @@ class Stack:
                 "paths": list(self.paths), "not_applicable": self.not_applicable, "subsets": self.subsets,
                 "orders": list(self.orders), "order_reduction": self.order_reduction,
                 "couplings": list(self.couplings),
-                "negative_couplings": self.negative_couplings}
+                "negative_couplings": self.negative_couplings,
+                **({} if self.sizing is None else {"sized": self.sizing.to_dict()})}
 
 
 def _label(subset: tuple[str, ...]) -> str:
@@ -141,7 +146,12 @@ def stack(data: dict[str, Any], source: str | None, profile: Profile, seed: int 
     """Every subset of the applicable paths, the orders that matter, and pairwise couplings.
 
     ``metric``: the P99 term the orders are shown for; an undeclared pair is kept as interacting
-    when it measurably interacts on that term (on any term when None). Couplings cover every term."""
+    when it measurably interacts on that term (on any term when None). Couplings cover every term. A
+    scenario whose GPUs cannot hold one replica of the profile is sized to it (candidates.size_to_profile)."""
+    every = [BASELINE, *(Candidate(p, {p: t}) for p, t in _single_paths(profile, compression_mode).items())]
+    sizing = size_to_profile(profile, data, every)
+    if sizing is not None:
+        data = with_fields(data, {"cluster.gpus": sizing.gpus})
     tables, skipped = path_tables(profile, data, compression_mode)
     paths = tuple(tables)
     subsets = [tuple(s) for r in range(len(paths) + 1) for s in itertools.combinations(paths, r)]
@@ -218,4 +228,4 @@ def stack(data: dict[str, Any], source: str | None, profile: Profile, seed: int 
                  "measured": measured, "orders_total": math.factorial(len(paths)), "orders_shown": len(kept),
                  "omitted_because": NON_INTERACTION}
     return Stack(data.get("name", "scenario"), profile.key_str(), profile.source, paths, skipped, summaries,
-                 tuple(orders), tuple(couplings), reduction)
+                 tuple(orders), tuple(couplings), reduction, sizing)

@@ -3,7 +3,8 @@
 A ``Job`` is everything one simulation depends on, as plain text and numbers (picklable for a
 process pool or Ray, hashable for the cache). ``run_job`` simulates it and keeps what planning
 reads: P50/P99 per SLA term with 95% confidence intervals, SLA attainment, rejections, GPU-hours
-per 1,000 requests, peak KV memory and, optionally, P99 per window of arrival time (transients).
+per 1,000 requests, peak KV memory, paging stall per request and, optionally, P99 per window of
+arrival time (transients).
 
 Meeting the SLA (``Outcome.meets_sla``): every given term's P99 (mean over replications) is at
 or under its target, and at most 1% of arrived requests were rejected (a rejected request has
@@ -159,6 +160,7 @@ def run_job(job: Job) -> dict[str, Any]:
         "gpu_hours_per_1k": metrics.estimate(gpu_hours)["mean"],
         "kv_capacity_bytes": result.kv_capacity_bytes,
         "peak_kv_bytes": max((rs.peak_kv_bytes for run in result.runs for rs in run.replicas), default=0),
+        "paging_ms_per_request": report["per_request_paths"]["paging_ms"]["mean"],
         "windows": None if job.window_s is None else _windows(records, job.window_s),
     }
     return _json_ready(data)

@@ -29,7 +29,11 @@ def main() -> None:
     names = scenario_form.shipped_scenarios()
     cols = st.columns(3)
     scenario = cols[0].selectbox("scenario", names, index=names.index("quickstart"), key="capacity_scenario")
-    data, source = load_scenario_dict(scenario)
+    try:
+        data, source = load_scenario_dict(scenario)
+    except InputError as err:
+        st.error(str(err))
+        return
     choices = profiles.choices()
     default = data.get("profile", "seed-llama2-70b-a100")
     name = cols[1].selectbox("profile", choices, index=choices.index(default) if default in choices else 0,
@@ -81,8 +85,8 @@ def main() -> None:
 
 
 def _show(result: dict[str, Any]) -> None:
-    st.caption(f"{result['numbers_from']}; at {result['qps']:g} req/s. GPUs: the replica search's answer x GPUs "
-               "per replica; cost = GPUs x your price.")
+    st.caption(f"{result['numbers_from']}; at {result['qps']:g} req/s. {result['sizing']}; cost = GPUs x your "
+               "price.")
     st.metric("recommended (fewest GPUs meeting the SLA)", result["recommended"] or "none meets the SLA")
     rows = [_row(r) for r in result["candidates"]]
     st.dataframe(pd.DataFrame(rows), hide_index=True, key="capacity_table")
@@ -109,7 +113,8 @@ def _row(r: dict[str, Any]) -> dict[str, Any]:
             "USD per 1K requests": r.get("cost_usd_per_1k_requests"),
             **{f"{t.upper()} P99 ms": (p99.get(t) or {}).get("mean") for t in TERMS},
             "not applicable": r.get("not_applicable") or ("no size up to the search limit meets the SLA"
-                                                          if r.get("replicas") is None and outcome else "")}
+                                                          if r.get("replicas") is None and outcome else ""),
+            "note": r.get("remark", "")}
 
 
 main()

@@ -14,6 +14,7 @@ import pandas as pd
 import streamlit as st
 
 from tripath.app.widgets import charts, planning_runs, profiles
+from tripath.core.errors import InputError
 from tripath.planning.matrix import SEED_MATRIX, decision_matrix
 from tripath.planning.sweep import MAX_REJECTED
 
@@ -36,10 +37,14 @@ def main() -> None:
         return
     if st.button("Build the matrix", type="primary", key="matrix_run"):
         text = profiles.profile_text(name)
-        result = planning_runs.run(
-            "decision matrix", {"profile": text, "requests": requests}, settings,
-            lambda executor, cache: decision_matrix(profile, SEED_MATRIX, settings.seed, settings.replications,
-                                                    executor, cache, requests).to_dict())
+        try:
+            result = planning_runs.run(
+                "decision matrix", {"profile": text, "requests": requests}, settings,
+                lambda executor, cache: decision_matrix(profile, SEED_MATRIX, settings.seed, settings.replications,
+                                                        executor, cache, requests).to_dict())
+        except (InputError, ValueError) as err:
+            st.error(str(err))
+            return
         st.session_state[RESULT] = result
     result = st.session_state.get(RESULT)
     if result is None:
@@ -73,7 +78,9 @@ def _show(result: dict[str, Any]) -> None:
                                 f"decision matrix — {result['numbers_from']}")
     st.pyplot(fig)
     st.download_button("heatmap (PNG)", charts.png_bytes(fig), "decision_matrix.png", "image/png", key="matrix_png")
-    summary = [{"cell": c["scenario"], "GPUs": c["gpus"], "rate req/s": c["rate_per_s"],
+    summary = [{"cell": c["scenario"], "GPUs": c["gpus"],
+                "scenario's GPUs": c["sized"]["scenario_gpus"] if "sized" in c else c["gpus"],
+                "rate req/s": c["rate_per_s"],
                 "recommended": c["recommended"] or "none meets the SLA", "runner-up": c["runner_up"] or "-",
                 "seed recommends": c["seed_recommends"], "seed agrees": c["seed_agrees"]} for c in cells]
     st.dataframe(pd.DataFrame(summary), hide_index=True, key="matrix_summary")
@@ -87,6 +94,9 @@ def _show(result: dict[str, Any]) -> None:
     st.caption(f"SLA P99: {sla}; {cell['gpus']} GPU(s); arrivals {rate} (the baseline's, for every candidate). "
                "Best single path: "
                f"{cell['best_single_path'] or '-'} (closest: {cell['closest_single_path'] or '-'}).")
+    if "sized" in cell:
+        note = cell["sized"]["note"]
+        st.info(note[:1].upper() + note[1:])
     if cell["why_not_seed"]:
         st.warning(f"Differs from the seed's row: {cell['why_not_seed']}")
     st.dataframe(pd.DataFrame([_row(r) for r in cell["candidates"]]), hide_index=True, key="matrix_cell_table")
@@ -101,7 +111,8 @@ def _row(r: dict[str, Any]) -> dict[str, Any]:
             "TTFT P99 ms": (p99.get("ttft") or {}).get("mean"), "TPOT P99 ms": (p99.get("tpot") or {}).get("mean"),
             "E2E P99 ms": (p99.get("e2e") or {}).get("mean"), "margin": r.get("sla_margin"), "GPUs": r.get("gpus"),
             "rejected": r.get("rejected_share"), "peak KV GiB": None if peak is None else peak / 2**30,
-            "not applicable / refused": r.get("not_applicable", ""), "note": r.get("note", "")}
+            "not applicable / refused": r.get("not_applicable", ""),
+            "note": "; ".join(n for n in (r.get("note"), r.get("remark")) if n)}
 
 
 main()

@@ -49,7 +49,11 @@ def main() -> None:
     names = scenario_form.shipped_scenarios()
     cols = st.columns(3)
     scenario = cols[0].selectbox("scenario", names, index=names.index("quickstart"), key="whatif_scenario")
-    data, source = load_scenario_dict(scenario)
+    try:
+        data, source = load_scenario_dict(scenario)
+    except InputError as err:
+        st.error(str(err))
+        return
     data = {k: v for k, v in data.items() if k != "profile"}
     choices = profiles.choices()
     name = cols[1].selectbox("profile", choices, index=choices.index("seed-llama2-70b-a100")
