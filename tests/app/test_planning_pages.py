@@ -132,7 +132,7 @@ def test_matrix_page_on_a_tp2_profile_sizes_the_cells_without_an_error() -> None
     assert not at.exception and not at.error, [e.value for e in at.error]
     summary = frame(at, "scenario's GPUs").set_index("cell")
     assert summary.loc["dialogue-medium", "GPUs"] == 2 and summary.loc["dialogue-medium", "scenario's GPUs"] == 1
-    assert summary.loc["fixed-length-multi-gpu", "GPUs"] == 2  # holds one TP2 replica as given
+    assert summary.loc["fixed-length-multi-gpu", "GPUs"] == 4  # the row's 2 GPUs x TP2 (candidates.matrix_sizing)
     assert any(i.value.startswith("Sized to 2 GPUs") for i in at.info)  # the selected (first) cell says so
     table = frame(at, "not applicable / refused").set_index("candidate")
     assert table.loc["tiered", "note"].startswith("tiered never engaged")

@@ -103,7 +103,8 @@ def test_matrix_and_plan_on_a_tp2_profile_size_the_one_gpu_cells(capsys):
     code, out, err = run(capsys, "matrix", "--profile", "published-llama2-70b-tp2-a100", "--requests", "10",
                          "--workers", "1", "--no-cache")
     assert code == 0 and "error" not in err
-    assert out.count("sized to 2 GPUs: the scenario's 1 GPU cannot hold one replica of the profile's TP2") == 4
+    assert out.count("sized to 2 GPUs: the seed's rows count GPUs that each hold one model replica") == 4
+    assert out.count("sized to 4 GPUs") == 1  # the 2-GPU row
     assert "tiered never engaged" in out  # 8-16K at batch 1 fits the TP2 KV budget: said, not a silent copy
     code, out, _ = run(capsys, "plan", "dialogue-medium", "--profile", "published-llama2-70b-tp2-a100", "--qps",
                        "0.005", "--requests", "10", "--candidates", "baseline", "tiered", "--max-replicas", "2",

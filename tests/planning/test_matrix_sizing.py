@@ -1,8 +1,9 @@
 """A matrix cell or a plan whose scenario has fewer GPUs than one replica of the profile is sized, not refused.
 
-The shipped cells were written for the seed profile (TP1): four of five have 1 GPU. On a TP2 profile
-the cell is sized to the smallest cluster holding one replica of every candidate the profile supports
-(equal GPUs for every candidate of the cell); a cell that holds the baseline keeps its GPUs.
+The shipped cells were written for the seed profile (TP1): four of five have 1 GPU. In the matrix a row's GPUs
+are model replicas (the seed holds a 70B model on one GPU), so on a TP2 profile every row's GPUs double. A plan or
+a stack whose scenario cannot hold one replica is sized to the smallest cluster holding one replica of every
+candidate the profile supports; one that holds the baseline keeps its GPUs.
 """
 
 from __future__ import annotations
@@ -12,9 +13,9 @@ import dataclasses
 import pytest
 
 from tests.helpers import SEED
-from tripath.planning.candidates import BASELINE, candidates, size_to_profile, tiering_idle
+from tripath.planning.candidates import BASELINE, candidates, matrix_sizing, size_to_profile, tiering_idle
 from tripath.planning.capacity import plan
-from tripath.planning.matrix import decision_matrix
+from tripath.planning.matrix import cell_rate, decision_matrix
 from tripath.planning.scenario_dict import load_scenario_dict, with_fields
 from tripath.profile.profile import resolve_profile
 
@@ -44,19 +45,24 @@ def test_sizing_rule_by_hand() -> None:
     assert size_to_profile(TP2, data, [BASELINE]).gpus == 2
 
 
-def test_matrix_on_tp2_sizes_the_one_gpu_cells_and_runs() -> None:
+def test_matrix_on_tp2_scales_every_row_by_the_tp_and_runs() -> None:
+    # the seed's rows count GPUs that each hold the 70B model; on TP2 each is 2 GPUs (candidates.matrix_sizing)
     cells = [("dialogue-medium", "speculative"), ("fixed-length-multi-gpu", "sequence_parallel")]
+    assert matrix_sizing(SEED, one_gpu_cell()) is None  # TP1: the rows as written
     matrix = decision_matrix(TP2_SP, cells, requests=REQUESTS)
     dialogue, multi = matrix.cells
-    assert dialogue.gpus == 4 and dialogue.sizing is not None and dialogue.to_dict()["sized"]["gpus"] == 4
+    assert dialogue.gpus == 2 and dialogue.sizing is not None and dialogue.to_dict()["sized"]["gpus"] == 2
+    assert dialogue.sizing.note().startswith("sized to 2 GPUs: the seed's rows count GPUs that each hold one "
+                                             "model replica")
     ran = {r.candidate.name: r.outcome.data for r in dialogue.results if r.outcome is not None}
-    assert {"baseline", "sequence_parallel"} <= set(ran)
-    assert all(o["gpus"] == 4 for o in ran.values())  # every candidate on the same GPUs
+    assert "baseline" in ran and ran["baseline"]["replicas"] == 1 and "sequence_parallel" not in ran
+    sp = next(r for r in dialogue.results if r.candidate.name == "sequence_parallel")
+    assert sp.not_applicable == "needs 4 GPUs per replica, the cluster has 2"  # as SP on the seed's 1-GPU rows
+    # the 2-GPU row is 4 GPUs: one TP2 x SP2 replica, or two baseline replicas, on the same GPUs
+    assert multi.gpus == 4 and multi.to_dict()["sized"]["gpus"] == 4
+    ran = {r.candidate.name: r.outcome.data for r in multi.results if r.outcome is not None}
+    assert {"baseline", "sequence_parallel"} <= set(ran) and all(o["gpus"] == 4 for o in ran.values())
     assert ran["baseline"]["replicas"] == 2 and ran["sequence_parallel"]["replicas"] == 1
-    # the 2-GPU cell holds one TP2 replica: kept, and SP (4 GPUs per replica) is not applicable there
-    assert multi.gpus == 2 and multi.sizing is None and "sized" not in multi.to_dict()
-    sp = next(r for r in multi.results if r.candidate.name == "sequence_parallel")
-    assert sp.not_applicable == "needs 4 GPUs per replica, the cluster has 2"
 
 
 def test_tiering_that_pages_nothing_says_so() -> None:
@@ -105,11 +111,14 @@ def test_plan_on_tp2_with_a_one_gpu_scenario_sizes_each_candidate() -> None:
 
 
 def test_the_cells_rate_is_the_sized_baselines() -> None:
-    name = "dialogue-medium"
-    # the load fraction is taken of the sized cluster's baseline: twice the replicas, twice the rate
-    two = decision_matrix(TP2, [(name, None)], requests=REQUESTS).cells[0]
-    four = decision_matrix(TP2_SP, [(name, None)], requests=REQUESTS).cells[0]
-    assert four.rate_per_s == pytest.approx(2.0 * two.rate_per_s)
+    # the load fraction is taken of the sized cluster's baseline: the 2-GPU row on TP2 runs 2 replicas on 4 GPUs,
+    # twice the rate of 1 replica on 2 GPUs
+    name = "fixed-length-multi-gpu"
+    data, source = load_scenario_dict(name)
+    cell = decision_matrix(TP2, [(name, None)], requests=REQUESTS).cells[0]
+    one = cell_rate(with_fields(data, {"cluster.gpus": 2}), source, TP2)
+    assert cell.gpus == 4 and one is not None
+    assert cell.rate_per_s == pytest.approx(2.0 * one)
 
 
 def test_stack_on_tp2_with_a_one_gpu_scenario_is_sized_too() -> None:

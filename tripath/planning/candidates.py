@@ -102,9 +102,13 @@ class Sizing:
     scenario_gpus: int
     gpus: int
     tp: int
-    largest: Candidate  # the candidate whose replica sets ``gpus``
+    largest: Candidate | None  # the candidate whose replica sets ``gpus``; None: scaled by TP (matrix_sizing)
 
     def note(self) -> str:
+        if self.largest is None:
+            return (f"sized to {self.gpus} GPUs: the seed's rows count GPUs that each hold one model replica, so on "
+                    f"the profile's TP{self.tp} the row's {_gpus(self.scenario_gpus)} is {self.gpus} GPUs "
+                    f"({self.scenario_gpus} x TP{self.tp}); every candidate runs on them")
         degree = self.gpus // self.tp
         replica = f"TP{self.tp}" + (f" x SP{degree}" if degree > 1 else "")
         return (f"sized to {self.gpus} GPUs: the scenario's {_gpus(self.scenario_gpus)} cannot hold one replica "
@@ -113,8 +117,8 @@ class Sizing:
                 f"{self.gpus} GPUs")
 
     def to_dict(self) -> dict[str, Any]:
-        return {"scenario_gpus": self.scenario_gpus, "gpus": self.gpus, "largest": self.largest.name,
-                "note": self.note()}
+        return {"scenario_gpus": self.scenario_gpus, "gpus": self.gpus,
+                "largest": None if self.largest is None else self.largest.name, "note": self.note()}
 
 
 def _gpus(n: int) -> str:
@@ -133,6 +137,17 @@ def size_to_profile(profile: Profile, data: dict[str, Any], every: Sequence[Cand
     supported = [c for c in every if c.profile_support(profile, data) is None] or [BASELINE]
     largest = max(supported, key=lambda c: c.gpus_per_replica(profile))
     return Sizing(gpus, largest.gpus_per_replica(profile), tp, largest)
+
+
+def matrix_sizing(profile: Profile, data: dict[str, Any]) -> Sizing | None:
+    """A seed-matrix row's cluster on a TP profile: the row's GPUs x tp. The seed places a 70B model on one GPU,
+    so its rows' GPU counts are model replicas; on a TP-k profile each is k GPUs (so the 2-GPU row holds one SP
+    degree-2 replica, as it does on the seed). None on a TP1 profile (the row's GPUs as they are)."""
+    tp = int(profile.key.tp)
+    if tp == 1:
+        return None
+    gpus = int(data.get("cluster", {}).get("gpus", 1))
+    return Sizing(gpus, gpus * tp, tp, None)
 
 
 def candidates(profile: Profile) -> list[Candidate]:

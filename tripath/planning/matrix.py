@@ -30,7 +30,7 @@ from typing import Any
 
 from tripath.planning.attribution import Attribution, attribute
 from tripath.planning.cache import ResultCache
-from tripath.planning.candidates import BASELINE, Candidate, Sizing, candidates, size_to_profile, tiering_idle
+from tripath.planning.candidates import BASELINE, Candidate, Sizing, candidates, matrix_sizing, tiering_idle
 from tripath.planning.executor import Executor
 from tripath.planning.scenario_dict import build, load_scenario_dict, with_fields, with_rate, with_requests
 from tripath.planning.seed_notes import SEED_CLAIM, SEED_NOTES
@@ -249,8 +249,8 @@ def decision_matrix(profile: Profile, cells: Sequence[tuple[str, str | None]] = 
     """Simulate every applicable candidate in every cell (one sweep), rank, and compare with the seed.
 
     ``cells``: (scenario name or path, the seed's recommendation or None). ``requests`` overrides
-    each cell's request count (smaller for quick looks; the CI widens). A cell whose GPUs cannot hold
-    one replica of the profile (its TP) is sized to it (candidates.size_to_profile), and says so."""
+    each cell's request count (smaller for quick looks; the CI widens). On a TP profile a row's GPUs are
+    scaled by the TP (candidates.matrix_sizing), and the cell says so."""
     plans = []
     jobs = []
     every = candidates(profile)
@@ -258,7 +258,7 @@ def decision_matrix(profile: Profile, cells: Sequence[tuple[str, str | None]] = 
         data, source = load_scenario_dict(name)
         if requests is not None:
             data = with_requests(data, requests)
-        sizing = size_to_profile(profile, data, every)
+        sizing = matrix_sizing(profile, data)
         if sizing is not None:
             data = with_fields(data, {"cluster.gpus": sizing.gpus})
         rate = cell_rate(data, source, profile)
