@@ -177,7 +177,7 @@ def build_published_profile(root: Path, gpu: str, model: str) -> tuple[Profile, 
         notes.append(f"Attention on H100 is PROJECTED from A100 attention: decode x {decode:.4g}, prefill x "
                      f"{prefill:.4g} (H100/A100 ratios measured in Vidur's linear layers).")
     profile = Profile(
-        key=ProfileKey(gpu, model, "fp16", vm.tp, VIDUR_COMMIT), source="published",
+        key=ProfileKey(gpu, vm.name, "fp16", vm.tp, VIDUR_COMMIT), source="published",
         hardware=spec.hardware("Costs from Vidur's operator profiles on this GPU"), model=mspec, memory=memory,
         costs=costs, provenance=Provenance(COMMAND, VIDUR_COMMIT, None, None, spec.device_name, CREATED_UTC),
         paging=paging_links(gpu, mspec.kv_bytes_per_token), notes=tuple(notes))
