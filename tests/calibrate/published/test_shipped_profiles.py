@@ -13,7 +13,10 @@ from tripath.calibrate.hardware import SPECS
 from tripath.calibrate.published.vidur import attention_fit
 from tripath.calibrate.samples import read_samples
 from tripath.core.data_dirs import DATA_DIR, PROFILES_DIR, REPO_ROOT
+from tripath.core.records import COMPLETED
 from tripath.profile.profile import load_profile, resolve_profile, save_profile
+from tripath.simulator.runner import simulate
+from tripath.simulator.scenario.scenario import scenario_from_dict
 
 VIDUR = DATA_DIR / "peer-data" / "vidur"
 PUBLISHED = ("published-llama2-7b-a100", "published-llama2-70b-tp2-a100", "published-llama2-7b-h100",
@@ -182,3 +185,19 @@ def test_published_profiles_regenerate_byte_for_byte(tmp_path):
             assert (tmp_path / f"{name}{suffix}").read_bytes() == (PROFILES_DIR / f"{name}{suffix}").read_bytes()
     for name in PROJECTED:
         assert (tmp_path / f"{name}.json").read_bytes() == (PROFILES_DIR / f"{name}.json").read_bytes()
+
+
+@pytest.mark.parametrize("name", ("published-llama3-8b-a100", "published-llama3-70b-tp4-a100",
+                                  "projected-llama3-8b-h200"))
+def test_128k_prompts_are_served_not_refused(name):
+    profile = resolve_profile(name)
+    scenario = scenario_from_dict({
+        "name": "128k", "workload": {
+            "requests": 3, "arrival": {"kind": "poisson", "rate_per_s": 0.01}, "tasks": {"dialogue": 1.0},
+            "prompt_tokens": {"kind": "uniform", "low": 131072, "high": 131072},
+            "output_tokens": {"kind": "uniform", "low": 64, "high": 64}},
+        "cluster": {"gpus": profile.key.tp},
+        "batching": {"policy": "continuous", "max_batch_size": 8, "max_batched_tokens": 8192}})
+    (run,) = simulate(scenario, profile).runs
+    assert [r.status for r in run.records] == [COMPLETED] * 3
+    assert run.extrapolations.prefill_outside > 0  # 128K contexts lie past the measured domain
