@@ -138,7 +138,8 @@ def _model_notes(vm: VidurModel, gpu: str) -> list[str]:
     ms = head / (SPECS[gpu].memory_tbps * 1e12) * 1e3
     return [f"Omitted by Vidur's data and so here: LM head, sampling and CPU overheads. The LM head "
             f"({config.vocab_size} x {config.hidden_size} fp16, {head / 1e9:.3g} GB per GPU at tp {vm.tp}) adds at "
-            f"least {ms:.3g} ms to a decode step (derived: its weights read once at HBM peak).",
+            f"least {ms:.3g} ms to a decode step on {SPECS[gpu].device_name} (derived: its weights read once at HBM "
+            "peak).",
             f"{vm.name}: the shapes of HF config.json (8K window); Llama-3.1 has the same shapes with a 128K window "
             "(RoPE scaling only), so the profile stands for it too. The profile sets no context limit: a 128K "
             "request is refused only when its KV exceeds the budget; costs past the domain are extrapolated by "
