@@ -1,12 +1,14 @@
-"""Build the published A100 / H100 profiles for LLaMA-2-7B and -70B from Vidur's operator data.
+"""Build the published profiles (LLaMA-2 and LLaMA-3 on A100 / H100) from Vidur's operator data, and their projections.
 
-    .venv/bin/python scripts/make_vidur_profiles.py --extract /work/shared/peer-data/vidur   # once: copy rows used
+    .venv/bin/python scripts/make_vidur_profiles.py --extract /work/shared/peer-data/vidur   # once: copy the data
     .venv/bin/python scripts/make_vidur_profiles.py                                          # build the profiles
 
-``--extract`` copies, from a Vidur data snapshot, only the rows the conversion uses into
-data/peer-data/vidur/ (same relative paths, all columns kept; the MIT LICENSE beside them).
-The build reads those copies and writes data/profiles/published-*.json with their samples CSV
-and fit plots. Regenerating gives byte-identical JSON and CSV (fits rounded to 6 digits, fixed dates).
+``--extract`` copies, from a Vidur data snapshot, into data/peer-data/vidur/ (same relative paths; the
+MIT LICENSE beside them): every mlp.csv and network file the product uses byte for byte, and the
+attention rows the conversion uses (all columns kept). The build reads those copies and writes
+data/profiles/published-*.json with their samples CSV and fit plots, then projected-*.json (the
+published profiles scaled to GPUs Vidur did not measure). Regenerating gives byte-identical JSON
+and CSV (fits rounded to 6 digits, fixed dates).
 """
 
 from __future__ import annotations
@@ -19,16 +21,19 @@ from pathlib import Path
 import pandas as pd
 
 from tripath.calibrate.job import write_plots
-from tripath.calibrate.published.builder import build_published_profile, profile_name
+from tripath.calibrate.published.builder import PROJECTED, build_published_profile, profile_name, project_published
 from tripath.calibrate.published.vidur import (
     DECODE_BATCHES,
     DECODE_KV,
-    GPUS,
+    MEASURED,
+    MLP_FILES,
     MODELS,
+    NETWORK_FILES,
+    NETWORKS,
     PREFILL_CHUNKS,
     PREFILL_KV,
-    all_reduce_path,
-    mlp_path,
+    compute_path,
+    network_path,
 )
 from tripath.calibrate.samples import HEADER
 from tripath.core.data_dirs import DATA_DIR, PROFILES_DIR
@@ -42,15 +47,21 @@ def _write_csv(df: pd.DataFrame, path: Path) -> None:
     df.to_csv(path, index=False, lineterminator="\n")
 
 
+def _copy(src: Path, dst: Path) -> None:
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(src, dst)
+
+
 def extract(src: Path, dst: Path) -> None:
-    """Copy the rows the conversion uses (tp of each model, 2-GPU all-reduce, the attention grid)."""
-    for gpu in GPUS:
-        for model in MODELS.values():
-            df = pd.read_csv(mlp_path(src, gpu, model))
-            _write_csv(df[df.num_tensor_parallel_workers == model.tp], mlp_path(dst, gpu, model))
-        df = pd.read_csv(all_reduce_path(src, gpu))
-        _write_csv(df[(df.num_workers == 2) & (df.devices_per_node == 2)], all_reduce_path(dst, gpu))
+    """Copy every mlp.csv and network file in full, and the attention rows of the grid the conversion uses."""
+    for gpu_dir, hf_dir in MLP_FILES:
+        _copy(compute_path(src, gpu_dir, hf_dir), compute_path(dst, gpu_dir, hf_dir))
+    for network in NETWORKS:
+        for name in NETWORK_FILES:
+            _copy(network_path(src, network, name), network_path(dst, network, name))
     for model in MODELS.values():
+        if model.attention is None:
+            continue
         path = Path("data/profiling") / model.attention
         df = pd.read_csv(src / path)
         if model.attention_format == "old":
@@ -62,17 +73,22 @@ def extract(src: Path, dst: Path) -> None:
 
 
 def build(root: Path, out_dir: Path, plots: bool) -> None:
-    for gpu in GPUS:
-        for model in MODELS:
-            profile, samples, fitted = build_published_profile(root, gpu, model)
-            name = profile_name(gpu, model)
-            path = out_dir / f"{name}.json"
-            save_profile(profile, path)
-            save_samples(out_dir / f"{name}.samples.csv", HEADER, [s.row() for s in samples])
-            if plots:
-                write_plots(fitted, path, profile.key_str() + " (published)")
-            fits = ", ".join(f"{n} holdout MAPE {f.result.quality.holdout_mape:.1%}" for n, f in fitted.items())
-            print(f"wrote {path} ({len(samples)} samples; {fits})")
+    published = {}
+    for gpu, model in MEASURED:
+        profile, samples, fitted = build_published_profile(root, gpu, model)
+        published[gpu, model] = profile
+        name = profile_name(gpu, model)
+        path = out_dir / f"{name}.json"
+        save_profile(profile, path)
+        save_samples(out_dir / f"{name}.samples.csv", HEADER, [s.row() for s in samples])
+        if plots:
+            write_plots(fitted, path, profile.key_str() + " (published)")
+        fits = ", ".join(f"{n} holdout MAPE {f.result.quality.holdout_mape:.1%}" for n, f in fitted.items())
+        print(f"wrote {path} ({len(samples)} samples; {fits})")
+    for src, model, dst in PROJECTED:
+        path = out_dir / f"{profile_name(dst, model, projected=True)}.json"
+        save_profile(project_published(published[src, model], dst), path)
+        print(f"wrote {path} (projected from {profile_name(src, model)})")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -66,17 +66,25 @@ def _lower_bounds(spec: Formula) -> np.ndarray:
     return np.array([1e-12 if name in spec.positive else 0.0 for name in spec.coefficients])
 
 
+def relative_least_squares(columns: np.ndarray, y: np.ndarray, offset: np.ndarray | None = None,
+                           lower: np.ndarray | None = None) -> np.ndarray:
+    """Coefficients c >= lower minimising the relative residuals (offset + columns @ c - y) / y (bounded BVLS)."""
+    offset = np.zeros_like(y) if offset is None else offset
+    lower = np.zeros(columns.shape[1]) if lower is None else lower
+    a = columns / y[:, None]  # [n, p]: relative residual rows
+    b = 1.0 - offset / y
+    scale = np.linalg.norm(a, axis=0)
+    scale[scale == 0] = 1.0  # a column of zeros (input constant at 0): its coefficient is unidentified
+    sol = lsq_linear(a / scale, b, bounds=(lower * scale, np.inf), method="bvls")
+    return sol.x / scale
+
+
 def _solve(spec: Formula, inputs: dict[str, np.ndarray], y: np.ndarray) -> np.ndarray:
     lower = _lower_bounds(spec)
     design = _design(spec, inputs)
     if design is not None:
         offset, columns = design
-        a = columns / y[:, None]  # [n, p]: relative residual rows
-        b = 1.0 - offset / y
-        scale = np.linalg.norm(a, axis=0)
-        scale[scale == 0] = 1.0  # a column of zeros (input constant at 0): its coefficient is unidentified
-        sol = lsq_linear(a / scale, b, bounds=(lower * scale, np.inf), method="bvls")
-        return sol.x / scale
+        return relative_least_squares(columns, y, offset, lower)
     result = least_squares(lambda c: (_evaluate(spec, inputs, c) - y) / y, np.ones(len(spec.coefficients)),
                            bounds=(lower, np.inf), x_scale="jac")
     return result.x

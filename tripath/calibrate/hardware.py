@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import platform
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from tripath.core.errors import InputError
 from tripath.profile.profile import Coefficient, Hardware
@@ -25,6 +25,16 @@ PCIE5_X16 = Coefficient(63.0, "GB/s", "published", "PCIe 5.0 x16: 32 GT/s x 16 l
                         "direction (PCI-SIG PCI Express Base Specification 5.0)")
 NVME_GEN4 = Coefficient(7.0, "GB/s", "published", "PCIe 4.0 x4 NVMe sequential read, typical datacenter drive "
                         "(e.g. Samsung PM9A3 / Micron 7450 datasheets: 6.8-7.0 GB/s)")
+# Measured by others: what an engine's copies reach over the bus (preferred for paging costs where published).
+H100_DMA = Coefficient(50.0, "GB/s", "published", "H100 cudaMemcpyAsync DMA from pinned host memory, large "
+                       "blocks, one way: about 50 GB/s; about 5 GB/s with 16-token blocks (vLLM issue #33398, "
+                       "as summarised in reference/engines.md)")
+H200_DMA = Coefficient(50.0, "GB/s", "derived", "H100's published pinned DMA rate (about 50 GB/s one way, vLLM "
+                       "issue #33398), assuming H200 (the same GH100 die and PCIe 5.0 x16 host interface) copies "
+                       "at the same rate; not measured on H200")
+PCIE5_X16_H100 = replace(PCIE5_X16, note=f"{PCIE5_X16.note}; the bus figure is an upper bound: DMA copies "
+                         "measured by others reach about 50 GB/s one way on H100 (vLLM issue #33398), which the "
+                         "published profiles' paging cost uses")
 NVLINK3 = Coefficient(300.0, "GB/s", "published", "NVLink 3 on A100 SXM4: 600 GB/s total bidirectional, 300 GB/s "
                       "per direction (NVIDIA A100 Tensor Core GPU datasheet)")
 NVLINK4 = Coefficient(450.0, "GB/s", "published", "NVLink 4 on H100/H200 SXM: 900 GB/s total bidirectional, 450 "
@@ -44,6 +54,7 @@ class HardwareSpec:
     ssd_bytes: int
     links: dict[str, Coefficient]
     citation: str
+    copy_rates: dict[str, Coefficient] = field(default_factory=dict)  # link -> engine copy rate, where published
 
     def __post_init__(self) -> None:
         for name in ("peak_tflops", "memory_tbps"):
@@ -66,14 +77,14 @@ SPECS: dict[str, HardwareSpec] = {
         "SSD are one GPU's share of a DGX A100 (1 TiB, 15.36 TB NVMe)"),
     "h100-sxm": HardwareSpec(
         "h100-sxm", "NVIDIA H100 80GB HBM3", 989.4, 3.35, 81559 * MIB, 256 * GIB, 30_720_000_000_000 // 8,
-        {"device_host": PCIE5_X16, "host_ssd": NVME_GEN4, "interconnect": NVLINK4},
+        {"device_host": PCIE5_X16_H100, "host_ssd": NVME_GEN4, "interconnect": NVLINK4},
         "NVIDIA H100 SXM5 datasheet: 989 TFLOP/s dense BF16, 3.35 TB/s HBM3, 80 GB (81559 MiB); host and SSD are "
-        "one GPU's share of a DGX H100 (2 TiB, 30.72 TB NVMe)"),
+        "one GPU's share of a DGX H100 (2 TiB, 30.72 TB NVMe)", {"device_host": H100_DMA}),
     "h200": HardwareSpec(
         "h200", "NVIDIA H200", 989.4, 4.8, 143771 * MIB, 256 * GIB, 30_720_000_000_000 // 8,
-        {"device_host": PCIE5_X16, "host_ssd": NVME_GEN4, "interconnect": NVLINK4},
+        {"device_host": PCIE5_X16_H100, "host_ssd": NVME_GEN4, "interconnect": NVLINK4},
         "NVIDIA H200 SXM datasheet: 989 TFLOP/s dense BF16, 4.8 TB/s HBM3e, 141 GB (143771 MiB); host and SSD are "
-        "one GPU's share of a DGX H200 (2 TiB, 30.72 TB NVMe)"),
+        "one GPU's share of a DGX H200 (2 TiB, 30.72 TB NVMe)", {"device_host": H200_DMA}),
 }
 
 

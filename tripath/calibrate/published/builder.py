@@ -3,7 +3,12 @@
 Source kind "published": the costs are fitted to iteration times rebuilt from Vidur's real GPU
 operator measurements (``tripath/calibrate/published/vidur.py``), the hardware and links are vendor and bus
 specifications (``tripath/calibrate/hardware.py``), each cited in its note. Paging is the link's
-published bandwidth with no setup term (no setup latency is published): a lower bound.
+published rate with no setup term (no setup latency is published): a lower bound. Where others
+measured what an engine's copies reach over the link (H100 DMA), that rate is used rather than the
+bus figure, which no engine attains.
+
+Profiles named ``published-*`` stand on Vidur's measurements of that GPU; ``projected-*`` ones are a
+published profile scaled to hardware Vidur did not measure (``projection.py``), source "projected".
 """
 
 from __future__ import annotations
@@ -14,7 +19,8 @@ from pathlib import Path
 from tripath.calibrate.assemble import SWEEPS, FittedCost, fit_all
 from tripath.calibrate.hardware import SPECS
 from tripath.calibrate.job import GPU_MEMORY_UTILISATION
-from tripath.calibrate.published.vidur import GPUS, MODELS, published_samples
+from tripath.calibrate.published.projection import project_profile
+from tripath.calibrate.published.vidur import MODELS, PublishedSamples, VidurModel, published_samples
 from tripath.calibrate.samples import Sample
 from tripath.calibrate.sweeps.decode import DECODE_V1
 from tripath.engine.model.config import PRESETS
@@ -34,51 +40,110 @@ CREATED_UTC = "2026-11-29T00:00:00Z"  # fixed, so regenerating gives identical b
 COMMAND = "python scripts/make_vidur_profiles.py"
 DTYPE_BYTES = 2  # Vidur profiled fp16
 PAGING_LINKS = ("device_host", "host_ssd")
+SHORT = {"a100-80gb": "a100", "h100-sxm": "h100", "h200": "h200"}
+# (source gpu, model, target gpu) of the projected profiles: the source is the measured GPU nearest the target
+PROJECTED = (("a100-80gb", "llama-3-8b", "h100-sxm"), ("a100-80gb", "llama-3-70b-tp4", "h100-sxm"),
+             ("a100-80gb", "llama-3-8b", "h200"), ("a100-80gb", "llama-3-70b-tp4", "h200"),
+             ("h100-sxm", "llama-2-7b", "h200"), ("h100-sxm", "llama-2-70b", "h200"))
 
 
-def profile_name(gpu: str, model: str) -> str:
-    tp = MODELS[model].tp
-    short = {"a100-80gb": "a100", "h100-sxm": "h100"}[gpu]
-    return f"published-{model.replace('llama-2', 'llama2')}{f'-tp{tp}' if tp > 1 else ''}-{short}"
+def profile_name(gpu: str, model: str, projected: bool = False) -> str:
+    """published-MODEL[-tpN]-GPU for Vidur-measured GPUs, projected-... for a projection to ``gpu``."""
+    vm = MODELS[model]
+    short_model = vm.name.replace("llama-2", "llama2").replace("llama-3", "llama3")
+    prefix = "projected" if projected else "published"
+    return f"{prefix}-{short_model}{f'-tp{vm.tp}' if vm.tp > 1 else ''}-{SHORT[gpu]}"
 
 
 def model_spec(model: str) -> ModelSpec:
-    config = PRESETS[MODELS[model].preset]
+    vm = MODELS[model]
+    config = PRESETS[vm.preset]
     params = config.num_params()
-    return ModelSpec(model, config.num_layers, config.num_heads, config.num_kv_heads, int(config.head_dim),
+    hf = "Llama-2-*-hf" if vm.hf_dir.startswith("Llama-2") else vm.hf_dir
+    return ModelSpec(vm.name, config.num_layers, config.num_heads, config.num_kv_heads, int(config.head_dim),
                      config.hidden_size, params, DTYPE_BYTES, config.kv_bytes_per_token(DTYPE_BYTES),
-                     params * DTYPE_BYTES, "published architecture (HF config.json of meta-llama/Llama-2-*-hf); "
+                     params * DTYPE_BYTES, f"published architecture (HF config.json of meta-llama/{hf}); "
                      "params counted from the layer shapes; fp16 weights")
 
 
-def _paging(gpu: str, kv_bytes_per_token: int) -> dict[str, PagingLink]:
+def kv_budget(gpu: str, tp: int, weight_bytes: int) -> MemoryBudget:
+    """tp GPUs' memory at vLLM's default utilisation, less the fp16 weights."""
+    spec = SPECS[gpu]
+    budget = int(tp * spec.memory_bytes * GPU_MEMORY_UTILISATION) - weight_bytes
+    return MemoryBudget(budget, "derived", f"tp {tp} x {spec.memory_bytes} bytes x {GPU_MEMORY_UTILISATION} "
+                        "(vLLM's default utilisation) minus fp16 weights")
+
+
+def paging_links(gpu: str, kv_bytes_per_token: int) -> dict[str, PagingLink]:
+    """Per link: the engine copy rate measured by others where published, else the bus figure; no setup term."""
+    spec = SPECS[gpu]
     out = {}
     for link in PAGING_LINKS:
-        bw = SPECS[gpu].links[link]
+        bus = spec.links[link]
+        rate = spec.copy_rates.get(link)
+        note = ("Published link bandwidth, never measured here (empty domain): measure with a paging sweep."
+                if rate is None else
+                f"Copy rate measured by others, below the bus's {bus.value:g} GB/s (an upper bound no engine "
+                "reaches); never measured here (empty domain): measure with a paging sweep.")
+        bw = bus if rate is None else rate
         cost = CostModel("paging_v1", {
             "setup_ms": Coefficient(0.0, "ms", "derived", "no setup latency is published: 0, so the cost is a "
                                     "lower bound"),
-            "bandwidth_gbps": Coefficient(bw.value, "GB/s", "published", bw.note)},
-            ("bytes",), {"bytes": (0.0, 0.0)}, None,
-            "Published link bandwidth, never measured here (empty domain): measure with a paging sweep.")
+            "bandwidth_gbps": Coefficient(bw.value, "GB/s", bw.source, bw.note)},
+            ("bytes",), {"bytes": (0.0, 0.0)}, None, note)
         two_k = 2048 * kv_bytes_per_token
         out[link] = PagingLink(cost, cost.evaluate(bytes=two_k) - cost.evaluate(bytes=0.0))
     return out
 
 
-def _label_projected(fitted: dict[str, FittedCost], scale: tuple[float, float]) -> dict[str, CostModel]:
-    """On H100 the attention terms come from A100 attention x measured ratios: say so per coefficient."""
+def _attention_label(rebuilt: PublishedSamples) -> tuple[str, dict[str, str]] | None:
+    """(source, note per attention coefficient) when attention is not Vidur's measurement on this GPU."""
+    fit, scale = rebuilt.attention_fit, rebuilt.attention_scale
+    if fit is None and scale is None:
+        return None
+    derived = ("DERIVED: Vidur has no attention profile for this model and tp, so attention per layer is "
+               f"derived from FLOPs and K/V bytes at efficiencies fitted on Vidur's real Llama-2 A100 attention "
+               f"rows (tripath/calibrate/published/attention.py: {fit.describe()})" if fit is not None else "")
+    if scale is None:
+        return "derived", {"c_attn": derived, "d_ctx": derived}
+    base = "attention derived on A100 as above" if fit is not None else "Vidur has no H100 attention data"
+    notes = {coef: (f"{derived + '; ' if derived else ''}PROJECTED: {base}, so A100 attention times x {ratio:.4g} "
+                    f"(the {kind} H100/A100 time ratio measured in Vidur's linear-layer data)")
+             for coef, ratio, kind in (("c_attn", scale[1], "compute-bound"), ("d_ctx", scale[0], "memory-bound"))}
+    return "projected", notes
+
+
+def _label_attention(fitted: dict[str, FittedCost], rebuilt: PublishedSamples) -> dict[str, CostModel]:
+    """The attention coefficients say where their attention came from when it is not measured on this GPU."""
+    label = _attention_label(rebuilt)
+    if label is None:
+        return {n: f.model for n, f in fitted.items()}
+    source, notes = label
     costs = {}
     for name, f in fitted.items():
         coefficients = dict(f.model.coefficients)
-        for coef, ratio, kind in (("c_attn", scale[1], "compute-bound"), ("d_ctx", scale[0], "memory-bound")):
+        for coef, note in notes.items():
             if coef in coefficients:
                 c = coefficients[coef]
-                coefficients[coef] = replace(c, source="projected", note=(
-                    f"{c.note}; PROJECTED: Vidur has no H100 attention data, so A100 attention times x {ratio:.4g} "
-                    f"(the {kind} H100/A100 time ratio measured in Vidur's linear-layer data)"))
+                coefficients[coef] = replace(c, source=source, note=f"{c.note}; {note}")
         costs[name] = replace(f.model, coefficients=coefficients)
     return costs
+
+
+def _model_notes(vm: VidurModel, gpu: str) -> list[str]:
+    if vm.name.startswith("llama-2"):
+        return ["Omitted by Vidur's data and so here: LM head, sampling and CPU overheads (about 1 % of a step)."]
+    config = PRESETS[vm.preset]
+    head = config.vocab_size * config.hidden_size * DTYPE_BYTES / vm.tp
+    ms = head / (SPECS[gpu].memory_tbps * 1e12) * 1e3
+    return [f"Omitted by Vidur's data and so here: LM head, sampling and CPU overheads. The LM head "
+            f"({config.vocab_size} x {config.hidden_size} fp16, {head / 1e9:.3g} GB per GPU at tp {vm.tp}) adds at "
+            f"least {ms:.3g} ms to a decode step on {SPECS[gpu].device_name} (derived: its weights read once at HBM "
+            "peak).",
+            f"{vm.name}: the shapes of HF config.json (8K window); Llama-3.1 has the same shapes with a 128K window "
+            "(RoPE scaling only), so the profile stands for it too. The profile sets no context limit: a 128K "
+            "request is refused only when its KV exceeds the budget; costs past the domain are extrapolated by "
+            "the formulas and counted."]
 
 
 def build_published_profile(root: Path, gpu: str, model: str) -> tuple[Profile, list[Sample],
@@ -86,30 +151,47 @@ def build_published_profile(root: Path, gpu: str, model: str) -> tuple[Profile, 
     """(profile, the rebuilt iteration samples, the fits) for one GPU and model."""
     vm, spec, mspec = MODELS[model], SPECS[gpu], model_spec(model)
     rebuilt = published_samples(root, gpu, vm, mspec.layers)
-    attention_src = "A100 attention x measured H100/A100 ratios" if rebuilt.attention_scale else "A100 attention"
-    data = (f"iteration times rebuilt from Vidur {GPUS[gpu]} operator medians (tp{vm.tp}, {attention_src}); "
+    attention_src = "derived A100 attention" if rebuilt.attention_fit is not None else "A100 attention"
+    if rebuilt.attention_scale:
+        attention_src += " x measured H100/A100 ratios"
+    data = (f"iteration times rebuilt from Vidur {SHORT[gpu]} operator medians (tp{vm.tp}, {attention_src}); "
             f"see data/peer-data/vidur/README.md")
     fitted = fit_all(rebuilt.samples, mspec.layers, coefficient_source="fitted", data=data,
                      note="Fitted to Vidur's published operator timings (MIT), not measured by tripath.",
                      sweeps={**SWEEPS, "decode": DECODE_V1})  # GPU data: no CPU gemv -> gemm step
-    costs = ({n: f.model for n, f in fitted.items()} if rebuilt.attention_scale is None
-             else _label_projected(fitted, rebuilt.attention_scale))
-    budget = int(vm.tp * spec.memory_bytes * GPU_MEMORY_UTILISATION) - mspec.weight_bytes
-    memory = MemoryBudget(budget, "derived", f"tp {vm.tp} x {spec.memory_bytes} bytes x {GPU_MEMORY_UTILISATION} "
-                          "(vLLM's default utilisation) minus fp16 weights")
+    costs = _label_attention(fitted, rebuilt)
+    memory = kv_budget(gpu, vm.tp, mspec.weight_bytes)
     notes = [
         f"Published data, not measured by tripath: Vidur (microsoft/vidur, MIT) operator timings on "
         f"{spec.device_name}, tp {vm.tp}, rebuilt into iterations and fitted (tripath/calibrate/published/vidur.py).",
-        "Omitted by Vidur's data and so here: LM head, sampling and CPU overheads (about 1 % of a step).",
+        *_model_notes(vm, gpu),
         "No speculative, sequence-parallel or compression data: those sections are absent.",
     ]
+    if rebuilt.attention_fit is not None:
+        errors = ", ".join(f"{label} decode {d:.1%} / prefill {p:.1%}"
+                           for label, (d, p) in rebuilt.attention_fit.mape.items())
+        notes.append(f"Attention is DERIVED (no Vidur attention profile for {vm.name} at tp {vm.tp}): FLOPs and "
+                     f"K/V bytes on the A100 roofline at efficiencies fitted on Vidur's real Llama-2 A100 "
+                     f"attention rows (fit MAPE {errors}); see docs/published_profiles.md.")
     if rebuilt.attention_scale is not None:
         decode, prefill = rebuilt.attention_scale
         notes.append(f"Attention on H100 is PROJECTED from A100 attention: decode x {decode:.4g}, prefill x "
                      f"{prefill:.4g} (H100/A100 ratios measured in Vidur's linear layers).")
     profile = Profile(
-        key=ProfileKey(gpu, model, "fp16", vm.tp, VIDUR_COMMIT), source="published",
+        key=ProfileKey(gpu, vm.name, "fp16", vm.tp, VIDUR_COMMIT), source="published",
         hardware=spec.hardware("Costs from Vidur's operator profiles on this GPU"), model=mspec, memory=memory,
         costs=costs, provenance=Provenance(COMMAND, VIDUR_COMMIT, None, None, spec.device_name, CREATED_UTC),
-        paging=_paging(gpu, mspec.kv_bytes_per_token), notes=tuple(notes))
+        paging=paging_links(gpu, mspec.kv_bytes_per_token), notes=tuple(notes))
     return profile, rebuilt.samples, fitted
+
+
+def project_published(profile: Profile, dst: str) -> Profile:
+    """A published profile (with whatever sections the caller added) projected to ``dst``, source "projected".
+
+    Costs and sections scale by roofline ratios (``projection.py``); the KV budget and paging follow the
+    same rules as a published profile on ``dst`` (its memory, its links), since those are specifications.
+    """
+    projected = project_profile(profile, SPECS[dst], COMMAND, CREATED_UTC)
+    tp = projected.key.tp
+    return replace(projected, memory=kv_budget(dst, tp, projected.model.weight_bytes),
+                   paging=paging_links(dst, projected.model.kv_bytes_per_token))

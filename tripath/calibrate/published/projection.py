@@ -86,8 +86,9 @@ def _project_sp(sp: SequenceParallel, src: HardwareSpec, dst: HardwareSpec) -> S
                             f"(interconnect {src.name} / {dst.name}); speedups kept. {sp.note}")
 
 
-def project_profile(profile: Profile, dst: HardwareSpec, command: str = "tripath profile project") -> Profile:
-    """``profile`` rescaled to ``dst`` hardware; source kind "projected"."""
+def project_profile(profile: Profile, dst: HardwareSpec, command: str = "tripath profile project",
+                    created_utc: str | None = None) -> Profile:
+    """``profile`` rescaled to ``dst`` hardware; source kind "projected" (``created_utc``: fixed time, else now)."""
     src = source_spec(profile)
     ratios = {FLOPS: src.peak_tflops / dst.peak_tflops, MEMORY: src.memory_tbps / dst.memory_tbps, FIXED: 1.0}
     costs = {name: _project_cost(m, ratios, src.name, dst.name) for name, m in profile.costs.items()}
@@ -122,7 +123,7 @@ def project_profile(profile: Profile, dst: HardwareSpec, command: str = "tripath
         source="projected", hardware=hardware, model=profile.model, memory=memory, costs=costs,
         provenance=Provenance(command, profile.provenance.engine_commit, profile.provenance.torch_version,
                               profile.provenance.cuda_version, None,
-                              dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                              created_utc or dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
                               profile.provenance.seed_documents),
         speculative=profile.speculative, acceptance=dict(profile.acceptance), paging=paging,
         sequence_parallel=sequence_parallel, compression=dict(profile.compression),

@@ -158,7 +158,8 @@ class ModelConfig:
         }
 
 
-# Shapes from the published HF config.json files (meta-llama/Llama-2-*-hf); the tiny ones are for tests.
+# Shapes from the published HF config.json files (meta-llama/Llama-2-*-hf, meta-llama/Meta-Llama-3-*); the
+# tiny ones are for tests.
 PRESETS: dict[str, ModelConfig] = {
     "tiny-mha": ModelConfig(
         vocab_size=256,
@@ -223,5 +224,25 @@ PRESETS: dict[str, ModelConfig] = {
         num_heads=64,
         num_kv_heads=8,
         max_position_embeddings=4096,
+    ),
+    "llama3-8b": ModelConfig(
+        vocab_size=128256,
+        hidden_size=4096,
+        intermediate_size=14336,
+        num_layers=32,
+        num_heads=32,
+        num_kv_heads=8,
+        rope_theta=500000.0,
+        max_position_embeddings=8192,
+    ),
+    "llama3-70b": ModelConfig(
+        vocab_size=128256,
+        hidden_size=8192,
+        intermediate_size=28672,
+        num_layers=80,
+        num_heads=64,
+        num_kv_heads=8,
+        rope_theta=500000.0,
+        max_position_embeddings=8192,
     ),
 }
