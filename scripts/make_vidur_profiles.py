@@ -21,7 +21,13 @@ from pathlib import Path
 import pandas as pd
 
 from tripath.calibrate.job import write_plots
-from tripath.calibrate.published.builder import PROJECTED, build_published_profile, profile_name, project_published
+from tripath.calibrate.published.builder import (
+    PROJECTED,
+    build_published_profile,
+    profile_name,
+    project_with_paths,
+    with_paths,
+)
 from tripath.calibrate.published.vidur import (
     DECODE_BATCHES,
     DECODE_KV,
@@ -76,6 +82,7 @@ def build(root: Path, out_dir: Path, plots: bool) -> None:
     published = {}
     for gpu, model in MEASURED:
         profile, samples, fitted = build_published_profile(root, gpu, model)
+        profile = with_paths(root, profile, model)
         published[gpu, model] = profile
         name = profile_name(gpu, model)
         path = out_dir / f"{name}.json"
@@ -87,7 +94,7 @@ def build(root: Path, out_dir: Path, plots: bool) -> None:
         print(f"wrote {path} ({len(samples)} samples; {fits})")
     for src, model, dst in PROJECTED:
         path = out_dir / f"{profile_name(dst, model, projected=True)}.json"
-        save_profile(project_published(published[src, model], dst), path)
+        save_profile(project_with_paths(root, published[src, model], model, dst), path)
         print(f"wrote {path} (projected from {profile_name(src, model)})")
 
 

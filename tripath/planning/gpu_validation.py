@@ -15,6 +15,10 @@ def _pct(x: float) -> str:
     return f"{x:+.0%}"
 
 
+def _ms(x: float) -> str:
+    return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.3g}"
+
+
 def vllm_serving_table(results: list[StageResult]) -> str:
     """Measured vs simulated P50/P90/P99 per stage, with the relative errors."""
     lines = [f"### vLLM serving on H100, Llama-2-70B TP4 (profile `{PROFILE}`)", "",
@@ -31,8 +35,8 @@ def vllm_serving_table(results: list[StageResult]) -> str:
         simulated = {"TTFT": r.ttft_ms, "per token": r.per_token_ms, "E2E": r.e2e_ms}
         for name, key in (("TTFT", "ttft"), ("per token", "per_token"), ("E2E", "e2e")):
             m, sim, e = measured[name], simulated[name], errors[key]
-            lines.append(f"| {s.label} | {name} | {' / '.join(f'{v:.4g}' for v in m)} | "
-                         f"{' / '.join(f'{v:.4g}' for v in sim)} | {' / '.join(_pct(v) for v in e)} |")
+            lines.append(f"| {s.label} | {name} | {' / '.join(_ms(v) for v in m)} | "
+                         f"{' / '.join(_ms(v) for v in sim)} | {' / '.join(_pct(v) for v in e)} |")
     lines += ["", "| stage | measured output tok/s | simulated output tok/s | error | cost queries outside the "
               "measured domain |", "|---|---|---|---|---|"]
     for r in results:

@@ -9,6 +9,11 @@ bus figure, which no engine attains.
 
 Profiles named ``published-*`` stand on Vidur's measurements of that GPU; ``projected-*`` ones are a
 published profile scaled to hardware Vidur did not measure (``projection.py``), source "projected".
+
+``with_paths`` adds every optimization path's section: speculative decoding for the model's draft/target pair
+(``speculative.py``, acceptance from ``acceptance.py``), sequence parallelism (``seqpar.py``) and KV compression
+(``compression.py``). A projected profile keeps its source's speculative section with the round-cost curves
+projected, and gets its sequence-parallel and compression sections built again on its own GPU.
 """
 
 from __future__ import annotations
@@ -19,7 +24,11 @@ from pathlib import Path
 from tripath.calibrate.assemble import SWEEPS, FittedCost, fit_all
 from tripath.calibrate.hardware import SPECS
 from tripath.calibrate.job import GPU_MEMORY_UTILISATION
+from tripath.calibrate.published.acceptance import acceptance_for_pair
+from tripath.calibrate.published.compression import compression_sections
 from tripath.calibrate.published.projection import project_profile
+from tripath.calibrate.published.seqpar import sequence_parallel_sections
+from tripath.calibrate.published.speculative import speculative_section
 from tripath.calibrate.published.vidur import MODELS, PublishedSamples, VidurModel, published_samples
 from tripath.calibrate.samples import Sample
 from tripath.calibrate.sweeps.decode import DECODE_V1
@@ -34,6 +43,7 @@ from tripath.profile.profile import (
     ProfileKey,
     Provenance,
 )
+from tripath.profile.speculative import Speculative
 
 VIDUR_COMMIT = "vidur-7d47513363ec"
 CREATED_UTC = "2026-11-29T00:00:00Z"  # fixed, so regenerating gives identical bytes
@@ -45,6 +55,40 @@ SHORT = {"a100-80gb": "a100", "h100-sxm": "h100", "h200": "h200"}
 PROJECTED = (("a100-80gb", "llama-3-8b", "h100-sxm"), ("a100-80gb", "llama-3-70b-tp4", "h100-sxm"),
              ("a100-80gb", "llama-3-8b", "h200"), ("a100-80gb", "llama-3-70b-tp4", "h200"),
              ("h100-sxm", "llama-2-7b", "h200"), ("h100-sxm", "llama-2-70b", "h200"))
+
+
+# per model (MODELS key): the speculative draft/target pair priced on the profile's GPU (speculative.PAIRS) and the
+# acceptance table it plans on (acceptance.PAIRS), with why that table
+SPECULATIVE_PAIRS = {
+    "llama-2-7b": ("llama2-7b/llama-68m", "vicuna-7b/vicuna-68m",
+                   "Spec-Bench's SpS pair (Vicuna-7B, a Llama-2-7B-shaped model, with a 68M draft)"),
+    "llama-2-70b": ("llama2-70b-tp2/llama2-7b", "llama2-70b/llama2-7b", "the seed's own pair (Table 3.1)"),
+    "llama-2-70b-tp4": ("llama2-70b-tp4/llama2-7b", "llama2-70b/llama2-7b", "the seed's own pair (Table 3.1)"),
+    "llama-3-8b": ("llama3-8b/llama3-vocab-68m", "vicuna-7b/vicuna-68m",
+                   "no published acceptance for a small Llama-3 draft: Spec-Bench's SpS pair (a 7B target with a "
+                   "68M draft) stands in"),
+    "llama-3-70b-tp4": ("llama3-70b-tp4/llama3-8b", "llama2-70b/llama2-7b",
+                        "no published per-task acceptance for Llama-3-70B with an 8B draft: the seed's 70B/7B "
+                        "pair of the previous generation stands in"),
+}
+
+
+def with_paths(root: Path, profile: Profile, model: str, speculative: Speculative | None = None) -> Profile:
+    """``profile`` with every path's section (module docstring). ``speculative``: the section to keep (a projected
+    profile's, projected from its source); None builds it from Vidur's rows on the profile's GPU."""
+    pair, acceptance_pair, why = SPECULATIVE_PAIRS[model]
+    section = speculative if speculative is not None else speculative_section(root, pair, profile.key.hardware,
+                                                                               profile)
+    sequence_parallel = sequence_parallel_sections(root, profile)
+    notes = [n for n in profile.notes if not n.startswith("No speculative, sequence-parallel or compression")]
+    notes.append(f"Paths: speculative decoding priced for {pair} (round costs by batch and context from Vidur's "
+                 f"linear-layer rows), acceptance from {acceptance_pair}: {why}; sequence parallelism at degrees "
+                 f"{', '.join(map(str, sorted(sequence_parallel))) or 'none'} (zigzag ring prefill and sharded-KV "
+                 "decode priced from the profile's costs and Vidur's NCCL medians); KV compression fp8, int8, int4 "
+                 "(bytes, decode attention, published quality). All derived: docs/published_profiles.md.")
+    return replace(profile, speculative=section, acceptance=acceptance_for_pair(acceptance_pair),
+                   sequence_parallel=sequence_parallel, compression=compression_sections(profile),
+                   notes=tuple(notes))
 
 
 def profile_name(gpu: str, model: str, projected: bool = False) -> str:
@@ -195,3 +239,10 @@ def project_published(profile: Profile, dst: str) -> Profile:
     tp = projected.key.tp
     return replace(projected, memory=kv_budget(dst, tp, projected.model.weight_bytes),
                    paging=paging_links(dst, projected.model.kv_bytes_per_token))
+
+
+def project_with_paths(root: Path, profile: Profile, model: str, dst: str) -> Profile:
+    """A published profile with its paths (``with_paths``) projected to ``dst``: the speculative section's curves
+    projected, sequence parallelism and compression built again on ``dst``."""
+    projected = project_published(profile, dst)
+    return with_paths(root, projected, model, speculative=projected.speculative)

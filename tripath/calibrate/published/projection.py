@@ -12,16 +12,23 @@ Each cost coefficient is scaled by the hardware ratio of the resource that bound
 | sp merge m_ctx | interconnect | src / dst interconnect bandwidth |
 | c0, setup_ms, m0 | launch and driver latency, not a roofline | unchanged |
 | decode d_multi | kernel choice (gemv at 1 row, gemm from 2), not a roofline | unchanged |
+| speculative round-cost curve at T tokens | an fp16 linear layer's roofline at T | max(1/BW, T/F) dst / src |
+| speculative attention per cached token | memory bandwidth | src / dst HBM bandwidth |
+| SP decode rows: merge_ms / comm_ms | memory bandwidth / interconnect | src / dst of each |
 
 Ratios ignore everything a roofline does not see (kernel efficiency, clocks, cache sizes); the
 projected profile says so in every coefficient note and in its notes, and its fits are dropped
 (they described the source hardware). Speculative cost ratios and acceptance are ratios of the
-same hardware's costs and properties of the models, so they carry over unchanged.
+same hardware's costs and properties of the models, so they carry over unchanged; a section's
+round-cost curves are times, and are projected point by point: an fp16 linear layer over T tokens reads
+W bytes of weights and does T x W FLOPs, so its roofline time is W x max(1 / BW, T / F), and the ratio of
+two GPUs' roofline times at T needs no model size.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import replace
 
 from tripath.calibrate.hardware import HardwareSpec, spec_for_device
 from tripath.core.errors import InputError
@@ -36,6 +43,8 @@ from tripath.profile.profile import (
     SequenceParallel,
     SpRow,
 )
+from tripath.profile.sections import SpDecodeRow
+from tripath.profile.speculative import RoundCosts, Speculative, StepCurve
 
 FLOPS, MEMORY, FIXED = "flops", "memory", "fixed"
 BOUND_BY = {"c0": FIXED, "c_tok": FLOPS, "c_attn": FLOPS, "d0": MEMORY, "d_seq": FLOPS, "d_ctx": MEMORY,
@@ -83,7 +92,42 @@ def _project_sp(sp: SequenceParallel, src: HardwareSpec, dst: HardwareSpec) -> S
         merge = CostModel(merge.formula, coefficients, merge.inputs, merge.domain, None,
                           f"PROJECTED by the interconnect ratio. {merge.note}")
     return SequenceParallel(sp.degree, rows, merge, "projected", f"PROJECTED: merge_ms x {factor:.4g} "
-                            f"(interconnect {src.name} / {dst.name}); speedups kept. {sp.note}")
+                            f"(interconnect {src.name} / {dst.name}); speedups kept. {sp.note}",
+                            decode_rows=_project_decode_rows(sp.decode_rows, src, dst))
+
+
+def roofline_ratio(tokens: float, src: HardwareSpec, dst: HardwareSpec) -> float:
+    """dst / src roofline time of an fp16 linear layer over ``tokens`` tokens (module docstring)."""
+    def time(spec: HardwareSpec) -> float:
+        return max(1.0 / (spec.memory_tbps * 1e12), tokens / (spec.peak_tflops * 1e12))
+    return time(dst) / time(src)
+
+
+def _project_curve(curve: StepCurve, src: HardwareSpec, dst: HardwareSpec) -> StepCurve:
+    points = tuple((t, float(f"{ms * roofline_ratio(t, src, dst):.6g}")) for t, ms in curve.points)
+    attention = _scaled(curve.attention_per_token, src.memory_tbps / dst.memory_tbps, f"HBM bandwidth {src.name} / "
+                        f"{dst.name}")
+    return StepCurve(curve.model, curve.tp, points, attention, "projected",
+                     f"PROJECTED from {src.name} to {dst.name}: each point x the fp16 linear-layer roofline ratio at "
+                     f"its T (max(1/BW, T/F) {dst.name} / {src.name}). Source ({curve.source}): {curve.note}")
+
+
+def _project_speculative(spec: Speculative | None, src: HardwareSpec, dst: HardwareSpec) -> Speculative | None:
+    """Round-cost curves projected point by point; the scalar ratios (ratios of one GPU's costs) are kept."""
+    if spec is None or spec.round_costs is None:
+        return spec
+    rc = spec.round_costs
+    projected = RoundCosts(_project_curve(rc.target, src, dst), _project_curve(rc.draft, src, dst),
+                           f"PROJECTED to {dst.name}. {rc.note}")
+    return replace(spec, round_costs=projected)
+
+
+def _project_decode_rows(rows: tuple[SpDecodeRow, ...], src: HardwareSpec, dst: HardwareSpec
+                         ) -> tuple[SpDecodeRow, ...]:
+    memory = src.memory_tbps / dst.memory_tbps
+    link = src.links["interconnect"].value / dst.links["interconnect"].value
+    return tuple(SpDecodeRow(r.batch, float(f"{r.merge_ms * memory:.6g}"), float(f"{r.comm_ms * link:.6g}"))
+                 for r in rows)
 
 
 def project_profile(profile: Profile, dst: HardwareSpec, command: str = "tripath profile project",
@@ -125,7 +169,8 @@ def project_profile(profile: Profile, dst: HardwareSpec, command: str = "tripath
                               profile.provenance.cuda_version, None,
                               created_utc or dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
                               profile.provenance.seed_documents),
-        speculative=profile.speculative, acceptance=dict(profile.acceptance), paging=paging,
+        speculative=_project_speculative(profile.speculative, src, dst), acceptance=dict(profile.acceptance),
+        paging=paging,
         sequence_parallel=sequence_parallel, compression=dict(profile.compression),
         notes=(banner, *profile.notes),
     )

@@ -57,6 +57,9 @@ from tripath.core.errors import InputError
 from tripath.profile.profile import Profile, SequenceParallel, SpRow
 from tripath.profile.sections import SpDecodeRow
 
+# the DGX node whose NCCL tables price each GPU: Vidur measured DGX A100 and DGX H100; a DGX H200 has the same
+# NVLink 4 / NVSwitch fabric as a DGX H100 (900 GB/s per GPU), so its collectives are priced on H100's (derived)
+NETWORK_OF = {**GPUS, "h200": "h100"}
 NODE_GPUS = 8  # GPUs per DGX A100 / DGX H100 node: the topology of Vidur's *_dgx network tables
 DEGREES = (2, 4, 8)
 LENGTHS = (4096, 8192, 16384, 32768, 65536, 131072)
@@ -112,9 +115,13 @@ class NcclTable:
         return "; ".join(parts)
 
 
+
+
 def network_path(root: Path, gpu: str, collective: str) -> Path:
-    """Vidur's NCCL table of ``collective`` (send_recv or all_reduce) on this GPU's DGX node."""
-    return root / "data/profiling/network" / f"{GPUS[gpu]}_dgx" / f"{collective}.csv"
+    """Vidur's NCCL table of ``collective`` (send_recv or all_reduce) on this GPU's DGX node (``NETWORK_OF``)."""
+    if gpu not in NETWORK_OF:
+        raise InputError(None, "key.hardware", f"no Vidur NCCL tables for {gpu!r} (known: {', '.join(NETWORK_OF)})")
+    return root / "data/profiling/network" / f"{NETWORK_OF[gpu]}_dgx" / f"{collective}.csv"
 
 
 def nccl_table(root: Path, gpu: str, collective: str, workers: int, per_node: int) -> NcclTable | None:
@@ -156,9 +163,9 @@ class Shapes:
         prefill = profile.costs.get("prefill")
         if prefill is None or prefill.formula != "prefill_v1":
             raise InputError(None, "costs.prefill", "ring prefill needs the prefill_v1 coefficients c0, c_tok, c_attn")
-        if profile.key.hardware not in SPECS or profile.key.hardware not in GPUS:
+        if profile.key.hardware not in SPECS or profile.key.hardware not in NETWORK_OF:
             raise InputError(None, "key.hardware", f"no Vidur network data for {profile.key.hardware!r}; known: "
-                             f"{', '.join(GPUS)}")
+                             f"{', '.join(NETWORK_OF)}")
         values = prefill.values()
         return cls(model.layers, model.heads / tp, model.head_dim, model.kv_bytes_per_token / model.layers / tp,
                    model.dtype_bytes, SPECS[profile.key.hardware].memory_tbps * 1e9, values["c0"], values["c_tok"],
@@ -260,6 +267,14 @@ def tables_for(root: Path, profile: Profile, degree: int) -> tuple[NcclTable | N
     return send_recv, all_reduce
 
 
+def _substituted(gpu: str) -> str:
+    """Where another GPU's NCCL tables stand in (``NETWORK_OF``), the clause that says so."""
+    if GPUS.get(gpu) == NETWORK_OF[gpu]:
+        return ""
+    return (f"; collectives priced on DGX {NETWORK_OF[gpu].upper()}'s NCCL tables (no Vidur rows for {gpu}; the same "
+            "NVLink 4 / NVSwitch fabric, derived)")
+
+
 def _note(profile: Profile, degree: int, send_recv: NcclTable, all_reduce: NcclTable, s: Shapes) -> str:
     gpus = profile.key.tp * degree
     where = ("inside one 8-GPU DGX node (NVLink)" if gpus <= NODE_GPUS
@@ -267,7 +282,8 @@ def _note(profile: Profile, degree: int, send_recv: NcclTable, all_reduce: NcclT
     prefill = profile.costs["prefill"]
     attention = prefill.coefficients["c_attn"]
     return (
-        f"DERIVED, not measured: SP degree {degree} = {degree} ranks of tp {profile.key.tp} ({gpus} GPUs) {where}. "
+        f"DERIVED, not measured: SP degree {degree} = {degree} ranks of tp {profile.key.tp} ({gpus} GPUs) {where}"
+        f"{_substituted(profile.key.hardware)}. "
         f"Prefill rows: zigzag ring attention (tripath/calibrate/published/seqpar.py): per layer and step, the "
         f"profile's c_attn ({attention.source}) per query-key pair / {s.layers} layers, overlapped with the K/V "
         f"send/recv of N/P tokens ({s.kv_bytes_per_token_layer:.0f} bytes per token, layer and GPU) priced from "
@@ -293,7 +309,7 @@ def build_sequence_parallel(root: Path, profile: Profile, degrees: tuple[int, ..
         if send_recv is None or all_reduce is None:
             omitted[degree] = (f"no Vidur {'send_recv' if send_recv is None else 'all_reduce'} rows for "
                                f"{profile.key.tp * degree} GPUs on {profile.key.hardware} (tp {profile.key.tp} x P "
-                               f"{degree}) in {GPUS[profile.key.hardware]}_dgx")
+                               f"{degree}) in {NETWORK_OF[profile.key.hardware]}_dgx")
             continue
         ring = tuple(ring_prefill(profile, degree, n, send_recv) for n in lengths)
         rows = tuple(SpRow(r.tokens, _sig(r.speedup), _sig(r.overhead_ms)) for r in ring)

@@ -120,6 +120,7 @@ class Pair:
 
 PAIRS = {
     "llama2-70b-tp2/llama2-7b": Pair("llama-2-70b", "llama-2-7b", 2),
+    "llama2-70b-tp4/llama2-7b": Pair("llama-2-70b", "llama-2-7b", 4),
     "llama3-70b-tp4/llama3-8b": Pair("llama-3-70b", "llama-3-8b", 4),
     "llama2-7b/llama-68m": Pair("llama-2-7b", "llama-68m", 1),
     "llama2-7b/llama-160m": Pair("llama-2-7b", "llama-160m", 1),
