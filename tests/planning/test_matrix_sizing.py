@@ -19,8 +19,9 @@ from tripath.planning.matrix import cell_rate, decision_matrix
 from tripath.planning.scenario_dict import load_scenario_dict, with_fields
 from tripath.profile.profile import resolve_profile
 
-TP2 = resolve_profile("published-llama2-70b-tp2-a100")
-TP2_SP = dataclasses.replace(TP2, sequence_parallel=SEED.sequence_parallel)  # SP rows of degree 2 borrowed
+# the shipped TP2 profile without its SP sections, and with the seed's degree-2 rows (a known, small SP section)
+TP2 = dataclasses.replace(resolve_profile("published-llama2-70b-tp2-a100"), sequence_parallel={})
+TP2_SP = dataclasses.replace(TP2, sequence_parallel=SEED.sequence_parallel)
 REQUESTS = 10
 
 
