@@ -128,5 +128,5 @@ def test_stack_on_tp2_with_a_one_gpu_scenario_is_sized_too() -> None:
     data = with_fields(one_gpu_cell(), {"workload.requests": REQUESTS})
     result = stack(data, None, TP2_SP, replications=1)
     assert result.sizing is not None and result.sizing.gpus == 4 and result.to_dict()["sized"]["gpus"] == 4
-    assert set(result.paths) == {"tiered", "sequence_parallel"}  # SP fits the sized cluster
+    assert {"tiered", "sequence_parallel"} <= set(result.paths)  # SP fits the sized cluster
     assert all("error" not in s for s in result.subsets.values())
