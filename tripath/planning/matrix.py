@@ -49,8 +49,15 @@ SEED_MATRIX: tuple[tuple[str, str], ...] = (
 )
 
 
-def rank_key(name: str, outcome: Outcome) -> tuple[int, float, str]:
-    return (outcome.gpus, -(outcome.data.get("sla_margin") or 0.0), name)
+LOSSY_PATHS = frozenset({"compression"})  # paths that change the model's output (the profile's quality_loss)
+
+
+def rank_key(name: str, outcome: Outcome) -> tuple[int, bool, float, str]:
+    """Fewest GPUs first; then lossless before lossy (KV compression costs answer quality, which an SLA margin
+    does not weigh: a lossy candidate wins only where no lossless one on as few GPUs meets the SLA); then the
+    larger SLA margin."""
+    lossy = bool(LOSSY_PATHS.intersection(outcome.data.get("paths", ())))
+    return (outcome.gpus, lossy, -(outcome.data.get("sla_margin") or 0.0), name)
 
 
 def cell_rate(data: dict[str, Any], source: str | None, profile: Profile) -> float | None:
