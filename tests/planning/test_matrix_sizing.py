@@ -133,14 +133,15 @@ def test_stack_on_tp2_with_a_one_gpu_scenario_is_sized_too() -> None:
 
 
 def test_a_lossy_candidate_ranks_after_every_lossless_one_on_as_few_gpus() -> None:
+    from tripath.planning.candidates import Candidate
     from tripath.planning.matrix import rank_key
     from tripath.planning.sweep import Outcome
 
-    def outcome(paths: list[str], gpus: int, margin: float) -> Outcome:
-        return Outcome({"paths": paths, "gpus": gpus, "sla_margin": margin})
+    def outcome(gpus: int, margin: float) -> Outcome:
+        return Outcome({"gpus": gpus, "sla_margin": margin})
 
-    lossless = outcome(["tiered"], 2, 0.41)
-    lossy = outcome(["compression"], 2, 0.79)  # a larger margin, but KV compression costs answer quality
-    assert rank_key("tiered", lossless) < rank_key("compression:int4", lossy)
-    assert rank_key("compression:int4", lossy) < rank_key("baseline", outcome([], 4, 0.9))  # fewer GPUs first
-    assert rank_key("a", outcome([], 2, 0.5)) < rank_key("b", outcome([], 2, 0.4))  # then the margin
+    tiered, int4 = Candidate("tiered", {"tiered": {}}), Candidate("compression:int4", {"compression": {"mode": "int4"}})
+    # int4 has the larger margin, but KV compression costs answer quality: the lossless candidate ranks first
+    assert rank_key(tiered, outcome(2, 0.41)) < rank_key(int4, outcome(2, 0.79))
+    assert rank_key(int4, outcome(2, 0.79)) < rank_key(BASELINE, outcome(4, 0.9))  # fewer GPUs first
+    assert rank_key(BASELINE, outcome(2, 0.5)) < rank_key(tiered, outcome(2, 0.4))  # then the margin

@@ -33,7 +33,7 @@ from tripath.planning.cache import ResultCache
 from tripath.planning.candidates import BASELINE, Candidate, Sizing, candidates, matrix_sizing, tiering_idle
 from tripath.planning.executor import Executor
 from tripath.planning.scenario_dict import build, load_scenario_dict, with_fields, with_rate, with_requests
-from tripath.planning.seed_notes import SEED_CLAIM, SEED_NOTES
+from tripath.planning.seed_notes import NEEDS_TIERED, SEED_CLAIM, SEED_NOTES
 from tripath.planning.seed_sla import tpot_target_note
 from tripath.planning.sweep import MAX_REJECTED, Outcome, make_job, run_sweep
 from tripath.profile.profile import Profile
@@ -52,12 +52,12 @@ SEED_MATRIX: tuple[tuple[str, str], ...] = (
 LOSSY_PATHS = frozenset({"compression"})  # paths that change the model's output (the profile's quality_loss)
 
 
-def rank_key(name: str, outcome: Outcome) -> tuple[int, bool, float, str]:
+def rank_key(candidate: Candidate, outcome: Outcome) -> tuple[int, bool, float, str]:
     """Fewest GPUs first; then lossless before lossy (KV compression costs answer quality, which an SLA margin
     does not weigh: a lossy candidate wins only where no lossless one on as few GPUs meets the SLA); then the
     larger SLA margin."""
-    lossy = bool(LOSSY_PATHS.intersection(outcome.data.get("paths", ())))
-    return (outcome.gpus, lossy, -(outcome.data.get("sla_margin") or 0.0), name)
+    lossy = bool(LOSSY_PATHS.intersection(candidate.paths))
+    return (outcome.gpus, lossy, -(outcome.data.get("sla_margin") or 0.0), candidate.name)
 
 
 def cell_rate(data: dict[str, Any], source: str | None, profile: Profile) -> float | None:
@@ -103,7 +103,7 @@ class Cell:
     def ranked(self, single_only: bool = False) -> list[CandidateResult]:
         ok = [r for r in self.results if r.outcome is not None and r.outcome.meets_sla
               and (not single_only or len(r.candidate.paths) <= 1)]
-        return sorted(ok, key=lambda r: rank_key(r.candidate.name, r.outcome))
+        return sorted(ok, key=lambda r: rank_key(r.candidate, r.outcome))
 
     @property
     def recommended(self) -> str | None:
@@ -126,7 +126,7 @@ class Cell:
         feasible = [r for r in self.results if r.outcome is not None and len(r.candidate.paths) <= 1
                     and r.outcome.data["rejected_share"] <= MAX_REJECTED
                     and r.outcome.data.get("sla_margin") is not None]
-        return min(feasible, key=lambda r: rank_key(r.candidate.name, r.outcome)).candidate.name if feasible else None
+        return min(feasible, key=lambda r: rank_key(r.candidate, r.outcome)).candidate.name if feasible else None
 
     @property
     def chosen(self) -> CandidateResult | None:
@@ -137,7 +137,7 @@ class Cell:
         feasible = [r for r in self.results if r.outcome is not None
                     and r.outcome.data["rejected_share"] <= MAX_REJECTED
                     and r.outcome.data.get("sla_margin") is not None]
-        return min(feasible, key=lambda r: rank_key(r.candidate.name, r.outcome)) if feasible else None
+        return min(feasible, key=lambda r: rank_key(r.candidate, r.outcome)) if feasible else None
 
     @property
     def attribution(self) -> Attribution | None:
@@ -190,8 +190,9 @@ class Cell:
         if tpot is not None and target is not None and tpot > target and tpot_target_note(self.scenario):
             notes.append(str(tpot_target_note(self.scenario)))  # the seed's own tables disagree on this target
         kinds = {"memory": set(attribution.memory_paths), "gain": set(attribution.paths_with("earns a gain"))}
+        paged = "tiered" in chosen.candidate.paths
         notes += [text for (row, role, path), text in SEED_NOTES.items()
-                  if row == self.scenario and path in kinds[role]]
+                  if row == self.scenario and path in kinds[role] and (paged or (row, role, path) not in NEEDS_TIERED)]
         return notes
 
     def why_not_seed(self) -> str | None:

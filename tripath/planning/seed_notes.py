@@ -27,7 +27,7 @@ SEED_NOTES: dict[tuple[str, str, str], str] = {
     ("math-medium", "gain", "speculative"):
         "with tiering each iteration pays the paging setup once (21 ms, Table 3.2 fit); a speculative round "
         "spreads it over E(a) tokens, so speculation gains even at 55% acceptance, which the seed's row, "
-        "assuming no paging, does not consider",
+        "assuming no paging, does not consider",  # shown only when the answer pages (NEEDS_TIERED)
     ("summarization-very-long", "gain", "speculative"):
         "the seed's row names only tiering, but its Table 3.1 gives summarization -20% per-token latency from "
         "speculation and its Combinations line says speculative + tiered combine well",
@@ -38,3 +38,7 @@ SEED_NOTES: dict[tuple[str, str, str], str] = {
         "the seed calls SP + tiered 'not recommended' (paging across GPUs), yet SP's doubled budget (2 x 8K "
         "tokens) cannot hold the 8-32K band: without paging most requests are rejected",
 }
+
+# notes about paging that hold only when the answer itself has the tiered path (on a GPU profile whose KV budget
+# holds the row's lengths, speculation gains for its own reasons)
+NEEDS_TIERED = frozenset({("math-medium", "gain", "speculative")})
