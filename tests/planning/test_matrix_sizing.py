@@ -145,3 +145,12 @@ def test_a_lossy_candidate_ranks_after_every_lossless_one_on_as_few_gpus() -> No
     assert rank_key(tiered, outcome(2, 0.41)) < rank_key(int4, outcome(2, 0.79))
     assert rank_key(int4, outcome(2, 0.79)) < rank_key(BASELINE, outcome(4, 0.9))  # fewer GPUs first
     assert rank_key(BASELINE, outcome(2, 0.5)) < rank_key(tiered, outcome(2, 0.4))  # then the margin
+
+
+def test_a_speculative_candidate_keeps_the_users_own_acceptance() -> None:
+    data = with_fields(one_gpu_cell(), {"strategy": {"speculative": {"k": 3, "acceptance": {"dialogue": 0.9}}}})
+    spec = next(c for c in candidates(SEED) if c.name == "speculative")
+    applied = spec.apply(data)["strategy"]
+    assert applied == {"speculative": {"acceptance": {"dialogue": 0.9}}}  # the candidate's K (none), the user's a
+    assert BASELINE.apply(data).get("strategy") is None  # the baseline has no speculative path to carry it
+    assert spec.strategy == {"speculative": {}}  # the candidate itself is unchanged

@@ -47,8 +47,14 @@ class Candidate:
         return int(profile.key.tp) * degree
 
     def apply(self, data: dict[str, Any]) -> dict[str, Any]:
-        """The scenario dict with this candidate's strategy tables (replacing any the scenario had)."""
-        return with_fields(data, {"strategy": self.strategy or None})
+        """The scenario dict with this candidate's strategy tables (replacing any the scenario had). The user's
+        own acceptance (``[strategy.speculative] acceptance``) is workload knowledge, not a path setting, so a
+        speculative candidate keeps it."""
+        strategy = {name: dict(table) for name, table in self.strategy.items()}
+        own = (data.get("strategy") or {}).get("speculative", {}).get("acceptance")
+        if own is not None and "speculative" in strategy:
+            strategy["speculative"]["acceptance"] = dict(own)
+        return with_fields(data, {"strategy": strategy or None})
 
     def applicability(self, profile: Profile, data: dict[str, Any]) -> str | None:
         """None when the profile and cluster support this candidate, else why not."""
