@@ -95,7 +95,7 @@ def test_defaults_and_task_normalisation() -> None:
         (("workload", "arrival", "rate_per_s"), "fast", "workload.arrival.rate_per_s", "must be a number"),
         (("workload", "arrival", "load_fraction"), 0.5, "workload.arrival.rate_per_s", "exactly one"),
         (("workload", "arrival", "rate_per_s"), None, "workload.arrival.rate_per_s", "exactly one"),
-        (("workload", "arrival", "kind"), "weibull", "workload.arrival.kind", "poisson, gamma, trace"),
+        (("workload", "arrival", "kind"), "weibull", "workload.arrival.kind", "poisson, gamma, constant, trace"),
         (("workload", "arrival", "cv"), 2.0, "workload.arrival.cv", "only valid for kind = gamma"),
         (("workload", "arrival", "rate"), 1.0, "workload.arrival.rate", "did you mean 'rate_per_s'"),
         (("workload", "requets"), 5, "workload.requets", "did you mean 'requests'"),
