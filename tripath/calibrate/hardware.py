@@ -55,6 +55,8 @@ class HardwareSpec:
     links: dict[str, Coefficient]
     citation: str
     copy_rates: dict[str, Coefficient] = field(default_factory=dict)  # link -> engine copy rate, where published
+    fp32_tflops: tuple[float, str] | None = None  # FP32 (non-tensor) peak and its citation: dequantization's rate
+    native_fp8: bool = False  # converts fp8 in one instruction (Hopper); Ampere emulates it with integer ops
 
     def __post_init__(self) -> None:
         for name in ("peak_tflops", "memory_tbps"):
@@ -74,17 +76,20 @@ SPECS: dict[str, HardwareSpec] = {
         "a100-80gb", "NVIDIA A100-SXM4-80GB", 312.0, 2.039, 81920 * MIB, 128 * GIB, 15_360_000_000_000 // 8,
         {"device_host": PCIE4_X16, "host_ssd": NVME_GEN4, "interconnect": NVLINK3},
         "NVIDIA A100 80GB SXM4 datasheet: 312 TFLOP/s dense BF16, 2,039 GB/s HBM2e, 80 GB (81920 MiB); host and "
-        "SSD are one GPU's share of a DGX A100 (1 TiB, 15.36 TB NVMe)"),
+        "SSD are one GPU's share of a DGX A100 (1 TiB, 15.36 TB NVMe)",
+        fp32_tflops=(19.5, "NVIDIA A100 Tensor Core GPU datasheet: 19.5 TFLOP/s FP32")),
     "h100-sxm": HardwareSpec(
         "h100-sxm", "NVIDIA H100 80GB HBM3", 989.4, 3.35, 81559 * MIB, 256 * GIB, 30_720_000_000_000 // 8,
         {"device_host": PCIE5_X16_H100, "host_ssd": NVME_GEN4, "interconnect": NVLINK4},
         "NVIDIA H100 SXM5 datasheet: 989 TFLOP/s dense BF16, 3.35 TB/s HBM3, 80 GB (81559 MiB); host and SSD are "
-        "one GPU's share of a DGX H100 (2 TiB, 30.72 TB NVMe)", {"device_host": H100_DMA}),
+        "one GPU's share of a DGX H100 (2 TiB, 30.72 TB NVMe)", {"device_host": H100_DMA},
+        fp32_tflops=(67.0, "NVIDIA H100 Tensor Core GPU datasheet (SXM): 67 TFLOP/s FP32"), native_fp8=True),
     "h200": HardwareSpec(
         "h200", "NVIDIA H200", 989.4, 4.8, 143771 * MIB, 256 * GIB, 30_720_000_000_000 // 8,
         {"device_host": PCIE5_X16_H100, "host_ssd": NVME_GEN4, "interconnect": NVLINK4},
         "NVIDIA H200 SXM datasheet: 989 TFLOP/s dense BF16, 4.8 TB/s HBM3e, 141 GB (143771 MiB); host and SSD are "
-        "one GPU's share of a DGX H200 (2 TiB, 30.72 TB NVMe)", {"device_host": H200_DMA}),
+        "one GPU's share of a DGX H200 (2 TiB, 30.72 TB NVMe)", {"device_host": H200_DMA},
+        fp32_tflops=(67.0, "NVIDIA H200 Tensor Core GPU datasheet (SXM): 67 TFLOP/s FP32"), native_fp8=True),
 }
 
 

@@ -32,21 +32,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tripath.calibrate.hardware import spec_for_device
+from tripath.calibrate.hardware import SPECS, spec_for_device
 from tripath.core.errors import InputError
 from tripath.engine.kv.compressed_store import StoreConfig
 from tripath.engine.kv.quant import bytes_per_token
 from tripath.profile.profile import Coefficient, CompressionMode, Profile
 
 MODES = ("fp8", "int8", "int4")
-
-# FP32 (non-tensor) peak per GPU, TFLOP/s, and whether the GPU converts fp8 in one instruction (Hopper's cvt).
-CUDA_CORE_TFLOPS = {
-    "a100-80gb": (19.5, "NVIDIA A100 Tensor Core GPU datasheet: 19.5 TFLOP/s FP32"),
-    "h100-sxm": (67.0, "NVIDIA H100 Tensor Core GPU datasheet (SXM): 67 TFLOP/s FP32"),
-    "h200": (67.0, "NVIDIA H200 Tensor Core GPU datasheet (SXM): 67 TFLOP/s FP32"),
-}
-NATIVE_FP8 = frozenset({"h100-sxm", "h200"})  # Hopper; Ampere has no fp8 conversion instruction
 
 # Dequantization instructions per element read (the stated assumption of the decode bound):
 # int8: code -> float convert, then q x scale + zero as one FMA; int4: nibble shift and mask, convert, FMA;
@@ -111,10 +103,11 @@ def stored_bytes_per_token(profile: Profile, mode: str) -> float:
 def _gpu(profile: Profile) -> tuple[str, float, float, str]:
     """(spec name, HBM bytes/s, instructions/s, citation) of the profile's GPU."""
     spec = spec_for_device(profile.hardware.device_name)
-    if spec is None or spec.name not in CUDA_CORE_TFLOPS:
+    if spec is None or spec.fp32_tflops is None:
+        known = ", ".join(name for name, s in SPECS.items() if s.fp32_tflops is not None)
         raise InputError(None, "hardware.device_name", f"no published FP32 rate for {profile.hardware.device_name!r}"
-                         f"; KV-compression costs need one ({', '.join(CUDA_CORE_TFLOPS)})")
-    tflops, cite = CUDA_CORE_TFLOPS[spec.name]
+                         f"; KV-compression costs need one ({known})")
+    tflops, cite = spec.fp32_tflops
     return spec.name, spec.memory_tbps * 1e12, tflops * 1e12 / 2, f"{cite}; {spec.citation}"
 
 
@@ -122,7 +115,7 @@ def attention_ratio(profile: Profile, mode: str) -> tuple[float, str]:
     """Decode attention time with ``mode`` / with fp16 KV (module docstring) and the note saying how."""
     name, bandwidth, rate, cite = _gpu(profile)
     ratio = stored_bytes_per_token(profile, mode) / profile.model.kv_bytes_per_token
-    key = "fp8-emulated" if mode == "fp8" and name not in NATIVE_FP8 else mode
+    key = "fp8-emulated" if mode == "fp8" and not SPECS[name].native_fp8 else mode
     ops = DEQUANT_OPS[key]
     compute = ops * bandwidth / (profile.model.dtype_bytes * rate)
     bound = "the bytes read (memory-bound)" if ratio >= compute else "the dequantization arithmetic"
