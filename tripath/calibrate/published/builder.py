@@ -80,7 +80,7 @@ def with_paths(root: Path, profile: Profile, model: str, speculative: Speculativ
     section = speculative if speculative is not None else speculative_section(root, pair, profile.key.hardware,
                                                                                profile)
     sequence_parallel = sequence_parallel_sections(root, profile)
-    notes = [n for n in profile.notes if not n.startswith("No speculative, sequence-parallel or compression")]
+    notes = list(profile.notes)
     notes.append(f"Paths: speculative decoding priced for {pair} (round costs by batch and context from Vidur's "
                  f"linear-layer rows), acceptance from {acceptance_pair}: {why}; sequence parallelism at degrees "
                  f"{', '.join(map(str, sorted(sequence_parallel))) or 'none'} (zigzag ring prefill and sharded-KV "
@@ -209,7 +209,6 @@ def build_published_profile(root: Path, gpu: str, model: str) -> tuple[Profile, 
         f"Published data, not measured by tripath: Vidur (microsoft/vidur, MIT) operator timings on "
         f"{spec.device_name}, tp {vm.tp}, rebuilt into iterations and fitted (tripath/calibrate/published/vidur.py).",
         *_model_notes(vm, gpu),
-        "No speculative, sequence-parallel or compression data: those sections are absent.",
     ]
     if rebuilt.attention_fit is not None:
         errors = ", ".join(f"{label} decode {d:.1%} / prefill {p:.1%}"
