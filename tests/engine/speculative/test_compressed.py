@@ -7,14 +7,14 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tests.engine.speculative.oracle import OracleProposer
 from tripath.core.speculative import FixedK
 from tripath.engine.engine import Engine
 from tripath.engine.engine_config import EngineConfig
 from tripath.engine.model.config import PRESETS
 from tripath.engine.model.model import LlamaModel
-from tripath.engine.sequence import Sequence
 from tripath.engine.speculative.engine import SpeculativeEngine
-from tripath.engine.speculative.proposers import DraftModelProposer, Proposal, _pack
+from tripath.engine.speculative.proposers import DraftModelProposer
 
 V = 256
 BS = 4
@@ -36,29 +36,6 @@ def prompts() -> list[list[int]]:
 
 def _cfg(mode: str) -> EngineConfig:
     return EngineConfig(num_blocks=128, block_size=BS, kv_compression=mode)
-
-
-class OracleProposer:
-    """Test instrument: proposes the plain engine's greedy continuation, right for the first
-    ``right[request_id]`` tokens of a round and wrong (shifted id) after, so rounds cross block
-    boundaries with full accepts and roll back partial ones."""
-
-    def __init__(self, reference: list[list[int]], right: list[int]) -> None:
-        self.reference, self.right = reference, right
-
-    def propose(self, seqs: list[Sequence], ks: list[int]) -> Proposal:
-        out = []
-        for s, k in zip(seqs, ks, strict=True):
-            ref = self.reference[s.request_id][len(s.output_ids) : len(s.output_ids) + k]
-            out.append([t if j < self.right[s.request_id] else (t + 1) % V for j, t in enumerate(ref)])
-        eye = torch.eye(V)
-        return _pack(out, [[eye[t] for t in toks] for toks in out], max(ks), V, torch.device("cpu"))
-
-    def commit(self, seq: Sequence) -> None:
-        pass
-
-    def free(self, request_id: int) -> None:
-        pass
 
 
 def _check_store(eng: SpeculativeEngine) -> int:
@@ -86,7 +63,7 @@ def _check_store(eng: SpeculativeEngine) -> int:
 def test_greedy_speculation_equals_plain_greedy_on_the_compressed_store(target, prompts, mode):
     reference = Engine(target, _cfg(mode)).generate(prompts, 24)
     right = [4, 2, 0, 3, 1]  # per request: full accepts, partial accepts, none
-    eng = SpeculativeEngine(target, OracleProposer(reference, right), _cfg(mode), FixedK(4))
+    eng = SpeculativeEngine(target, OracleProposer(reference, right, V), _cfg(mode), FixedK(4))
     ids = [eng.add_request(p, 24) for p in prompts]
     checked = 0
     while eng.has_unfinished:

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from tests.engine.speculative.oracle import OracleProposer
 from tripath.core.request import RequestSpec
 from tripath.core.speculative import FixedK
 from tripath.engine.engine import Engine
@@ -15,10 +16,9 @@ from tripath.engine.engine_config import EngineConfig
 from tripath.engine.model.config import PRESETS
 from tripath.engine.model.model import LlamaModel
 from tripath.engine.sampling import SamplingParams
-from tripath.engine.sequence import Sequence
 from tripath.engine.serving import PromptSource, serve
 from tripath.engine.speculative.engine import SpeculativeEngine
-from tripath.engine.speculative.proposers import DraftModelProposer, PromptLookupProposer, Proposal, _pack
+from tripath.engine.speculative.proposers import DraftModelProposer, PromptLookupProposer
 
 CFG = EngineConfig(num_blocks=64, block_size=4)
 V = 256
@@ -48,28 +48,6 @@ def reference(target, prompts) -> list[list[int]]:
     return Engine(target, CFG).generate(prompts, 20)
 
 
-class OracleProposer:
-    """Test instrument: proposes the target's known greedy continuation, correct for the first
-    ``right[request_id]`` tokens of each round and wrong (shifted id) after that."""
-
-    def __init__(self, reference: dict[int, list[int]], right: dict[int, int]) -> None:
-        self.reference, self.right = reference, right
-
-    def propose(self, seqs: list[Sequence], ks: list[int]) -> Proposal:
-        out = []
-        for s, k in zip(seqs, ks, strict=True):
-            ref = self.reference[s.request_id][len(s.output_ids) : len(s.output_ids) + k]
-            out.append([t if j < self.right[s.request_id] else (t + 1) % V for j, t in enumerate(ref)])
-        eye = torch.eye(V)
-        return _pack(out, [[eye[t] for t in toks] for toks in out], max(ks), V, torch.device("cpu"))
-
-    def commit(self, seq: Sequence) -> None:
-        pass
-
-    def free(self, request_id: int) -> None:
-        pass
-
-
 def _cache_prefix(engine_kv: torch.Tensor, blocks: list[int], n: int) -> torch.Tensor:
     """K/V of a sequence's first n tokens: [layers, 2, n, kv_heads, head_dim]."""
     picked = engine_kv[:, :, blocks]  # [L, 2, nb, bs, H, D]
@@ -80,7 +58,7 @@ def _cache_prefix(engine_kv: torch.Tensor, blocks: list[int], n: int) -> torch.T
 def test_round_emits_accepted_plus_one_with_per_sequence_acceptance(target, prompts, reference, k):
     right = {0: 0, 1: k, 2: 1}  # zero accept, full accept, one accepted then a rejection
     ref = dict(enumerate(reference))
-    eng = SpeculativeEngine(target, OracleProposer(ref, right), CFG, FixedK(k))
+    eng = SpeculativeEngine(target, OracleProposer(ref, right, V), CFG, FixedK(k))
     for i, p in enumerate(prompts):
         eng.add_request(p, 20, request_id=i)
     first = eng.step()
