@@ -1,6 +1,6 @@
 """Does a decode step of mixed contexts cost what its padded key count says, or its sum of contexts?
 
-real_engine's PagedAttention gathers B x ceil(longest / block) x block keys for a decode batch (the rest
+the engine's PagedAttention gathers B x ceil(longest / block) x block keys for a decode batch (the rest
 masked). This times, in one run and interleaved, three batches of B decoding sequences on the calibration
 probe's forward (tripath/calibrate/probe.StepProbe, thread CPU time, one torch thread: the calibration's clock):
 

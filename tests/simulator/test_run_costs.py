@@ -55,7 +55,7 @@ def test_path_parameters_are_the_profiles_numbers_resolved():
     assert spec.entries(2) == (TINY.acceptance_for("code", 2), TINY.acceptance_for("math", 2))
     assert spec.per_sequence_k == TINY.speculative.k
     tiers = costs.tiered
-    assert (tiers.host_memory_bytes, tiers.ssd_bytes, tiers.layers, tiers.real_engine) == (
+    assert (tiers.host_memory_bytes, tiers.ssd_bytes, tiers.layers, tiers.engine_rule) == (
         TINY.hardware.host_memory_bytes, TINY.hardware.ssd_bytes, TINY.model.layers, True)
     assert tiers.paging is TINY.paging
     assert costs.sequence_parallel is TINY.sequence_parallel[2]

@@ -196,7 +196,7 @@ def run_calibration(job: CalibrationJob, after_point: Callable[[int], None] | No
         raise FitRefused("profile not written: " + "; ".join(reasons) + f". Samples are kept in {samples_path}; "
                          "pass --force to write it anyway")
     commit = engine_commit()
-    notes = [f"Measured on this machine by `{job.command}`: real_engine forwards (paged attention, fused "
+    notes = [f"Measured on this machine by `{job.command}`: the engine forwards (paged attention, fused "
              f"projections) timed per point; coefficients fitted to {samples_path.name}."]
     if target_spec.scaled:
         notes.append(f"Scaled: random weights, {target_spec.layers_timed} of {spec_model.layers} decoder layers "

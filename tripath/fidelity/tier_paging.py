@@ -1,6 +1,6 @@
 """The tiered engine's paging per request as the simulator books it: the stall of page moves, not of the read.
 
-real_engine's ``StepRecord.paging_stall_s`` is the main thread's whole time in the tiered cache: appending
+the engine's ``StepRecord.paging_stall_s`` is the main thread's whole time in the tiered cache: appending
 the new K/V, copying every page of every layer into the attention buffer (which the paged engine also does,
 as one vectorized gather inside its forward) and, once the pool overflows, moving pages and waiting for the
 fetch-ahead thread. The simulator books the read's extra over the paged engine as the step's compute and only

@@ -14,7 +14,7 @@ model's fixed part stands for the shared pass when decodes are present; each pre
 only its token-dependent work (linear layers and causal attention over its own prompt).
 
 S counts, per sequence, the prompt plus the tokens generated so far: the keys and values the
-decode step's new query attends to. On a profile measured on real_engine (``block_tokens`` set,
+decode step's new query attends to. On a profile measured on the engine (``block_tokens`` set,
 tripath/profile/engine_rules.py) S is the key count that engine's attention gathers instead: every one of
 the B sequences reads the batch's longest context rounded up to whole KV blocks (the rest masked),
 
@@ -78,7 +78,7 @@ class IterationCost:
     ) -> None:
         if block_tokens is not None and block_tokens < 1:
             raise ValueError(f"block_tokens must be >= 1 or None, got {block_tokens}")
-        # tokens per KV block when decode attention is padded to the longest context (real_engine), else None
+        # tokens per KV block when decode attention is padded to the longest context (the engine), else None
         self.block_tokens = block_tokens
         self.prefill_ms = prefill_ms
         self.decode_ms = decode_ms

@@ -154,7 +154,7 @@ class BaselineStep:
         decodes = as_batch(decodes)
         batch = len(decodes)
         context = decodes.total_context
-        if batch and self.cost.block_tokens is not None:  # real_engine: attention padded to the longest
+        if batch and self.cost.block_tokens is not None:  # the engine: attention padded to the longest
             context = self.cost.keys(batch, context, max(decodes.contexts))
         if prefills:
             if any(p.context_before for p in prefills):

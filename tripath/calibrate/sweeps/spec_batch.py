@@ -2,7 +2,7 @@
 
 The speculative sweep measures c and v(K) at batch 1; a round at batch B priced as (K c + v(K)) x
 decode_ms(B, S), the batch-1 ratio times the batch's plain decode step, leaves out the per-sequence work a
-real_engine round does beyond a plain decode step: K draft tokens per sequence through the draft, K + 1
+the engine round does beyond a plain decode step: K draft tokens per sequence through the draft, K + 1
 verify rows per sequence through the target, and the per-sequence bookkeeping of proposing, verifying and
 rolling back (the served TPOT error grows with the batch: docs/speculative.md, "Rounds at batch B > 1").
 So this sweep times, at the profile's K, full rounds of B sequences (every one proposing, none

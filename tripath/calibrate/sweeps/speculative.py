@@ -148,7 +148,7 @@ def _prompt_count(k: int, layers: int, task: int, index: int, counters: SpecCoun
 
 def _decode_like(passes: list[tuple[int, int, float]]) -> list[float]:
     """Draft passes of one sequence, one token or the 2-token catch-up after a full accept (not the draft's
-    prefill of the prompt), as real_engine's own c measurement counts them: their wall seconds."""
+    prefill of the prompt), as the engine's own c measurement counts them: their wall seconds."""
     return [sec for b, n, sec in passes if b == 1 and n <= 2]
 
 

@@ -1,6 +1,6 @@
 """Miss sweep: what a tiered Engine decode step that misses pages costs over the same step with every page resident.
 
-Once a step's pages exceed the device pool, real_engine's LRU misses every unpinned page the step reads
+Once a step's pages exceed the device pool, the engine's LRU misses every unpinned page the step reads
 (tripath/simulator/paths/tiered_engine_rule.py, rule 2): each miss evicts a page and pages one in, on the main thread
 or on the
 fetch-ahead thread the main thread then waits for, through host RAM or SSD files. The link sweep

@@ -110,7 +110,7 @@ class Replica:
         self._running: list[tuple[int, int]] = []  # heap of (iteration count at which it finishes, request)
         self._iteration = 0  # iterations completed so far
         self._context = 0  # tokens held by the running sequences (prompt + generated so far)
-        # padded decode attention (cost.block_tokens, real_engine): the longest context prices a step. A
+        # padded decode attention (cost.block_tokens, the engine): the longest context prices a step. A
         # sequence admitted in iteration a holds prompt + (i - a) tokens at iteration i, so per request
         # prompt - a is kept and the longest is i + the largest of those (found once per run, O(batch)).
         self._pads = cost.block_tokens is not None

@@ -38,7 +38,7 @@ first round, or the first after plain rounds of the adaptive controller) is a pr
 which ``catch_up`` reports as (tokens, tokens already seen) and PathStep prices at r x the
 target's prefill work for that chunk, r = ``prefill_ratio``: the profile's measured
 speculative.draft_prefill_ratio, else c (a decode-step ratio, which overstates a prompt pass: per-layer
-fixed costs weigh less there; docs/simulator_paths.md). That is real_engine's
+fixed costs weigh less there; docs/simulator_paths.md). That is the engine's
 schedule, so it applies to profiles calibrated on it (source kind "measured"); the seed and
 published profiles describe vLLM-style engines, whose draft prefills in the target's prefill step
 (``lazy_draft`` False: PathStep charges the prefill x (1 + c) there).
@@ -52,7 +52,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tripath.core.speculative import AdaptiveK, ControllerConfig, SpecCosts, best_k, predicted_speedup, round_cost
-from tripath.profile.engine_rules import follows_real_engine
+from tripath.profile.engine_rules import follows_tripath_engine
 from tripath.profile.profile import Profile
 from tripath.profile.sections import TaskAcceptance
 from tripath.profile.speculative import RoundCosts
@@ -70,7 +70,7 @@ class SpeculativeParams:
     prompt_lookup: bool
     c: float  # draft/target per-token cost ratio; 0 for prompt lookup (no draft model pass)
     prefill_ratio: float  # the draft's prompt pass / the target's (measured, else c); 0 for prompt lookup
-    lazy_draft: bool  # real_engine feeds the prompt to the draft in the first round (tripath/profile/engine_rules.py)
+    lazy_draft: bool  # the engine feeds the prompt to the draft in the first round (tripath/profile/engine_rules.py)
     verify: tuple[float, ...]  # v(K) for K = 0..k, v(0) = 1 (a plain step)
     per_sequence: float  # round_per_sequence (0 without it, or for prompt lookup)
     per_sequence_k: int  # the profile's K, at which round_per_sequence was measured
@@ -89,7 +89,7 @@ class SpeculativeParams:
             spec, k, lookup,
             0.0 if lookup else float(section.cost_ratio.value),
             0.0 if lookup else float(section.prefill_ratio),
-            not lookup and follows_real_engine(profile),
+            not lookup and follows_tripath_engine(profile),
             (1.0, *(profile.verify_cost_ratio(j) for j in range(1, k + 1))),
             # prompt lookup has no draft pass but the coefficient was measured with one: left out there too
             0.0 if per_seq is None or lookup else float(per_seq.value),

@@ -11,13 +11,13 @@ iteration on top, in ``PathStep``. One iteration's milliseconds, from the profil
                   the profile's round_costs c(B, S) and v(K_max, B, S) at the batch and its priced S
     prefill part  sum over chunks of prefill'(T, ctx) - prefill(0, 0)
                   SP: work / speedup(ctx + T) + merge_ms(ctx + T)
-    draft prefill measured profiles (real_engine's DraftModelProposer): c x the prefill part of the prompt
+    draft prefill measured profiles (the engine's DraftModelProposer): c x the prefill part of the prompt
                   (+ first token) the draft catches up on, in the sequence's first round; seed/published
                   profiles (vLLM-style): the prefill part x (1 + c) in the prefill iteration
     base          the decode part if B > 0, else prefill(0, 0) (the iteration's fixed cost)
     compute       base + prefill part (+ the profile's step_overhead(N, T) once, when it has one)
     seconds       compute + paging stall (tiered: max(0, paging - overlap x compute); measured profiles:
-                  real_engine's per-step read and page moves, tier_engine_rule.py)
+                  the engine's per-step read and page moves, tier_engine_rule.py)
 
 tripath/simulator/paths/speculative.py, tiered.py, seqpar.py and compression.py hold each path's formulas
 and say where their numbers come from; docs/simulator_paths.md puts them together. Every model here is
@@ -64,7 +64,7 @@ def path_cost(cost: IterationCost, compression: CompressionPhysics | None, sp: S
         prefill = sp.prefill_fn(prefill, cost.prefill_fixed_ms)
     # the served step's host work outside the forward (profile costs.step_overhead) is not a path's: kept as is
     out = cost.transformed(prefill, decode, None if sp is not None else cost.block_tokens)
-    # block_tokens: the engine's padded decode keys, if any; real_engine's SP engine (seqpar.py) keeps a dense
+    # block_tokens: the engine's padded decode keys, if any; the engine's SP engine (seqpar.py) keeps a dense
     # cache per sequence and reads exactly its own context, so SP prices Σ contexts
     if sp is not None:
         sp.queries = sp.outside = 0  # IterationCost's own sanity check priced a 1-token chunk: not a query
@@ -190,7 +190,7 @@ class PathStep:
         stall_s, moved = 0.0, {}
         written = sum(p.new_tokens for p in prefills) + int(emitted.sum())
         if self.tiers is not None and self.tiers.rule is not None:
-            # real_engine's rule (tier_engine_rule.py): each sequence's pages, every one read every step; a first
+            # the engine's rule (tier_engine_rule.py): each sequence's pages, every one read every step; a first
             # prompt chunk attends over its own K/V and reads nothing from the cache
             held = [*decodes.contexts, *(p.context_before + p.new_tokens for p in prefills)]
             reads = [*decodes.contexts, *(p.context_before + p.new_tokens for p in prefills if p.context_before)]
@@ -208,7 +208,7 @@ class PathStep:
 
     def _decode_context(self, decodes: DecodeBatch) -> int:
         """The S a decode step of these sequences is priced at (_decode_ms and the compressed verify's extra):
-        Σ contexts, or real_engine's padded key count B x the longest in whole blocks (IterationCost.keys)."""
+        Σ contexts, or the engine's padded key count B x the longest in whole blocks (IterationCost.keys)."""
         if self.cost.block_tokens is None or not len(decodes):
             return decodes.total_context
         return self.cost.keys(len(decodes), decodes.total_context, max(decodes.contexts))

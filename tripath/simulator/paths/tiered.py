@@ -20,7 +20,7 @@ start and N tokens read by its sequences (decode contexts + earlier chunks of pr
     time       t = link_ms(device_host) + link_ms(host_ssd)   (SSD pages are staged through host)
     stall      max(0, t - overlap * compute)
 
-This aggregate model is what seed and published profiles get. Where real_engine's rules apply (the
+This aggregate model is what seed and published profiles get. Where the engine's rules apply (the
 residency rule below), ``engine_step`` replaces ``iteration``: the engine reads every page of every
 sequence each step and LRU misses every unpinned page once a step's pages exceed the pool
 (tripath/simulator/paths/tiered_engine_rule.py), which the validation measured and this model missed.
@@ -45,8 +45,8 @@ G = floor(D / chunk) x layers pages, and live sequences of lengths n_i fit only 
                  (the window can straddle one more chunk boundary)
     needed     = layers x sum_i pinned(n_i) + max_i (ceil(n_i / chunk) - pinned(n_i))  <=  G
 
-(TieredStore.device_pages_needed). The rule is real_engine's, so it applies by default where the
-profile was measured on real_engine (profile source "measured"); seed and published profiles describe
+(TieredStore.device_pages_needed). The rule is the engine's, so it applies by default where the
+profile was measured on the engine (profile source "measured"); seed and published profiles describe
 other engines whose residency rule is not known, and keep admitting against device + host + SSD
 tokens ([strategy.tiered] device_residency = true/false says it outright). Where it applies, the
 simulator admits (and keeps) a sequence only while the rule holds, with n_i the tokens each live
@@ -63,7 +63,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from tripath.profile.engine_rules import follows_real_engine
+from tripath.profile.engine_rules import follows_tripath_engine
 from tripath.profile.profile import Profile
 from tripath.profile.sections import PagingLink
 from tripath.simulator.paths.tiered_engine_rule import EngineTierRule
@@ -73,18 +73,18 @@ from tripath.simulator.scenario.strategy import DEVICE_HOST, GIB, HOST_SSD, Tier
 @dataclass(frozen=True)
 class TierTables:
     """What the tiered path reads from the profile: the hardware's host and SSD bytes (where the scenario gives
-    no capacity), the paging fits, the model's layers, and whether it was measured on real_engine."""
+    no capacity), the paging fits, the model's layers, and whether it was measured on the engine."""
 
     host_memory_bytes: int
     ssd_bytes: int
     paging: Mapping[str, PagingLink]
     layers: int
-    real_engine: bool  # tripath/profile/engine_rules.py: the engine's residency rule applies by default
+    engine_rule: bool  # tripath/profile/engine_rules.py: the engine's residency rule applies by default
 
     @classmethod
     def from_profile(cls, profile: Profile) -> TierTables:
         return cls(profile.hardware.host_memory_bytes, profile.hardware.ssd_bytes, profile.paging,
-                   int(profile.model.layers), follows_real_engine(profile))
+                   int(profile.model.layers), follows_tripath_engine(profile))
 
 
 class TierPhysics:
@@ -110,7 +110,7 @@ class TierPhysics:
         self.window_tokens = spec.window_tokens
         self.device_pages = (device_tokens // spec.chunk_tokens) * self.layers
         residency = spec.device_residency
-        self.residency = tables.real_engine if residency is None else residency
+        self.residency = tables.engine_rule if residency is None else residency
         self.rule: EngineTierRule | None = None
         if self.residency:  # the engine's pool holds whole pages: D rounds down to whole chunks
             self.device_tokens = (device_tokens // self.chunk) * self.chunk
@@ -178,7 +178,7 @@ class TierPhysics:
         return ms / 1000.0, {link: nbytes for link, nbytes in moved.items() if nbytes > 0}
 
     def engine_step(self, reads: list[int], held: list[int], live: int) -> tuple[float, dict[str, int]]:
-        """real_engine's tier work of one step (tiered_engine_rule.py): paging seconds (the tiered read's extra
+        """the engine's tier work of one step (tiered_engine_rule.py): paging seconds (the tiered read's extra
         plus page moves, before overlap) and bytes per link; ``reads``/``held``: tokens of each sequence read
         / holding pages after the step's appends; ``live``: tokens held after the step."""
         read_s, move_s, moved = self.engine_step_split(reads, held, live)

@@ -1,8 +1,8 @@
-"""What real_engine's tiered cache does in one step, priced from the profile: the read and the page moves.
+"""What the engine's tiered cache does in one step, priced from the profile: the read and the page moves.
 
 Used by TierPhysics where the real engine's rules apply (profile source "measured", or
 [strategy.tiered] device_residency = true); seed and published profiles keep TierPhysics.iteration.
-Measured on real_engine (docs/tiered_kv.md, "What the engine does per step"):
+Measured on the engine (docs/tiered_kv.md, "What the engine does per step"):
 
 1. **Every step reads every page.** TieredBatchAttention pages in each scheduled sequence's whole layer
    and copies it into a zeroed buffer, every layer, every step, whether or not anything is off the
@@ -56,7 +56,7 @@ DIRECTIONS = {"device->host": DEVICE_HOST, "host->device": DEVICE_HOST, "host->s
 
 
 class EngineTierRule:
-    """real_engine's per-step tier work for one replica: read overhead and page moves, in ms, from the profile's
+    """the engine's per-step tier work for one replica: read overhead and page moves, in ms, from the profile's
     ``paging`` fits (``paging``: link or direction -> PagingLink)."""
 
     def __init__(self, paging: Mapping[str, PagingLink], chunk: int, layers: int, bytes_per_token: int,

@@ -78,7 +78,7 @@ class TieredSpec:
     # bound how many sequences the device pool admits (tripath/simulator/paths/tiered.py: TierPhysics.device_fits)
     sink_tokens: int = 4
     window_tokens: int = 256
-    # apply that residency rule? None: when the profile was measured on real_engine (source "measured"),
+    # apply that residency rule? None: when the profile was measured on the engine (source "measured"),
     # whose rule it is; seed and published profiles describe other engines, whose rule is not known
     device_residency: bool | None = None
 
