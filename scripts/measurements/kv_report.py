@@ -50,7 +50,8 @@ def render(step_rows: list[dict], link_rows: list[dict], fit: dict, q_rows: list
         "`tripath/engine/tiered/cache.py` (LRU paging, pinned sinks + recent window, per-layer prefetch),",
         "`tripath/engine/tiered/store.py`, `batch_attention.py` (the tiered KV back end of the serving `Engine`,",
         "bit-identical to the paged pool; a tier fault fails only its request),",
-        "`tripath/engine/kv/quant.py`, `kv_compression.py`, `kv_window.py` (compression modes),",
+        "`tripath/engine/kv/quant.py`, `tripath/engine/kv/modes.py`, `tripath/engine/kv/window.py` "
+        "(compression modes),",
         "`tripath/engine/kv/compressed_store.py`, `compressed_attention.py` (compressed KV resident at run time),",
         "`tripath/engine/tiered/paging_meter.py`, `tripath/engine/kv/quality.py` (the measurements).",
         "",

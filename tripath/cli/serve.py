@@ -107,7 +107,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _add_tier_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("tiered KV (on with --tiered or a [strategy.tiered] table in the scenario)")
-    g.add_argument("--tiered", action="store_true", help="KV in device / host / SSD tiers (tiered_store.py)")
+    g.add_argument("--tiered", action="store_true",
+                   help="KV in device / host / SSD tiers (tripath/engine/tiered/store.py)")
     g.add_argument("--chunk-tokens", type=int, help="tokens per page (default: [strategy.tiered] chunk_tokens, or 256)")
     g.add_argument("--device-pages", type=int, help="device pool in pages (default: --num-blocks x --block-size)")
     g.add_argument("--host-pages", type=int, help="host tier in pages (default: as many as the device pool)")

@@ -208,7 +208,7 @@ def measure_compression(target: LlamaModel, draft: LlamaModel | None, prompts: l
             if row.key not in log.done:
                 log.append(row)
         measured += 1
-    # per (batch, context): the decode step through the Engine's store vs its paged pool (dequant_cost.py)
+    # per (batch, context): the decode step through the Engine's store vs its paged pool (tripath/profile/dequant.py)
     measured += measure_decode_grid(target, STORED_MODES, log, clock)
     return measured
 

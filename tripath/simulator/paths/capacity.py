@@ -23,7 +23,7 @@ prompt P and output O tokens, with b the profile's KV bytes per token and C one 
 decode' and prefill' are the transformed cost model (compression's decode overhead; SP's split,
 speedup and merge: paths/step.py path_cost). paging(S) is TierPhysics.iteration for a decode
 iteration holding S live tokens that reads all of them and writes B* x E: in steady state the whole
-off-device share of the KV is paged in every iteration (tier_physics.py), with overlap 0; where
+off-device share of the KV is paged in every iteration (paths/tiered.py), with overlap 0; where
 the engine's tier rule applies (measured profiles), TierPhysics.engine_step of B* sequences at the
 mean context instead (the tiered read's extra plus page moves per step). With
 adaptive K the estimate takes the K in 1..K_max that maximises E(K) / f(K) (the controller's
@@ -124,7 +124,7 @@ def path_saturation(scenario: Scenario, costs: RunCosts, mean_prompt: float, mea
     if tiers is not None:
         live = round(context)
         if tiers.rule is not None:
-            # the engine's per-step rule (tier_engine_rule.py): every page of every sequence read each step,
+            # the engine's per-step rule (tiered_engine_rule.py): every page of every sequence read each step,
             # each sequence at the mean context
             each = [max(1, round(context / batch))] * batch
             paging_ms = 1000.0 * tiers.engine_step(each, each, live)[0]

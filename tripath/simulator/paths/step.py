@@ -17,7 +17,7 @@ iteration on top, in ``PathStep``. One iteration's milliseconds, from the profil
     base          the decode part if B > 0, else prefill(0, 0) (the iteration's fixed cost)
     compute       base + prefill part (+ the profile's step_overhead(N, T) once, when it has one)
     seconds       compute + paging stall (tiered: max(0, paging - overlap x compute); measured profiles:
-                  the engine's per-step read and page moves, tier_engine_rule.py)
+                  the engine's per-step read and page moves, tiered_engine_rule.py)
 
 tripath/simulator/paths/speculative.py, tiered.py, seqpar.py and compression.py hold each path's formulas
 and say where their numbers come from; docs/simulator_paths.md puts them together. Every model here is
@@ -190,7 +190,7 @@ class PathStep:
         stall_s, moved = 0.0, {}
         written = sum(p.new_tokens for p in prefills) + int(emitted.sum())
         if self.tiers is not None and self.tiers.rule is not None:
-            # the engine's rule (tier_engine_rule.py): each sequence's pages, every one read every step; a first
+            # the engine's rule (tiered_engine_rule.py): each sequence's pages, every one read every step; a first
             # prompt chunk attends over its own K/V and reads nothing from the cache
             held = [*decodes.contexts, *(p.context_before + p.new_tokens for p in prefills)]
             reads = [*decodes.contexts, *(p.context_before + p.new_tokens for p in prefills if p.context_before)]
