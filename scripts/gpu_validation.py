@@ -4,7 +4,7 @@
     .venv/bin/python scripts/gpu_validation.py --write    # and rewrite the generated block of the doc
 
 The block between the doc's ``<!-- generated -->`` and ``<!-- end generated -->`` markers is this script's output;
-tests/planning/test_gpu_validation.py recomputes it and fails when the doc is stale.
+tests/planning/validation/test_tables.py recomputes it and fails when the doc is stale.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from tripath.planning.gpu_validation import render_tables
+from tripath.planning.validation.tables import render_tables
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "gpu_validation.md"
 START, END = "<!-- generated -->", "<!-- end generated -->"

@@ -12,7 +12,7 @@ import numpy as np
 
 from tripath.core.data_dirs import PROFILES_DIR
 from tripath.core.speculative import expected_tokens
-from tripath.planning.vllm_validation import PROFILE, SOURCE, StageResult, validate
+from tripath.planning.validation.vllm_serving import PROFILE, SOURCE, StageResult, validate
 from tripath.profile.profile import load_profile
 
 

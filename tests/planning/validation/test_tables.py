@@ -5,8 +5,8 @@ The stages' scenarios are checked by hand against the measured runs' settings (r
 from __future__ import annotations
 
 from tests.helpers import load_script
-from tripath.planning.gpu_validation import render_tables
-from tripath.planning.vllm_validation import STAGES, StageResult, stage_scenario
+from tripath.planning.validation.tables import render_tables
+from tripath.planning.validation.vllm_serving import STAGES, StageResult, stage_scenario
 from tripath.simulator.scenario.scenario import scenario_from_dict
 
 
