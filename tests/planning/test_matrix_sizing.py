@@ -154,3 +154,15 @@ def test_a_speculative_candidate_keeps_the_users_own_acceptance() -> None:
     assert applied == {"speculative": {"acceptance": {"dialogue": 0.9}}}  # the candidate's K (none), the user's a
     assert BASELINE.apply(data).get("strategy") is None  # the baseline has no speculative path to carry it
     assert spec.strategy == {"speculative": {}}  # the candidate itself is unchanged
+
+
+def test_plan_recommends_lossless_before_lossy_on_as_few_gpus() -> None:
+    from tripath.planning.capacity import Plan
+
+    def row(name: str, paths: list[str], gpus: int, margin: float) -> dict:
+        return {"candidate": {"name": name, "paths": paths}, "gpus": gpus, "outcome": {"sla_margin": margin}}
+
+    rows = [row("compression:int4", ["compression"], 4, 0.8), row("speculative", ["speculative"], 4, 0.5),
+            row("baseline", [], 8, 0.9)]
+    result = Plan("s", "p", "published", 1.0, {}, None, tuple(rows))
+    assert result.recommended["candidate"]["name"] == "speculative"  # int4's larger margin does not buy quality

@@ -99,6 +99,14 @@ class Candidate:
 
 
 BASELINE = Candidate("baseline", {}, "no optimization path")
+# paths that change the model's output (the profile's quality_loss): rankings put them after lossless candidates
+# on as many GPUs, since an SLA margin does not weigh answer quality
+LOSSY_PATHS = frozenset({"compression"})
+
+
+def is_lossy(paths: Sequence[str]) -> bool:
+    """Whether a candidate with these paths changes the model's output."""
+    return bool(LOSSY_PATHS.intersection(paths))
 
 
 @dataclass(frozen=True)

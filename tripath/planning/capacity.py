@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tripath.planning.cache import ResultCache
-from tripath.planning.candidates import Candidate, by_names, tiering_idle
+from tripath.planning.candidates import Candidate, by_names, is_lossy, tiering_idle
 from tripath.planning.executor import Executor, LocalPoolExecutor
 from tripath.planning.scenario_dict import with_fields, with_rate
 from tripath.planning.sweep import Job, Outcome, run_cached
@@ -207,7 +207,9 @@ class Plan:
         ok = [r for r in self.rows if r.get("gpus") is not None]
         if not ok:
             return None
-        return min(ok, key=lambda r: (r["gpus"], -(r["outcome"].get("sla_margin") or 0.0)))
+        # fewest GPUs, then lossless before lossy (candidates.LOSSY_PATHS), then the larger SLA margin
+        return min(ok, key=lambda r: (r["gpus"], is_lossy(r["candidate"]["paths"]),
+                                      -(r["outcome"].get("sla_margin") or 0.0)))
 
     def to_dict(self) -> dict[str, Any]:
         best = self.recommended

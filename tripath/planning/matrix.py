@@ -30,7 +30,15 @@ from typing import Any
 
 from tripath.planning.attribution import Attribution, attribute
 from tripath.planning.cache import ResultCache
-from tripath.planning.candidates import BASELINE, Candidate, Sizing, candidates, matrix_sizing, tiering_idle
+from tripath.planning.candidates import (
+    BASELINE,
+    Candidate,
+    Sizing,
+    candidates,
+    is_lossy,
+    matrix_sizing,
+    tiering_idle,
+)
 from tripath.planning.executor import Executor
 from tripath.planning.scenario_dict import build, load_scenario_dict, with_fields, with_rate, with_requests
 from tripath.planning.seed_notes import NEEDS_TIERED, SEED_CLAIM, SEED_NOTES
@@ -49,15 +57,11 @@ SEED_MATRIX: tuple[tuple[str, str], ...] = (
 )
 
 
-LOSSY_PATHS = frozenset({"compression"})  # paths that change the model's output (the profile's quality_loss)
-
-
 def rank_key(candidate: Candidate, outcome: Outcome) -> tuple[int, bool, float, str]:
     """Fewest GPUs first; then lossless before lossy (KV compression costs answer quality, which an SLA margin
     does not weigh: a lossy candidate wins only where no lossless one on as few GPUs meets the SLA); then the
     larger SLA margin."""
-    lossy = bool(LOSSY_PATHS.intersection(candidate.paths))
-    return (outcome.gpus, lossy, -(outcome.data.get("sla_margin") or 0.0), candidate.name)
+    return (outcome.gpus, is_lossy(candidate.paths), -(outcome.data.get("sla_margin") or 0.0), candidate.name)
 
 
 def cell_rate(data: dict[str, Any], source: str | None, profile: Profile) -> float | None:
