@@ -1,5 +1,5 @@
 # Two commands do all set-up on a fresh machine:
-#   make run   -> venv + install + simulate the built-in quickstart scenario
+#   make run   -> venv + install + recommend a path for the default scenario (tripath recommend)
 #   make test  -> venv + install + ruff + the test suite
 # Other targets (`make help` prints this list):
 #   make setup -> venv + install only
@@ -23,7 +23,7 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 run: setup
-	$(VENV)/bin/tripath simulate data/scenarios/quickstart.toml
+	$(VENV)/bin/tripath recommend data/scenarios/default.toml
 
 lint: setup
 	$(VENV)/bin/ruff check .

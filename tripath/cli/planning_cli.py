@@ -1,4 +1,4 @@
-"""`tripath matrix | plan | whatif | stack | breakeven`: commands over tripath/planning/ (parser:
+"""`tripath recommend | matrix | plan | whatif | stack | breakeven`: commands over tripath/planning/ (parser:
 planning_parser.py).
 
 Every command prints where its numbers come from (simulated on a <source> profile, or computed
@@ -268,3 +268,92 @@ def _cmd_breakeven(args: argparse.Namespace) -> int:
 
 def _ms3(value: float | None) -> str:
     return "never" if value is None else f"{value:.3f}"
+
+
+# --- recommend ----------------------------------------------------------------------------------
+DEFAULT_SCENARIO = "default"
+
+
+def _interval(term: dict[str, Any]) -> str:
+    lo, hi = term["ci_low_ms"], term["ci_high_ms"]
+    if lo is None or hi is None:
+        return ""
+    floored = " (low end floored at 0)" if lo < 0 else ""
+    return f" [95% CI {max(lo, 0.0):,.0f}, {hi:,.0f}]{floored}"
+
+
+def _term_lines(summary: dict[str, Any]) -> list[str]:
+    lines = []
+    for name, t in summary["terms"].items():
+        verdict = "met" if t["over_by"] is None else f"MISSED by {t['over_by']:.0%}"
+        bind = "  <- binds" if name == summary["binding_term"] else ""
+        lines.append(f"    {name.upper():<5} P99 {_ms(t['p99_ms'])} ms{_interval(t)} vs target "
+                     f"{_ms(t['target_ms'])} ms: {verdict}{bind}")
+    if summary.get("remark"):
+        lines.append(f"    ({summary['remark']})")
+    return lines
+
+
+def _sized(summary: dict[str, Any], price: float | None) -> str:
+    cost = "" if summary.get("cost_usd_per_hour") is None else (
+        f", ${summary['cost_usd_per_hour']:,.2f}/h at ${price:,.2f} per GPU-hour")
+    return (f"{summary['candidate']}: {summary['replicas']} replica(s) x {summary['gpus_per_replica']} GPU(s) = "
+            f"{summary['gpus']} GPU(s){cost}")
+
+
+def _factor(bound: dict[str, Any], what: str, unit: str) -> str:
+    met, missed = bound["meets_up_to"], bound["misses_at"]
+    if missed is None:
+        return f"  still meets the SLA with {what} {met:.0%} of profiled ({unit} searched up to x{met:g})"
+    return (f"  meets the SLA unless {what} {missed - 1.0:.0%} higher than {unit} "
+            f"(met at x{met:.3f}, missed at x{missed:.3f})")
+
+
+def _cmd_recommend(args: argparse.Namespace) -> int:
+    from tripath.planning.recommend import recommend, scenario_qps
+    from tripath.planning.scenario_dict import with_requests
+
+    if args.scenario is None:
+        args.scenario = DEFAULT_SCENARIO
+    data, source, profile = _scenario(args)
+    if args.requests is not None:
+        data = with_requests(data, args.requests)
+    qps = args.qps if args.qps is not None else scenario_qps(data)
+    if qps is None:
+        raise InputError(source, "workload.arrival.rate_per_s",
+                         "no request rate: give the scenario a rate_per_s or pass --qps")
+    if not (data.get("sla") or {}):
+        raise InputError(source, "sla", "no SLA term: give the scenario an [sla] table")
+    executor, cache = _runtime(args)
+    price = args.gpu_price
+    rec = recommend(data, source, profile, qps, price, args.seed, args.replications, args.max_replicas,
+                    executor, cache, with_robustness=not args.no_robustness)
+    result = rec.to_dict()
+    sla = ", ".join(f"{t.upper()} P99 <= {_ms(v)} ms" for t, v in result["sla_ms"].items() if v is not None)
+    lines = [f"Recommendation for {result['scenario']} at {qps:g} req/s ({sla}); GPU price "
+             f"{'not given' if price is None else f'${price:,.2f} per GPU-hour'}", ""]
+    best, runner, closest = result["recommended"], result["runner_up"], result["closest"]
+    if best is not None:
+        lines.append(f"  RECOMMENDED  {_sized(best, price)}")
+        lines += _term_lines(best)
+        lines.append(f"  runner-up    {_sized(runner, price) if runner else 'none (no other candidate meets the SLA)'}")
+        if runner is not None:
+            lines += _term_lines(runner)
+    else:
+        lines.append(f"  NO candidate meets the SLA with up to {args.max_replicas} replicas (--max-replicas).")
+        if closest is not None:
+            lines.append(f"  closest      {closest['candidate']} at {closest['searched_replicas']} replica(s):")
+            lines += _term_lines(closest)
+    robust = result["robustness"]
+    if robust is not None:
+        lines += ["", f"Robustness ({robust['candidate']} on {robust['replicas']} replica(s) held fixed, "
+                  f"bisected to {robust['tolerance']:.0%}):",
+                  _factor(robust["step_costs"], "step costs are", "profiled"),
+                  _factor(robust["arrival_rate"], "the request rate is", f"{qps:g} req/s")]
+    skipped = result["not_applicable"]
+    if skipped:
+        lines += ["", "not applicable: " + "; ".join(f"{k} ({v})" for k, v in skipped.items())]
+    kinds = "; ".join(f"{k}: {', '.join(v)}" for k, v in result["profile"]["section_sources"].items())
+    lines += ["", f"Numbers: {result['numbers_from']}; per section: {kinds}.", result["sizing"],
+              result["go_further"]]
+    return _emit(args, result, "\n".join(lines))

@@ -1,4 +1,5 @@
-"""Argument parsing of `tripath matrix | plan | whatif | stack | breakeven` (commands: tripath/cli/planning_cli.py)."""
+"""Argument parsing of `tripath recommend | matrix | plan | whatif | stack | breakeven` (commands:
+tripath/cli/planning_cli.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,14 @@ import argparse
 from typing import Any
 
 from tripath.cli.arg_types import positive_float, positive_int
-from tripath.cli.planning_cli import _cmd_breakeven, _cmd_matrix, _cmd_plan, _cmd_stack, _cmd_whatif
+from tripath.cli.planning_cli import (
+    _cmd_breakeven,
+    _cmd_matrix,
+    _cmd_plan,
+    _cmd_recommend,
+    _cmd_stack,
+    _cmd_whatif,
+)
 
 
 def _sweep_options(parser: argparse.ArgumentParser, replications: int) -> None:
@@ -23,7 +31,26 @@ def _sweep_options(parser: argparse.ArgumentParser, replications: int) -> None:
 
 
 def add_subcommands(sub: Any) -> None:
-    """Register matrix, plan, whatif, stack and breakeven on the `tripath` subparsers."""
+    """Register recommend, matrix, plan, whatif, stack and breakeven on the `tripath` subparsers."""
+    rec = sub.add_parser("recommend", help="the answer: which path, how many GPUs, what it costs, how robust",
+                         description="Size every candidate path at the request rate (fewest replicas meeting the "
+                         "SLA), recommend the cheapest (fewest GPUs, lossless first), show the runner-up, or the "
+                         "closest when none meets the SLA, and how much higher step costs or load may be before "
+                         "the recommendation stops meeting it.")
+    rec.add_argument("scenario", nargs="?", default=None,
+                     help="scenario TOML path or shipped name (default: data/scenarios/default.toml)")
+    rec.add_argument("--profile", help="profile name or path (default: the scenario's)")
+    rec.add_argument("--qps", type=positive_float, default=None,
+                     help="arrival rate, requests per second (default: the scenario's workload.arrival.rate_per_s)")
+    rec.add_argument("--gpu-price", type=positive_float, default=2.0,
+                     help="USD per GPU-hour, your price (default 2.00: a CHOSEN round figure, not a quote)")
+    rec.add_argument("--max-replicas", type=positive_int, default=8, help="replica search bound per candidate")
+    rec.add_argument("--requests", type=positive_int, default=None,
+                     help="override the scenario's request count per simulation (quicker, wider intervals)")
+    rec.add_argument("--no-robustness", action="store_true", help="skip the cost and load robustness bisection")
+    _sweep_options(rec, replications=2)
+    rec.set_defaults(func=_cmd_recommend)
+
     matrix = sub.add_parser("matrix", help="decision matrix: per seed scenario cell, the cheapest path meeting the SLA",
                             description="Simulate every candidate path (and sensible combination) in each cell of "
                             "the seed's Section 4 matrix and recommend, per cell, the cheapest meeting the SLA.")

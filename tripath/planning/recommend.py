@@ -1,0 +1,226 @@
+"""The answer: which path, how many GPUs, what it costs, how sure, for one scenario at one request rate.
+
+Sizing is tripath/planning/capacity.py's ``plan`` (fewest replicas per candidate meeting the SLA; no goodput
+curves, which the answer does not print). The candidates that meet the SLA are ranked as the decision matrix
+ranks them (tripath/planning/matrix.py ``rank_key``: fewest GPUs, lossless before lossy, larger SLA margin);
+the first is recommended, the second is the runner-up. When none meets it, the closest is the candidate with
+the largest SLA margin (the least negative) at the largest replica count searched, and each term says by how
+much its P99 exceeds the target.
+
+The binding term is the SLA term with the smallest margin (target - P99) / target.
+
+Robustness: with the recommended candidate and replica count held fixed, the smallest factor on the step costs
+(every coefficient of the profile's prefill, decode and step-overhead models: these formulas are linear in
+their coefficients, so the factor scales every iteration's cost; paging and SP merge costs are left as they
+are) and, separately, on the arrival rate, at which the SLA is no longer met. Found by expanding from 1 in
+steps that double (1.05, 1.1, 1.2, 1.4, ...) until a miss, then bisecting to ``tol``; it assumes a larger
+factor never helps. Every probe uses the plan's seed (common random numbers).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from tripath.planning.cache import ResultCache
+from tripath.planning.candidates import by_names
+from tripath.planning.capacity import Plan, SearchSpec, _job, plan
+from tripath.planning.executor import Executor
+from tripath.planning.matrix import rank_key
+from tripath.planning.sweep import TERMS, Outcome, run_cached
+from tripath.profile.profile import Profile
+
+STEP_COST_MODELS = ("prefill", "decode", "step_overhead")
+MAX_FACTOR = 4.0
+GO_FURTHER = ("to go further: measure your own deployment (`tripath calibrate`, docs/) and rerun with --profile; "
+              "`tripath plan SCENARIO --qps Q` adds goodput curves, `tripath whatif` varies any field")
+
+
+def scaled_step_costs(profile: Profile, factor: float) -> Profile:
+    """The profile with every prefill, decode and step-overhead coefficient times ``factor`` (all linear)."""
+    if not factor > 0:
+        raise ValueError(f"cost factor must be > 0, got {factor}")
+    data = json.loads(profile.to_json())
+    for name in STEP_COST_MODELS:
+        model = data["costs"].get(name)
+        if model is None:
+            continue
+        for coef in model["coefficients"].values():
+            coef["value"] = coef["value"] * factor
+    return Profile.from_dict(data)
+
+
+def section_sources(profile: Profile) -> dict[str, list[str]]:
+    """Per top-level profile section, the source kinds its numbers carry (every nested ``source`` field)."""
+    data = json.loads(profile.to_json())
+    out: dict[str, list[str]] = {}
+
+    def walk(node: Any, found: set[str]) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key == "source" and isinstance(value, str):
+                    found.add(value)
+                else:
+                    walk(value, found)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value, found)
+
+    for section, value in data.items():
+        if section in ("source", "key", "provenance", "notes", "schema_version"):
+            continue
+        found: set[str] = set()
+        walk(value, found)
+        if found:
+            out[section] = sorted(found)
+    return out
+
+
+def threshold(meets: Callable[[float], bool], tol: float = 0.01, max_factor: float = MAX_FACTOR
+              ) -> tuple[float, float | None]:
+    """(largest factor found meeting, smallest found missing) around the flip of ``meets`` above 1.
+
+    meets(1) is assumed true. Expands 1 + 0.05 x 2^i until a miss (None when even ``max_factor`` meets),
+    then bisects until the two are within ``tol`` of each other."""
+    lo, hi, step = 1.0, None, 0.05
+    while hi is None:
+        probe = min(1.0 + step, max_factor)
+        if meets(probe):
+            lo = probe
+            if probe >= max_factor:
+                return lo, None
+            step *= 2.0
+        else:
+            hi = probe
+    while hi - lo > tol:
+        mid = 0.5 * (lo + hi)
+        if meets(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo, hi
+
+
+def _terms(outcome: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per given SLA term: P99 mean and interval (ms), target, margin, and the overshoot when it misses."""
+    out: dict[str, dict[str, Any]] = {}
+    for term in TERMS:
+        target = outcome["sla_targets_ms"][term]
+        if target is None:
+            continue
+        p99 = outcome["p99_ms"][term]
+        mean = p99["mean"]
+        margin = None if mean is None else (target - mean) / target
+        out[term] = {"p99_ms": mean, "ci_low_ms": p99.get("ci_low"), "ci_high_ms": p99.get("ci_high"),
+                     "target_ms": target, "margin": margin,
+                     "over_by": None if margin is None or margin >= 0 else -margin}
+    return out
+
+
+def binding_term(terms: dict[str, dict[str, Any]]) -> str | None:
+    """The term with the smallest margin (None when no term has a P99)."""
+    given = {t: v["margin"] for t, v in terms.items() if v["margin"] is not None}
+    return min(given, key=lambda t: given[t]) if given else None
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """The plan, the chosen row (recommended or closest), the runner-up, robustness and provenance."""
+
+    plan: Plan
+    recommended: str | None
+    runner_up: str | None
+    closest: str | None
+    robustness: dict[str, Any] | None
+    sources: dict[str, list[str]]
+
+    def row(self, name: str | None) -> dict[str, Any] | None:
+        return next((r for r in self.plan.rows if r["candidate"]["name"] == name), None)
+
+    def _summary(self, name: str | None) -> dict[str, Any] | None:
+        row = self.row(name)
+        if row is None:
+            return None
+        outcome = row.get("outcome")
+        terms = {} if outcome is None or outcome.get("error") else _terms(outcome)
+        return {"candidate": name, "paths": row["candidate"].get("paths"), "replicas": row.get("replicas"),
+                "gpus": row.get("gpus"), "gpus_per_replica": row.get("gpus_per_replica"),
+                "searched_replicas": None if outcome is None else outcome.get("replicas"),
+                "cost_usd_per_hour": row.get("cost_usd_per_hour"), "terms": terms,
+                "binding_term": binding_term(terms), "rejected_share": (outcome or {}).get("rejected_share"),
+                "remark": row.get("remark")}
+
+    def to_dict(self) -> dict[str, Any]:
+        p = self.plan
+        return {"scenario": p.scenario, "qps": p.qps, "sla_ms": p.sla_ms, "gpu_price_usd_per_gpu_hour": p.gpu_price,
+                "profile": {"key": p.profile_key, "source": p.profile_source, "section_sources": self.sources},
+                "numbers_from": f"simulated on a '{p.profile_source}' profile ({p.profile_key})",
+                "sizing": p.sizing, "meets_sla": self.recommended is not None,
+                "recommended": self._summary(self.recommended), "runner_up": self._summary(self.runner_up),
+                "closest": self._summary(self.closest), "robustness": self.robustness,
+                "not_applicable": {r["candidate"]["name"]: r["not_applicable"] for r in p.rows
+                                   if r.get("not_applicable")},
+                "go_further": GO_FURTHER}
+
+
+def _ranked(profile: Profile, rows: tuple[dict[str, Any], ...]) -> list[str]:
+    known = {c.name: c for c in by_names(profile, None)}
+    ok = [r for r in rows if r.get("gpus") is not None and r["candidate"]["name"] in known]
+    ok.sort(key=lambda r: rank_key(known[r["candidate"]["name"]], Outcome(r["outcome"])))
+    return [r["candidate"]["name"] for r in ok]
+
+
+def _closest(rows: tuple[dict[str, Any], ...]) -> str | None:
+    ran = [r for r in rows if r.get("outcome") and not r["outcome"].get("error")
+           and r["outcome"].get("sla_margin") is not None]
+    if not ran:
+        return None
+    return max(ran, key=lambda r: r["outcome"]["sla_margin"])["candidate"]["name"]
+
+
+def robustness(data: dict[str, Any], source: str | None, profile: Profile, candidate_name: str, replicas: int,
+               qps: float, seed: int = 0, replications: int = 1, cache: ResultCache | None = None,
+               tol: float = 0.01) -> dict[str, Any]:
+    """The step-cost factor and the arrival-rate factor at which ``replicas`` of the candidate stop meeting."""
+    candidate = by_names(profile, [candidate_name])[0]
+    text = json.dumps(data, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    cache_dir = None if cache is None else str(cache.directory)
+
+    def meets(cost_factor: float, rate_factor: float) -> bool:
+        scaled = profile if cost_factor == 1.0 else scaled_step_costs(profile, cost_factor)
+        spec = SearchSpec(text, source, scaled.to_json(), candidate, qps * rate_factor, seed, replications,
+                          attainment_levels=(), cache_dir=cache_dir)
+        return run_cached(_job(spec, replicas, spec.qps), cache_dir).meets_sla
+
+    out: dict[str, Any] = {"candidate": candidate_name, "replicas": replicas, "tolerance": tol,
+                           "max_factor": MAX_FACTOR}
+    for key, probe in (("step_costs", lambda f: meets(f, 1.0)), ("arrival_rate", lambda f: meets(1.0, f))):
+        last_met, first_missed = threshold(probe, tol)
+        out[key] = {"meets_up_to": last_met, "misses_at": first_missed}
+    return out
+
+
+def recommend(data: dict[str, Any], source: str | None, profile: Profile, qps: float,
+              gpu_price: float | None = None, seed: int = 0, replications: int = 2, max_replicas: int = 8,
+              executor: Executor | None = None, cache: ResultCache | None = None, tol: float = 0.01,
+              with_robustness: bool = True) -> Recommendation:
+    """Size every candidate at ``qps`` (``plan``), rank those meeting the SLA, probe the winner's robustness."""
+    result = plan(data, source, profile, qps, gpu_price=gpu_price, seed=seed, replications=replications,
+                  max_replicas=max_replicas, executor=executor, cache=cache, attainment_levels=())
+    ranked = _ranked(profile, result.rows)
+    best = ranked[0] if ranked else None
+    runner = ranked[1] if len(ranked) > 1 else None
+    closest = None if best is not None else _closest(result.rows)
+    probe = None
+    if best is not None and with_robustness:
+        row = next(r for r in result.rows if r["candidate"]["name"] == best)
+        probe = robustness(data, source, profile, best, int(row["replicas"]), qps, seed, replications, cache, tol)
+    return Recommendation(result, best, runner, closest, probe, section_sources(profile))
+
+
+def scenario_qps(data: dict[str, Any]) -> float | None:
+    """The scenario's own request rate (``workload.arrival.rate_per_s``), None when it states a load fraction."""
+    rate = (data.get("workload") or {}).get("arrival", {}).get("rate_per_s")
+    return None if rate is None else float(rate)
