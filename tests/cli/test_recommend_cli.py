@@ -1,0 +1,42 @@
+"""tripath recommend: --help, --json, text, input errors -> exit 2 with one line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.cli.test_planning_cli import run, scenario_file
+from tripath.cli.main import main
+
+
+def test_help_exits_0(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["recommend", "--help"])
+    assert info.value.code == 0
+    assert "--gpu-price" in capsys.readouterr().out
+
+
+def test_json_and_text(capsys, tmp_path):
+    path = scenario_file(tmp_path)
+    common = ["--max-replicas", "2", "--replications", "1", "--workers", "1", "--cache-dir", str(tmp_path / "c")]
+    code, out, _ = run(capsys, "recommend", path, "--gpu-price", "2.5", "--json", *common)
+    assert code == 0
+    data = json.loads(out)
+    assert data["qps"] == 0.5 and data["numbers_from"].startswith("simulated on a 'seed' profile")
+    best = data["recommended"]
+    assert best is not None and best["cost_usd_per_hour"] == best["gpus"] * 2.5
+    assert data["robustness"]["step_costs"]["misses_at"] > data["robustness"]["step_costs"]["meets_up_to"]
+    code, out, _ = run(capsys, "recommend", path, "--gpu-price", "2.5", *common)
+    assert code == 0 and f"RECOMMENDED  {best['candidate']}" in out and "<- binds" in out
+    assert "meets the SLA unless step costs are" in out and "Numbers: simulated on a 'seed' profile" in out
+
+
+def test_input_errors_exit_2_with_one_line(capsys, tmp_path):
+    code, out, err = run(capsys, "recommend", str(tmp_path / "missing.toml"))
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+    path = tmp_path / "norate.toml"
+    with open(scenario_file(tmp_path)) as f:
+        path.write_text(f.read().replace("rate_per_s = 0.5", "load_fraction = 0.5"))
+    code, out, err = run(capsys, "recommend", str(path), "--no-cache")
+    assert code == 2 and out == "" and "rate_per_s" in err and len(err.strip().splitlines()) == 1
