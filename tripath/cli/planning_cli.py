@@ -331,7 +331,9 @@ def _cmd_recommend(args: argparse.Namespace) -> int:
     result = rec.to_dict()
     sla = ", ".join(f"{t.upper()} P99 <= {_ms(v)} ms" for t, v in result["sla_ms"].items() if v is not None)
     lines = [f"Recommendation for {result['scenario']} at {qps:g} req/s ({sla}); GPU price "
-             f"{'not given' if price is None else f'${price:,.2f} per GPU-hour'}", ""]
+             f"{'not given' if price is None else f'${price:,.2f} per GPU-hour (chosen)'}",
+             f"P99s: mean of {args.replications} seeded replication(s), 95% Student-t interval "
+             f"(--replications more narrows it)", ""]
     best, runner, closest = result["recommended"], result["runner_up"], result["closest"]
     if best is not None:
         lines.append(f"  RECOMMENDED  {_sized(best, price)}")
@@ -344,6 +346,18 @@ def _cmd_recommend(args: argparse.Namespace) -> int:
         if closest is not None:
             lines.append(f"  closest      {closest['candidate']} at {closest['searched_replicas']} replica(s):")
             lines += _term_lines(closest)
+    others = result["others"]
+    if others:
+        lines += ["", "the others:"]
+        for o in others:
+            if o["gpus"] is not None:
+                lines.append(f"  {o['candidate']:<30} meets on {o['gpus']} GPU(s)")
+                continue
+            bind = o["binding_term"]
+            why = "" if bind is None or o["terms"][bind]["over_by"] is None else (
+                f": {bind.upper()} P99 {_ms(o['terms'][bind]['p99_ms'])} ms, {o['terms'][bind]['over_by']:.0%} "
+                f"over target")
+            lines.append(f"  {o['candidate']:<30} misses at {o['searched_replicas']} replica(s){why}")
     robust = result["robustness"]
     if robust is not None:
         lines += ["", f"Robustness ({robust['candidate']} on {robust['replicas']} replica(s) held fixed, "

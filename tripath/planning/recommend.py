@@ -5,7 +5,8 @@ curves, which the answer does not print). The candidates that meet the SLA are r
 ranks them (tripath/planning/matrix.py ``rank_key``: fewest GPUs, lossless before lossy, larger SLA margin);
 the first is recommended, the second is the runner-up. When none meets it, the closest is the candidate with
 the largest SLA margin (the least negative) at the largest replica count searched, and each term says by how
-much its P99 exceeds the target.
+much its P99 exceeds the target. The runner-up skips candidates with the winner's very numbers (a path that
+changed nothing, such as tiering that never paged).
 
 The binding term is the SLA term with the smallest margin (target - P99) / target.
 
@@ -135,6 +136,7 @@ class Recommendation:
     closest: str | None
     robustness: dict[str, Any] | None
     sources: dict[str, list[str]]
+    replications: int = 1
 
     def row(self, name: str | None) -> dict[str, Any] | None:
         return next((r for r in self.plan.rows if r["candidate"]["name"] == name), None)
@@ -162,6 +164,9 @@ class Recommendation:
                 "closest": self._summary(self.closest), "robustness": self.robustness,
                 "not_applicable": {r["candidate"]["name"]: r["not_applicable"] for r in p.rows
                                    if r.get("not_applicable")},
+                "others": [self._summary(r["candidate"]["name"]) for r in p.rows if not r.get("not_applicable")
+                           and r["candidate"]["name"] not in (self.recommended, self.runner_up, self.closest)],
+                "replications": self.replications,
                 "go_further": GO_FURTHER}
 
 
@@ -170,6 +175,21 @@ def _ranked(profile: Profile, rows: tuple[dict[str, Any], ...]) -> list[str]:
     ok = [r for r in rows if r.get("gpus") is not None and r["candidate"]["name"] in known]
     ok.sort(key=lambda r: rank_key(known[r["candidate"]["name"]], Outcome(r["outcome"])))
     return [r["candidate"]["name"] for r in ok]
+
+
+def _same_numbers(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    return a.get("gpus") == b.get("gpus") and all(
+        a["outcome"]["p99_ms"][t]["mean"] == b["outcome"]["p99_ms"][t]["mean"] for t in TERMS)
+
+
+def _runner_up(rows: tuple[dict[str, Any], ...], ranked: list[str]) -> str | None:
+    """The next ranked candidate whose GPUs or P99s differ from the winner's (a path that changed nothing,
+    e.g. tiering that never paged, is no alternative); the plain next one when all are the same."""
+    if len(ranked) < 2:
+        return None
+    by_name = {r["candidate"]["name"]: r for r in rows}
+    best = by_name[ranked[0]]
+    return next((n for n in ranked[1:] if not _same_numbers(by_name[n], best)), ranked[1])
 
 
 def _closest(rows: tuple[dict[str, Any], ...]) -> str | None:
@@ -211,13 +231,13 @@ def recommend(data: dict[str, Any], source: str | None, profile: Profile, qps: f
                   max_replicas=max_replicas, executor=executor, cache=cache, attainment_levels=())
     ranked = _ranked(profile, result.rows)
     best = ranked[0] if ranked else None
-    runner = ranked[1] if len(ranked) > 1 else None
+    runner = _runner_up(result.rows, ranked)
     closest = None if best is not None else _closest(result.rows)
     probe = None
     if best is not None and with_robustness:
         row = next(r for r in result.rows if r["candidate"]["name"] == best)
         probe = robustness(data, source, profile, best, int(row["replicas"]), qps, seed, replications, cache, tol)
-    return Recommendation(result, best, runner, closest, probe, section_sources(profile))
+    return Recommendation(result, best, runner, closest, probe, section_sources(profile), replications)
 
 
 def scenario_qps(data: dict[str, Any]) -> float | None:
