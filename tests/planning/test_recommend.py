@@ -117,3 +117,14 @@ def test_scenario_qps_and_sources():
     assert scenario_qps({"workload": {"arrival": {"load_fraction": 0.5}}}) is None
     sources = section_sources(PROFILE)
     assert "seed" in sources["costs"] or "fitted" in sources["costs"]
+
+
+def test_default_scenario_is_a_published_gpu_profile_mooncake_lengths_a_rate_and_an_sla():
+    from tripath.planning.scenario_dict import load_scenario_dict
+    from tripath.profile.profile import resolve_profile
+
+    data, _ = load_scenario_dict("default")
+    assert resolve_profile(data["profile"]).source == "published"
+    assert scenario_qps(data) is not None and "load_fraction" not in data["workload"]["arrival"]
+    assert {data["workload"][c]["trace"] for c in ("prompt_tokens", "output_tokens")} == {"mooncake-conversation"}
+    assert data["sla"]["ttft_p99_ms"] > 0 and data["sla"]["tpot_p99_ms"] > 0

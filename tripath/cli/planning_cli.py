@@ -326,8 +326,13 @@ def _cmd_recommend(args: argparse.Namespace) -> int:
         raise InputError(source, "sla", "no SLA term: give the scenario an [sla] table")
     executor, cache = _runtime(args)
     price = args.gpu_price
-    rec = recommend(data, source, profile, qps, price, args.seed, args.replications, args.max_replicas,
-                    executor, cache, with_robustness=not args.no_robustness)
+    try:
+        rec = recommend(data, source, profile, qps, price, args.seed, args.replications, args.max_replicas,
+                        executor, cache, with_robustness=not args.no_robustness)
+    except ValueError as err:
+        if isinstance(err, InputError):
+            raise
+        raise InputError(source, "sla", str(err)) from None
     result = rec.to_dict()
     sla = ", ".join(f"{t.upper()} P99 <= {_ms(v)} ms" for t, v in result["sla_ms"].items() if v is not None)
     lines = [f"Recommendation for {result['scenario']} at {qps:g} req/s ({sla}); GPU price "
