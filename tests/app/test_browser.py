@@ -7,7 +7,8 @@ TRIPATH_APP_SCREENSHOT=PATH also writes one there, e.g. docs/img/app.png). Playw
 browser downloads are never used: the system Chromium is passed as executable_path.
 
 No browser means a failure with the fix in the message, not a silent pass; only an explicit
-TRIPATH_SKIP_BROWSER=1 skips.
+TRIPATH_SKIP_BROWSER=1 skips (what `make test` sets, with a warning, on a machine where
+scripts/ensure_chromium.sh could not install Chromium).
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ def _chromium() -> str:
     if os.environ.get("TRIPATH_SKIP_BROWSER") == "1":
         pytest.skip("TRIPATH_SKIP_BROWSER=1: real-browser test skipped on request")
     pytest.fail("no Chromium found at /usr/bin/chromium: install Debian's package (`apt-get install -y chromium`, "
-                ".ci/run does this) or set TRIPATH_SKIP_BROWSER=1 to skip this test explicitly")
+                "make test does this where it can: scripts/ensure_chromium.sh) or set TRIPATH_SKIP_BROWSER=1 to "
+                "skip it")
 
 
 def _quickstart_requests() -> int:
