@@ -103,6 +103,7 @@ def test_quickstart_in_a_real_browser(app_url: str, tmp_path: Path) -> None:
             expect.set_options(timeout=STEP_TIMEOUT_MS)
             page.goto(app_url)
             expect(page.get_by_role("heading", name="Scenario explorer")).to_be_visible()
+            expect(page.get_by_role("button", name="Deploy")).to_have_count(0)  # the minimal toolbar (tripath app)
             page.get_by_role("button", name="Run simulation").click()
             # the results: percentile table, metrics (quickstart's requests x the default 3 replications), a plot
             expect(page.get_by_role("heading", name="Results")).to_be_visible()

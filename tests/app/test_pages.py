@@ -20,7 +20,7 @@ from tests.app.app_driver import app, frame
 from tests.helpers import shipped_scenario_dict
 from tripath.app.widgets import profiles, validation
 from tripath.core.data_dirs import REPO_ROOT
-from tripath.profile.profile import resolve_profile
+from tripath.profile.profile import MAX_PROFILE_BYTES, resolve_profile
 from tripath.simulator.runner import simulate
 from tripath.simulator.scenario.scenario import scenario_from_dict
 from tripath.simulator.summary import summary
@@ -137,7 +137,7 @@ def _bad_uploads() -> list[tuple[str, bytes, str]]:
     good = json.loads((REPO_ROOT / "data/profiles/cpu-tiny.json").read_text())
     negative = copy.deepcopy(good)
     negative["costs"]["decode"]["coefficients"]["d_ctx"]["value"] = -1.0
-    big = json.dumps({**good, "notes": ["x" * (profiles.MAX_UPLOAD_BYTES + 10)]}).encode()
+    big = json.dumps({**good, "notes": ["x" * (MAX_PROFILE_BYTES + 10)]}).encode()
     return [("broken.json", b'{"schema_version": 1, "key": ', "line 1"),
             ("wrong-schema.json", json.dumps({"schema_version": 7}).encode(), "schema_version"),
             ("negative.json", json.dumps(negative).encode(), "costs.decode.coefficients.d_ctx"),

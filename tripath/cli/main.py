@@ -45,16 +45,20 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
 
 def _cmd_app(args: argparse.Namespace) -> int:
     # The Streamlit app (app.py at the repository root) replaces this process: Ctrl-C and signals reach
-    # the server directly. Uploads are capped at 2 MB here; the app refuses profiles over 1 MiB itself.
+    # the server directly. Uploads are capped at 1 MB (Streamlit's MB is 2**20 bytes), the same limit the app
+    # checks itself (tripath/profile/profile.py MAX_PROFILE_BYTES); the minimal toolbar has no Deploy button.
     import os
     from pathlib import Path
+
+    from tripath.profile.profile import MAX_PROFILE_BYTES
 
     app = Path(__file__).resolve().parents[2] / "app.py"
     if not app.is_file():
         raise InputError(str(app), None, "the app is not part of this installation (use a source checkout)")
     argv = [sys.executable, "-m", "streamlit", "run", str(app), "--server.headless", "true",
             "--server.port", str(args.port), "--server.address", args.address,
-            "--server.maxUploadSize", "2", "--browser.gatherUsageStats", "false"]
+            "--server.maxUploadSize", str(MAX_PROFILE_BYTES >> 20), "--client.toolbarMode", "minimal",
+            "--browser.gatherUsageStats", "false"]
     print(f"tripath app: serving on http://{args.address}:{args.port}", file=sys.stderr, flush=True)
     os.execv(sys.executable, argv)
     return 0  # not reached: execv does not return

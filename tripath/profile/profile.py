@@ -194,6 +194,10 @@ def save_profile(profile: Profile, path: str | os.PathLike[str]) -> None:
         raise InputError(str(path), None, f"cannot write profile: {err}") from None
 
 
+# the largest profile file the app and its server accept for upload (the largest shipped profile is ~90 KB)
+MAX_PROFILE_BYTES = 1 << 20
+
+
 def available_profiles() -> list[str]:
     """Names of the shipped profiles (``data/profiles/NAME.json``)."""
     return sorted(p.stem for p in PROFILES_DIR.glob("*.json"))

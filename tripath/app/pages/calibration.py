@@ -15,7 +15,7 @@ from tripath.app.widgets.profile_tables import coefficient_rows, compare_rows, f
 from tripath.core.data_dirs import PROFILES_DIR
 from tripath.core.errors import InputError
 from tripath.profile.inspect import compare, describe
-from tripath.profile.profile import Profile, load_samples
+from tripath.profile.profile import MAX_PROFILE_BYTES, Profile, load_samples
 
 SELECTED = "calibration_profile"
 SEEN = "calibration_seen_uploads"  # upload file ids already handled, so a rerun does not re-process one
@@ -24,7 +24,7 @@ UPLOAD_ERROR = "calibration_upload_error"
 
 def _handle_upload() -> None:
     """Validate a new upload before anything keeps it; on success select it, on failure change nothing."""
-    file = st.file_uploader(f"upload a profile (JSON, at most {profiles.MAX_UPLOAD_BYTES // 1024} KiB)",
+    file = st.file_uploader(f"upload a profile (JSON, at most {MAX_PROFILE_BYTES >> 20} MB)",
                             type=["json"], key="profile_upload",
                             help="validated by tripath.profile.profile, the parser every tripath command uses")
     if file is None:
@@ -35,9 +35,9 @@ def _handle_upload() -> None:
         seen.add(file.file_id)
         st.session_state.pop(UPLOAD_ERROR, None)
         try:
-            if file.size > profiles.MAX_UPLOAD_BYTES:  # refuse before reading the bytes
+            if file.size > MAX_PROFILE_BYTES:  # refuse before reading the bytes
                 raise InputError(file.name, None, f"{file.size:,} bytes is over the "
-                                                  f"{profiles.MAX_UPLOAD_BYTES:,}-byte limit for an uploaded profile")
+                                                  f"{MAX_PROFILE_BYTES:,}-byte limit for an uploaded profile")
             name = profiles.keep_upload(file.name, file.getvalue())
         except InputError as err:
             st.session_state[UPLOAD_ERROR] = str(err)

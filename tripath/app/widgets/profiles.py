@@ -16,9 +16,8 @@ import streamlit as st
 from tripath.app.widgets.provenance import profile_badge
 from tripath.core.data_dirs import PROFILES_DIR
 from tripath.core.errors import InputError
-from tripath.profile.profile import Profile, available_profiles
+from tripath.profile.profile import MAX_PROFILE_BYTES, Profile, available_profiles
 
-MAX_UPLOAD_BYTES = 1 << 20  # 1 MiB: the largest shipped profile is ~20 KB; anything far bigger is not a profile
 UPLOADED = "uploaded_profiles"  # session_state: {display name: JSON text}
 UPLOAD_PREFIX = "uploaded: "
 
@@ -70,11 +69,11 @@ def load_shown(name: str) -> Profile | None:
 
 
 def validate_upload(filename: str, data: bytes) -> Profile:
-    """Check an uploaded file before anything keeps it: .json, at most MAX_UPLOAD_BYTES, a valid profile."""
+    """Check an uploaded file before anything keeps it: .json, at most MAX_PROFILE_BYTES, a valid profile."""
     if Path(filename).suffix.lower() != ".json":
         raise InputError(filename, None, "profiles are JSON files (.json)")
-    if len(data) > MAX_UPLOAD_BYTES:
-        raise InputError(filename, None, f"{len(data):,} bytes is over the {MAX_UPLOAD_BYTES:,}-byte limit "
+    if len(data) > MAX_PROFILE_BYTES:
+        raise InputError(filename, None, f"{len(data):,} bytes is over the {MAX_PROFILE_BYTES:,}-byte limit "
                                          "for an uploaded profile")
     try:
         text = data.decode("utf-8")
