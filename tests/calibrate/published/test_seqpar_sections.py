@@ -180,8 +180,6 @@ def test_the_sp_scenario_runs_on_a_published_profile_with_the_sections(vidur_roo
 VIDUR = DATA_DIR / "peer-data" / "vidur"
 
 
-@pytest.mark.skipif(not (VIDUR / "data/profiling/network/h100_dgx/send_recv.csv").is_file(),
-                    reason="data/peer-data/vidur has no send_recv tables yet")
 @pytest.mark.parametrize(("name", "degrees"), [(A100_70B, [2, 4, 8]), ("published-llama2-70b-tp2-h100", [2, 4])])
 def test_shipped_vidur_data_serves_these_degrees(name, degrees):
     profile = resolve_profile(name)

@@ -140,12 +140,6 @@ def test_section_scalars_are_the_batch_one_values(small_pair) -> None:
     assert 0 < small_pair.prefill_ratio < small_pair.cost_ratio.value  # per-layer floors weigh less in a prompt
 
 
-def _has_rows(model_dir: str, tp: int) -> bool:
-    path = SHIPPED / "data/profiling/compute/a100/meta-llama" / model_dir / "mlp.csv"
-    return path.exists() and tp in set(pd.read_csv(path, usecols=["num_tensor_parallel_workers"]).iloc[:, 0])
-
-
-@pytest.mark.skipif(not _has_rows("Llama-2-7b-hf", 2), reason="data/peer-data/vidur lacks Llama-2-7b rows at tp 2")
 def test_seventy_b_with_a_seven_b_draft_c_and_v_rise_with_batch() -> None:
     rc = round_costs(SHIPPED, "llama2-70b-tp2/llama2-7b", "a100-80gb",
                      resolve_profile("published-llama2-70b-tp2-a100"))
