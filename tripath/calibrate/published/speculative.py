@@ -43,6 +43,7 @@ from tripath.calibrate.hardware import SPECS
 from tripath.calibrate.published.vidur import GPUS, LINEAR_OPS, VidurModel, all_reduce_table, linear_table, mlp_path
 from tripath.core.errors import InputError
 from tripath.core.speculative import expected_tokens
+from tripath.engine.model.config import PRESETS
 from tripath.profile.cost_model import Coefficient
 from tripath.profile.profile import Profile
 from tripath.profile.speculative import RoundCosts, Speculative, StepCurve
@@ -82,15 +83,21 @@ class Arch:
     def kv_bytes_per_token(self) -> int:
         return 2 * self.layers * self.kv_heads * self.head_dim * DTYPE_BYTES
 
+    @classmethod
+    def of(cls, name: str, preset: str, config: str) -> Arch:
+        """The shape of a model in tripath/engine/model/config.py's PRESETS (one place for the published shapes)."""
+        c = PRESETS[preset]
+        return cls(name, c.num_layers, c.hidden_size, c.num_heads, c.num_kv_heads, c.intermediate_size, c.vocab_size,
+                   config)
+
 
 HF = "HF config.json of "
 ARCHS = {
-    "llama-2-7b": Arch("llama-2-7b", 32, 4096, 32, 32, 11008, 32000, HF + "meta-llama/Llama-2-7b-hf"),
-    "llama-2-70b": Arch("llama-2-70b", 80, 8192, 64, 8, 28672, 32000, HF + "meta-llama/Llama-2-70b-hf"),
-    "llama-3-8b": Arch("llama-3-8b", 32, 4096, 32, 8, 14336, 128256, HF + "meta-llama/Meta-Llama-3-8B (and Vidur's "
-                       "mlp.csv columns)"),
-    "llama-3-70b": Arch("llama-3-70b", 80, 8192, 64, 8, 28672, 128256, HF + "meta-llama/Meta-Llama-3-70B (and "
-                        "Vidur's mlp.csv columns)"),
+    "llama-2-7b": Arch.of("llama-2-7b", "llama2-7b", HF + "meta-llama/Llama-2-7b-hf"),
+    "llama-2-70b": Arch.of("llama-2-70b", "llama2-70b", HF + "meta-llama/Llama-2-70b-hf"),
+    "llama-3-8b": Arch.of("llama-3-8b", "llama3-8b", HF + "meta-llama/Meta-Llama-3-8B (and Vidur's mlp.csv columns)"),
+    "llama-3-70b": Arch.of("llama-3-70b", "llama3-70b", HF + "meta-llama/Meta-Llama-3-70B (and Vidur's mlp.csv "
+                           "columns)"),
     "llama-68m": Arch("llama-68m", 2, 768, 12, 12, 3072, 32000, HF + "JackFram/llama-68m (SpecInfer's draft)"),
     "llama-160m": Arch("llama-160m", 12, 768, 12, 12, 3072, 32000, HF + "JackFram/llama-160m (SpecInfer's draft)"),
     # no ~100M draft with Llama-3's 128256-token vocabulary whose config could be checked (maywell/l3-211m is a
