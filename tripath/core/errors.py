@@ -16,3 +16,16 @@ class InputError(ValueError):
         self.problem = problem
         where = ": ".join(part for part in (source, field) if part)
         super().__init__(f"{where}: {problem}" if where else problem)
+
+
+def read_input_text(path: object, missing: str, unreadable: str) -> str:
+    """The UTF-8 text of a user's input file; a missing or unreadable one is an InputError naming the file
+    (``missing``: the message when it does not exist; ``unreadable``: the prefix of the OS or decoding error)."""
+    from pathlib import Path
+
+    try:
+        return Path(str(path)).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(str(path), None, missing) from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise InputError(str(path), None, f"{unreadable}: {err}") from None

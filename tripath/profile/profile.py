@@ -19,11 +19,10 @@ import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 from tripath.core.atomic import write_text
 from tripath.core.data_dirs import PROFILES_DIR
-from tripath.core.errors import InputError
+from tripath.core.errors import InputError, read_input_text
 from tripath.profile import fields
 from tripath.profile.codec import Section, json_field
 from tripath.profile.cost_model import Coefficient, CostModel, FitQuality
@@ -171,12 +170,7 @@ class Profile(Section):
 def load_profile(path: str | os.PathLike[str]) -> Profile:
     """Read and validate a profile file; any problem is an InputError naming the file and field."""
     where = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError(where, None, "no such profile file") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise InputError(where, None, f"cannot read profile: {err}") from None
+    text = read_input_text(path, "no such profile file", "cannot read profile")
     try:
         raw = json.loads(text)
     except json.JSONDecodeError as err:

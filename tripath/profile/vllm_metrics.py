@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from tripath.core.errors import InputError
+from tripath.core.errors import InputError, read_input_text
 from tripath.core.speculative import acceptance_for_tokens
 from tripath.profile.profile import Profile
 from tripath.profile.speculative import TaskAcceptance
@@ -215,12 +215,7 @@ def acceptance(c: SpecCounters, task: str) -> TaskAcceptance:
 def read_acceptance(path: str | Path, task: str, model: str | None = None) -> tuple[TaskAcceptance, SpecCounters]:
     """The task's acceptance entry from the metrics dump at ``path`` and the counters it came from."""
     source = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError(source, None, "metrics dump not found") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(source, None, f"cannot read the metrics dump: {exc}") from None
+    text = read_input_text(path, "metrics dump not found", "cannot read the metrics dump")
     if not task:
         raise InputError(source, "task", "must be a non-empty task name")
     counters = parse_counters(text, source, model)
