@@ -11,12 +11,14 @@ import dataclasses
 import importlib.util
 import sys
 import tomllib
+from collections.abc import Iterable
 from types import ModuleType
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from tripath.core.data_dirs import REPO_ROOT, SCENARIOS_DIR
+from tripath.core.records import RequestRecord
 from tripath.core.request import RequestSpec
 from tripath.profile.cost_model import Coefficient, CostModel
 from tripath.profile.profile import PagingLink, resolve_profile
@@ -116,3 +118,15 @@ def dense_greedy(model: LlamaModel, prompt: list[int], n: int) -> list[int]:
         for _ in range(n):
             ids.append(int(model(torch.tensor([ids]))[0, -1].argmax()))
     return ids[len(prompt) :]
+
+
+def peak_in_flight(records: Iterable[RequestRecord]) -> int:
+    """Most completed requests admitted and not yet finished at one time (a finish before an admission at the
+    same instant)."""
+    done = [r for r in records if r.completed]
+    events = sorted([(r.admitted_s, 1) for r in done] + [(r.finish_s, -1) for r in done])
+    live = peak = 0
+    for _, step in events:
+        live += step
+        peak = max(peak, live)
+    return peak

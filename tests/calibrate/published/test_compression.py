@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from tests.helpers import TINY, shipped_scenario_dict
+from tests.helpers import TINY, peak_in_flight, shipped_scenario_dict
 from tripath.calibrate.published.compression import MODES, compression_sections, stored_bytes_per_token
 from tripath.core.errors import InputError
 from tripath.profile.profile import Profile, resolve_profile
@@ -100,16 +100,6 @@ def test_a_gpu_without_a_published_rate_is_an_input_error():
         compression_sections(TINY)
 
 
-def _peak_in_flight(records) -> int:
-    """Most requests admitted and not yet finished at one time."""
-    events = sorted([(r.admitted_s, 1) for r in records] + [(r.finish_s, -1) for r in records])
-    live = peak = 0
-    for _, step in events:
-        live += step
-        peak = max(peak, live)
-    return peak
-
-
 def test_int8_on_a_published_profile_admits_more_requests_when_memory_binds():
     name = "published-llama2-7b-a100"
     profile = resolve_profile(name)
@@ -128,6 +118,6 @@ def test_int8_on_a_published_profile_admits_more_requests_when_memory_binds():
         assert run.replicas[0].peak_kv_bytes <= profile.kv_capacity_bytes
     # fp16 holds 63,832,580,096 / 524,288 = 121,750 tokens: at most 7 prompts of >= 16,384 tokens at once;
     # int8 holds 63,832,580,096 / 311,296 = 205,054 tokens: at most 12
-    fp16, int8 = _peak_in_flight(runs["fp16"].records), _peak_in_flight(runs["int8"].records)
+    fp16, int8 = peak_in_flight(runs["fp16"].records), peak_in_flight(runs["int8"].records)
     assert fp16 <= 121_750 // 16_384 and int8 <= 205_054 // 16_384
     assert int8 > fp16

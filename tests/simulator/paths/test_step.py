@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from tests.helpers import SEED, TINY, shipped_scenario_dict
+from tests.helpers import SEED, TINY, peak_in_flight, shipped_scenario_dict
 from tripath.core.errors import InputError
 from tripath.profile.profile import resolve_profile
 from tripath.simulator.costs import IterationCost
@@ -211,16 +211,6 @@ def test_too_few_gpus_for_one_sp_replica_names_cluster_gpus():
     assert info.value.field == "cluster.gpus" and "4 GPUs" in str(info.value)
 
 
-def _max_concurrent(records) -> int:
-    events = sorted([(r.admitted_s, 1) for r in records if r.completed] + [(r.finish_s, -1) for r in records
-                                                                        if r.completed], key=lambda e: (e[0], e[1]))
-    running = peak = 0
-    for _, delta in events:
-        running += delta
-        peak = max(peak, running)
-    return peak
-
-
 def test_compression_admits_more_sequences_end_to_end():
     """cpu-tiny holds 16,384 tokens of fp32 KV: 8 requests of 2,000 tokens; int8 holds 1 / its ratio times more."""
     data = _quickstart(requests=60, profile="cpu-tiny")
@@ -232,10 +222,10 @@ def test_compression_admits_more_sequences_end_to_end():
     data["strategy"] = {"compression": {"mode": "int8"}}
     comp = simulate(scenario_from_dict(data), TINY, seed=0).runs[0].records
     per_token = math.ceil(3072 * TINY.compression["int8"].kv_bytes_ratio.value)
-    assert _max_concurrent(base) == 16_384 // 2000 == 8
+    assert peak_in_flight(base) == 16_384 // 2000 == 8
     # derived from the profile's measured ratio (int8 0.344 since the compressed-store calibration: 23)
     expected = (TINY.kv_capacity_bytes // per_token) // 2000
-    assert _max_concurrent(comp) == expected > 2 * 8
+    assert peak_in_flight(comp) == expected > 2 * 8
     assert all(r.completed for r in base + comp)
 
 
