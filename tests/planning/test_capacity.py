@@ -8,7 +8,7 @@ import pytest
 
 from tests.helpers import SEED as PROFILE
 from tripath.planning.candidates import BASELINE
-from tripath.planning.capacity import SearchSpec, _job, goodput_curve, plan, search_rate, search_replicas
+from tripath.planning.capacity import SearchSpec, goodput_curve, plan, search_rate, search_replicas, sized_job
 from tripath.planning.sweep import run_cached
 
 
@@ -45,7 +45,7 @@ def test_search_rate_brackets_the_threshold_within_tolerance(threshold):
 def test_replica_search_equals_brute_force_scan_on_a_small_case():
     qps = 2.5
     spec = SearchSpec(json.dumps(small_scenario()), None, PROFILE.to_json(), BASELINE, qps)
-    scan = [run_cached(_job(spec, n, qps)).meets_sla for n in range(1, 9)]
+    scan = [run_cached(sized_job(spec, n, qps)).meets_sla for n in range(1, 9)]
     assert scan[-1], "the case must become feasible within the scan"
     brute = scan.index(True) + 1
     assert brute > 1, "the case must need more than one replica to test the search"

@@ -8,7 +8,7 @@ import pytest
 
 from tests.helpers import SEED as PROFILE
 from tripath.planning.candidates import by_names
-from tripath.planning.capacity import SearchSpec, _job
+from tripath.planning.capacity import SearchSpec, sized_job
 from tripath.planning.recommend import (
     binding_term,
     recommend,
@@ -85,7 +85,7 @@ def _meets(cost: float, rate: float, name: str, replicas: int) -> bool:
     candidate = by_names(PROFILE, [name])[0]
     spec = SearchSpec(json.dumps(small_scenario()), None, profile.to_json(), candidate, QPS * rate,
                       attainment_levels=())
-    return run_cached(_job(spec, replicas, spec.qps)).meets_sla
+    return run_cached(sized_job(spec, replicas, spec.qps)).meets_sla
 
 
 def test_robustness_brackets_the_cost_and_rate_thresholds(feasible):

@@ -57,7 +57,8 @@ class SearchSpec:
                 raise ValueError(f"attainment levels must be in (0, 1], got {level}")
 
 
-def _job(spec: SearchSpec, replicas: int, rate: float) -> Job:
+def sized_job(spec: SearchSpec, replicas: int, rate: float) -> Job:
+    """The simulation of ``replicas`` replicas of the spec's candidate at ``rate`` req/s (its cluster sized to them)."""
     profile = json.loads(spec.profile_json)
     tp = int(profile["key"]["tp"])
     degree = int(spec.candidate.strategy.get("sequence_parallel", {}).get("degree", 1))
@@ -145,7 +146,7 @@ def plan_candidate(spec: SearchSpec) -> dict[str, Any]:
     outcomes: dict[int, Outcome] = {}
 
     def meets(n: int) -> bool:
-        outcomes[n] = run_cached(_job(spec, n, spec.qps), spec.cache_dir)
+        outcomes[n] = run_cached(sized_job(spec, n, spec.qps), spec.cache_dir)
         if outcomes[n].error is not None:
             raise _Refused(outcomes[n].error)
         return outcomes[n].meets_sla
@@ -171,7 +172,7 @@ def goodput_curve(spec: SearchSpec, replicas: int) -> dict[str, float | None]:
     curve: dict[str, float | None] = {}
     for level in spec.attainment_levels:
         def meets_rate(rate: float, level: float = level) -> bool:
-            outcome = run_cached(_job(spec, replicas, rate), spec.cache_dir)
+            outcome = run_cached(sized_job(spec, replicas, rate), spec.cache_dir)
             attained = None if outcome.error else outcome.data["attainment"]["all"]
             return attained is not None and attained >= level
         curve[str(level)] = search_rate(meets_rate, spec.qps, spec.rel_tol)
@@ -202,14 +203,17 @@ class Plan:
         return (f"GPUs per candidate = replicas x one replica's GPUs (the profile's TP{self.tp}, x the SP degree "
                 f"for sequence-parallel candidates); the scenario's cluster.gpus ({self.scenario_gpus}) is not used")
 
+    def ranked(self) -> list[dict[str, Any]]:
+        """The rows that meet the SLA at some size, best first: fewest GPUs, then lossless before lossy
+        (candidates.LOSSY_PATHS), then the larger SLA margin; ties keep the candidates' order."""
+        ok = [r for r in self.rows if r.get("gpus") is not None]
+        return sorted(ok, key=lambda r: (r["gpus"], is_lossy(r["candidate"]["paths"]),
+                                         -(r["outcome"].get("sla_margin") or 0.0)))
+
     @property
     def recommended(self) -> dict[str, Any] | None:
-        ok = [r for r in self.rows if r.get("gpus") is not None]
-        if not ok:
-            return None
-        # fewest GPUs, then lossless before lossy (candidates.LOSSY_PATHS), then the larger SLA margin
-        return min(ok, key=lambda r: (r["gpus"], is_lossy(r["candidate"]["paths"]),
-                                      -(r["outcome"].get("sla_margin") or 0.0)))
+        ranked = self.ranked()
+        return ranked[0] if ranked else None
 
     def to_dict(self) -> dict[str, Any]:
         best = self.recommended

@@ -2,7 +2,7 @@
 
 Sizing is tripath/planning/capacity.py's ``plan`` (fewest replicas per candidate meeting the SLA; no goodput
 curves, which the answer does not print). The candidates that meet the SLA are ranked as the decision matrix
-ranks them (tripath/planning/matrix.py ``rank_key``: fewest GPUs, lossless before lossy, larger SLA margin);
+ranks them (tripath/planning/capacity.py ``Plan.ranked``: fewest GPUs, lossless before lossy, larger SLA margin);
 the first is recommended, the second is the runner-up. When none meets it, the closest is the candidate with
 the largest SLA margin (the least negative) at the largest replica count searched, and each term says by how
 much its P99 exceeds the target. The runner-up skips candidates with the winner's very numbers (a path that
@@ -27,10 +27,9 @@ from typing import Any
 
 from tripath.planning.cache import ResultCache
 from tripath.planning.candidates import by_names
-from tripath.planning.capacity import Plan, SearchSpec, _job, plan
+from tripath.planning.capacity import Plan, SearchSpec, plan, sized_job
 from tripath.planning.executor import Executor
-from tripath.planning.matrix import rank_key
-from tripath.planning.sweep import TERMS, Outcome, run_cached
+from tripath.planning.sweep import TERMS, run_cached
 from tripath.profile.profile import Profile
 
 STEP_COST_MODELS = ("prefill", "decode", "step_overhead")
@@ -170,13 +169,6 @@ class Recommendation:
                 "go_further": GO_FURTHER}
 
 
-def _ranked(profile: Profile, rows: tuple[dict[str, Any], ...]) -> list[str]:
-    known = {c.name: c for c in by_names(profile, None)}
-    ok = [r for r in rows if r.get("gpus") is not None and r["candidate"]["name"] in known]
-    ok.sort(key=lambda r: rank_key(known[r["candidate"]["name"]], Outcome(r["outcome"])))
-    return [r["candidate"]["name"] for r in ok]
-
-
 def _same_numbers(a: dict[str, Any], b: dict[str, Any]) -> bool:
     return a.get("gpus") == b.get("gpus") and all(
         a["outcome"]["p99_ms"][t]["mean"] == b["outcome"]["p99_ms"][t]["mean"] for t in TERMS)
@@ -212,7 +204,7 @@ def robustness(data: dict[str, Any], source: str | None, profile: Profile, candi
         scaled = profile if cost_factor == 1.0 else scaled_step_costs(profile, cost_factor)
         spec = SearchSpec(text, source, scaled.to_json(), candidate, qps * rate_factor, seed, replications,
                           attainment_levels=(), cache_dir=cache_dir)
-        return run_cached(_job(spec, replicas, spec.qps), cache_dir).meets_sla
+        return run_cached(sized_job(spec, replicas, spec.qps), cache_dir).meets_sla
 
     out: dict[str, Any] = {"candidate": candidate_name, "replicas": replicas, "tolerance": tol,
                            "max_factor": MAX_FACTOR}
@@ -229,7 +221,7 @@ def recommend(data: dict[str, Any], source: str | None, profile: Profile, qps: f
     """Size every candidate at ``qps`` (``plan``), rank those meeting the SLA, probe the winner's robustness."""
     result = plan(data, source, profile, qps, gpu_price=gpu_price, seed=seed, replications=replications,
                   max_replicas=max_replicas, executor=executor, cache=cache, attainment_levels=())
-    ranked = _ranked(profile, result.rows)
+    ranked = [r["candidate"]["name"] for r in result.ranked()]
     best = ranked[0] if ranked else None
     runner = _runner_up(result.rows, ranked)
     closest = None if best is not None else _closest(result.rows)
