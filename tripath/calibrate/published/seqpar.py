@@ -52,7 +52,8 @@ import numpy as np
 import pandas as pd
 
 from tripath.calibrate.hardware import SPECS
-from tripath.calibrate.published.vidur import GPUS
+from tripath.calibrate.published.vidur import GPUS, collective_medians
+from tripath.calibrate.published.vidur import network_path as vidur_network_path
 from tripath.core.errors import InputError
 from tripath.profile.profile import Profile, SequenceParallel, SpRow
 from tripath.profile.sections import SpDecodeRow
@@ -121,7 +122,7 @@ def network_path(root: Path, gpu: str, collective: str) -> Path:
     """Vidur's NCCL table of ``collective`` (send_recv or all_reduce) on this GPU's DGX node (``NETWORK_OF``)."""
     if gpu not in NETWORK_OF:
         raise InputError(None, "key.hardware", f"no Vidur NCCL tables for {gpu!r} (known: {', '.join(NETWORK_OF)})")
-    return root / "data/profiling/network" / f"{NETWORK_OF[gpu]}_dgx" / f"{collective}.csv"
+    return vidur_network_path(root, f"{NETWORK_OF[gpu]}_dgx", f"{collective}.csv")
 
 
 def nccl_table(root: Path, gpu: str, collective: str, workers: int, per_node: int) -> NcclTable | None:
@@ -134,11 +135,10 @@ def nccl_table(root: Path, gpu: str, collective: str, workers: int, per_node: in
     for name in ("num_workers", "devices_per_node", "collective", "size", column):
         if name not in df.columns:
             raise InputError(str(path), name, "missing column")
-    df = df[(df.num_workers == workers) & (df.devices_per_node == per_node) & (df.collective == collective)]
-    if df.empty:
+    sizes, ms = collective_medians(df, collective, workers, per_node)
+    if not len(sizes):
         return None
-    table = df.groupby("size", as_index=False)[column].mean()  # a size profiled twice: their mean
-    return NcclTable(path, collective, workers, per_node, table["size"].to_numpy(float), table[column].to_numpy(float))
+    return NcclTable(path, collective, workers, per_node, sizes, ms)
 
 
 @dataclass(frozen=True)

@@ -112,12 +112,19 @@ def linear_table(root: Path, gpu: str, model: VidurModel) -> tuple[np.ndarray, n
     return table.tokens.to_numpy(float), table.linear.to_numpy(float), table.emb.to_numpy(float)
 
 
+def collective_medians(df: pd.DataFrame, collective: str, workers: int, per_node: int
+                       ) -> tuple[np.ndarray, np.ndarray]:
+    """(message bytes, median ms) of one (collective, num_workers, devices_per_node) in a Vidur network table,
+    a size profiled twice taking their mean; empty arrays without rows."""
+    column = f"time_stats.{collective}.median"
+    df = df[(df.num_workers == workers) & (df.devices_per_node == per_node) & (df.collective == collective)]
+    table = df.groupby("size", as_index=False)[column].mean()
+    return table["size"].to_numpy(float), table[column].to_numpy(float)
+
+
 def all_reduce_table(root: Path, gpu: str, workers: int = 2) -> tuple[np.ndarray, np.ndarray]:
     """(message bytes, ms) of an all-reduce over ``workers`` GPUs inside one node (NVLink)."""
-    df = pd.read_csv(all_reduce_path(root, gpu))
-    df = df[(df.num_workers == workers) & (df.devices_per_node == workers) & (df.collective == "all_reduce")]
-    table = df.groupby("size", as_index=False)["time_stats.all_reduce.median"].mean()
-    return table["size"].to_numpy(float), table["time_stats.all_reduce.median"].to_numpy(float)
+    return collective_medians(pd.read_csv(all_reduce_path(root, gpu)), "all_reduce", workers, workers)
 
 
 def all_reduce_ms(nbytes: float, sizes: np.ndarray, ms: np.ndarray) -> float:
