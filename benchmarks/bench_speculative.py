@@ -30,14 +30,14 @@ from tripath.engine.engine import Engine
 from tripath.engine.engine_config import EngineConfig
 from tripath.engine.model.checkpoint import load_checkpoint
 from tripath.engine.model.tokenizer import ByteTokenizer
-from tripath.engine.speculative.engine import SpecStepRecord, SpeculativeEngine
+from tripath.engine.speculative.decoding import SpecStepRecord, SpeculativeDecoding
 from tripath.engine.speculative.proposers import DraftModelProposer
 from tripath.training.corpus import TASKS, load_eval_prompts
 
 ENGINE = EngineConfig(num_blocks=256, block_size=16)
 
 
-def _run(engine: Engine | SpeculativeEngine, prompt: list[int], new: int) -> list:
+def _run(engine: Engine, prompt: list[int], new: int) -> list:
     """Step records after the prefill step (batch 1)."""
     rid = engine.add_request(prompt, new)
     recs = []
@@ -49,7 +49,7 @@ def _run(engine: Engine | SpeculativeEngine, prompt: list[int], new: int) -> lis
 
 def bench_task(target: torch.nn.Module, draft: torch.nn.Module, prompts: list[list[int]], k: int, new: int) -> dict:
     plain = Engine(target, ENGINE)
-    spec = SpeculativeEngine(target, DraftModelProposer(draft, 256, 16), ENGINE, FixedK(k))
+    spec = Engine(target, ENGINE, strategy=SpeculativeDecoding(DraftModelProposer(draft, 256, 16), FixedK(k)))
     _run(plain, [1] * 8, 4), _run(spec, [1] * 8, 4)  # warm-up
     base_steps: list[float] = []
     spec_recs: list[SpecStepRecord] = []
@@ -57,10 +57,10 @@ def bench_task(target: torch.nn.Module, draft: torch.nn.Module, prompts: list[li
         base_steps += [r.wall_s for r in _run(plain, prompt, new)]
         spec_recs += _run(spec, prompt, new)
     unit = statistics.mean(base_steps)
-    c = spec.timings.cost_ratio(unit, mean=True)  # decode-like batch-1 draft passes
+    c = spec.strategy.timings.cost_ratio(unit, mean=True)  # decode-like batch-1 draft passes
     full = [r for r in spec_recs if r.ks == (k,)]  # rounds at the full K (the last few are capped)
     v = statistics.mean(r.verify_s for r in full) / unit
-    a = spec.counters.per_token_acceptance
+    a = spec.strategy.counters.per_token_acceptance
     spec_time = sum(r.wall_s for r in spec_recs)
     other = sum(r.wall_s - r.draft_s - r.verify_s for r in full) / sum(r.wall_s for r in full)
     measured = sum(base_steps) / spec_time  # both decode the same number of tokens per prompt
@@ -68,7 +68,7 @@ def bench_task(target: torch.nn.Module, draft: torch.nn.Module, prompts: list[li
     return {
         "k": k,
         "a": a,
-        "acceptance_rate": spec.counters.acceptance_rate,
+        "acceptance_rate": spec.strategy.counters.acceptance_rate,
         "c": c,
         "v": v,
         "target_step_ms": unit * 1e3,

@@ -33,7 +33,7 @@ from tripath.engine.engine_config import EngineConfig
 from tripath.engine.model.checkpoint import load_checkpoint
 from tripath.engine.model.model import LlamaModel
 from tripath.engine.model.tokenizer import ByteTokenizer
-from tripath.engine.speculative.engine import SpeculativeEngine
+from tripath.engine.speculative.decoding import SpeculativeDecoding
 from tripath.engine.speculative.metrics import SpecCounters, SpecTimings
 from tripath.engine.speculative.proposers import DraftModelProposer, PromptLookupProposer
 from tripath.training.corpus import TASKS, load_eval_prompts
@@ -79,7 +79,7 @@ class TaskCosts:
         return c, {k: self.timings.verify_cost(k, unit, mean) for k in sorted(self.timings.verify_s)}
 
 
-def _timed(engine: Engine | SpeculativeEngine, prompt: list[int], new: int) -> tuple[list[int], list[float]]:
+def _timed(engine: Engine, prompt: list[int], new: int) -> tuple[list[int], list[float]]:
     """Generate at batch 1; returns the output and the wall time of each step after the prefill."""
     rid = engine.add_request(prompt, new)
     walls = []
@@ -91,13 +91,13 @@ def _timed(engine: Engine | SpeculativeEngine, prompt: list[int], new: int) -> t
 
 
 def _spec_run(
-    task: str, name: str, k: str, i: int, engine: SpeculativeEngine, prompt: list[int], new: int, ref: list[int],
+    task: str, name: str, k: str, i: int, engine: Engine, prompt: list[int], new: int, ref: list[int],
     phase: int = 1,
 ) -> Run:
     before = SpecCounters()
-    before.merge(engine.counters)
+    before.merge(engine.strategy.counters)
     out, walls = _timed(engine, prompt, new)
-    c = engine.counters
+    c = engine.strategy.counters
     return Run(
         task, name, k, i, new, sum(walls), c.num_drafts - before.num_drafts,
         c.num_draft_tokens - before.num_draft_tokens, c.num_accepted_tokens - before.num_accepted_tokens,
@@ -120,10 +120,11 @@ def measure(
     _timed(plain, [1] * 8, 4)  # warm-up: RoPE tables, allocator
     for task, task_prompts in prompts.items():
         tc = costs[task] = TaskCosts([], SpecTimings())
-        engines = {k: SpeculativeEngine(target, DraftModelProposer(draft, 256, 16), ENGINE, FixedK(k)) for k in ks}
+        engines = {k: Engine(target, ENGINE, strategy=SpeculativeDecoding(DraftModelProposer(draft, 256, 16),
+                                                                          FixedK(k))) for k in ks}
         # byte-level tokens: 4..12-byte n-grams (about 1..3 words) are what a BPE lookup of 1..3 tokens sees
         pld = PromptLookupProposer(target.config.vocab_size, min_ngram=4, max_ngram=12)
-        lookup = SpeculativeEngine(target, pld, ENGINE, FixedK(4))
+        lookup = Engine(target, ENGINE, strategy=SpeculativeDecoding(pld, FixedK(4)))
         for eng in [*engines.values(), lookup]:
             _timed(eng, [1] * 8, 4)
         for i, prompt in enumerate(task_prompts):
@@ -135,16 +136,15 @@ def measure(
             runs.append(_spec_run(task, "lookup", "4", i, lookup, prompt, new, ref))
             progress(f"{task} prompt {i}")
         for eng in engines.values():
-            tc.timings.draft_pass_s += eng.timings.draft_pass_s
-            for k, xs in eng.timings.verify_s.items():
+            tc.timings.draft_pass_s += eng.strategy.timings.draft_pass_s
+            for k, xs in eng.strategy.timings.verify_s.items():
                 tc.timings.verify_s.setdefault(k, []).extend(xs)
         # adaptive K: the controller is given this task's measured c and a linear fit of v(K)
         c, v = tc.costs()
         slope = (v[max(v)] - v[min(v)]) / (max(v) - min(v)) if len(v) > 1 else 0.0
         spec = SpecCosts(c=c, verify_base=max(1e-6, v[min(v)] - slope * min(v)), verify_per_token=max(0.0, slope))
-        adaptive = SpeculativeEngine(
-            target, DraftModelProposer(draft, 256, 16), ENGINE, AdaptiveK(ControllerConfig(k_max=max(ks)), spec)
-        )
+        ctrl = AdaptiveK(ControllerConfig(k_max=max(ks)), spec)
+        adaptive = Engine(target, ENGINE, strategy=SpeculativeDecoding(DraftModelProposer(draft, 256, 16), ctrl))
         _timed(adaptive, [1] * 8, 4)
         for i, prompt in enumerate(task_prompts):
             ref, walls = _timed(plain, prompt, new)

@@ -59,8 +59,8 @@ def test_tier_pages_follow_the_simulators_memory(profile) -> None:
 def test_unsupported_combinations_are_named() -> None:
     assert unsupported(SCENARIO) is None
     both = {**SCENARIO, "strategy": {"speculative": {"k": 4}, "tiered": {}}}
-    assert "SpeculativeEngine" in (unsupported(both) or "")
-    # the SpeculativeEngine serves with its target's KV compressed (tripath/engine/speculative/compressed.py)
+    assert "speculative decoding has no tiered KV" in (unsupported(both) or "")
+    # speculative decoding serves with its target's KV compressed (tripath/engine/speculative/compressed.py)
     assert unsupported({**SCENARIO, "strategy": {"speculative": {"k": 4}, "compression": {"mode": "int8"}}}) is None
     sp = {**SCENARIO, "strategy": {"sequence_parallel": {"degree": 2}}}
     assert "max_batch_size = 1" in (unsupported(sp) or "")

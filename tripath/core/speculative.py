@@ -117,7 +117,7 @@ def acceptance_for_tokens(k: int, tokens: float, tol: float = 1e-13) -> float:
 
 
 class Controller(Protocol):
-    """What SpeculativeEngine asks before a round and tells after it."""
+    """What speculative decoding (tripath/engine/speculative/decoding.py) asks before a round and tells after it."""
 
     def choose(self, request_id: int) -> int: ...  # K for this sequence's next round (0: plain decoding)
 

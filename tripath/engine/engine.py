@@ -1,33 +1,35 @@
 """The serving engine: continuous batching over a KV back end (tripath/engine/kv/backend.py), one forward pass per step.
 
 ``add_request`` queues a prompt; ``step`` schedules, runs the model once over every
-scheduled sequence's new tokens, samples, retires finished sequences and returns a
-StepRecord with the wall time measured after device synchronisation: the raw material
-for calibration (prefill tokens, decode sequences, total context -> latency).
+scheduled sequence's new tokens (and the drafts of a speculative strategy: tripath/engine/decoding.py),
+keeps what the strategy accepts, retires finished sequences and returns a StepRecord with the
+wall time measured after device synchronisation: the raw material for calibration (prefill
+tokens, decode sequences, total context -> latency).
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any
 
 import torch
 
+from tripath.engine.decoding import DecodeStrategy, PlainDecoding
 from tripath.engine.engine_config import EngineConfig, RequestRejected
 from tripath.engine.kv.backend import KVBackend, make_backend
 from tripath.engine.kv.paged_attention import SequenceChunk
 from tripath.engine.model.fusion import fuse_projections
 from tripath.engine.model.model import LlamaModel
-from tripath.engine.sampling import SamplingParams, sample
+from tripath.engine.sampling import SamplingParams
 from tripath.engine.scheduler import Scheduler, SchedulerConfig
 from tripath.engine.sequence import Sequence
 from tripath.engine.step_record import StepRecord
 
-__all__ = ["Engine", "run_to_completion"]
+__all__ = ["Engine"]
 
 
 class Engine:
-    def __init__(self, model: LlamaModel, config: EngineConfig, generator: torch.Generator | None = None) -> None:
+    def __init__(self, model: LlamaModel, config: EngineConfig, generator: torch.Generator | None = None,
+                 strategy: DecodeStrategy | None = None) -> None:
         self.model = fuse_projections(model.eval()) if config.fuse_projections else model.eval()
         self.config = config
         param = next(model.parameters())
@@ -35,9 +37,11 @@ class Engine:
         self.backend: KVBackend = make_backend(model.config, config, self.dtype, self.device)
         self.kv_manager = self.backend.manager
         self.errors: dict[int, str] = {}  # request id -> why a tier fault ended it
-        sched = SchedulerConfig(config.max_batch_size, config.max_batched_tokens, config.chunked_prefill)
-        self.scheduler = Scheduler(sched, self.kv_manager)
         self.generator = generator
+        self.strategy: DecodeStrategy = strategy if strategy is not None else PlainDecoding()
+        self.strategy.bind(self)
+        sched = SchedulerConfig(config.max_batch_size, config.max_batched_tokens, config.chunked_prefill)
+        self.scheduler = Scheduler(sched, self.kv_manager, self.strategy.lookahead)
         self.sequences: dict[int, Sequence] = {}
         self._next_id = 0
         self._steps = 0
@@ -56,7 +60,7 @@ class Engine:
         if not self.config.chunked_prefill and total - 1 > self.config.max_batched_tokens:
             limit = self.config.max_batched_tokens
             return f"needs a {total - 1}-token (re)compute step, max_batched_tokens is {limit}"
-        return None
+        return self.strategy.check_request(prompt_len, max_new_tokens)
 
     def add_request(
         self,
@@ -97,15 +101,19 @@ class Engine:
         plan = self.scheduler.schedule()
         if not plan.chunks:
             raise RuntimeError("step() with nothing schedulable; check has_unfinished first")
+        for seq in plan.preempted:
+            self.strategy.preempted(seq)
         self.backend.prepare(plan.copies)
+        drafts = self.strategy.propose(plan.chunks)
+        forward_start = time.perf_counter()
         token_ids: list[int] = []
-        chunks: list[SequenceChunk] = []
-        sampled_rows: list[int] = []  # packed index of the last token of chunks that reach the end
-        sampling_seqs: list[Sequence] = []
+        # (chunk, cached, tokens): a chunk with drafts becomes one-token rows at consecutive positions of
+        # its block table, which attend in the batched decode call (keys past each row's position masked)
+        pieces: list[tuple[int, int, list[int]]] = []
         prefill_seqs = prefill_tokens = decode_seqs = context = 0
         admitted: list[int] = []
         shapes: list[tuple[int, int]] = []  # (cached, new) per sequence: StepRecord.chunk_shapes
-        for ch in plan.chunks:
+        for i, (ch, extra) in enumerate(zip(plan.chunks, drafts, strict=True)):
             seq, n = ch.seq, ch.num_new
             if not seq.admitted:
                 seq.admitted = True
@@ -115,39 +123,62 @@ class Engine:
             else:
                 prefill_seqs += 1
                 prefill_tokens += n
-            token_ids += seq.token_slice(seq.num_computed, seq.num_computed + n)
-            chunks.append(SequenceChunk(seq.num_computed, n, self.kv_manager.block_table(seq.request_id)))
-            shapes.append((seq.num_computed, n))
-            context += seq.num_computed + n
-            if seq.num_computed + n == seq.num_tokens:
-                sampled_rows.append(len(token_ids) - 1)
-                sampling_seqs.append(seq)
-        attention = self.backend.attention(chunks, [ch.seq.request_id for ch in plan.chunks])
+            tokens = seq.token_slice(seq.num_computed, seq.num_computed + n) + extra
+            if extra:
+                pieces += [(i, seq.num_computed + j, [t]) for j, t in enumerate(tokens)]
+            else:
+                pieces.append((i, seq.num_computed, tokens))
+            shapes.append((seq.num_computed, len(tokens)))
+            context += seq.num_computed + len(tokens)
+        pieces.sort(key=lambda p: len(p[2]) != 1)  # stable: one-token rows first, as attention batches them
+        chunks: list[SequenceChunk] = []
+        request_ids: list[int] = []
+        rows_of: dict[int, list[int]] = {}  # chunk -> packed index of each of its tokens
+        for i, cached, toks in pieces:
+            rid = plan.chunks[i].seq.request_id
+            rows_of.setdefault(i, []).extend(range(len(token_ids), len(token_ids) + len(toks)))
+            token_ids += toks
+            chunks.append(SequenceChunk(cached, len(toks), self.kv_manager.block_table(rid)))
+            request_ids.append(rid)
+        sampled: list[int] = []  # chunks that reach the end of their tokens: their logits give tokens
+        rows: list[int] = []  # the last 1 + drafts rows of each
+        spans: list[tuple[int, int]] = []
+        for i, (ch, extra) in enumerate(zip(plan.chunks, drafts, strict=True)):
+            if ch.seq.num_computed + ch.num_new == ch.seq.num_tokens:
+                sampled.append(i)
+                spans.append((len(rows), len(rows) + 1 + len(extra)))
+                rows += rows_of[i][-1 - len(extra) :]
+        attention = self.strategy.attention(chunks, request_ids)
         ids = torch.tensor(token_ids, dtype=torch.int64).to(self.device, non_blocking=True).unsqueeze(0)  # [1, N]
-        rows = torch.tensor(sampled_rows, dtype=torch.int64).to(self.device, non_blocking=True)
-        logits = self.model(ids, attention.positions, attention, logits_index=rows)[0]  # [S, V]
-        new_tokens = sample(logits, [s.sampling for s in sampling_seqs], self.generator).tolist()
+        index = torch.tensor(rows, dtype=torch.int64).to(self.device, non_blocking=True)
+        logits = self.model(ids, attention.positions, attention, logits_index=index)[0]  # [R, V]
+        sampling_seqs = [plan.chunks[i].seq for i in sampled]
+        results = self.strategy.accept(sampling_seqs, logits, spans)  # .tolist() inside waits for the device
+        forward_s = time.perf_counter() - forward_start
         first, finished = [], []
         failed = self.backend.faults(attention)  # those requests end here, the rest go on
-        for ch in plan.chunks:
-            ch.seq.num_computed += ch.num_new
-            if ch.seq.request_id in failed:
-                self.errors[ch.seq.request_id] = failed[ch.seq.request_id]
-                self.scheduler.finish(ch.seq)
-        for seq, tok in zip(sampling_seqs, new_tokens, strict=True):
+        outcome = dict(zip(sampled, results, strict=True))
+        for i, ch in enumerate(plan.chunks):
+            seq = ch.seq
+            accepted, emitted = outcome.get(i, (0, []))
+            seq.num_computed += ch.num_new + accepted
             if seq.request_id in failed:
-                continue
-            if not seq.output_ids:
-                first.append(seq.request_id)
-            seq.output_ids.append(int(tok))
-            if seq.finished:
+                self.errors[seq.request_id] = failed[seq.request_id]
                 self.scheduler.finish(seq)
+                self.strategy.finished(seq)
+                continue
+            if emitted and not seq.output_ids:
+                first.append(seq.request_id)
+            seq.output_ids += emitted
+            self.strategy.settle(seq)
+            if emitted and seq.finished:
+                self.scheduler.finish(seq)
+                self.strategy.finished(seq)
                 finished.append(seq.request_id)
         self._sync()  # .tolist() already waited for the device; this also covers non-CUDA-stream backends
         wall = time.perf_counter() - start
         self._steps += 1
-        fields = self.backend.step_fields()
-        return StepRecord(
+        fields = dict(
             step=self._steps - 1,
             start_s=start,
             wall_s=wall,
@@ -164,8 +195,9 @@ class Engine:
             finished=tuple(finished),
             chunk_shapes=tuple(shapes),
             failed=tuple(failed),
-            **fields,
+            **self.backend.step_fields(),
         )
+        return self.strategy.record(fields, forward_s)
 
     def output(self, request_id: int) -> list[int]:
         return list(self.sequences[request_id].output_ids)
@@ -173,6 +205,7 @@ class Engine:
     def release(self, request_id: int) -> None:
         """Forget a finished request (its blocks are already free); a tier fault's reason stays in errors."""
         self.sequences.pop(request_id, None)
+        self.strategy.release(request_id)
 
     def close(self) -> None:
         """Release what outlives a step: with tiering, the prefetch thread and the SSD tier's files."""
@@ -190,25 +223,12 @@ class Engine:
         max_new_tokens: int | list[int],
         sampling: SamplingParams | None = None,
     ) -> list[list[int]]:
-        """Run prompts to completion with continuous batching; outputs in prompt order."""
-        return run_to_completion(self, prompts, max_new_tokens, sampling)
-
-
-def run_to_completion(
-    engine: Engine | Any,
-    prompts: list[list[int]],
-    max_new_tokens: int | list[int],
-    sampling: SamplingParams | None = None,
-) -> list[list[int]]:
-    """Add every prompt, step until all finish, return outputs in prompt order and release them.
-
-    Shared by Engine and SpeculativeEngine (same add_request / step / output / release API).
-    """
-    limits = max_new_tokens if isinstance(max_new_tokens, list) else [max_new_tokens] * len(prompts)
-    ids = [engine.add_request(p, m, sampling) for p, m in zip(prompts, limits, strict=True)]
-    while engine.has_unfinished:
-        engine.step()
-    outs = [engine.output(i) for i in ids]
-    for i in ids:
-        engine.release(i)
-    return outs
+        """Run prompts to completion with continuous batching; outputs in prompt order (then released)."""
+        limits = max_new_tokens if isinstance(max_new_tokens, list) else [max_new_tokens] * len(prompts)
+        ids = [self.add_request(p, m, sampling) for p, m in zip(prompts, limits, strict=True)]
+        while self.has_unfinished:
+            self.step()
+        outs = [self.output(i) for i in ids]
+        for i in ids:
+            self.release(i)
+        return outs

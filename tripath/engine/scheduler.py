@@ -4,12 +4,15 @@ Each step: running sequences first (in admission order), then waiting ones FCFS,
 ``max_batch_size`` live sequences and ``max_batched_tokens`` tokens per step (the same
 setting names as the simulator's [batching] section).  When the block pool cannot hold a
 running sequence's next tokens, the most recently admitted sequence is preempted by
-recompute: its blocks are freed and it goes back to the head of the queue.
+recompute: its blocks are freed and it goes back to the head of the queue.  A decoding strategy
+may ask for lookahead slots past a decoding sequence's next token (speculative drafts, as vLLM's
+num_lookahead_slots): they are reserved with it and count against the token budget.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tripath.engine.kv.paged import KVCacheManager
@@ -33,6 +36,7 @@ class SchedulerConfig:
 class ScheduledChunk:
     seq: Sequence
     num_new: int  # tokens computed this step: seq.tokens[num_computed : num_computed + num_new]
+    num_lookahead: int = 0  # slots reserved past them for the strategy's drafts (decoding sequences only)
 
 
 @dataclass
@@ -43,9 +47,11 @@ class SchedulerOutput:
 
 
 class Scheduler:
-    def __init__(self, config: SchedulerConfig, kv: KVCacheManager) -> None:
+    def __init__(self, config: SchedulerConfig, kv: KVCacheManager,
+                 lookahead: Callable[[Sequence], int] | None = None) -> None:
         self.config = config
         self.kv = kv
+        self.lookahead = lookahead  # draft slots a decoding sequence wants this step; None: none
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
 
@@ -80,7 +86,8 @@ class Scheduler:
             n = min(seq.num_uncomputed, budget)
             if n == 0:
                 break
-            while not self.kv.can_reserve(seq.request_id, seq.num_computed + n):
+            k = min(self.lookahead(seq), budget - n) if self.lookahead is not None and seq.is_decode else 0
+            while not self.kv.can_reserve(seq.request_id, seq.num_computed + n + k):
                 victim = self.running[-1]  # the most recently admitted goes first
                 self._preempt(victim)
                 out.preempted.append(victim)
@@ -88,9 +95,9 @@ class Scheduler:
                     break
             if seq.status is not SequenceStatus.RUNNING:
                 break
-            out.copies += self.kv.reserve(seq.request_id, seq.num_computed + n)
-            out.chunks.append(ScheduledChunk(seq, n))
-            budget -= n
+            out.copies += self.kv.reserve(seq.request_id, seq.num_computed + n + k)
+            out.chunks.append(ScheduledChunk(seq, n, k))
+            budget -= n + k
         # admit new work only when nothing had to be preempted: memory is tight otherwise
         while (
             not out.preempted

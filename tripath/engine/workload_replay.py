@@ -126,12 +126,9 @@ def timed_step(engine: Any, clock: Callable[[], float], t0: float, steps: list[A
         times[rid]["admitted_s"] = start
     for rid in rec.first_tokens:
         times[rid]["first_token_s"] = end
-    counters = getattr(engine, "request_counters", None)  # the SpeculativeEngine's, per request
     for rid in rec.finished:
         times[rid]["finish_s"] = end
-        if counters is not None and rid in counters:  # read before release() drops them
-            times[rid]["draft_rounds"] = counters[rid].num_drafts
-            times[rid]["accepted_tokens"] = counters[rid].num_accepted_tokens
+        times[rid].update(engine.strategy.request_fields(rid))  # read before release() drops them
         engine.release(rid)
     return rec
 

@@ -2,7 +2,7 @@
 
 The engine is built from the same scenario tables the simulator reads (names shared on purpose):
 [batching] -> EngineConfig (max_batch_size, max_batched_tokens; the KV pool holds the tokens the
-simulator's KV budget holds), [strategy.speculative] -> SpeculativeEngine with the tiny draft at
+simulator's KV budget holds), [strategy.speculative] -> Engine with SpeculativeDecoding and the tiny draft at
 fixed K (with [strategy.compression]: the target's KV compressed, the draft's exact). Policies
 continuous/chunked go through tripath.engine.serving.serve; static/dynamic through
 tripath.fidelity.window_serving. A path the engine cannot serve in a timed loop yet raises NotAvailable
@@ -26,7 +26,7 @@ from tripath.engine.engine import Engine
 from tripath.engine.engine_config import EngineConfig
 from tripath.engine.model.model import LlamaModel
 from tripath.engine.serving import PromptSource, serve
-from tripath.engine.speculative.engine import SpeculativeEngine
+from tripath.engine.speculative.decoding import SpeculativeDecoding
 from tripath.engine.speculative.metrics import SpecCounters
 from tripath.engine.speculative.proposers import DraftModelProposer
 from tripath.fidelity.tier_paging import move_stall_ms_per_request
@@ -112,7 +112,7 @@ def unsupported(data: dict[str, Any]) -> str | None:
     if "compression" in strategy and "kv_compression" not in fields_:
         missing.append("the Engine has no compressed-KV option (EngineConfig.kv_compression)")
     if "speculative" in strategy and "tiered" in strategy:
-        missing.append("the SpeculativeEngine has no tiered KV: EngineConfig.tiered is the plain Engine's only")
+        missing.append("speculative decoding has no tiered KV: EngineConfig.tiered serves plain decoding only")
     if {"tiered", "compression"} <= set(strategy):
         missing.append("EngineConfig cannot combine tiered with kv_compression")
     if "sequence_parallel" in strategy:
@@ -135,8 +135,7 @@ def unsupported(data: dict[str, Any]) -> str | None:
 
 
 def build_engine(data: dict[str, Any], target: LlamaModel, draft: LlamaModel | None, kv_tokens: int, seed: int,
-                 default_k: int, tier_tokens: tuple[int, int] = (0, 0)) -> tuple[Engine | SpeculativeEngine,
-                                                                                 SpecCounters | None]:
+                 default_k: int, tier_tokens: tuple[int, int] = (0, 0)) -> tuple[Engine, SpecCounters | None]:
     reason = unsupported(data)
     if reason is not None:
         raise NotAvailable(f"engine: {reason}")
@@ -151,8 +150,8 @@ def build_engine(data: dict[str, Any], target: LlamaModel, draft: LlamaModel | N
     if draft is None:
         raise NotAvailable("engine: speculative decoding needs the draft checkpoint")
     proposer = DraftModelProposer(draft, cfg.num_blocks, cfg.block_size, torch.Generator().manual_seed(seed + 1))
-    engine = SpeculativeEngine(target, proposer, cfg, FixedK(int(spec.get("k", default_k))), gen)
-    return engine, engine.counters
+    strategy = SpeculativeDecoding(proposer, FixedK(int(spec.get("k", default_k))))
+    return Engine(target, cfg, gen, strategy), strategy.counters
 
 
 def measure(data: dict[str, Any], requests: list[RequestSpec], target: LlamaModel, draft: LlamaModel | None,

@@ -1,4 +1,4 @@
-"""SpeculativeEngine with the target's KV compressed (tripath/engine/speculative/compressed.py): greedy speculation
+"""Speculative decoding with the target's KV compressed (tripath/engine/speculative/compressed.py): greedy speculation
 reproduces plain greedy decoding on the same compressed store, and after every round the store holds
 exactly the accepted prefix (full blocks sealed, the tail block staged with zero rows past the end)."""
 
@@ -13,7 +13,7 @@ from tripath.engine.engine import Engine
 from tripath.engine.engine_config import EngineConfig
 from tripath.engine.model.config import PRESETS
 from tripath.engine.model.model import LlamaModel
-from tripath.engine.speculative.engine import SpeculativeEngine
+from tripath.engine.speculative.decoding import SpeculativeDecoding
 from tripath.engine.speculative.proposers import DraftModelProposer
 
 V = 256
@@ -38,12 +38,12 @@ def _cfg(mode: str) -> EngineConfig:
     return EngineConfig(num_blocks=128, block_size=BS, kv_compression=mode)
 
 
-def _check_store(eng: SpeculativeEngine) -> int:
+def _check_store(eng: Engine) -> int:
     """The store holds exactly each running sequence's accepted prefix; returns the rows checked."""
     store, checked = eng.backend.store, 0
     assert store is not None
     live = set()
-    for seq in eng.running:
+    for seq in eng.scheduler.running:
         table, n = eng.kv_manager.block_table(seq.request_id), seq.num_computed
         assert len(table) == -(-n // BS)  # no block past the prefix
         live.update(table)
@@ -63,7 +63,7 @@ def _check_store(eng: SpeculativeEngine) -> int:
 def test_greedy_speculation_equals_plain_greedy_on_the_compressed_store(target, prompts, mode):
     reference = Engine(target, _cfg(mode)).generate(prompts, 24)
     right = [4, 2, 0, 3, 1]  # per request: full accepts, partial accepts, none
-    eng = SpeculativeEngine(target, OracleProposer(reference, right, V), _cfg(mode), FixedK(4))
+    eng = Engine(target, _cfg(mode), strategy=SpeculativeDecoding(OracleProposer(reference, right, V), FixedK(4)))
     ids = [eng.add_request(p, 24) for p in prompts]
     checked = 0
     while eng.has_unfinished:
@@ -74,8 +74,8 @@ def test_greedy_speculation_equals_plain_greedy_on_the_compressed_store(target, 
     # filled reads that block unquantized, see spec_compressed.py) flips no argmax on these prompts.
     # Measured: 120/120 tokens equal for int8 and int4.
     assert outs == reference
-    assert checked > 0 and eng.counters.num_accepted_tokens > 0
-    assert eng.counters.num_accepted_tokens < eng.counters.num_draft_tokens  # rollbacks happened
+    assert checked > 0 and eng.strategy.counters.num_accepted_tokens > 0
+    assert eng.strategy.counters.num_accepted_tokens < eng.strategy.counters.num_draft_tokens  # rollbacks happened
     assert eng.kv_manager.blocks_used == 0 and not eng.backend.store.staged
 
 
@@ -98,6 +98,6 @@ def test_a_real_draft_on_int8_matches_plain_int8(target, prompts):
     draft = LlamaModel(PRESETS["tiny-mha"], torch.Generator().manual_seed(2)).eval()
     reference = Engine(target, _cfg("int8")).generate(prompts, 16)
     proposer = DraftModelProposer(draft, 128, BS, torch.Generator().manual_seed(4))
-    eng = SpeculativeEngine(target, proposer, _cfg("int8"), FixedK(3))
+    eng = Engine(target, _cfg("int8"), strategy=SpeculativeDecoding(proposer, FixedK(3)))
     assert eng.generate(prompts, 16) == reference
     assert eng.kv_manager.blocks_used == 0 and not eng.backend.store.staged

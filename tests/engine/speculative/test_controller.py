@@ -13,7 +13,7 @@ from tripath.engine.engine_config import EngineConfig
 from tripath.engine.model.config import PRESETS
 from tripath.engine.model.model import LlamaModel
 from tripath.engine.sampling import SamplingParams
-from tripath.engine.speculative.engine import SpeculativeEngine
+from tripath.engine.speculative.decoding import SpeculativeDecoding
 from tripath.engine.speculative.metrics import SpecCounters
 from tripath.engine.speculative.proposers import DraftModelProposer
 
@@ -53,11 +53,12 @@ def test_fallback_output_is_identical_to_plain_decoding(models, sampling):
     target, draft = models
     never = ControllerConfig(prior_acceptance=0.0, prior_weight=1e9, probe_interval=10_000)
     proposer = DraftModelProposer(draft, CFG.num_blocks, CFG.block_size, torch.Generator().manual_seed(8))
-    eng = SpeculativeEngine(target, proposer, CFG, AdaptiveK(never, SpecCosts(c=0.3)), torch.Generator().manual_seed(9))
+    strategy = SpeculativeDecoding(proposer, AdaptiveK(never, SpecCosts(c=0.3)))
+    eng = Engine(target, CFG, torch.Generator().manual_seed(9), strategy)
     got = eng.generate(_prompts(), 24, sampling)
     want = Engine(target, CFG, torch.Generator().manual_seed(9)).generate(_prompts(), 24, sampling)
     assert got == want  # same tokens, and with sampling the same generator draws in the same order
-    assert eng.counters.num_drafts == 0 and proposer.pass_seconds == []  # the draft never ran
+    assert eng.strategy.counters.num_drafts == 0 and proposer.pass_seconds == []  # the draft never ran
 
 
 def test_engine_falls_back_with_an_unrelated_draft_and_climbs_with_a_perfect_one(models):
@@ -65,17 +66,19 @@ def test_engine_falls_back_with_an_unrelated_draft_and_climbs_with_a_perfect_one
     prompts = _prompts()
     want = Engine(target, CFG).generate(prompts, 40)
     cfg = ControllerConfig(k_max=6, probe_interval=8)
-    low = SpeculativeEngine(target, DraftModelProposer(draft, 64, 4), CFG, AdaptiveK(cfg, SpecCosts(c=0.4)))
+    low = Engine(target, CFG, strategy=SpeculativeDecoding(DraftModelProposer(draft, 64, 4),
+                                                           AdaptiveK(cfg, SpecCosts(c=0.4))))
     ids = [low.add_request(p, 40) for p in prompts]
     ks = []
     while low.has_unfinished:
         ks.append(low.step().ks)
     assert [low.output(i) for i in ids] == want
-    assert low.counters.per_token_acceptance < 0.5 and all(k == 0 for k in ks[-1])  # in fallback at the end
-    high = SpeculativeEngine(target, DraftModelProposer(target, 64, 4), CFG, AdaptiveK(cfg, SpecCosts(c=0.4)))
+    assert low.strategy.counters.per_token_acceptance < 0.5 and all(k == 0 for k in ks[-1])  # in fallback at the end
+    high = Engine(target, CFG, strategy=SpeculativeDecoding(DraftModelProposer(target, 64, 4),
+                                                            AdaptiveK(cfg, SpecCosts(c=0.4))))
     ids = [high.add_request(p, 40) for p in prompts]
     ks = []
     while high.has_unfinished:
         ks.append(high.step().ks)
     assert [high.output(i) for i in ids] == want
-    assert high.counters.acceptance_rate == 1.0 and max(max(k) for k in ks if k) == 6
+    assert high.strategy.counters.acceptance_rate == 1.0 and max(max(k) for k in ks if k) == 6

@@ -1,4 +1,4 @@
-"""SpeculativeEngine mechanics on tiny random models: a round emits accepted + 1 tokens (1 at zero
+"""Speculative decoding mechanics on tiny random models: a round emits accepted + 1 tokens (1 at zero
 accept, K+1 at full accept), both paged caches hold exactly the accepted prefix after every
 round (block tables and K/V contents), batching with a different K and acceptance per sequence."""
 
@@ -17,7 +17,7 @@ from tripath.engine.model.config import PRESETS
 from tripath.engine.model.model import LlamaModel
 from tripath.engine.sampling import SamplingParams
 from tripath.engine.serving import PromptSource, serve
-from tripath.engine.speculative.engine import SpeculativeEngine
+from tripath.engine.speculative.decoding import SpeculativeDecoding
 from tripath.engine.speculative.proposers import DraftModelProposer, PromptLookupProposer
 
 CFG = EngineConfig(num_blocks=64, block_size=4)
@@ -58,13 +58,13 @@ def _cache_prefix(engine_kv: torch.Tensor, blocks: list[int], n: int) -> torch.T
 def test_round_emits_accepted_plus_one_with_per_sequence_acceptance(target, prompts, reference, k):
     right = {0: 0, 1: k, 2: 1}  # zero accept, full accept, one accepted then a rejection
     ref = dict(enumerate(reference))
-    eng = SpeculativeEngine(target, OracleProposer(ref, right, V), CFG, FixedK(k))
+    eng = Engine(target, CFG, strategy=SpeculativeDecoding(OracleProposer(ref, right, V), FixedK(k)))
     for i, p in enumerate(prompts):
         eng.add_request(p, 20, request_id=i)
     first = eng.step()
     assert first.prefill_seqs == 3 and first.emitted_tokens == 3 and first.draft_tokens == 0
     while eng.has_unfinished:
-        before = {s.request_id: len(s.output_ids) for s in eng.running}
+        before = {s.request_id: len(s.output_ids) for s in eng.scheduler.running}
         rec = eng.step()
         for rid, kk in zip(before, rec.ks, strict=True):
             seq = eng.sequences[rid]
@@ -84,8 +84,8 @@ def test_round_emits_accepted_plus_one_with_per_sequence_acceptance(target, prom
             expected += min(right[rid], kk)
             drafted += kk
             have += min(right[rid], kk) + 1
-    assert eng.counters.num_accepted_tokens == expected
-    assert eng.counters.num_draft_tokens == drafted
+    assert eng.strategy.counters.num_accepted_tokens == expected
+    assert eng.strategy.counters.num_draft_tokens == drafted
 
 
 def _prefill_kv(target: LlamaModel, tokens: list[int]) -> torch.Tensor:
@@ -98,14 +98,14 @@ def _prefill_kv(target: LlamaModel, tokens: list[int]) -> torch.Tensor:
 
 def test_caches_hold_exactly_the_accepted_prefix_with_a_real_draft(target, draft, prompts, reference):
     proposer = DraftModelProposer(draft, CFG.num_blocks, CFG.block_size)
-    eng = SpeculativeEngine(target, proposer, CFG, FixedK(4))
+    eng = Engine(target, CFG, strategy=SpeculativeDecoding(proposer, FixedK(4)))
     for i, p in enumerate(prompts):
         eng.add_request(p, 20, request_id=i)
     rounds = 0
     while eng.has_unfinished and rounds < 4:
         eng.step()
         rounds += 1
-        for seq in eng.running:
+        for seq in eng.scheduler.running:
             rid, n = seq.request_id, seq.num_tokens - 1
             assert eng.kv_manager.tables[rid].num_tokens == seq.num_computed == n
             d = proposer.manager.tables.get(rid)
@@ -114,13 +114,13 @@ def test_caches_hold_exactly_the_accepted_prefix_with_a_real_draft(target, draft
             got = _cache_prefix(eng.backend.kv.kv, eng.kv_manager.block_table(rid), n)
             want = _prefill_kv(target, (seq.prompt_ids + seq.output_ids)[:n])
             torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
-    assert rounds == 4 and eng.counters.num_drafts > 0
+    assert rounds == 4 and eng.strategy.counters.num_drafts > 0
 
 
 def test_draft_model_batched_greedy_equals_target_only(target, draft, prompts, reference):
     for k in (2, 5):
         proposer = DraftModelProposer(draft, CFG.num_blocks, CFG.block_size)
-        eng = SpeculativeEngine(target, proposer, CFG, FixedK(k))
+        eng = Engine(target, CFG, strategy=SpeculativeDecoding(proposer, FixedK(k)))
         assert eng.generate(prompts, 20) == reference
         assert eng.kv_manager.blocks_used == 0 and proposer.manager.blocks_used == 0
 
@@ -137,9 +137,9 @@ def test_prompt_lookup_finds_the_latest_ngram_and_proposes_its_continuation():
 def test_prompt_lookup_batched_greedy_equals_target_only(target, prompts, reference):
     repetitive = [p * 3 for p in prompts]  # copies give the lookup something to find
     want = Engine(target, CFG).generate(repetitive, 12)
-    eng = SpeculativeEngine(target, PromptLookupProposer(V), CFG, FixedK(4))
+    eng = Engine(target, CFG, strategy=SpeculativeDecoding(PromptLookupProposer(V), FixedK(4)))
     assert eng.generate(repetitive, 12) == want
-    assert eng.counters.num_drafts > 0
+    assert eng.strategy.counters.num_drafts > 0
 
 
 def test_sampled_speculation_is_seeded(target, draft, prompts):
@@ -147,7 +147,7 @@ def test_sampled_speculation_is_seeded(target, draft, prompts):
 
     def run() -> list[list[int]]:
         proposer = DraftModelProposer(draft, CFG.num_blocks, CFG.block_size, torch.Generator().manual_seed(5))
-        eng = SpeculativeEngine(target, proposer, CFG, FixedK(3), torch.Generator().manual_seed(6))
+        eng = Engine(target, CFG, torch.Generator().manual_seed(6), SpeculativeDecoding(proposer, FixedK(3)))
         return eng.generate(prompts, 16, sp)
 
     a, b = run(), run()
@@ -155,7 +155,8 @@ def test_sampled_speculation_is_seeded(target, draft, prompts):
 
 
 def test_the_serving_loop_runs_the_speculative_engine(target, draft):
-    eng = SpeculativeEngine(target, DraftModelProposer(draft, CFG.num_blocks, CFG.block_size), CFG, FixedK(3))
+    proposer = DraftModelProposer(draft, CFG.num_blocks, CFG.block_size)
+    eng = Engine(target, CFG, strategy=SpeculativeDecoding(proposer, FixedK(3)))
     reqs = [RequestSpec(i, 0.002 * i, 9, 7, "dialogue") for i in range(4)]
     res = serve(eng, reqs, PromptSource(np.random.default_rng(0), V, None))
     assert [r.status for r in res.records] == ["completed"] * 4

@@ -16,7 +16,7 @@ from tripath.engine.engine_config import EngineConfig
 from tripath.engine.model.checkpoint import load_checkpoint
 from tripath.engine.model.tokenizer import ByteTokenizer
 from tripath.engine.sampling import SamplingParams
-from tripath.engine.speculative.engine import SpeculativeEngine
+from tripath.engine.speculative.decoding import SpeculativeDecoding
 from tripath.engine.speculative.proposers import DraftModelProposer
 
 BATCH, BATCHES = 400, 3
@@ -51,12 +51,14 @@ def test_sampled_speculation_matches_plain_sampling_in_distribution():
     cfg = EngineConfig(max_batch_size=BATCH, max_batched_tokens=BATCH * 24, num_blocks=2 * BATCH, block_size=16)
     plain = _second_tokens(lambda b: Engine(target, cfg, torch.Generator().manual_seed(100 + b)))
     spec = _second_tokens(
-        lambda b: SpeculativeEngine(
+        lambda b: Engine(
             target,
-            DraftModelProposer(draft, cfg.num_blocks, cfg.block_size, torch.Generator().manual_seed(200 + b)),
             cfg,
-            FixedK(1),  # the round after the prefill: K = min(1, 3 - 1 - 1) = 1 draft token
             torch.Generator().manual_seed(300 + b),
+            SpeculativeDecoding(
+                DraftModelProposer(draft, cfg.num_blocks, cfg.block_size, torch.Generator().manual_seed(200 + b)),
+                FixedK(1),  # the round after the prefill: K = min(1, 3 - 1 - 1) = 1 draft token
+            ),
         )
     )
     p, cells = _pvalue(plain, spec)

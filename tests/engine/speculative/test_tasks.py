@@ -13,7 +13,7 @@ from tripath.engine.engine_config import EngineConfig
 from tripath.engine.model.checkpoint import load_checkpoint
 from tripath.engine.model.model import LlamaModel
 from tripath.engine.model.tokenizer import ByteTokenizer
-from tripath.engine.speculative.engine import SpeculativeEngine
+from tripath.engine.speculative.decoding import SpeculativeDecoding
 from tripath.engine.speculative.proposers import DraftModelProposer, PromptLookupProposer
 from tripath.training.corpus import TASKS, load_eval_prompts
 
@@ -47,11 +47,12 @@ def test_greedy_speculative_equals_target_only(pair, prompts, reference, task):
     rates = {}
     for k in (1, 3, 8):
         proposer = DraftModelProposer(draft, CFG.num_blocks, CFG.block_size)
-        eng = SpeculativeEngine(target, proposer, CFG, FixedK(k))
+        eng = Engine(target, CFG, strategy=SpeculativeDecoding(proposer, FixedK(k)))
         assert eng.generate(prompts[task], NEW) == reference[task], f"K={k}"
-        rates[k] = eng.counters.acceptance_rate
+        rates[k] = eng.strategy.counters.acceptance_rate
     assert all(0.0 < r < 1.0 for r in rates.values())  # the draft is neither useless nor the target
-    lookup = SpeculativeEngine(target, PromptLookupProposer(target.config.vocab_size), CFG, FixedK(4))
+    pld = PromptLookupProposer(target.config.vocab_size)
+    lookup = Engine(target, CFG, strategy=SpeculativeDecoding(pld, FixedK(4)))
     assert lookup.generate(prompts[task], NEW) == reference[task]
 
 
@@ -60,7 +61,8 @@ def test_adaptive_engine_on_the_shipped_pair_is_lossless(pair, prompts, referenc
     batch = [p for t in TASKS for p in prompts[t][:2]]  # all tasks in one batch, each its own K
     want = [o for t in TASKS for o in reference[t][:2]]
     ctrl = AdaptiveK(ControllerConfig(k_max=6), SpecCosts(c=0.3, verify_per_token=0.05))
-    eng = SpeculativeEngine(target, DraftModelProposer(draft, CFG.num_blocks, CFG.block_size), CFG, ctrl)
+    proposer = DraftModelProposer(draft, CFG.num_blocks, CFG.block_size)
+    eng = Engine(target, CFG, strategy=SpeculativeDecoding(proposer, ctrl))
     ids = [eng.add_request(p, NEW) for p in batch]
     ks_seen = set()
     while eng.has_unfinished:

@@ -86,7 +86,7 @@ def batch_rows(target: Any, draft: Any, prompts: list[list[int]], k: int, layers
     from tripath.core.speculative import FixedK
     from tripath.engine.engine import Engine
     from tripath.engine.engine_config import EngineConfig
-    from tripath.engine.speculative.engine import SpeculativeEngine
+    from tripath.engine.speculative.decoding import SpeculativeDecoding
     from tripath.engine.speculative.proposers import DraftModelProposer
 
     engine = EngineConfig(num_blocks=ENGINE_BLOCKS, block_size=BLOCK_SIZE)
@@ -95,7 +95,7 @@ def batch_rows(target: Any, draft: Any, prompts: list[list[int]], k: int, layers
     for b in batches:
         group = [cut[i % len(cut)] for i in range(b)]
         proposer = DraftModelProposer(draft, ENGINE_BLOCKS, BLOCK_SIZE, torch.Generator().manual_seed(1))
-        spec = SpeculativeEngine(target, proposer, engine, FixedK(k), torch.Generator().manual_seed(0))
+        spec = Engine(target, engine, torch.Generator().manual_seed(0), SpeculativeDecoding(proposer, FixedK(k)))
         plain = Engine(target, engine, torch.Generator().manual_seed(0))
         spec.generate([[0] * 8], 4)  # warm-up: one-time costs off the timed steps
         plain.generate([[0] * 8], 2)

@@ -2,7 +2,7 @@
 
 For each task of the eval prompts and each K of the grid, a few prompts are decoded greedily at
 batch 1, once by the target alone (the unit of cost: one plain target decode step) and once by the
-SpeculativeEngine with a draft-model proposer at fixed K, interleaved prompt by prompt so that
+Engine with speculative decoding (a draft-model proposer) at fixed K, interleaved prompt by prompt so that
 contention on a shared machine hits both alike. Measured: tripath.engine.speculative.metrics' per-token acceptance a
 (accepted / (accepted + rejections)), per-position acceptance, the draft pass time (c = draft pass /
 target step) and the verify pass over K+1 tokens (v(K) = verify pass / target step). Clock: the
@@ -51,7 +51,7 @@ from tripath.core.speculative import FixedK
 from tripath.engine.engine import Engine
 from tripath.engine.engine_config import EngineConfig
 from tripath.engine.model.model import LlamaModel
-from tripath.engine.speculative.engine import SpecStepRecord, SpeculativeEngine
+from tripath.engine.speculative.decoding import SpecStepRecord, SpeculativeDecoding
 from tripath.engine.speculative.metrics import SpecCounters
 from tripath.engine.speculative.proposers import DraftModelProposer
 from tripath.engine.step_record import StepRecord
@@ -115,18 +115,18 @@ def _count_sample_named(sweep: str, layers: int, task: int, x2: int, count: int,
 Step = tuple[StepRecord, float, list[tuple[int, int, float]]]
 
 
-def _decode(engine: Engine | SpeculativeEngine, prompt: list[int], new: int) -> tuple[list[Step], SpecCounters]:
+def _decode(engine: Engine, prompt: list[int], new: int) -> tuple[list[Step], SpecCounters]:
     """Generate at batch 1; every step (the prefill step first) with the torch thread's CPU seconds of the whole
     step and the proposer's (batch, tokens, wall seconds) pass entries made during it; and the request's
     acceptance counters (empty for a plain engine)."""
     rid = engine.add_request(prompt, new)
-    passes = getattr(getattr(engine, "proposer", None), "pass_seconds", [])
+    passes = getattr(getattr(engine.strategy, "proposer", None), "pass_seconds", [])
     steps = []
     while engine.has_unfinished:
         before, cpu = len(passes), time.thread_time()
         record = engine.step()
         steps.append((record, time.thread_time() - cpu, passes[before:]))
-    counters = getattr(engine, "request_counters", {}).get(rid, SpecCounters())
+    counters = getattr(engine.strategy, "request_counters", {}).get(rid, SpecCounters())
     engine.release(rid)
     return steps, counters
 
@@ -159,12 +159,12 @@ def _task_rows(target: LlamaModel, draft: LlamaModel, prompts: list[list[int]], 
     steps give the unit T and the draft pass D (c = D / T), and a full-K round's CPU time R less its draft
     passes gives the verify pass, R - passes x median(D) (so a round costs passes x c + v target steps)."""
     plain, plain_draft = Engine(target, ENGINE), Engine(draft, ENGINE)
-    spec = SpeculativeEngine(target, DraftModelProposer(draft, ENGINE.num_blocks, ENGINE.block_size), ENGINE,
-                             FixedK(k))
+    strategy = SpeculativeDecoding(DraftModelProposer(draft, ENGINE.num_blocks, ENGINE.block_size), FixedK(k))
+    spec = Engine(target, ENGINE, strategy=strategy)
     thread = settings.clock == "thread"
     for engine in (plain, plain_draft, spec):
         _decode(engine, [1] * 8, 4)  # warm-up: RoPE tables, allocator
-    spec.counters = type(spec.counters)()  # acceptance of the eval prompts only
+    strategy.counters = SpecCounters()  # acceptance of the eval prompts only
     target_s: list[float] = []
     draft_s: list[float] = []
     rounds: list[tuple[float, float, int]] = []  # full-K rounds: (CPU seconds, verify wall seconds, draft passes)
@@ -197,7 +197,7 @@ def _task_rows(target: LlamaModel, draft: LlamaModel, prompts: list[list[int]], 
         per_prompt.append(_prompt_count(k, layers, task, index, _decode(spec, prompts[index], settings.new_tokens)[1]))
     unit_draft = statistics.median(draft_s)
     verify_s = [max(0.0, cpu - n * unit_draft) if thread else wall for cpu, wall, n in rounds]
-    c = spec.counters
+    c = strategy.counters
     rows = [_stat_sample("spec_target", layers, task, k, target_s),
             _stat_sample("spec_draft", layers, task, k, draft_s),
             _stat_sample("spec_verify", layers, task, k, verify_s),

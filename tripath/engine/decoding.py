@@ -1,0 +1,98 @@
+"""How the serving loop (tripath/engine/engine.py) turns a step's logits into tokens: the decoding strategy.
+
+Engine schedules, builds the one forward pass and books the results; the strategy decides what is
+proposed beyond each decoding sequence's next token and which tokens are kept.  Per step the loop calls
+``propose`` (draft tokens per scheduled chunk, reserved beforehand through ``lookahead``),
+``attention`` (the back end's callable, or a variant for passes that may be rolled back), ``accept``
+(per sampling chunk: drafts accepted and tokens emitted), ``settle`` (after a chunk's sequence has
+its new length: roll caches back to it) and ``record`` (the step's record).  ``PlainDecoding`` proposes
+nothing and samples one token per chunk; speculative decoding is
+tripath/engine/speculative/decoding.py.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol
+
+from torch import Tensor
+
+from tripath.engine.sampling import sample
+from tripath.engine.scheduler import ScheduledChunk
+from tripath.engine.sequence import Sequence
+from tripath.engine.step_record import StepRecord
+
+if TYPE_CHECKING:
+    from tripath.engine.engine import Engine
+    from tripath.engine.kv.backend import StepAttention
+    from tripath.engine.kv.paged_attention import SequenceChunk
+
+
+class DecodeStrategy(Protocol):
+    def bind(self, engine: Engine) -> None: ...  # once, from Engine.__init__
+
+    def check_request(self, prompt_len: int, max_new_tokens: int) -> str | None: ...
+
+    def lookahead(self, seq: Sequence) -> int: ...  # draft slots this decoding sequence wants reserved
+
+    def propose(self, chunks: list[ScheduledChunk]) -> list[list[int]]: ...  # drafts per chunk ([] for none)
+
+    def attention(self, chunks: list[SequenceChunk], request_ids: list[int]) -> StepAttention: ...
+
+    def accept(self, seqs: list[Sequence], logits: Tensor,
+               spans: list[tuple[int, int]]) -> list[tuple[int, list[int]]]: ...
+
+    def settle(self, seq: Sequence) -> None: ...
+
+    def preempted(self, seq: Sequence) -> None: ...
+
+    def finished(self, seq: Sequence) -> None: ...
+
+    def request_fields(self, request_id: int) -> dict[str, int]: ...  # extra RequestRecord fields
+
+    def release(self, request_id: int) -> None: ...
+
+    def record(self, fields: dict[str, Any], forward_s: float) -> StepRecord: ...
+
+
+class PlainDecoding:
+    """One token per sequence that reaches the end of its tokens, drawn by the sampler."""
+
+    def bind(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def check_request(self, prompt_len: int, max_new_tokens: int) -> str | None:
+        return None
+
+    def lookahead(self, seq: Sequence) -> int:
+        return 0
+
+    def propose(self, chunks: list[ScheduledChunk]) -> list[list[int]]:
+        return [[] for _ in chunks]
+
+    def attention(self, chunks: list[SequenceChunk], request_ids: list[int]) -> StepAttention:
+        return self.engine.backend.attention(chunks, request_ids)
+
+    def accept(self, seqs: list[Sequence], logits: Tensor,
+               spans: list[tuple[int, int]]) -> list[tuple[int, list[int]]]:
+        """logits [S, V]: one row per sequence (no drafts), sampled in one call."""
+        tokens = sample(logits, [s.sampling for s in seqs], self.engine.generator).tolist()
+        return [(0, [int(t)]) for t in tokens]
+
+    def settle(self, seq: Sequence) -> None:
+        pass
+
+    def preempted(self, seq: Sequence) -> None:
+        pass
+
+    def finished(self, seq: Sequence) -> None:
+        pass
+
+    def request_fields(self, request_id: int) -> dict[str, int]:
+        return {}
+
+    def release(self, request_id: int) -> None:
+        pass
+
+    def record(self, fields: dict[str, Any], forward_s: float) -> StepRecord:
+        return StepRecord(**fields)
+
