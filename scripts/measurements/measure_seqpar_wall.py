@@ -28,7 +28,7 @@ import torch.distributed as dist
 from tripath.core.data_dirs import MODELS_DIR
 from tripath.engine.model.checkpoint import load_checkpoint
 from tripath.engine.seqpar.dist import DistConfig, spawn
-from tripath.engine.seqpar.parallel import SeqParConfig, SequenceParallel
+from tripath.engine.seqpar.parallel import SeqParConfig, SeqParEngine, SequenceParallel
 
 COLUMNS = ("wall", "thread_cpu", "process_cpu", "comm_wall", "comm_cpu", "merge", "attention")
 
@@ -57,7 +57,7 @@ def worker(rank: int, device: torch.device, prompt_len: int, steps: int, pin: bo
     if pin:  # one core per rank: does migration or sharing a core with the peer cost the collectives?
         os.sched_setaffinity(0, {rank % (os.cpu_count() or 1)})
     _, model = load_checkpoint(str(MODELS_DIR / "tiny-target"))
-    SequenceParallel(model, SeqParConfig()).generate([0] * 16, 2)  # warm-up
+    SeqParEngine(model, SeqParConfig()).generate([[0] * 16], 2)  # warm-up
     prompt = torch.randint(0, model.config.vocab_size, (prompt_len,), generator=torch.Generator().manual_seed(0))
     part, token = torch.zeros(8, 33), torch.zeros(1, dtype=torch.int64)  # one decode partial: [Hq, D + 1]
     parts = [torch.empty_like(part) for _ in range(2)]

@@ -22,13 +22,16 @@ from tripath.engine.sequence import Sequence
 from tripath.engine.step_record import StepRecord
 
 if TYPE_CHECKING:
-    from tripath.engine.engine import Engine
-    from tripath.engine.kv.backend import StepAttention
+    import torch
+
+    from tripath.engine.engine_config import EngineConfig
+    from tripath.engine.kv.backend import KVBackend, StepAttention
     from tripath.engine.kv.paged_attention import SequenceChunk
 
 
 class DecodeStrategy(Protocol):
-    def bind(self, engine: Engine) -> None: ...  # once, from Engine.__init__
+    # once, from Engine.__init__: the engine's KV back end, settings and sampling generator
+    def bind(self, backend: KVBackend, config: EngineConfig, generator: torch.Generator | None) -> None: ...
 
     def check_request(self, prompt_len: int, max_new_tokens: int) -> str | None: ...
 
@@ -57,8 +60,8 @@ class DecodeStrategy(Protocol):
 class PlainDecoding:
     """One token per sequence that reaches the end of its tokens, drawn by the sampler."""
 
-    def bind(self, engine: Engine) -> None:
-        self.engine = engine
+    def bind(self, backend: KVBackend, config: EngineConfig, generator: torch.Generator | None) -> None:
+        self.backend, self.generator = backend, generator
 
     def check_request(self, prompt_len: int, max_new_tokens: int) -> str | None:
         return None
@@ -70,12 +73,12 @@ class PlainDecoding:
         return [[] for _ in chunks]
 
     def attention(self, chunks: list[SequenceChunk], request_ids: list[int]) -> StepAttention:
-        return self.engine.backend.attention(chunks, request_ids)
+        return self.backend.attention(chunks, request_ids)
 
     def accept(self, seqs: list[Sequence], logits: Tensor,
                spans: list[tuple[int, int]]) -> list[tuple[int, list[int]]]:
         """logits [S, V]: one row per sequence (no drafts), sampled in one call."""
-        tokens = sample(logits, [s.sampling for s in seqs], self.engine.generator).tolist()
+        tokens = sample(logits, [s.sampling for s in seqs], self.generator).tolist()
         return [(0, [int(t)]) for t in tokens]
 
     def settle(self, seq: Sequence) -> None:

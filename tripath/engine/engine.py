@@ -10,6 +10,7 @@ tokens, decode sequences, total context -> latency).
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import torch
 
@@ -24,7 +25,7 @@ from tripath.engine.scheduler import Scheduler, SchedulerConfig
 from tripath.engine.sequence import Sequence
 from tripath.engine.step_record import StepRecord
 
-__all__ = ["Engine"]
+__all__ = ["Engine", "run_to_completion"]
 
 
 class Engine:
@@ -39,7 +40,7 @@ class Engine:
         self.errors: dict[int, str] = {}  # request id -> why a tier fault ended it
         self.generator = generator
         self.strategy: DecodeStrategy = strategy if strategy is not None else PlainDecoding()
-        self.strategy.bind(self)
+        self.strategy.bind(self.backend, config, generator)
         sched = SchedulerConfig(config.max_batch_size, config.max_batched_tokens, config.chunked_prefill)
         self.scheduler = Scheduler(sched, self.kv_manager, self.strategy.lookahead)
         self.sequences: dict[int, Sequence] = {}
@@ -202,6 +203,10 @@ class Engine:
     def output(self, request_id: int) -> list[int]:
         return list(self.sequences[request_id].output_ids)
 
+    def request_fields(self, request_id: int) -> dict[str, int]:
+        """What the strategy adds to a finished request's RequestRecord (speculative: rounds, accepted tokens)."""
+        return self.strategy.request_fields(request_id)
+
     def release(self, request_id: int) -> None:
         """Forget a finished request (its blocks are already free); a tier fault's reason stays in errors."""
         self.sequences.pop(request_id, None)
@@ -223,12 +228,26 @@ class Engine:
         max_new_tokens: int | list[int],
         sampling: SamplingParams | None = None,
     ) -> list[list[int]]:
-        """Run prompts to completion with continuous batching; outputs in prompt order (then released)."""
-        limits = max_new_tokens if isinstance(max_new_tokens, list) else [max_new_tokens] * len(prompts)
-        ids = [self.add_request(p, m, sampling) for p, m in zip(prompts, limits, strict=True)]
-        while self.has_unfinished:
-            self.step()
-        outs = [self.output(i) for i in ids]
-        for i in ids:
-            self.release(i)
-        return outs
+        """Run prompts to completion with continuous batching; outputs in prompt order."""
+        return run_to_completion(self, prompts, max_new_tokens, sampling)
+
+
+def run_to_completion(
+    engine: Any,
+    prompts: list[list[int]],
+    max_new_tokens: int | list[int],
+    sampling: SamplingParams | None = None,
+) -> list[list[int]]:
+    """Add every prompt, step until all finish, return outputs in prompt order and release them.
+
+    Shared by Engine and SeqParEngine (tripath/engine/seqpar/parallel.py: the same add_request / step / output /
+    release API).
+    """
+    limits = max_new_tokens if isinstance(max_new_tokens, list) else [max_new_tokens] * len(prompts)
+    ids = [engine.add_request(p, m, sampling) for p, m in zip(prompts, limits, strict=True)]
+    while engine.has_unfinished:
+        engine.step()
+    outs = [engine.output(i) for i in ids]
+    for i in ids:
+        engine.release(i)
+    return outs

@@ -128,7 +128,7 @@ def timed_step(engine: Any, clock: Callable[[], float], t0: float, steps: list[A
         times[rid]["first_token_s"] = end
     for rid in rec.finished:
         times[rid]["finish_s"] = end
-        times[rid].update(engine.strategy.request_fields(rid))  # read before release() drops them
+        times[rid].update(engine.request_fields(rid))  # read before release() drops them
         engine.release(rid)
     return rec
 

@@ -1,9 +1,10 @@
 """Sequence parallelism served in real time: P gloo ranks (tripath.engine.seqpar.parallel), one request at a time, FCFS.
 
 tripath.engine.seqpar.parallel.SequenceParallel holds one sequence across P processes (batch 1 by design), so
-this loop serves requests one after another: rank 0 keeps the clock and waits for each arrival,
-every rank makes the same prefill/decode calls (the collectives keep them in step), and rank 0
-records admission, first token and finish with the simulator's fields. The validation scenario
+SeqParEngine serves requests one after another; every rank replays the workload through the engine's own
+replay loop (tripath.engine.workload_replay.serve, timed_step, replay_records), makes the same
+prefill/decode calls (the collectives keep them in step), and rank 0's records (admission, first
+token and finish, the simulator's fields) are the result. The validation scenario
 sets max_batch_size = 1, so the simulator serves the same way.
 
 Clock "cpu" (SpReplayClock) replays in rank 0's thread CPU time plus the wall time its collectives
@@ -27,12 +28,13 @@ from __future__ import annotations
 
 import os
 import time
+from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from tripath.core.records import COMPLETED, RequestRecord
+from tripath.core.records import RequestRecord
 from tripath.core.request import RequestSpec
 from tripath.engine.seqpar.attention import PhaseTimes
 
@@ -118,46 +120,55 @@ class SeqParServed:
         return min(shares) if shares else None
 
 
+class _ListedPrompts:
+    """The caller's prompt per request, handed out in the order serve() asks: arrival order, rejected skipped."""
+
+    source = "listed"
+
+    def __init__(self, specs: list[RequestSpec], prompts: list[list[int]], engine: Any) -> None:
+        order = sorted(range(len(specs)), key=lambda i: (specs[i].arrival_s, specs[i].request_id))
+        self.queue = deque(prompts[i] for i in order
+                           if engine.check_request(specs[i].prompt_tokens, specs[i].output_tokens) is None)
+
+    def prompt(self, task: str, length: int) -> list[int]:
+        ids = self.queue.popleft()
+        if len(ids) != length:
+            raise ValueError(f"prompt of {len(ids)} tokens for a {length}-token request")
+        return ids
+
+
 def _rank_main(rank: int, device: torch.device, checkpoint: str, degree: int,
                requests: list[tuple[int, float, int, int, str]], prompts: list[list[int]],
-               clock_kind: str) -> tuple[list[tuple[int, float, float, float, float, float]], RankUse]:
-    """One rank's loop: rank 0's (request_id, admitted_s, first_token_s, finish_s, merge_s, comm_wait_s) per
-    request (other ranks: []), and this rank's RankUse."""
+               clock_kind: str) -> tuple[list[RequestRecord], list[tuple[int, float, float]], RankUse]:
+    """One rank's replay through serve() on a SeqParEngine: rank 0's records and (request_id, merge_s,
+    comm_wait_s) per request (other ranks: empty lists), and this rank's RankUse."""
     import torch.distributed as dist
 
     from tripath.engine.model.checkpoint import load_checkpoint
-    from tripath.engine.seqpar.parallel import SeqParConfig, SequenceParallel
+    from tripath.engine.seqpar.parallel import SeqParConfig, SeqParEngine
+    from tripath.engine.workload_replay import serve
 
     _, model = load_checkpoint(checkpoint, device=str(device))
     config = SeqParConfig()
-    SequenceParallel(model, config).generate([0] * 16, 2)  # warm-up: kernels, gloo buffers, allocator
+    SeqParEngine(model, config).generate([[0] * 16], 2)  # warm-up: kernels, gloo buffers, allocator
     replay = SpReplayClock()
     clock, sleep = (replay, replay.sleep) if clock_kind == "cpu" else (time.perf_counter, time.sleep)
+    engine = SeqParEngine(model, config, on_sequence=lambda sp: replay.attach(sp.times))
+    specs = [RequestSpec(*row) for row in requests]
+    listed = _ListedPrompts(specs, prompts, engine)
     dist.barrier()
-    t0 = clock()
     window, process, busy = time.perf_counter(), time.process_time(), machine_busy_s() if rank == 0 else None
-    out = []
-    wall = cpu = comm = comm_cpu = 0.0
-    for (rid, arrival, _, output_tokens, _), prompt in zip(requests, prompts, strict=True):
-        if rank == 0:  # the other ranks wait inside the first collective of the prefill
-            sleep(max(0.0, arrival - (clock() - t0)))
-        admitted = clock() - t0
-        sp = SequenceParallel(model, config)  # one sequence per instance
-        replay.attach(sp.times)
-        w, c = time.perf_counter(), time.thread_time()
-        token = sp.prefill(prompt)
-        first = clock() - t0
-        for _ in range(output_tokens - 1):  # greedy, EOS ignored: exactly output_tokens tokens
-            token = sp.decode(token)
-        finish = clock() - t0
-        wall, cpu = wall + time.perf_counter() - w, cpu + time.thread_time() - c
-        comm, comm_cpu = comm + sp.times.comm_s, comm_cpu + sp.times.comm_cpu_s
-        out.append((rid, admitted, first, finish, sp.times.merge_s, sp.times.comm_wait_s))
+    # every rank replays: the queue order (arrival order) fixes the steps, so the ranks make the same calls
+    # whenever each sees a request arrive; a rank that is early waits inside the collectives
+    result = serve(engine, specs, listed, clock, sleep, warmup=False)  # type: ignore[arg-type]
     dist.barrier()  # the ranks' windows end together, so the machine's busy time covers both
     end_busy = machine_busy_s() if busy is not None else None
-    use = RankUse(wall, cpu, comm, comm_cpu, time.process_time() - process, time.perf_counter() - window,
-                  end_busy - busy if end_busy is not None and busy is not None else None)
-    return (out if rank == 0 else []), use
+    comm = sum(t.comm_s for _, t in engine.served)
+    comm_cpu = sum(t.comm_cpu_s for _, t in engine.served)
+    use = RankUse(engine.wall_s, engine.cpu_s, comm, comm_cpu, time.process_time() - process,
+                  time.perf_counter() - window, end_busy - busy if end_busy is not None and busy is not None else None)
+    phases = [(rid, t.merge_s, t.comm_wait_s) for rid, t in engine.served]
+    return (result.records, phases, use) if rank == 0 else ([], [], use)
 
 
 def serve_seqpar(checkpoint: str, degree: int, requests: list[RequestSpec], prompts: list[list[int]],
@@ -170,13 +181,7 @@ def serve_seqpar(checkpoint: str, degree: int, requests: list[RequestSpec], prom
             (requests[i] for i in order)]
     results: list[Any] = spawn(_rank_main, DistConfig(degree, "gloo", threads_per_rank=1), checkpoint, degree, rows,
                                [prompts[i] for i in order], clock, deadline_s=deadline_s)
-    served = results[0][0]
-    times = {rid: (a, f, e) for rid, a, f, e, _, _ in served}
-    merge = sum(row[4] for row in served) / max(1, len(served))
-    waited = sum(row[5] for row in served) / max(1, len(served))
-    records = []
-    for r in sorted(requests, key=lambda r: r.request_id):
-        admitted, first, finish = times[r.request_id]
-        records.append(RequestRecord(r.request_id, r.task, r.arrival_s, r.prompt_tokens, r.output_tokens, 0,
-                                     admitted, first, finish, COMPLETED, ""))
-    return SeqParServed(records, merge, waited, tuple(use for _, use in results))
+    records, phases = results[0][0], results[0][1]
+    merge = sum(row[1] for row in phases) / max(1, len(phases))
+    waited = sum(row[2] for row in phases) / max(1, len(phases))
+    return SeqParServed(records, merge, waited, tuple(use for _, _, use in results))

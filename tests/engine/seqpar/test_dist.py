@@ -25,7 +25,7 @@ from tripath.engine.model.checkpoint import load_checkpoint
 from tripath.engine.model.tokenizer import ByteTokenizer
 from tripath.engine.seqpar.attention import PhaseTimes, sharded_causal_attention
 from tripath.engine.seqpar.dist import DistConfig, RankFailure, spawn, subgroup
-from tripath.engine.seqpar.parallel import SeqParConfig, SequenceParallel, TieredShardCache
+from tripath.engine.seqpar.parallel import SeqParConfig, SeqParEngine, TieredShardCache
 from tripath.engine.seqpar.sharding import ShardLayout
 from tripath.engine.tiered.cache import TieredKVCache
 from tripath.engine.tiered.tier_config import TierConfig
@@ -66,15 +66,15 @@ def world4(rank: int, device: torch.device, prompts: list[list[int]]) -> dict:
             )
             results[("attention", world, layout.kind, layout.sizes)] = (mine, out, lse)
         for layout in ("zigzag", "contiguous") if world == 2 else ("zigzag",):
-            gens = [SequenceParallel(model, SeqParConfig(layout), group).generate(p, NEW_TOKENS) for p in prompts]
+            gens = SeqParEngine(model, SeqParConfig(layout), group).generate(prompts, NEW_TOKENS)
             results[("generate", world, layout)] = gens
         if world == 2:  # each rank's shard in a tiered cache small enough to spill to host and SSD files
             gens, residency = [], []
             for seq, prompt in enumerate(prompts):
                 tiers = TierConfig(chunk_tokens=8, device_pages=32, host_pages=8, ssd_pages=256)
                 tiered = TieredKVCache(model.config, tiers, torch.float32, device, sink_tokens=4, window_tokens=8)
-                sp = SequenceParallel(model, SeqParConfig(), group, TieredShardCache(tiered, seq))
-                gens.append(sp.generate(prompt, NEW_TOKENS))
+                engine = SeqParEngine(model, SeqParConfig(), group, lambda _, t=tiered, s=seq: TieredShardCache(t, s))
+                gens.append(engine.generate([prompt], NEW_TOKENS)[0])
                 residency.append(tiered.residency())
                 tiered.close()
             results[("generate", world, "tiered")] = (gens, residency)

@@ -18,14 +18,19 @@ Batch 1 by design: SP serves one long prompt at a time across P devices.
 from __future__ import annotations
 
 import time
+from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 from torch import Tensor
 
+from tripath.engine.engine import run_to_completion
+from tripath.engine.engine_config import RequestRejected
 from tripath.engine.model.fusion import fuse_projections
 from tripath.engine.model.model import LlamaModel
+from tripath.engine.sampling import SamplingParams
 from tripath.engine.seqpar.attention import (
     PhaseTimes,
     attention_with_lse,
@@ -34,6 +39,8 @@ from tripath.engine.seqpar.attention import (
 )
 from tripath.engine.seqpar.lse_merge import merge_partials
 from tripath.engine.seqpar.sharding import LAYOUTS, Segment, ShardLayout
+from tripath.engine.sequence import Sequence
+from tripath.engine.step_record import StepRecord
 from tripath.engine.tiered.cache import TieredKVCache
 
 
@@ -155,12 +162,107 @@ class SequenceParallel:
         self.position += 1
         return self._broadcast_token(logits, 0)
 
-    def generate(self, prompt_ids: list[int], max_new_tokens: int, stop_id: int | None = None) -> list[int]:
-        """Greedy continuation; the same list on every rank."""
-        out = [self.prefill(prompt_ids)]
-        while len(out) < max_new_tokens and out[-1] != stop_id:
-            out.append(self.decode(out[-1]))
-        return out
+
+
+
+class SeqParEngine:
+    """Engine's serving API (check_request / add_request / step / output / release / generate) over
+    SequenceParallel: one sequence at a time, FCFS, greedy, exactly max_new_tokens each (EOS ignored), so
+    tripath.engine.workload_replay.serve replays a workload through it as through Engine.
+
+    A step is one prefill (the head of the queue, on a fresh SequenceParallel; ``on_sequence`` sees it first)
+    or one decode. Every rank of ``group`` must make the same calls; requests queued in the same order give
+    the same steps on every rank, whenever each rank sees them arrive. ``cache(request_id)`` gives a sequence's
+    KV shard (None: in memory). ``served`` keeps each finished request's PhaseTimes; ``wall_s``/``cpu_s``
+    sum the steps' wall and thread CPU seconds.
+    """
+
+    def __init__(self, model: LlamaModel, config: SeqParConfig, group: dist.ProcessGroup | None = None,
+                 cache: Callable[[int], KVShard] | None = None,
+                 on_sequence: Callable[[SequenceParallel], None] | None = None) -> None:
+        self.model, self.config, self.group = model, config, group
+        self.cache, self.on_sequence = cache, on_sequence
+        self.sequences: dict[int, Sequence] = {}
+        self.waiting: deque[Sequence] = deque()
+        self.current: tuple[Sequence, SequenceParallel] | None = None
+        self.errors: dict[int, str] = {}  # serve() reads it for failed requests (none here)
+        self.served: list[tuple[int, PhaseTimes]] = []
+        self.wall_s = self.cpu_s = 0.0
+        self._next_id = self._steps = 0
+
+    def check_request(self, prompt_len: int, max_new_tokens: int) -> str | None:
+        limit = self.model.config.max_position_embeddings
+        if prompt_len + max_new_tokens > limit:
+            return f"prompt + output = {prompt_len + max_new_tokens} tokens exceeds max_position_embeddings {limit}"
+        return None
+
+    def add_request(self, prompt_ids: list[int], max_new_tokens: int, sampling: SamplingParams | None = None,
+                    request_id: int | None = None) -> int:
+        """Queue a request (greedy only); raises RequestRejected when it can never run."""
+        if sampling is not None and not sampling.greedy:
+            raise ValueError("SeqParEngine decodes greedily only")
+        request_id = self._next_id if request_id is None else request_id
+        if request_id in self.sequences:
+            raise ValueError(f"request_id {request_id} is already in use")
+        self._next_id = max(self._next_id, request_id + 1)
+        reason = self.check_request(len(prompt_ids), max_new_tokens)
+        if reason is not None:
+            raise RequestRejected(f"request {request_id}: {reason}")
+        seq = Sequence(request_id, list(prompt_ids), max_new_tokens)
+        self.sequences[request_id] = seq
+        self.waiting.append(seq)
+        return request_id
+
+    @property
+    def has_unfinished(self) -> bool:
+        return bool(self.waiting) or self.current is not None
+
+    def step(self) -> StepRecord:
+        start, cpu = time.perf_counter(), time.thread_time()
+        admitted: tuple[int, ...] = ()
+        if self.current is None:
+            if not self.waiting:
+                raise RuntimeError("step() with nothing schedulable; check has_unfinished first")
+            seq = self.waiting.popleft()
+            sp = SequenceParallel(self.model, self.config, self.group,
+                                  self.cache(seq.request_id) if self.cache is not None else None)
+            if self.on_sequence is not None:
+                self.on_sequence(sp)
+            self.current, admitted = (seq, sp), (seq.request_id,)
+            seq.admitted = True
+            new, token = len(seq.prompt_ids), sp.prefill(seq.prompt_ids)
+        else:
+            seq, sp = self.current
+            new, token = 1, sp.decode(seq.output_ids[-1])
+        cached = seq.num_computed
+        seq.output_ids.append(token)
+        seq.num_computed = seq.num_tokens - 1  # the new token is fed by the next decode
+        finished: tuple[int, ...] = ()
+        if seq.finished:
+            self.served.append((seq.request_id, sp.times))
+            self.current, finished = None, (seq.request_id,)
+        wall = time.perf_counter() - start
+        self.wall_s, self.cpu_s = self.wall_s + wall, self.cpu_s + time.thread_time() - cpu
+        self._steps += 1
+        return StepRecord(step=self._steps - 1, start_s=start, wall_s=wall, batch_size=1, num_tokens=new,
+                          prefill_seqs=int(bool(admitted)), prefill_tokens=new if admitted else 0,
+                          decode_seqs=int(not admitted), total_context=cached + new, num_preempted=0,
+                          blocks_used=0, admitted=admitted, first_tokens=admitted, finished=finished,
+                          chunk_shapes=((cached, new),))
+
+    def output(self, request_id: int) -> list[int]:
+        return list(self.sequences[request_id].output_ids)
+
+    def request_fields(self, request_id: int) -> dict[str, int]:
+        return {}
+
+    def release(self, request_id: int) -> None:
+        self.sequences.pop(request_id, None)
+
+    def generate(self, prompts: list[list[int]], max_new_tokens: int | list[int],
+                 sampling: SamplingParams | None = None) -> list[list[int]]:
+        """Greedy continuations in prompt order; the same lists on every rank."""
+        return run_to_completion(self, prompts, max_new_tokens, sampling)
 
 
 class _PrefillAttention:
@@ -238,17 +340,18 @@ def main() -> None:
     try:
         tok = ByteTokenizer()
         model = load_checkpoint(args.checkpoint, device=device)[1]
-        sp = SequenceParallel(model, SeqParConfig(args.layout))
+        engine = SeqParEngine(model, SeqParConfig(args.layout))
         start = time.perf_counter()
-        out = sp.generate(tok.encode(args.prompt, add_bos=True), args.max_new_tokens, stop_id=tok.eos_id)
+        out = engine.generate([tok.encode(args.prompt, add_bos=True)], args.max_new_tokens)[0]
         wall = time.perf_counter() - start
-        times = sp.times
+        times = engine.served[0][1]
+        rank, world = dist.get_rank(), dist.get_world_size()
         print(
-            f"rank {sp.rank}/{sp.world}: {len(out)} tokens in {wall:.3f} s (measured); attention "
+            f"rank {rank}/{world}: {len(out)} tokens in {wall:.3f} s (measured); attention "
             f"{times.attention_s:.3f} s, comm {times.comm_s:.3f} s, merge {times.merge_s:.3f} s (prefill + decode)",
             flush=True,
         )
-        if sp.rank == 0:
+        if rank == 0:
             print(tok.decode(tok.truncate_at_eos(out)), flush=True)
     finally:
         dist.destroy_process_group()

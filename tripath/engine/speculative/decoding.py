@@ -36,8 +36,8 @@ from tripath.engine.speculative.rejection import greedy_verify, rejection_sample
 from tripath.engine.step_record import StepRecord
 
 if TYPE_CHECKING:
-    from tripath.engine.engine import Engine
-    from tripath.engine.kv.backend import StepAttention
+    from tripath.engine.engine_config import EngineConfig
+    from tripath.engine.kv.backend import KVBackend, StepAttention
     from tripath.engine.kv.paged_attention import SequenceChunk
 
 
@@ -65,24 +65,25 @@ class SpeculativeDecoding:
         self.counters = SpecCounters()  # engine-wide
         self.request_counters: dict[int, SpecCounters] = {}
         self.timings = SpecTimings()  # only batch-1 passes (see _record_timing)
-        self._engine: Engine | None = None
+        self._backend: PagedBackend | CompressedBackend | None = None
+        self.generator: torch.Generator | None = None
         self._step: dict[str, Any] = {}  # this step's rounds, between propose and record
 
-    def bind(self, engine: Engine) -> None:
-        if self._engine is not None:
+    def bind(self, backend: KVBackend, config: EngineConfig, generator: torch.Generator | None) -> None:
+        if self._backend is not None:
             raise ValueError("SpeculativeDecoding: already serves an engine; make one per engine")
-        if engine.config.tiered is not None:
+        if config.tiered is not None:
             raise ValueError("EngineConfig.tiered: speculative decoding has no tiered KV")
-        if not isinstance(engine.backend, PagedBackend | CompressedBackend):
+        if not isinstance(backend, PagedBackend | CompressedBackend):
             raise ValueError(f"speculative decoding needs a paged or compressed KV back end, "
-                             f"not {type(engine.backend).__name__}")
-        self._engine = engine
+                             f"not {type(backend).__name__}")
+        self._backend, self.generator = backend, generator
 
     @property
-    def engine(self) -> Engine:
-        if self._engine is None:
+    def backend(self) -> PagedBackend | CompressedBackend:
+        if self._backend is None:
             raise RuntimeError("SpeculativeDecoding: not bound to an Engine")
-        return self._engine
+        return self._backend
 
     def check_request(self, prompt_len: int, max_new_tokens: int) -> str | None:
         draft = getattr(self.proposer, "model", None)
@@ -116,7 +117,7 @@ class SpeculativeDecoding:
         return drafts
 
     def attention(self, chunks: list[SequenceChunk], request_ids: list[int]) -> StepAttention:
-        backend = self.engine.backend
+        backend = self.backend
         if isinstance(backend, CompressedBackend):  # sealing waits for the rollback (settle)
             return VerifyAttention(backend.store, chunks, backend.group)
         return backend.attention(chunks, request_ids)
@@ -125,7 +126,7 @@ class SpeculativeDecoding:
                spans: list[tuple[int, int]]) -> list[tuple[int, list[int]]]:
         """Per sampling sequence: drafts accepted and tokens emitted.  Rows without drafts go through the
         plain sampler in one call (same rows, same order, same generator use as PlainDecoding)."""
-        step, generator = self._step, self.engine.generator
+        step, generator = self._step, self.generator
         index = step["round_of"]  # request id -> its round (decoding sequences)
         nd = [step["num_draft"][index[s.request_id]] if s.request_id in index else 0 for s in seqs]
         accepted, emitted = [0] * len(seqs), [[] for _ in seqs]
@@ -165,7 +166,7 @@ class SpeculativeDecoding:
 
     def settle(self, seq: Sequence) -> None:
         """Rejected drafts leave the target's cache (and the compressed store, which then seals what it can)."""
-        backend = self.engine.backend
+        backend = self.backend
         if isinstance(backend, CompressedBackend):
             rollback(backend.store, backend.manager, seq.request_id, seq.num_computed)
         else:
@@ -183,7 +184,7 @@ class SpeculativeDecoding:
         self.proposer.free(seq.request_id)  # the draft recomputes too (and its pool never outgrows the target's)
 
     def finished(self, seq: Sequence) -> None:
-        backend = self.engine.backend
+        backend = self.backend
         if isinstance(backend, CompressedBackend):
             backend.drop_freed()  # its staged blocks go now, not next step
         self.proposer.free(seq.request_id)
