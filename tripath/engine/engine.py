@@ -40,7 +40,11 @@ class Engine:
         self.errors: dict[int, str] = {}  # request id -> why a tier fault ended it
         self.generator = generator
         self.strategy: DecodeStrategy = strategy if strategy is not None else PlainDecoding()
-        self.strategy.bind(self.backend, config, generator)
+        try:
+            self.strategy.bind(self.backend, config, generator)
+        except ValueError:  # a strategy that cannot serve this back end: nothing outlives the refusal
+            self.backend.close()
+            raise
         sched = SchedulerConfig(config.max_batch_size, config.max_batched_tokens, config.chunked_prefill)
         self.scheduler = Scheduler(sched, self.kv_manager, self.strategy.lookahead)
         self.sequences: dict[int, Sequence] = {}

@@ -163,3 +163,44 @@ def test_the_serving_loop_runs_the_speculative_engine(target, draft):
     assert all(r.first_token_s <= r.finish_s for r in res.records)
     # every generated token is accounted for by the step records: 1 per prefill + accepted + 1 per round
     assert sum(s.emitted_tokens for s in res.steps) == 4 * 7  # (the warm-up runs before the records start)
+
+
+def test_speculation_runs_in_the_engines_scheduler_with_preemption_and_chunked_prefill(target, draft, prompts):
+    # 12 blocks of 4 hold 48 tokens, the three requests need 27 + 33 + 23: the scheduler must preempt, and a
+    # 16-token budget splits prompts and caps K; both the target's and the draft's pools come back empty
+    tight = EngineConfig(num_blocks=12, block_size=4, max_batched_tokens=16)
+    want = Engine(target, tight).generate(prompts, 20)
+    proposer = DraftModelProposer(draft, tight.num_blocks, tight.block_size)
+    eng = Engine(target, tight, strategy=SpeculativeDecoding(proposer, FixedK(4)))
+    ids = [eng.add_request(p, 20) for p in prompts]
+    steps = []
+    while eng.has_unfinished:
+        steps.append(eng.step())
+        for seq in eng.scheduler.running:  # between steps the target's cache holds no draft slot
+            assert eng.kv_manager.tables[seq.request_id].num_tokens <= seq.num_tokens - 1
+    assert [eng.output(i) for i in ids] == want
+    assert sum(s.num_preempted for s in steps) > 0 and eng.strategy.counters.num_drafts > 0
+    assert all(s.num_tokens <= tight.max_batched_tokens for s in steps)  # drafts count against the budget
+    assert eng.kv_manager.blocks_used == 0 and proposer.manager.blocks_used == 0
+
+
+def test_long_prompts_prefill_in_chunks_under_speculation(target, draft):
+    long = [list(range(i, i + 40)) for i in (1, 50)]  # 40-token prompts, 8-token budget: five chunks each
+    cfg = EngineConfig(num_blocks=64, block_size=4, max_batched_tokens=8)
+    want = Engine(target, CFG).generate(long, 10)
+    eng = Engine(target, cfg, strategy=SpeculativeDecoding(DraftModelProposer(draft, 64, 4), FixedK(3)))
+    assert eng.check_request(40, 10) is None
+    assert eng.generate(long, 10) == want
+
+
+def test_speculative_decoding_serves_one_engine_with_paged_or_compressed_kv(target, draft):
+    from tripath.engine.tiered.tier_config import TierConfig
+
+    strategy = SpeculativeDecoding(DraftModelProposer(draft, 64, 4))
+    Engine(target, CFG, strategy=strategy)
+    with pytest.raises(ValueError, match="one per engine"):
+        Engine(target, CFG, strategy=strategy)
+    tiered = EngineConfig(num_blocks=64, block_size=4, tiered=TierConfig(chunk_tokens=4, device_pages=8, host_pages=8,
+                                                                              ssd_pages=0, prefetch=False))
+    with pytest.raises(ValueError, match="tiered"):
+        Engine(target, tiered, strategy=SpeculativeDecoding(DraftModelProposer(draft, 64, 4)))
