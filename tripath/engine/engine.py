@@ -14,10 +14,10 @@ from typing import Any
 
 import torch
 
+from tripath.engine.batch import Part, pack
 from tripath.engine.decoding import DecodeStrategy, PlainDecoding
 from tripath.engine.engine_config import EngineConfig, RequestRejected
 from tripath.engine.kv.backend import KVBackend, make_backend
-from tripath.engine.kv.paged_attention import SequenceChunk
 from tripath.engine.model.fusion import fuse_projections
 from tripath.engine.model.model import LlamaModel
 from tripath.engine.sampling import SamplingParams
@@ -111,14 +111,11 @@ class Engine:
         self.backend.prepare(plan.copies)
         drafts = self.strategy.propose(plan.chunks)
         forward_start = time.perf_counter()
-        token_ids: list[int] = []
-        # (chunk, cached, tokens): a chunk with drafts becomes one-token rows at consecutive positions of
-        # its block table, which attend in the batched decode call (keys past each row's position masked)
-        pieces: list[tuple[int, int, list[int]]] = []
+        parts: list[Part] = []
         prefill_seqs = prefill_tokens = decode_seqs = context = 0
         admitted: list[int] = []
         shapes: list[tuple[int, int]] = []  # (cached, new) per sequence: StepRecord.chunk_shapes
-        for i, (ch, extra) in enumerate(zip(plan.chunks, drafts, strict=True)):
+        for ch, extra in zip(plan.chunks, drafts, strict=True):
             seq, n = ch.seq, ch.num_new
             if not seq.admitted:
                 seq.admitted = True
@@ -129,36 +126,20 @@ class Engine:
                 prefill_seqs += 1
                 prefill_tokens += n
             tokens = seq.token_slice(seq.num_computed, seq.num_computed + n) + extra
-            if extra:
-                pieces += [(i, seq.num_computed + j, [t]) for j, t in enumerate(tokens)]
-            else:
-                pieces.append((i, seq.num_computed, tokens))
+            # a chunk that reaches the end of its tokens gives the next one (and verifies its drafts)
+            wanted = 1 + len(extra) if seq.num_computed + n == seq.num_tokens else 0
+            table = self.kv_manager.block_table(seq.request_id)
+            parts.append(Part(seq.request_id, seq.num_computed, tokens, table, wanted, split=bool(extra)))
             shapes.append((seq.num_computed, len(tokens)))
             context += seq.num_computed + len(tokens)
-        pieces.sort(key=lambda p: len(p[2]) != 1)  # stable: one-token rows first, as attention batches them
-        chunks: list[SequenceChunk] = []
-        request_ids: list[int] = []
-        rows_of: dict[int, list[int]] = {}  # chunk -> packed index of each of its tokens
-        for i, cached, toks in pieces:
-            rid = plan.chunks[i].seq.request_id
-            rows_of.setdefault(i, []).extend(range(len(token_ids), len(token_ids) + len(toks)))
-            token_ids += toks
-            chunks.append(SequenceChunk(cached, len(toks), self.kv_manager.block_table(rid)))
-            request_ids.append(rid)
-        sampled: list[int] = []  # chunks that reach the end of their tokens: their logits give tokens
-        rows: list[int] = []  # the last 1 + drafts rows of each
-        spans: list[tuple[int, int]] = []
-        for i, (ch, extra) in enumerate(zip(plan.chunks, drafts, strict=True)):
-            if ch.seq.num_computed + ch.num_new == ch.seq.num_tokens:
-                sampled.append(i)
-                spans.append((len(rows), len(rows) + 1 + len(extra)))
-                rows += rows_of[i][-1 - len(extra) :]
-        attention = self.strategy.attention(chunks, request_ids)
-        ids = torch.tensor(token_ids, dtype=torch.int64).to(self.device, non_blocking=True).unsqueeze(0)  # [1, N]
-        index = torch.tensor(rows, dtype=torch.int64).to(self.device, non_blocking=True)
+        batch = pack(parts)
+        sampled = [i for i, p in enumerate(parts) if p.num_logits]
+        attention = self.strategy.attention(batch.chunks, batch.request_ids)
+        ids = torch.tensor(batch.token_ids, dtype=torch.int64).to(self.device, non_blocking=True).unsqueeze(0)
+        index = torch.tensor(batch.rows, dtype=torch.int64).to(self.device, non_blocking=True)
         logits = self.model(ids, attention.positions, attention, logits_index=index)[0]  # [R, V]
-        sampling_seqs = [plan.chunks[i].seq for i in sampled]
-        results = self.strategy.accept(sampling_seqs, logits, spans)  # .tolist() inside waits for the device
+        results = self.strategy.accept([plan.chunks[i].seq for i in sampled], logits,
+                                       [batch.spans[i] for i in sampled])  # .tolist() inside waits for the device
         forward_s = time.perf_counter() - forward_start
         first, finished = [], []
         failed = self.backend.faults(attention)  # those requests end here, the rest go on
@@ -188,7 +169,7 @@ class Engine:
             start_s=start,
             wall_s=wall,
             batch_size=len(plan.chunks),
-            num_tokens=len(token_ids),
+            num_tokens=len(batch.token_ids),
             prefill_seqs=prefill_seqs,
             prefill_tokens=prefill_tokens,
             decode_seqs=decode_seqs,

@@ -16,8 +16,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from tripath.engine.batch import Part, pack
 from tripath.engine.kv.paged import KVCacheManager, KVTensors
-from tripath.engine.kv.paged_attention import PagedAttention, SequenceChunk
+from tripath.engine.kv.paged_attention import PagedAttention
 from tripath.engine.model.fusion import fuse_projections
 from tripath.engine.model.model import LlamaModel
 from tripath.engine.sequence import Sequence
@@ -41,45 +42,22 @@ SPLIT_MAX_TOKENS = 16
 def paged_forward(model: LlamaModel, kv: KVTensors, manager: KVCacheManager, chunks: list[PagedChunk]) -> list[Tensor]:
     """One forward pass over all chunks on a paged cache; returns each chunk's logits [num_logits, V] in order.
 
-    Grows each block table to num_cached + len(tokens) (the caller truncates what is rejected).
-    A short chunk after cached tokens (a verification of K+1 tokens, a draft catch-up) becomes
-    one-token rows: row i sits at position num_cached + i of the same block table, and since
-    PagedAttention writes every new K/V before attending and masks keys past each row's
-    position, row i sees exactly tokens 0..num_cached+i (causal).  They then share the one
-    batched decode SDPA call (GQA without K/V copies) instead of a masked per-chunk call,
-    and use the same kernel as plain decoding.
+    Grows each block table to num_cached + len(tokens) (the caller truncates what is rejected). A short
+    chunk after cached tokens (a draft catch-up) runs as one-token rows (tripath/engine/batch.py), in the
+    batched decode kernel plain decoding uses, instead of a masked per-chunk call.
     """
-    rows_of: list[list[tuple[int, list[int]]]] = []  # per chunk: (num_cached, tokens) pieces
+    parts = []
     for ch in chunks:
         kv.copy_blocks(manager.reserve(ch.seq_id, ch.num_cached + len(ch.tokens)))
-        if ch.num_cached > 0 and len(ch.tokens) <= SPLIT_MAX_TOKENS:
-            rows_of.append([(ch.num_cached + i, [t]) for i, t in enumerate(ch.tokens)])
-        else:
-            rows_of.append([(ch.num_cached, ch.tokens)])
-    pieces = [(i, cached, toks) for i, ps in enumerate(rows_of) for cached, toks in ps]
-    pieces.sort(key=lambda p: len(p[2]) != 1)  # stable: one-token pieces first, as PagedAttention requires
-    token_ids: list[int] = []
-    seq_chunks: list[SequenceChunk] = []
-    last_row: dict[int, list[int]] = {}  # chunk -> packed index of the last token of each of its pieces
-    for i, cached, toks in pieces:
-        token_ids += toks
-        seq_chunks.append(SequenceChunk(cached, len(toks), manager.block_table(chunks[i].seq_id)))
-        if len(toks) == 1:
-            last_row.setdefault(i, []).append(len(token_ids) - 1)
-        else:  # an unsplit chunk is the only piece of its sequence: its last rows are contiguous
-            last_row.setdefault(i, []).extend(range(len(token_ids) - len(toks), len(token_ids)))
-    rows: list[int] = []
-    spans: list[tuple[int, int]] = []
-    for i, ch in enumerate(chunks):
-        want = last_row[i][-ch.num_logits :]
-        spans.append((len(rows), len(rows) + len(want)))
-        rows += want
+        split = ch.num_cached > 0 and len(ch.tokens) <= SPLIT_MAX_TOKENS
+        parts.append(Part(ch.seq_id, ch.num_cached, ch.tokens, manager.block_table(ch.seq_id), ch.num_logits, split))
+    batch = pack(parts)
     device = kv.kv.device
-    attention = PagedAttention(kv, seq_chunks, model.config.kv_group_size)
-    ids = torch.tensor(token_ids, dtype=torch.int64, device=device).unsqueeze(0)  # [1, N]
-    index = torch.tensor(rows, dtype=torch.int64, device=device)
+    attention = PagedAttention(kv, batch.chunks, model.config.kv_group_size)
+    ids = torch.tensor(batch.token_ids, dtype=torch.int64, device=device).unsqueeze(0)  # [1, N]
+    index = torch.tensor(batch.rows, dtype=torch.int64, device=device)
     logits = model(ids, attention.positions, attention, logits_index=index)[0]  # [R, V]
-    return [logits[a:b] for a, b in spans]
+    return [logits[a:b] for a, b in batch.spans]
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,61 @@
+"""One forward pass's packed batch: every sequence's new tokens in one row, and which rows give logits.
+
+Shared by the serving loop (tripath/engine/engine.py) and the draft model's passes
+(tripath/engine/speculative/proposers.py). A part that is ``split`` (a verification of K+1 tokens, a
+draft catch-up) becomes one-token rows at consecutive positions of the same block table: the attention
+writes every new K/V before attending and masks keys past each row's position, so row i sees exactly
+tokens 0..num_cached+i (causal), and the rows share the one batched decode call with the plain decodes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tripath.engine.kv.paged_attention import SequenceChunk
+
+
+@dataclass(frozen=True)
+class Part:
+    """num_cached tokens of request_id are in the cache; ``tokens`` follow; logits wanted for the last num_logits."""
+
+    request_id: int
+    num_cached: int
+    tokens: list[int]
+    block_table: list[int]
+    num_logits: int  # 0: none (a prefill chunk that does not reach the end of its tokens)
+    split: bool = False  # as one-token rows
+
+
+@dataclass(frozen=True)
+class Packed:
+    token_ids: list[int]  # the forward's [N] token row
+    chunks: list[SequenceChunk]  # one-token chunks first, as the attention back ends batch them
+    request_ids: list[int]  # per chunk
+    rows: list[int]  # logits_index: the wanted rows, part by part
+    spans: list[tuple[int, int]]  # per part: its logits' range in rows (empty when it wants none)
+
+
+def pack(parts: list[Part]) -> Packed:
+    pieces: list[tuple[int, int, list[int]]] = []  # (part, num_cached, tokens)
+    for i, p in enumerate(parts):
+        if p.split:
+            pieces += [(i, p.num_cached + j, [t]) for j, t in enumerate(p.tokens)]
+        else:
+            pieces.append((i, p.num_cached, p.tokens))
+    pieces.sort(key=lambda piece: len(piece[2]) != 1)  # stable: a part's rows stay in position order
+    token_ids: list[int] = []
+    chunks: list[SequenceChunk] = []
+    request_ids: list[int] = []
+    rows_of: list[list[int]] = [[] for _ in parts]  # packed index of each token of each part
+    for i, cached, toks in pieces:
+        rows_of[i].extend(range(len(token_ids), len(token_ids) + len(toks)))
+        token_ids += toks
+        chunks.append(SequenceChunk(cached, len(toks), parts[i].block_table))
+        request_ids.append(parts[i].request_id)
+    rows: list[int] = []
+    spans: list[tuple[int, int]] = []
+    for i, p in enumerate(parts):
+        want = rows_of[i][len(rows_of[i]) - p.num_logits :] if p.num_logits else []
+        spans.append((len(rows), len(rows) + len(want)))
+        rows += want
+    return Packed(token_ids, chunks, request_ids, rows, spans)
