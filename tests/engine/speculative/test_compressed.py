@@ -11,8 +11,6 @@ from tests.engine.speculative.oracle import OracleProposer
 from tripath.core.speculative import FixedK
 from tripath.engine.engine import Engine
 from tripath.engine.engine_config import EngineConfig
-from tripath.engine.model.config import PRESETS
-from tripath.engine.model.model import LlamaModel
 from tripath.engine.speculative.decoding import SpeculativeDecoding
 from tripath.engine.speculative.proposers import DraftModelProposer
 
@@ -21,11 +19,6 @@ BS = 4
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
-
-@pytest.fixture(scope="module")
-def target() -> LlamaModel:
-    return LlamaModel(PRESETS["tiny-gqa"], torch.Generator().manual_seed(1)).eval()
 
 
 @pytest.fixture(scope="module")
@@ -60,10 +53,11 @@ def _check_store(eng: Engine) -> int:
 
 
 @pytest.mark.parametrize("mode", ["int8", "int4"])
-def test_greedy_speculation_equals_plain_greedy_on_the_compressed_store(target, prompts, mode):
-    reference = Engine(target, _cfg(mode)).generate(prompts, 24)
+def test_greedy_speculation_equals_plain_greedy_on_the_compressed_store(tiny_target, prompts, mode):
+    reference = Engine(tiny_target, _cfg(mode)).generate(prompts, 24)
     right = [4, 2, 0, 3, 1]  # per request: full accepts, partial accepts, none
-    eng = Engine(target, _cfg(mode), strategy=SpeculativeDecoding(OracleProposer(reference, right, V), FixedK(4)))
+    strategy = SpeculativeDecoding(OracleProposer(reference, right, V), FixedK(4))
+    eng = Engine(tiny_target, _cfg(mode), strategy=strategy)
     ids = [eng.add_request(p, 24) for p in prompts]
     checked = 0
     while eng.has_unfinished:
@@ -79,8 +73,8 @@ def test_greedy_speculation_equals_plain_greedy_on_the_compressed_store(target, 
     assert eng.kv_manager.blocks_used == 0 and not eng.backend.store.staged
 
 
-def test_truncate_drops_rejected_rows_and_blocks(target):
-    eng = Engine(target, _cfg("int8"))
+def test_truncate_drops_rejected_rows_and_blocks(tiny_target):
+    eng = Engine(tiny_target, _cfg("int8"))
     store = eng.backend.store
     table = [5, 9, 2]
     for b in table:
@@ -94,10 +88,9 @@ def test_truncate_drops_rejected_rows_and_blocks(target):
         store.truncate([5], 3)  # a sealed block cannot give rows back
 
 
-def test_a_real_draft_on_int8_matches_plain_int8(target, prompts):
-    draft = LlamaModel(PRESETS["tiny-mha"], torch.Generator().manual_seed(2)).eval()
-    reference = Engine(target, _cfg("int8")).generate(prompts, 16)
-    proposer = DraftModelProposer(draft, 128, BS, torch.Generator().manual_seed(4))
-    eng = Engine(target, _cfg("int8"), strategy=SpeculativeDecoding(proposer, FixedK(3)))
+def test_a_real_draft_on_int8_matches_plain_int8(tiny_target, tiny_draft, prompts):
+    reference = Engine(tiny_target, _cfg("int8")).generate(prompts, 16)
+    proposer = DraftModelProposer(tiny_draft, 128, BS, torch.Generator().manual_seed(4))
+    eng = Engine(tiny_target, _cfg("int8"), strategy=SpeculativeDecoding(proposer, FixedK(3)))
     assert eng.generate(prompts, 16) == reference
     assert eng.kv_manager.blocks_used == 0 and not eng.backend.store.staged

@@ -10,7 +10,6 @@ import torch
 from tripath.core.speculative import AdaptiveK, ControllerConfig, SpecCosts
 from tripath.engine.engine import Engine
 from tripath.engine.engine_config import EngineConfig
-from tripath.engine.model.config import PRESETS
 from tripath.engine.model.model import LlamaModel
 from tripath.engine.sampling import SamplingParams
 from tripath.engine.speculative.decoding import SpeculativeDecoding
@@ -37,10 +36,8 @@ def test_vllm_counter_definitions_by_hand():
 
 
 @pytest.fixture(scope="module")
-def models() -> tuple[LlamaModel, LlamaModel]:
-    target = LlamaModel(PRESETS["tiny-gqa"], torch.Generator().manual_seed(1)).eval()
-    draft = LlamaModel(PRESETS["tiny-mha"], torch.Generator().manual_seed(2)).eval()  # unrelated: low acceptance
-    return target, draft
+def models(tiny_target: LlamaModel, tiny_draft: LlamaModel) -> tuple[LlamaModel, LlamaModel]:
+    return tiny_target, tiny_draft  # an unrelated draft: low acceptance
 
 
 def _prompts() -> list[list[int]]:

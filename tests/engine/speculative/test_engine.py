@@ -13,7 +13,6 @@ from tripath.core.request import RequestSpec
 from tripath.core.speculative import FixedK
 from tripath.engine.engine import Engine
 from tripath.engine.engine_config import EngineConfig
-from tripath.engine.model.config import PRESETS
 from tripath.engine.model.model import LlamaModel
 from tripath.engine.sampling import SamplingParams
 from tripath.engine.serving import PromptSource, serve
@@ -28,24 +27,14 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
-def target() -> LlamaModel:
-    return LlamaModel(PRESETS["tiny-gqa"], torch.Generator().manual_seed(1)).eval()
-
-
-@pytest.fixture(scope="module")
-def draft() -> LlamaModel:
-    return LlamaModel(PRESETS["tiny-mha"], torch.Generator().manual_seed(2)).eval()
-
-
-@pytest.fixture(scope="module")
 def prompts() -> list[list[int]]:
     g = torch.Generator().manual_seed(3)
     return [torch.randint(0, V, (n,), generator=g).tolist() for n in (7, 13, 3)]
 
 
 @pytest.fixture(scope="module")
-def reference(target, prompts) -> list[list[int]]:
-    return Engine(target, CFG).generate(prompts, 20)
+def reference(tiny_target, prompts) -> list[list[int]]:
+    return Engine(tiny_target, CFG).generate(prompts, 20)
 
 
 def _cache_prefix(engine_kv: torch.Tensor, blocks: list[int], n: int) -> torch.Tensor:
@@ -55,10 +44,10 @@ def _cache_prefix(engine_kv: torch.Tensor, blocks: list[int], n: int) -> torch.T
 
 
 @pytest.mark.parametrize("k", [1, 3, 6])
-def test_round_emits_accepted_plus_one_with_per_sequence_acceptance(target, prompts, reference, k):
+def test_round_emits_accepted_plus_one_with_per_sequence_acceptance(tiny_target, prompts, reference, k):
     right = {0: 0, 1: k, 2: 1}  # zero accept, full accept, one accepted then a rejection
     ref = dict(enumerate(reference))
-    eng = Engine(target, CFG, strategy=SpeculativeDecoding(OracleProposer(ref, right, V), FixedK(k)))
+    eng = Engine(tiny_target, CFG, strategy=SpeculativeDecoding(OracleProposer(ref, right, V), FixedK(k)))
     for i, p in enumerate(prompts):
         eng.add_request(p, 20, request_id=i)
     first = eng.step()
@@ -88,17 +77,17 @@ def test_round_emits_accepted_plus_one_with_per_sequence_acceptance(target, prom
     assert eng.strategy.counters.num_draft_tokens == drafted
 
 
-def _prefill_kv(target: LlamaModel, tokens: list[int]) -> torch.Tensor:
+def _prefill_kv(tiny_target: LlamaModel, tokens: list[int]) -> torch.Tensor:
     """The plain engine's cache after prefilling tokens: [layers, 2, len, kv_heads, head_dim]."""
-    plain = Engine(target, CFG)
+    plain = Engine(tiny_target, CFG)
     plain.add_request(tokens, 2, request_id=0)
     plain.step()
     return _cache_prefix(plain.backend.kv.kv, plain.kv_manager.block_table(0), len(tokens))
 
 
-def test_caches_hold_exactly_the_accepted_prefix_with_a_real_draft(target, draft, prompts, reference):
-    proposer = DraftModelProposer(draft, CFG.num_blocks, CFG.block_size)
-    eng = Engine(target, CFG, strategy=SpeculativeDecoding(proposer, FixedK(4)))
+def test_caches_hold_exactly_the_accepted_prefix_with_a_real_draft(tiny_target, tiny_draft, prompts, reference):
+    proposer = DraftModelProposer(tiny_draft, CFG.num_blocks, CFG.block_size)
+    eng = Engine(tiny_target, CFG, strategy=SpeculativeDecoding(proposer, FixedK(4)))
     for i, p in enumerate(prompts):
         eng.add_request(p, 20, request_id=i)
     rounds = 0
@@ -112,15 +101,15 @@ def test_caches_hold_exactly_the_accepted_prefix_with_a_real_draft(target, draft
             assert proposer.computed.get(rid, 0) <= n and (d is None or d.num_tokens == proposer.computed[rid])
             # contents: the same K/V as a fresh prefill of the accepted tokens (stale slots are past n)
             got = _cache_prefix(eng.backend.kv.kv, eng.kv_manager.block_table(rid), n)
-            want = _prefill_kv(target, (seq.prompt_ids + seq.output_ids)[:n])
+            want = _prefill_kv(tiny_target, (seq.prompt_ids + seq.output_ids)[:n])
             torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
     assert rounds == 4 and eng.strategy.counters.num_drafts > 0
 
 
-def test_draft_model_batched_greedy_equals_target_only(target, draft, prompts, reference):
+def test_draft_model_batched_greedy_equals_target_only(tiny_target, tiny_draft, prompts, reference):
     for k in (2, 5):
-        proposer = DraftModelProposer(draft, CFG.num_blocks, CFG.block_size)
-        eng = Engine(target, CFG, strategy=SpeculativeDecoding(proposer, FixedK(k)))
+        proposer = DraftModelProposer(tiny_draft, CFG.num_blocks, CFG.block_size)
+        eng = Engine(tiny_target, CFG, strategy=SpeculativeDecoding(proposer, FixedK(k)))
         assert eng.generate(prompts, 20) == reference
         assert eng.kv_manager.blocks_used == 0 and proposer.manager.blocks_used == 0
 
@@ -134,29 +123,29 @@ def test_prompt_lookup_finds_the_latest_ngram_and_proposes_its_continuation():
     assert pld.lookup([9, 4, 9], 5) == [4, 9]  # the continuation may be shorter than K
 
 
-def test_prompt_lookup_batched_greedy_equals_target_only(target, prompts, reference):
+def test_prompt_lookup_batched_greedy_equals_target_only(tiny_target, prompts, reference):
     repetitive = [p * 3 for p in prompts]  # copies give the lookup something to find
-    want = Engine(target, CFG).generate(repetitive, 12)
-    eng = Engine(target, CFG, strategy=SpeculativeDecoding(PromptLookupProposer(V), FixedK(4)))
+    want = Engine(tiny_target, CFG).generate(repetitive, 12)
+    eng = Engine(tiny_target, CFG, strategy=SpeculativeDecoding(PromptLookupProposer(V), FixedK(4)))
     assert eng.generate(repetitive, 12) == want
     assert eng.strategy.counters.num_drafts > 0
 
 
-def test_sampled_speculation_is_seeded(target, draft, prompts):
+def test_sampled_speculation_is_seeded(tiny_target, tiny_draft, prompts):
     sp = SamplingParams(temperature=0.8, top_p=0.9)
 
     def run() -> list[list[int]]:
-        proposer = DraftModelProposer(draft, CFG.num_blocks, CFG.block_size, torch.Generator().manual_seed(5))
-        eng = Engine(target, CFG, torch.Generator().manual_seed(6), SpeculativeDecoding(proposer, FixedK(3)))
+        proposer = DraftModelProposer(tiny_draft, CFG.num_blocks, CFG.block_size, torch.Generator().manual_seed(5))
+        eng = Engine(tiny_target, CFG, torch.Generator().manual_seed(6), SpeculativeDecoding(proposer, FixedK(3)))
         return eng.generate(prompts, 16, sp)
 
     a, b = run(), run()
     assert a == b and all(len(o) == 16 for o in a)
 
 
-def test_the_serving_loop_runs_the_speculative_engine(target, draft):
-    proposer = DraftModelProposer(draft, CFG.num_blocks, CFG.block_size)
-    eng = Engine(target, CFG, strategy=SpeculativeDecoding(proposer, FixedK(3)))
+def test_the_serving_loop_runs_the_speculative_engine(tiny_target, tiny_draft):
+    proposer = DraftModelProposer(tiny_draft, CFG.num_blocks, CFG.block_size)
+    eng = Engine(tiny_target, CFG, strategy=SpeculativeDecoding(proposer, FixedK(3)))
     reqs = [RequestSpec(i, 0.002 * i, 9, 7, "dialogue") for i in range(4)]
     res = serve(eng, reqs, PromptSource(np.random.default_rng(0), V, None))
     assert [r.status for r in res.records] == ["completed"] * 4
@@ -165,13 +154,14 @@ def test_the_serving_loop_runs_the_speculative_engine(target, draft):
     assert sum(s.emitted_tokens for s in res.steps) == 4 * 7  # (the warm-up runs before the records start)
 
 
-def test_speculation_runs_in_the_engines_scheduler_with_preemption_and_chunked_prefill(target, draft, prompts):
+def test_speculation_runs_in_the_engines_scheduler_with_preemption_and_chunked_prefill(tiny_target, tiny_draft,
+                                                                                        prompts):
     # 12 blocks of 4 hold 48 tokens, the three requests need 27 + 33 + 23: the scheduler must preempt, and a
     # 16-token budget splits prompts and caps K; both the target's and the draft's pools come back empty
     tight = EngineConfig(num_blocks=12, block_size=4, max_batched_tokens=16)
-    want = Engine(target, tight).generate(prompts, 20)
-    proposer = DraftModelProposer(draft, tight.num_blocks, tight.block_size)
-    eng = Engine(target, tight, strategy=SpeculativeDecoding(proposer, FixedK(4)))
+    want = Engine(tiny_target, tight).generate(prompts, 20)
+    proposer = DraftModelProposer(tiny_draft, tight.num_blocks, tight.block_size)
+    eng = Engine(tiny_target, tight, strategy=SpeculativeDecoding(proposer, FixedK(4)))
     ids = [eng.add_request(p, 20) for p in prompts]
     steps = []
     while eng.has_unfinished:
@@ -184,23 +174,23 @@ def test_speculation_runs_in_the_engines_scheduler_with_preemption_and_chunked_p
     assert eng.kv_manager.blocks_used == 0 and proposer.manager.blocks_used == 0
 
 
-def test_long_prompts_prefill_in_chunks_under_speculation(target, draft):
+def test_long_prompts_prefill_in_chunks_under_speculation(tiny_target, tiny_draft):
     long = [list(range(i, i + 40)) for i in (1, 50)]  # 40-token prompts, 8-token budget: five chunks each
     cfg = EngineConfig(num_blocks=64, block_size=4, max_batched_tokens=8)
-    want = Engine(target, CFG).generate(long, 10)
-    eng = Engine(target, cfg, strategy=SpeculativeDecoding(DraftModelProposer(draft, 64, 4), FixedK(3)))
+    want = Engine(tiny_target, CFG).generate(long, 10)
+    eng = Engine(tiny_target, cfg, strategy=SpeculativeDecoding(DraftModelProposer(tiny_draft, 64, 4), FixedK(3)))
     assert eng.check_request(40, 10) is None
     assert eng.generate(long, 10) == want
 
 
-def test_speculative_decoding_serves_one_engine_with_paged_or_compressed_kv(target, draft):
+def test_speculative_decoding_serves_one_engine_with_paged_or_compressed_kv(tiny_target, tiny_draft):
     from tripath.engine.tiered.tier_config import TierConfig
 
-    strategy = SpeculativeDecoding(DraftModelProposer(draft, 64, 4))
-    Engine(target, CFG, strategy=strategy)
+    strategy = SpeculativeDecoding(DraftModelProposer(tiny_draft, 64, 4))
+    Engine(tiny_target, CFG, strategy=strategy)
     with pytest.raises(ValueError, match="one per engine"):
-        Engine(target, CFG, strategy=strategy)
+        Engine(tiny_target, CFG, strategy=strategy)
     tiered = EngineConfig(num_blocks=64, block_size=4, tiered=TierConfig(chunk_tokens=4, device_pages=8, host_pages=8,
                                                                               ssd_pages=0, prefetch=False))
     with pytest.raises(ValueError, match="tiered"):
-        Engine(target, tiered, strategy=SpeculativeDecoding(DraftModelProposer(draft, 64, 4)))
+        Engine(tiny_target, tiered, strategy=SpeculativeDecoding(DraftModelProposer(tiny_draft, 64, 4)))
