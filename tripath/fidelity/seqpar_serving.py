@@ -81,7 +81,7 @@ class RankUse:
 
     wall_s: float
     cpu_s: float
-    comm_s: float  # wall inside collectives (a rank other than 0 also waits there for rank 0 to start a request)
+    comm_s: float  # wall inside collectives (a rank also waits there for a peer that is behind)
     comm_cpu_s: float  # thread CPU inside collectives
     process_cpu_s: float = 0.0  # the whole process's CPU over the serving window (gloo's threads too)
     window_s: float = 0.0  # wall seconds of the serving window (barrier to barrier)
