@@ -10,12 +10,12 @@ tokens 0..num_cached+i (causal), and the rows share the one batched decode call 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from tripath.engine.kv.paged_attention import SequenceChunk
 
 
-@dataclass(frozen=True)
-class Part:
+class Part(NamedTuple):
     """num_cached tokens of request_id are in the cache; ``tokens`` follow; logits wanted for the last num_logits."""
 
     request_id: int
@@ -46,16 +46,17 @@ def pack(parts: list[Part]) -> Packed:
     token_ids: list[int] = []
     chunks: list[SequenceChunk] = []
     request_ids: list[int] = []
-    rows_of: list[list[int]] = [[] for _ in parts]  # packed index of each token of each part
+    ends: list[list[int]] = [[] for _ in parts]  # packed index after each piece of each part
     for i, cached, toks in pieces:
-        rows_of[i].extend(range(len(token_ids), len(token_ids) + len(toks)))
         token_ids += toks
+        ends[i].append(len(token_ids))
         chunks.append(SequenceChunk(cached, len(toks), parts[i].block_table))
         request_ids.append(parts[i].request_id)
     rows: list[int] = []
     spans: list[tuple[int, int]] = []
     for i, p in enumerate(parts):
-        want = rows_of[i][len(rows_of[i]) - p.num_logits :] if p.num_logits else []
-        spans.append((len(rows), len(rows) + len(want)))
-        rows += want
+        n = p.num_logits
+        if n:  # a split part's pieces are one token each; an unsplit part is one piece
+            rows += [e - 1 for e in ends[i][-n:]] if p.split else range(ends[i][0] - n, ends[i][0])
+        spans.append((len(rows) - n, len(rows)))
     return Packed(token_ids, chunks, request_ids, rows, spans)

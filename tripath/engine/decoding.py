@@ -12,6 +12,7 @@ tripath/engine/speculative/decoding.py.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from torch import Tensor
@@ -35,7 +36,8 @@ class DecodeStrategy(Protocol):
 
     def check_request(self, prompt_len: int, max_new_tokens: int) -> str | None: ...
 
-    def lookahead(self, seq: Sequence) -> int: ...  # draft slots this decoding sequence wants reserved
+    # draft slots a decoding sequence wants reserved this step (the Scheduler's hook); None: never any
+    lookahead: Callable[[Sequence], int] | None
 
     def propose(self, chunks: list[ScheduledChunk]) -> list[list[int]]: ...  # drafts per chunk ([] for none)
 
@@ -66,8 +68,7 @@ class PlainDecoding:
     def check_request(self, prompt_len: int, max_new_tokens: int) -> str | None:
         return None
 
-    def lookahead(self, seq: Sequence) -> int:
-        return 0
+    lookahead = None
 
     def propose(self, chunks: list[ScheduledChunk]) -> list[list[int]]:
         return [[] for _ in chunks]

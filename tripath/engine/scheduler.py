@@ -51,7 +51,7 @@ class Scheduler:
                  lookahead: Callable[[Sequence], int] | None = None) -> None:
         self.config = config
         self.kv = kv
-        self.lookahead = lookahead  # draft slots a decoding sequence wants this step; None: none
+        self.lookahead = lookahead  # draft slots a decoding sequence wants this step; None: never any
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
 
