@@ -34,8 +34,15 @@ def test_checks_price_the_hit_as_a_chunk_over_the_cached_prefix() -> None:
     assert check.hit_predicted_ms == pytest.approx(12.92, rel=1e-12)
     assert check.miss_predicted_ms == pytest.approx(71.416, rel=1e-12)
     assert (check.saved_ms, check.saved_predicted_ms) == (50.0, pytest.approx(58.496, rel=1e-12))
-    # the shipped cpu-tiny prefill model is a prefill_v1 one
-    assert prefix_checks(samples, TINY.costs["prefill"])[0].hit_predicted_ms > 0
+    # with cpu-tiny's step overhead (o0 + o_seq N + o_tok T, N = 1): it adds to each step its own T's share
+    costs = TINY.costs
+    with_overhead = prefix_checks(samples, costs["prefill"], costs["step_overhead"])[0]
+    alone = prefix_checks(samples, costs["prefill"])[0]
+    o = {n: c.value for n, c in costs["step_overhead"].coefficients.items()}
+    assert with_overhead.hit_predicted_ms - alone.hit_predicted_ms == pytest.approx(
+        o["o0"] + o["o_seq"] + o["o_tok"] * 32, rel=1e-9)
+    assert with_overhead.miss_predicted_ms - alone.miss_predicted_ms == pytest.approx(
+        o["o0"] + o["o_seq"] + o["o_tok"] * 288, rel=1e-9)
     with pytest.raises(ValueError, match="prefill_v1"):
         prefix_checks(samples, TINY.costs["decode"])
 

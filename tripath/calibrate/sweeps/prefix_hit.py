@@ -97,17 +97,22 @@ def measure_prefix_hits(model: LlamaModel, timer: TimerConfig, points: tuple[tup
     return out
 
 
-def prefix_checks(samples: list[Sample], prefill: CostModel) -> list[PrefixHitCheck]:
-    """Each hit row with its whole-prompt row and prefill_v1's price of both (new_tokens, context_tokens)."""
+def prefix_checks(samples: list[Sample], prefill: CostModel, overhead: CostModel | None = None,
+                  ) -> list[PrefixHitCheck]:
+    """Each hit row with its whole-prompt row and the profile's price of both: prefill_v1 (new_tokens,
+    context_tokens), plus the served step's host overhead (overhead_v1, one sequence) when given."""
     if prefill.formula != "prefill_v1":
         raise ValueError(f"prefill: must be a prefill_v1 cost model, got {prefill.formula!r}")
+
+    def step_ms(new: int, context: int) -> float:
+        ms = prefill.evaluate(new_tokens=float(new), context_tokens=float(context))
+        return ms + (overhead.evaluate(sequences=1.0, new_tokens=float(new)) if overhead is not None else 0.0)
+
     miss = {s.x1: s.median_ms for s in samples if s.sweep == MISS}
     checks = []
     for s in samples:
         if s.sweep != HIT or s.x1 + s.x2 not in miss:
             continue
-        checks.append(PrefixHitCheck(
-            s.x1, s.x2, s.median_ms, miss[s.x1 + s.x2],
-            prefill.evaluate(new_tokens=float(s.x1), context_tokens=float(s.x2)),
-            prefill.evaluate(new_tokens=float(s.x1 + s.x2), context_tokens=0.0)))
+        checks.append(PrefixHitCheck(s.x1, s.x2, s.median_ms, miss[s.x1 + s.x2], step_ms(s.x1, s.x2),
+                                     step_ms(s.x1 + s.x2, 0)))
     return checks
