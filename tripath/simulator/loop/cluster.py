@@ -29,6 +29,7 @@ from tripath.simulator.loop.clock import URGENT, Clock
 from tripath.simulator.loop.replica import Ledger, Replica, ReplicaConfig
 from tripath.simulator.loop.stepper import PathLedger, Stepper, StepperSetup
 from tripath.simulator.loop.timeseries import Sampler
+from tripath.simulator.paths.prefix import PrefixCache, PrefixCounters, PrefixRun, route
 from tripath.simulator.paths.seqpar import SpPhysics
 
 
@@ -63,6 +64,7 @@ class Cluster:
         self.sp = sp  # the fast replicas' SP physics (its cost is inside ``cost``): merge time and counts
         self.sampler: Sampler | None = None
         self.replicas: list[Replica] | list[Stepper]
+        self.prefix_caches: list[PrefixCache] = []
         if setup is None:
             self.ledger = Ledger(prompts, outputs, config.replica.kv_bytes_per_token, merge=sp is not None)
             merge = None if sp is None else sp.decode_merge_array
@@ -75,7 +77,12 @@ class Cluster:
         else:
             self.ledger = PathLedger(prompts, outputs, config.replica.kv_bytes_per_token,
                                      setup.task_indexes([r.task for r in requests]))
-            self.replicas = [Stepper(self.env, i, setup.model_for(i), setup.policy_for(i), self.ledger, setup.config)
+            models = [setup.model_for(i) for i in range(config.replicas)]
+            self.prefix_caches = [] if setup.prefix is None else [
+                PrefixCache(setup.prefix, m.kv_capacity_tokens, m.kv_bytes_per_token, m.cost.chunk_work_ms,
+                            getattr(m, "tiers", None)) for m in models]
+            self.replicas = [Stepper(self.env, i, models[i], setup.policy_for(i), self.ledger, setup.config,
+                                     self.prefix_caches[i] if self.prefix_caches else None)
                              for i in range(config.replicas)]
             if setup.timeseries_interval_s is not None:
                 self.sampler = Sampler(self.env, self.replicas, setup.timeseries_interval_s, self._all_done)
@@ -122,7 +129,12 @@ class Cluster:
             self.reject_reason[index] = (f"KV reservation of (prompt + output) tokens exceeds the replica's KV "
                                          f"capacity of {capacity} bytes ({tokens} tokens)")
             return
-        best = self._choice()
+        if self.setup is not None and self.setup.prefix is not None and len(self.replicas) > 1:
+            chosen = route(self.prefix_caches, [r.outstanding for r in self.replicas], index,
+                           self.ledger.prompt[index], self.setup.prefix.spec)
+            best = self.replicas[chosen]
+        else:
+            best = self._choice()
         self.ledger.replica[index] = best.index
         best.enqueue(index)
 
@@ -140,7 +152,21 @@ class Cluster:
             return RunResult(self._records(), self._stats(), extrapolations, events=events)
         extrapolations = self._model_extrapolations()
         timeseries = None if self.sampler is None else self.sampler.result()
-        return RunResult(self._records(), self._stats(), extrapolations, events=events, timeseries=timeseries)
+        return RunResult(self._records(), self._stats(), extrapolations, events=events, timeseries=timeseries,
+                         prefix=self._prefix_run())
+
+    def _prefix_run(self) -> PrefixRun | None:
+        """The replicas' prefix caches summed (None without prefix caching)."""
+        if self.setup is None or self.setup.prefix is None:
+            return None
+        total = PrefixCounters()
+        cached: dict[int, int] = {}
+        for cache in self.prefix_caches:
+            total.add(cache.counters)
+            cached.update(cache.cached_tokens)
+        setup = self.setup.prefix
+        return PrefixRun(setup.spec.block_tokens, setup.spec.routing, total, cached, setup.prefixes.source,
+                         setup.prefixes.note)
 
     def _model_extrapolations(self) -> Extrapolations:
         """Summed over the replicas' StepModels, counting a shared counter (the same object) once."""
