@@ -17,7 +17,7 @@ kv_capacity_tokens (all tiers). Without one they are the fast baseline Replicas.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 
 import simpy
@@ -79,7 +79,7 @@ class Cluster:
                                      setup.task_indexes([r.task for r in requests]))
             models = [setup.model_for(i) for i in range(config.replicas)]
             self.prefix_caches = [] if setup.prefix is None else [
-                PrefixCache(setup.prefix, m.kv_capacity_tokens, m.kv_bytes_per_token, m.cost.chunk_work_ms,
+                PrefixCache(setup.prefix, m.kv_capacity_tokens, m.kv_bytes_per_token, _work_ms(m.cost),
                             getattr(m, "tiers", None)) for m in models]
             self.replicas = [Stepper(self.env, i, models[i], setup.policy_for(i), self.ledger, setup.config,
                                      self.prefix_caches[i] if self.prefix_caches else None)
@@ -208,6 +208,13 @@ class Cluster:
         return tuple(
             ReplicaStats(r.index, r.busy_s, r.iterations, r.runs, r.peak_kv, capacity) for r in self.replicas
         )
+
+
+def _work_ms(cost: IterationCost) -> Callable[[int, int], float]:
+    """A chunk's prefill work (ms) for the prefix cache's load-or-recompute choice: priced, not counted as a query
+    (the chunk actually run is counted when its iteration is priced)."""
+    fixed = cost.prefill_fixed_ms
+    return lambda tokens, context: float(cost.prefill_ms(tokens, context)) - fixed
 
 
 def simulate_requests(requests: Sequence[RequestSpec], config: ClusterConfig, cost: IterationCost,
