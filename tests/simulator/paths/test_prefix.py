@@ -113,7 +113,7 @@ def test_cache_state_after_a_run_is_consistent() -> None:
     plan = cache.plan(0, 7, 8)  # 3 full blocks, 1 private prompt token + 1 output
     assert plan is not None and plan.hits == 0
     assert cache.commit(0, 7, plan) == 0
-    cache.prefilled(0, 7)
+    cache.scheduled(0, 7)
     cache.finish(0)
     plan = cache.plan(1, 7, 8)
     assert plan is not None and plan.hits == 2  # a, b shared; d differs
@@ -149,7 +149,7 @@ def test_off_device_hits_are_loaded_or_recomputed_whichever_is_cheaper(ms_per_by
         plan = cache.plan(request, prompt, prompt)
         assert plan is not None
         cache.commit(request, prompt, plan)
-        cache.prefilled(request, prompt)
+        cache.scheduled(request, prompt)
         cache.finish(request)
     # released tail first, newest first: u v on the device's 2 blocks, w p on host's 2, then q r s on SSD
     plan = cache.plan(2, 9, 9)
@@ -176,7 +176,7 @@ def test_affinity_routes_to_the_cached_prefix_within_the_slack() -> None:
     plan = caches[1].plan(0, 5, 5)
     assert plan is not None
     caches[1].commit(0, 5, plan)
-    caches[1].prefilled(0, 5)
+    caches[1].scheduled(0, 5)
     assert route(caches, [0, 1], 1, 5, spec) == 1  # one more outstanding: within the slack
     assert route(caches, [0, 2], 1, 5, spec) == 0  # beyond it: the least loaded
     least = PrefixCacheSpec(block_tokens=2, routing="least_loaded")
@@ -261,3 +261,15 @@ def test_tiered_prefix_run_completes_and_counts_off_device_hits() -> None:
     # every loaded block crossed device_host once: bytes = blocks x block tokens x KV bytes per token
     assert c.loaded_bytes[DEVICE_HOST] == off * BT * int(SEED.model.kv_bytes_per_token)
     assert sum(r.paging_s for r in run.records) > 0.0  # the loads stalled their admission iterations
+
+
+def test_a_prompt_admitted_whole_is_findable_by_the_next_admission_of_the_same_iteration(tmp_path: Path) -> None:
+    """As in the engine, blocks are findable once scheduled: the continuous policy schedules a whole prompt at
+    admission, so a twin arriving at the same instant hits it."""
+    path = tmp_path / "twins.jsonl"
+    row = {"timestamp": 0, "input_length": 1536, "output_length": 2, "hash_ids": [1, 2, 3]}
+    path.write_text((json.dumps(row) + "\n") * 2)
+    data = {"name": "twins", "workload": {"arrival": {"kind": "trace", "trace": str(path)},
+                                          "prompt_tokens": {"kind": "trace"}, "output_tokens": {"kind": "trace"}},
+            "strategy": {"prefix_cache": {}}}
+    assert _run(data).runs[0].prefix.cached_tokens == {0: 0, 1: 1024}

@@ -305,6 +305,9 @@ class Stepper:
         """Ask the model for this iteration: the chunks, every prefilled sequence's decode, live tokens."""
         chunks = [PrefillChunk(s.request, s.task, n, s.prefilled, s.prefilled + n >= s.target)
                   for s, n in prefills.items()]
+        if self.prefix is not None:  # the chunks' full blocks are findable from this iteration on
+            for s, n in prefills.items():
+                self.prefix.scheduled(s.request, s.prefilled + n)
         # The loop's hot spot: one pass, no property calls, no object per sequence (a DecodeBatch of lists;
         # a single loop beats one comprehension per field at the small batches most iterations have).
         decodes: list[SeqState] = []
@@ -346,8 +349,6 @@ class Stepper:
         ledger = self.ledger
         for s, n in prefills.items():
             s.prefilled += n
-            if self.prefix is not None:
-                self.prefix.prefilled(s.request, s.prefilled)
         emitted = result.emitted.tolist()
         if result.rounds is not None and result.accepted is not None:
             rounds, accepted = ledger.draft_rounds, ledger.accepted

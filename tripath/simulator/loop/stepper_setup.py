@@ -106,7 +106,8 @@ def stepper_setup(scenario: Scenario, costs: RunCosts, replicas: int, seed_seque
     if spec is not None and scenario.batching.preemption != "none":
         raise InputError(scenario.source_path, "batching.preemption",
                          f"prefix caching runs with preemption = 'none' only, got {scenario.batching.preemption!r}")
-    prefix = None if spec is None or prefixes is None else PrefixSetup.build(spec, prefixes)
+    prefix = None if spec is None or prefixes is None else PrefixSetup.build(
+        spec, prefixes, register_on_admission=scenario.batching.policy != "chunked")
     config = swap_config(scenario, costs)
     build_policy(scenario.batching, scenario.sla, scenario.source_path)  # bad input fails before the run
     streams = path_streams(seed_sequence, replicas)

@@ -83,10 +83,14 @@ class PrefixSetup:
     spec: PrefixCacheSpec
     hashes: tuple[tuple[int, ...], ...]
     prefixes: RequestPrefixes
+    # blocks become findable once scheduled, as in the engine (tripath/engine/kv/prefix_cache.py): a policy that
+    # prefills whole prompts schedules them all at admission; chunked prefill, chunk by chunk
+    register_on_admission: bool = True
 
     @classmethod
-    def build(cls, spec: PrefixCacheSpec, prefixes: RequestPrefixes) -> PrefixSetup:
-        return cls(spec, tuple(tuple(chain_hashes(keys)) for keys in prefixes.keys), prefixes)
+    def build(cls, spec: PrefixCacheSpec, prefixes: RequestPrefixes, register_on_admission: bool = True
+              ) -> PrefixSetup:
+        return cls(spec, tuple(tuple(chain_hashes(keys)) for keys in prefixes.keys), prefixes, register_on_admission)
 
 
 @dataclass
@@ -130,6 +134,7 @@ class PrefixCache:
                  work_ms: Callable[[int, int], float], tiers: Any = None) -> None:
         self.bt = setup.spec.block_tokens
         self.hashes = setup.hashes
+        self.register_on_admission = setup.register_on_admission
         self.index = PrefixBlockIndex(max(1, capacity_tokens // self.bt), on_evict=self._evicted)
         self.bytes_per_block = self.bt * kv_bytes_per_token
         self.work_ms = work_ms
@@ -231,6 +236,8 @@ class PrefixCache:
                 c.recomputes += 1
                 c.recomputed_blocks += plan.hits - used
         self.cached_tokens[request] = plan.start_tokens
+        if self.register_on_admission:
+            self.scheduled(request, prompt)
         return plan.start_tokens
 
     def take_load(self) -> tuple[float, dict[str, int]]:
@@ -239,8 +246,9 @@ class PrefixCache:
         self.pending_load_s, self.pending_bytes = 0.0, {}
         return out
 
-    def prefilled(self, request: int, tokens: int) -> None:
-        """The request's prompt is computed up to ``tokens``: its full blocks so far become cached."""
+    def scheduled(self, request: int, tokens: int) -> None:
+        """The request's prompt is scheduled up to ``tokens``: its full blocks so far become findable (their K/V
+        are written in the iteration's forward before anything reads them)."""
         pending = self.pending.get(request)
         while pending and pending[0][2] <= tokens:
             block, block_hash, _ = pending.pop(0)
