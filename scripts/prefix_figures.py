@@ -15,11 +15,15 @@ import argparse
 import dataclasses
 import json
 
+import numpy as np
+
 from tripath.core import metrics
+from tripath.core.prefix import chain_hashes, max_hit_blocks
 from tripath.profile.profile import Profile, resolve_profile
 from tripath.simulator.runner import simulate
 from tripath.simulator.scenario.scenario import Scenario, load_scenario
 from tripath.simulator.scenario.strategy import TieredSpec
+from tripath.simulator.scenario.workload import generate_with_prefixes
 from tripath.simulator.summary import summary
 
 VARIANTS = ("off", "affinity", "least_loaded", "affinity+tiered")
@@ -99,6 +103,27 @@ def goodput(scenario: Scenario, profile: Profile, name: str, fast: float, slow: 
     return {"variant": name, "attainment": attainment, "time_scale": hi, "goodput_rps": rate, "attained": share}
 
 
+def ideal_hit_rate(scenario: Scenario) -> float:
+    """The token hit rate of one cache that never evicts, serving the rows in arrival order (an upper bound on
+    what any replica count, routing or budget can hit on them)."""
+    requests, prefixes = generate_with_prefixes(scenario.workload, np.random.default_rng(0), None,
+                                                scenario.strategy.prefix_cache.block_tokens)
+    block = prefixes.block_tokens
+    seen: set[int] = set()
+    hit = total = 0
+    for request, keys in zip(requests, prefixes.keys, strict=True):
+        hashes = chain_hashes(keys)
+        n = 0
+        for h in hashes[: max_hit_blocks(request.prompt_tokens, block)]:
+            if h not in seen:
+                break
+            n += 1
+        hit += n * block
+        total += request.prompt_tokens
+        seen.update(hashes)
+    return hit / total
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--scenario", default="mooncake-prefix-replay")
@@ -113,7 +138,8 @@ def main() -> None:
     variants = VARIANTS
     caps = [capacity(scenario, profile, name, args.saturate) for name in variants]
     good = [goodput(scenario, profile, name, 1.0, 32.0, args.attainment) for name in variants]
-    print(json.dumps({"scenario": scenario.name, "profile": profile.key_str(), "rows": rows, "saturation": caps,
+    print(json.dumps({"scenario": scenario.name, "profile": profile.key_str(),
+                      "ideal_hit_rate_tokens": ideal_hit_rate(scenario), "rows": rows, "saturation": caps,
                       "goodput": good}, indent=1))
 
 
