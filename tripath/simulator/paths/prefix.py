@@ -3,8 +3,9 @@
 Each replica's KV budget is ``capacity // block_tokens`` blocks, kept by tripath/core/prefix.py's
 PrefixBlockIndex (the engine's allocator policy, so both hit the same blocks on the same requests). A request's
 full prompt blocks are hashed blocks in the index; the rest of what it reserves (its partial last block and its
-output, reserved at admission as the loop does with preemption "none") is held as unhashed blocks, one per
-``block_tokens`` tokens of the replica's private total. Cached blocks no request references stay in the
+output, reserved at admission as the loop does with preemption "none") is held as its own unhashed blocks,
+ceil(tokens / block_tokens) of them, as paged KV keeps each sequence's partial block. Cached blocks no request
+references stay in the
 index's LRU until an allocation needs their room: prefix blocks and running requests compete for one budget.
 
 Admission (``plan`` then ``commit``): the leading cached blocks of the prompt, at most (prompt - 1) //
@@ -98,7 +99,7 @@ class _Plan:
     hits: int  # leading cached blocks acquired
     start_tokens: int  # prompt tokens already on the device (the prefill starts here)
     new_blocks: int  # hashed blocks to allocate
-    extra_ballast: int
+    private_blocks: int  # unhashed blocks for the rest of its reservation
     private: int  # the request's tokens outside its hashed blocks
     tiers: list[str]  # tier of each hit block
     load: bool  # off-device hits loaded (True) or recomputed (False)
@@ -141,10 +142,8 @@ class PrefixCache:
         self.tiers = tiers  # TierPhysics or None (device only)
         self.counters = PrefixCounters()
         self.cached_tokens: dict[int, int] = {}
-        self.private = 0  # tokens the running requests hold outside hashed blocks
-        self.ballast: list[int] = []  # unhashed blocks standing for those tokens
         self.held: dict[int, list[int]] = {}  # request -> its hashed blocks, prefix order
-        self.own: dict[int, int] = {}  # request -> its private tokens
+        self.own: dict[int, list[int]] = {}  # request -> its unhashed blocks (partial last block, output)
         self.pending: dict[int, list[tuple[int, int, int]]] = {}  # request -> (block, hash, end token) to register
         self.pending_load_s = 0.0
         self.pending_bytes: dict[str, int] = {}
@@ -174,9 +173,9 @@ class PrefixCache:
         blocks = [index.block_of(h) for h in eligible[:hits]]
         lru_hits = sum(1 for b in blocks if b is not None and index.refcount[b] == 0)
         private = need - bt * len(hashes)
-        extra = -(-(self.private + private) // bt) - len(self.ballast)
+        private_blocks = -(-private // bt)  # a sequence's partial block is its own, as in paged KV
         new_blocks = len(hashes) - hits
-        if new_blocks + max(extra, 0) > index.num_free - lru_hits:
+        if new_blocks + private_blocks > index.num_free - lru_hits:
             return None
         tiers = self._tiers(blocks)
         first_off = next((i for i, t in enumerate(tiers) if t != "device"), hits)
@@ -187,7 +186,7 @@ class PrefixCache:
                             - self.work_ms(prompt - hits * bt, hits * bt))
             load = load_s * 1000.0 <= recompute_ms
         start = (hits if load else first_off) * bt
-        return _Plan(hits, start, new_blocks, extra, private, tiers, load, load_s if load else 0.0,
+        return _Plan(hits, start, new_blocks, private_blocks, private, tiers, load, load_s if load else 0.0,
                      load_bytes if load else {})
 
     def commit(self, request: int, prompt: int, plan: _Plan) -> int:
@@ -208,11 +207,8 @@ class PrefixCache:
             block = index.allocate()
             held.append(block)
             pending.append((block, hashes[j], (j + 1) * bt))
-        for _ in range(max(plan.extra_ballast, 0)):
-            self.ballast.append(index.allocate())
-        self.private += plan.private
         self.held[request] = held
-        self.own[request] = plan.private
+        self.own[request] = [index.allocate() for _ in range(plan.private_blocks)]
         self.pending[request] = pending
         c = self.counters
         c.requests += 1
@@ -255,7 +251,7 @@ class PrefixCache:
             self.index.register(block, block_hash)  # False: another copy is cached; this one frees on release
 
     def finish(self, request: int) -> None:
-        """The request is done: its blocks are released (cached ones to the LRU) and its private tokens freed."""
+        """The request is done: its blocks are released (cached ones to the LRU, the rest freed)."""
         blocks = self.held.pop(request)
         self.pending.pop(request, None)
         self.index.release(blocks)
@@ -265,11 +261,7 @@ class PrefixCache:
                     self._clock += 1
                     self._stamp[block] = self._clock
                     self._order.add(self._clock, 1)
-        self.private -= self.own.pop(request)
-        keep = -(-self.private // self.bt)
-        if len(self.ballast) > keep:
-            self.index.release(self.ballast[keep:])
-            del self.ballast[keep:]
+        self.index.release(self.own.pop(request))
 
     # ---- tiers -------------------------------------------------------------------------------------
 
