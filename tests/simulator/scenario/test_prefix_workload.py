@@ -73,3 +73,13 @@ def test_mean_prompt_of_the_chat_generator() -> None:
     requests = generate_requests(workload, np.random.default_rng(0), 3.0)
     # 60 requests = 10 conversations x 3 turns x 2: turns 0, 1, 2 equally often -> 100 + 10 + 15 on average
     assert mean_lengths(workload)[0] == np.mean([r.prompt_tokens for r in requests]) == 125.0
+
+
+def test_keys_from_token_ids_chain_to_the_engines_hashes() -> None:
+    from tripath.core.prefix import token_block_hashes
+    from tripath.simulator.scenario.prefix_workload import RequestPrefixes
+
+    prompts = [list(range(10)), [3, 1, 4, 1, 5, 9, 2, 6]]
+    out = RequestPrefixes.from_tokens(prompts, 4)
+    assert [chain_hashes(k) for k in out.keys] == [token_block_hashes(p, 4) for p in prompts]
+    assert [len(k) for k in out.keys] == [2, 2]

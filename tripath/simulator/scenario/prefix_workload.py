@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -138,6 +139,19 @@ class RequestPrefixes:
     @property
     def reusable(self) -> bool:
         return self.note is None
+
+    @classmethod
+    def from_tokens(cls, prompts: Sequence[Sequence[int]], block_tokens: int, source: str = "prompt token ids"
+                    ) -> RequestPrefixes:
+        """Keys from each prompt's token ids, as the engine keys its blocks (tripath/core/prefix.py
+        token_block_hashes: a full block's int64 little-endian bytes), so the simulator's chained hashes equal the
+        engine's on the same prompts."""
+        keys = []
+        for tokens in prompts:
+            full = len(tokens) // block_tokens
+            rows = np.asarray(tokens[: full * block_tokens], dtype="<i8").reshape(full, block_tokens)
+            keys.append(tuple(row.tobytes() for row in rows))
+        return cls(block_tokens, tuple(keys), source)
 
 
 def request_prefixes(spec: PrefixWorkloadSpec | None, prompts: np.ndarray, picks: np.ndarray, task_names: list[str],
