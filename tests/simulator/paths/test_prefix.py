@@ -273,3 +273,16 @@ def test_a_prompt_admitted_whole_is_findable_by_the_next_admission_of_the_same_i
                                           "prompt_tokens": {"kind": "trace"}, "output_tokens": {"kind": "trace"}},
             "strategy": {"prefix_cache": {}}}
     assert _run(data).runs[0].prefix.cached_tokens == {0: 0, 1: 1024}
+
+
+def test_a_reservation_beyond_the_whole_blocks_is_rejected_not_stuck() -> None:
+    """cpu-tiny with ~5,000 tokens of KV in 256-token blocks: a request whose tokens fit but whose blocks do not
+    is turned away at arrival, as one too big for the token budget is."""
+    data = _scenario(prompt=100, output=1, requests=2)
+    data["cluster"] = {"gpus": 1, "device_memory_gib": 0.0305}
+    tokens = _run(data, TINY).kv_capacity_bytes // int(TINY.model.kv_bytes_per_token)
+    assert tokens % BT  # the budget ends inside a block
+    data["workload"]["prompt_tokens"]["value"] = tokens - 1  # fits the tokens, not the whole blocks
+    run = _run(data, TINY).runs[0]
+    assert [r.status for r in run.records] == ["rejected", "rejected"]
+    assert "prefix-cache blocks" in run.records[0].reject_reason

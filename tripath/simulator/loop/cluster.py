@@ -124,6 +124,13 @@ class Cluster:
             if model.kv_capacity_tokens != tokens:
                 tokens, capacity = model.kv_capacity_tokens, model.kv_capacity_tokens * model.kv_bytes_per_token
             too_big = self.ledger.prompt[index] + self.ledger.output[index] > tokens
+        if not too_big and self.prefix_caches:  # whole blocks: a reservation may not fit the blocks its tokens do
+            cache = self.prefix_caches[0]
+            blocks = cache.blocks_needed(self.ledger.prompt[index], self.ledger.output[index])
+            if blocks > cache.index.num_blocks:
+                self.reject_reason[index] = (f"KV reservation of (prompt + output) tokens exceeds the replica's "
+                                             f"{cache.index.num_blocks} prefix-cache blocks of {cache.bt} tokens")
+                return
         if too_big:
             # One stable text per run (the request's own need is in its record), so the summary can count reasons.
             self.reject_reason[index] = (f"KV reservation of (prompt + output) tokens exceeds the replica's KV "

@@ -158,6 +158,10 @@ class PrefixCache:
         hashes = self.hashes[request]
         return self.index.match(hashes[: max_hit_blocks(prompt, self.bt)])
 
+    def blocks_needed(self, prompt: int, output: int) -> int:
+        """Blocks a request reserves with nothing cached: its full prompt blocks plus ceil(rest / block_tokens)."""
+        return -(-(prompt + output) // self.bt)
+
     def occupied_tokens(self) -> int:
         """KV tokens in referenced blocks (hashed and private): the replica's live KV, shared blocks once."""
         return (self.index.num_blocks - self.index.num_free) * self.bt
