@@ -12,6 +12,7 @@ from tripath.engine.kv.paged import KVCacheManager, OutOfBlocks
 from tripath.engine.kv.prefix_cache import PrefixCachingKVManager
 from tripath.engine.model.config import PRESETS
 from tripath.engine.model.model import LlamaModel
+from tripath.engine.sequence import Sequence
 from tripath.engine.tiered.tier_config import TierConfig
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -97,30 +98,31 @@ def test_a_full_hit_still_computes_the_last_prompt_token(model: LlamaModel) -> N
     assert second.chunk_shapes == ((8, 4),)
 
 
-def test_multi_turn_reuses_the_earlier_turns_including_generated_blocks(model: LlamaModel) -> None:
+def test_multi_turn_reuses_the_earlier_turns_prompt_blocks(model: LlamaModel) -> None:
     engine = Engine(model, _config(prefix_caching=True))
     plain = Engine(model, _config())
     turn = _tokens(13, 9)
-    expected_hits = previous_len = 0
-    for t in range(3):
+    expected_hits = previous_prompt = 0
+    for t in range(4):
         out = engine.generate([turn], 7)[0]
         assert out == plain.generate([turn], 7)[0]
-        if t:
-            # the previous turn's table held prompt + output[:-1]: its full blocks are cached
-            expected_hits += min(previous_len // BS, max_hit_blocks(len(turn), BS))
+        # only the previous turn's full prompt blocks are cached (its answer's blocks are its own, as in the
+        # simulator); the previous prompt is a prefix of this one
+        expected_hits += min(previous_prompt // BS, max_hit_blocks(len(turn), BS))
         assert engine.kv_manager.prefix_stats.hit_blocks == expected_hits
-        previous_len = len(turn) + len(out) - 1
+        assert engine.kv_manager.cached_tokens[t] == previous_prompt // BS * BS
+        previous_prompt = len(turn)
         turn = turn + out + _tokens(40 + t, 5)
-    assert expected_hits > 4  # the generated tokens' blocks hit too, not only the first prompt's
+    assert expected_hits == 2 + 5 + 8  # prompts of 9, 21, 33 tokens before turns 1, 2, 3
 
 
 def _replay(requests: list[tuple[list[int], list[int]]], num_blocks: int) -> PrefixBlockIndex:
     """The engine's operation order for requests run one at a time: look up, allocate the prompt's blocks,
-    register its full ones, grow by one token per decode (registering each block it fills), release."""
+    register its full ones, grow by one token per decode, release."""
     index = PrefixBlockIndex(num_blocks)
     for prompt, out in requests:
         tokens = prompt + out[:-1]
-        hashes = token_block_hashes(tokens, BS)
+        hashes = token_block_hashes(prompt, BS)
         blocks = index.acquire(hashes[: max_hit_blocks(len(prompt), BS)])
         hit = len(blocks)
         while len(blocks) * BS < len(prompt):
@@ -130,8 +132,6 @@ def _replay(requests: list[tuple[list[int], list[int]]], num_blocks: int) -> Pre
         for t in range(len(prompt) + 1, len(tokens) + 1):
             if len(blocks) * BS < t:
                 blocks.append(index.allocate())
-            if t % BS == 0 and index.hash_of(blocks[t // BS - 1]) is None:
-                index.register(blocks[t // BS - 1], hashes[t // BS - 1])
         index.release(blocks)
     return index
 
@@ -161,23 +161,12 @@ def test_preemption_with_shared_prefixes_keeps_outputs(model: LlamaModel) -> Non
 def test_a_hit_that_takes_idle_blocks_counts_them_as_needed() -> None:
     manager = PrefixCachingKVManager(3, BS)
 
-    class Seq:
-        def __init__(self, request_id: int, tokens: list[int]) -> None:
-            self.request_id, self.tokens = request_id, tokens
-
-        @property
-        def num_tokens(self) -> int:
-            return len(self.tokens)
-
-        def token_slice(self, start: int, end: int) -> list[int]:
-            return self.tokens[start:end]
-
-    first = Seq(0, list(range(9)))
+    first = Sequence(0, list(range(9)), 1)
     assert manager.cached_prefix(first) == 0
     manager.reserve(0, 9)  # 3 blocks, 2 of them full and registered
     manager.free(0)
     assert manager.pool.num_free == 3 and manager.index.num_cached == 2
-    second = Seq(1, list(range(8)) + [99, 98, 97, 96, 95])
+    second = Sequence(1, list(range(8)) + [99, 98, 97, 96, 95], 1)
     assert manager.cached_prefix(second) == 8
     # 13 tokens = 4 blocks: 2 hit (leaving the LRU), 2 new; only 1 block remains allocatable
     assert manager.blocks_needed(1, 13) == 4 and not manager.can_reserve(1, 13)

@@ -60,9 +60,10 @@ class BlockPool:
 
 
 class TokenSource(Protocol):
-    """What a manager may read of a sequence: its id and its tokens (prompt, then generated)."""
+    """What a manager may read of a sequence: its id, its prompt and its tokens (prompt, then generated)."""
 
     request_id: int
+    prompt_ids: list[int]
 
     @property
     def num_tokens(self) -> int: ...

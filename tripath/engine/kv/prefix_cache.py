@@ -1,13 +1,16 @@
-"""Automatic prefix caching over the paged KV pool: full blocks found by chained hash are reused, not recomputed.
+"""Automatic prefix caching over the paged KV pool: full prompt blocks found by chained hash are reused, not recomputed.
 
 The pool's accounting is tripath.core.prefix.PrefixBlockIndex, the policy the simulator runs too: a full
-block, once its tokens are scheduled, is registered under the chained hash of its prefix; a sequence's
+prompt block, once its tokens are scheduled, is registered under the chained hash of its prefix; a sequence's
 release leaves its cached blocks findable (LRU, refcount 0) until an allocation evicts them. On admission
 the Scheduler asks ``cached_prefix`` how many leading prompt tokens are already in the pool; ``reserve``
 then takes those blocks by reference and the sequence prefills only the rest, attending over them.
 
 Blocks are registered when reserved, as vLLM does: their K/V are written in that step's forward before any
-attention reads them, so a request admitted in the same step may already share them. Only sequences the
+attention reads them, so a request admitted in the same step may already share them. Only prompt blocks are
+cached, as in the simulator (which knows no generated token ids): the partial last prompt block and the blocks
+generated tokens fill stay the sequence's own and go back to the free list on release, so on the same
+requests the engine and the simulator keep the same cached blocks and evict the same ones. Only sequences the
 Scheduler looked up (``cached_prefix``) register blocks; a caller that rolls tokens back (the speculative
 engine's ``truncate``) never looks up, so it never caches a block it may overwrite.
 """
@@ -53,9 +56,10 @@ class PrefixPool:
 
 @dataclass
 class _Lookup:
-    """A looked-up sequence: its token source and the chained hashes of its full blocks computed so far."""
+    """A looked-up sequence: its token source, its full prompt blocks and their chained hashes computed so far."""
 
     source: TokenSource
+    prompt_blocks: int
     hashes: list[int] = field(default_factory=list)
     registered: int = 0  # leading blocks of its table already offered to the index
 
@@ -91,14 +95,14 @@ class PrefixCachingKVManager(KVCacheManager):
 
     def _lookup_hashes(self, seq_id: int) -> list[int]:
         look = self._lookups[seq_id]
-        return self._hashes(look, max_hit_blocks(look.source.num_tokens, self.block_size))
+        return self._hashes(look, min(max_hit_blocks(look.source.num_tokens, self.block_size), look.prompt_blocks))
 
     def cached_prefix(self, seq: TokenSource) -> int:
         """Leading tokens of a sequence without a block table that are cached (whole blocks; at least its last
         token is left to compute). No refcount or LRU change: ``reserve`` takes the blocks."""
         if seq.request_id in self.tables:
             return 0
-        self._lookups[seq.request_id] = _Lookup(seq)
+        self._lookups[seq.request_id] = _Lookup(seq, len(seq.prompt_ids) // self.block_size)
         return self.index.match(self._lookup_hashes(seq.request_id)) * self.block_size
 
     def _hit_blocks(self, seq_id: int) -> list[int]:
@@ -129,8 +133,8 @@ class PrefixCachingKVManager(KVCacheManager):
         return copies
 
     def _register(self, seq_id: int, look: _Lookup, num_tokens: int) -> None:
-        """Offer the blocks that ``num_tokens`` scheduled tokens fill to the index."""
-        full = num_tokens // self.block_size
+        """Offer the prompt blocks that ``num_tokens`` scheduled tokens fill to the index."""
+        full = min(num_tokens // self.block_size, look.prompt_blocks)
         if full <= look.registered:
             return
         blocks = self.tables[seq_id].blocks
