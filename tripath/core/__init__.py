@@ -1,3 +1,4 @@
 """What every part of tripath may import: input errors, request and record types, metrics over
-records, the shipped data folders, atomic file writes and the speculative-decoding math.
+records, the shipped data folders, atomic file writes, the speculative-decoding math and prefix caching's
+block hashes and allocator policy.
 """

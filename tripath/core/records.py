@@ -100,6 +100,7 @@ class RunResult:
     extrapolations: Extrapolations
     events: int
     timeseries: object | None = None  # tripath/simulator/loop/timeseries.py TimeSeries, when an interval was asked for
+    prefix: object | None = None  # tripath/simulator/paths/prefix.py PrefixRun, with prefix caching on
 
     @property
     def iterations(self) -> int:

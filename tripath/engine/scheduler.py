@@ -106,14 +106,16 @@ class Scheduler:
             and len(self.running) < self.config.max_batch_size
         ):
             seq = self.waiting[0]
-            n = seq.num_uncomputed
+            cached = self.kv.cached_prefix(seq) if seq.num_computed == 0 else 0  # prefix caching: not recomputed
+            n = seq.num_uncomputed - cached
             if n > budget:
                 if not self.config.chunked_prefill:
                     break
                 n = budget
-            if not self.kv.can_reserve(seq.request_id, seq.num_computed + n):
+            if not self.kv.can_reserve(seq.request_id, seq.num_computed + cached + n):
                 break
-            out.copies += self.kv.reserve(seq.request_id, seq.num_computed + n)
+            out.copies += self.kv.reserve(seq.request_id, seq.num_computed + cached + n)
+            seq.num_computed += cached
             self.waiting.popleft()
             seq.status = SequenceStatus.RUNNING
             self.running.append(seq)

@@ -12,6 +12,7 @@ with what is missing: the report says "not run: <reason>", never a made-up numbe
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from tripath.core.prefix import key_bytes
 from tripath.core.records import RequestRecord
 from tripath.core.request import RequestSpec
 from tripath.core.speculative import FixedK
@@ -88,6 +90,8 @@ def engine_config(data: dict[str, Any], kv_tokens: int, layers: int,
     extra: dict[str, Any] = {}
     if "compression" in strategy:
         extra["kv_compression"] = str(strategy["compression"]["mode"])
+    if "prefix_cache" in strategy and strategy["prefix_cache"].get("enabled", True):
+        extra["prefix_caching"] = True
     if "tiered" in strategy:
         from tripath.engine.tiered.tier_config import TierConfig
 
@@ -127,11 +131,49 @@ def unsupported(data: dict[str, Any]) -> str | None:
     if spec is not None and spec.get("adaptive", False):
         missing.append("adaptive K needs SpecCosts from the profile; the validation runner uses fixed K")
     policy = data.get("batching", {}).get("policy", "continuous")
+    prefix = strategy.get("prefix_cache")
+    if prefix is not None and prefix.get("enabled", True):
+        if int(prefix.get("block_tokens", 512)) != BLOCK_SIZE:
+            missing.append(f"the engine's prefix cache keys blocks of its page size: set "
+                           f"strategy.prefix_cache.block_tokens = {BLOCK_SIZE}")
+        if len(strategy) > 1:
+            missing.append("the engine's prefix cache runs on the plain paged pool only, not combined")
+        if policy not in ("continuous", "chunked"):
+            missing.append("prefix caching is replayed with continuous or chunked batching only")
     if spec is not None and policy in ("static", "dynamic"):
         missing.append("the speculative engine batches continuously only")
     if data.get("batching", {}).get("preemption", "none") != "none":
         missing.append("preemption modes other than the engine's own are not configurable")
     return "; ".join(missing) or None
+
+
+class KeyedPrompts:
+    """Prompt ids built from the simulator's block keys, so the engine's prompts share blocks exactly where the
+    simulator's keys repeat: each full block's ids are drawn from a generator seeded by its key (the same key,
+    the same ids), the partial last block from ``tail``. Handed out in serving order (arrival, then id),
+    skipping the requests the engine rejects (serve draws no prompt for them)."""
+
+    def __init__(self, keys: tuple[tuple[bytes, ...], ...], block_tokens: int, requests: list[RequestSpec],
+                 tail: PromptSource, rejects: Any) -> None:
+        order = sorted(requests, key=lambda r: (r.arrival_s, r.request_id))
+        self.queue = [r for r in order if rejects(r.prompt_tokens, r.output_tokens) is None]
+        self.keys, self.block_tokens, self.tail = keys, block_tokens, tail
+        self.vocab = tail.vocab
+
+    @property
+    def source(self) -> str:
+        return f"simulator prefix keys ({self.block_tokens}-token blocks) + {self.tail.source} tails"
+
+    def _block(self, key: bytes) -> list[int]:
+        seed = int.from_bytes(hashlib.blake2b(key_bytes(key), digest_size=8).digest(), "little")
+        return np.random.default_rng(seed).integers(0, self.vocab, size=self.block_tokens).tolist()
+
+    def prompt(self, task: str, length: int) -> list[int]:
+        spec = self.queue.pop(0)
+        if spec.prompt_tokens != length:
+            raise RuntimeError(f"request {spec.request_id}: prompts out of order ({length} != {spec.prompt_tokens})")
+        ids = [t for key in self.keys[spec.request_id] for t in self._block(key)]
+        return ids + self.tail.prompt(task, length - len(ids))[: length - len(ids)]
 
 
 def build_engine(data: dict[str, Any], target: LlamaModel, draft: LlamaModel | None, kv_tokens: int, seed: int,
@@ -156,7 +198,7 @@ def build_engine(data: dict[str, Any], target: LlamaModel, draft: LlamaModel | N
 
 def measure(data: dict[str, Any], requests: list[RequestSpec], target: LlamaModel, draft: LlamaModel | None,
             kv_tokens: int, seed: int, default_k: int, clock: str = "wall", target_path: str | None = None,
-            tier_tokens: tuple[int, int] = (0, 0)) -> Measured:
+            tier_tokens: tuple[int, int] = (0, 0), prefix_keys: Any = None) -> Measured:
     """Serve ``requests`` on the engine this scenario describes (greedy, EOS ignored).
 
     clock "wall": real time, what users see on this (shared) machine; "cpu": CpuClock, the replay
@@ -172,6 +214,8 @@ def measure(data: dict[str, Any], requests: list[RequestSpec], target: LlamaMode
     if sp is not None:
         return _measure_seqpar(data, requests, prompts, target_path, int(sp.get("degree", 2)), clock)
     engine, counters = build_engine(data, target, draft, kv_tokens, seed, default_k, tier_tokens)
+    if prefix_keys is not None:  # tripath.fidelity.sim_side.prefix_keys_for: the simulator's block keys
+        prompts = KeyedPrompts(prefix_keys.keys, prefix_keys.block_tokens, requests, prompts, engine.check_request)
     timing: dict[str, Any] = {}
     if clock == "cpu":
         cpu = CpuClock()
@@ -199,6 +243,12 @@ def measure(data: dict[str, Any], requests: list[RequestSpec], target: LlamaMode
         # (tripath/fidelity/tier_paging.py)
         done = sum(r.completed for r in result.records)
         paths["paging_ms_per_request"] = (move_stall_ms_per_request(result.steps, done), "ms")
+    cached = getattr(engine.kv_manager, "cached_tokens", None)
+    if cached is not None:  # prefix caching: prompt tokens taken from the cache over all prompt tokens served
+        done = [r for r in result.records if r.completed]
+        prompt_total = sum(r.prompt_tokens for r in done)
+        paths["prefix_hit_rate"] = (sum(cached.get(r.request_id, 0) for r in done) / prompt_total
+                                    if prompt_total else None, "fraction of prompt tokens")
     busy = sum(step.wall_s for step in result.steps)
     # the share of a core the engine's thread got while stepping: 1.0 on an idle core (contention gauge)
     share = cpu_s / busy if clock == "wall" and busy > 0 else None

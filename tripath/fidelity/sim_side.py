@@ -20,8 +20,9 @@ from tripath.core.request import RequestSpec
 from tripath.fidelity.engine_side import NotAvailable, Paths
 from tripath.profile.profile import Profile
 from tripath.simulator.runner import arrival_rate, cluster_config, simulate
+from tripath.simulator.scenario.prefix_workload import RequestPrefixes
 from tripath.simulator.scenario.scenario import Scenario, scenario_from_dict
-from tripath.simulator.scenario.workload import generate_requests
+from tripath.simulator.scenario.workload import generate_requests, generate_with_prefixes
 
 GIB = 2**30
 # the part of a scenario that fixes the request list and the memory: no strategy, no batching policy
@@ -52,6 +53,19 @@ def requests_for(data: dict[str, Any], source: str | None, profile: Profile,
     rng = np.random.default_rng(np.random.SeedSequence(seed).spawn(1)[0])
     requests = generate_requests(scenario.workload, rng, rate)
     return requests, config.replica.kv_capacity_bytes // int(profile.model.kv_bytes_per_token)
+
+
+def prefix_keys_for(data: dict[str, Any], source: str | None, profile: Profile, seed: int) -> RequestPrefixes | None:
+    """The block keys replication 0's requests carry with [strategy.prefix_cache] on (the simulator's own draw,
+    so the engine can build prompts that share blocks exactly where these keys repeat); None when off."""
+    spec = data.get("strategy", {}).get("prefix_cache")
+    if spec is None or not spec.get("enabled", True):
+        return None
+    scenario = scenario_from_dict(copy.deepcopy(data), source)
+    config, _ = cluster_config(scenario, profile)
+    rate, _, _ = arrival_rate(scenario, profile, config)
+    rng = np.random.default_rng(np.random.SeedSequence(seed).spawn(1)[0])
+    return generate_with_prefixes(scenario.workload, rng, rate, int(spec.get("block_tokens", 512)))[1]
 
 
 def tier_tokens(data: dict[str, Any], profile: Profile) -> tuple[int, int]:
@@ -107,4 +121,9 @@ def simulate_case(data: dict[str, Any], source: str | None, profile: Profile, se
         if list(baseline.runs[0].records) == records:
             raise NotAvailable(f"simulator: [strategy.{', '.join(sorted(data['strategy']))}] parsed but the "
                                "records equal the baseline's (the runner does not apply it yet)")
-    return Simulated(records, path_quantities(records), result.profile_source)
+    paths = path_quantities(records)
+    prefix = result.runs[0].prefix
+    if prefix is not None and prefix.counters.prompt_tokens:
+        paths["prefix_hit_rate"] = (prefix.counters.saved_tokens / prefix.counters.prompt_tokens,
+                                    "fraction of prompt tokens")
+    return Simulated(records, paths, result.profile_source)

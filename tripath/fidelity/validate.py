@@ -95,12 +95,13 @@ def run_case(path: str, data: dict[str, Any], profile: Profile, models: tuple[An
     from tripath.fidelity.compare import compare
     from tripath.fidelity.engine_side import NotAvailable, measure
     from tripath.fidelity.report import ScenarioResult
-    from tripath.fidelity.sim_side import requests_for, simulate_case, tier_tokens
+    from tripath.fidelity.sim_side import prefix_keys_for, requests_for, simulate_case, tier_tokens
 
     requests, kv_tokens = requests_for(data, path, profile, seed)
     k_default = profile.speculative.k if profile.speculative is not None else 4
     serve_on = partial(measure, data, requests, models[0], models[1], kv_tokens, seed, k_default,
-                       target_path=target_path, tier_tokens=tier_tokens(data, profile))
+                       target_path=target_path, tier_tokens=tier_tokens(data, profile),
+                       prefix_keys=prefix_keys_for(data, path, profile, seed))
     res = ScenarioResult(data["name"], data.get("description", ""), path, len(requests))
     reasons, real, sim = [], None, None
     try:

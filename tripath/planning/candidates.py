@@ -18,9 +18,11 @@ from typing import Any
 
 from tripath.planning.scenario_dict import with_fields
 from tripath.profile.profile import Profile
+from tripath.simulator.scenario.traces import load_trace
 
 SP_DEGREE = 2
-PATH_ORDER = ("speculative", "tiered", "sequence_parallel", "compression")
+PATH_ORDER = ("speculative", "tiered", "sequence_parallel", "compression", "prefix_cache")
+NO_PREFIX_STRUCTURE = "workload has no prefix structure"
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,8 @@ class Candidate:
         need = self.gpus_per_replica(profile)
         if need > gpus:
             reasons.append(f"needs {need} GPUs per replica, the cluster has {gpus}")
+        if "prefix_cache" in self.strategy:
+            reasons += prefix_gaps(data)
         return "; ".join(reasons) or None
 
     def profile_support(self, profile: Profile, data: dict[str, Any]) -> str | None:
@@ -96,6 +100,23 @@ class Candidate:
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "paths": list(self.paths), "strategy": self.strategy, "note": self.note}
+
+
+def prefix_gaps(data: dict[str, Any]) -> list[str]:
+    """Why prefix caching cannot pay on this scenario dict: no block identity to reuse, or a loop it does not
+    run in (empty when it applies). Block identity comes from a ``[workload.prefix]`` table or a replayed trace
+    that carries hash_ids (Mooncake); bootstrapped lengths (kind "empirical") carry none."""
+    workload = data.get("workload", {})
+    reasons = []
+    if not workload.get("prefix"):
+        arrival = workload.get("arrival", {})
+        trace = arrival.get("trace") if arrival.get("kind") == "trace" else None
+        if trace is None or load_trace(str(trace)).hash_ids is None:
+            reasons.append(NO_PREFIX_STRUCTURE)
+    preemption = data.get("batching", {}).get("preemption", "none")
+    if preemption != "none":
+        reasons.append(f"prefix caching runs with preemption 'none' only, the scenario has {preemption!r}")
+    return reasons
 
 
 BASELINE = Candidate("baseline", {}, "no optimization path")
@@ -192,6 +213,11 @@ def candidates(profile: Profile) -> list[Candidate]:
         out.append(Candidate(f"tiered+{name}", {"tiered": tiered, "compression": table}))
     out.append(Candidate("sequence_parallel+tiered", {"sequence_parallel": sp, "tiered": tiered},
                          "not recommended by the seed: paging traffic costs more across GPUs"))
+    prefix: dict[str, Any] = {}
+    out.append(Candidate("prefix_cache", {"prefix_cache": prefix},
+                         "reuses the KV of prompt prefixes other requests computed (workloads with reuse only)"))
+    out.append(Candidate("prefix_cache+tiered", {"prefix_cache": prefix, "tiered": tiered},
+                         "evicted prefixes kept in host memory and on SSD, loaded back on a hit"))
     return out
 
 

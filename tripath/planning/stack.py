@@ -45,6 +45,12 @@ INTERACTIONS: dict[frozenset[str], str] = {
     frozenset({"sequence_parallel", "tiered"}): "cross-rank paging: each rank pages its own share of the KV",
     frozenset({"speculative", "tiered"}): "paging is paid per iteration and a speculative round emits E(a) "
                                           "tokens per iteration, so speculation amortises it",
+    frozenset({"prefix_cache", "tiered"}): "capacity and loads: the tiers keep evicted prefix blocks, a hit loads "
+                                           "them back (or recomputes them when cheaper)",
+    frozenset({"prefix_cache", "compression"}): "bytes: compressed KV holds more cached prefix blocks in the same "
+                                                "budget",
+    frozenset({"prefix_cache", "speculative"}): "phases: prefix hits cut prefill, speculation cuts decode, so each "
+                                                "shrinks the share of time the other can save",
 }
 NON_INTERACTION = ("speculation, sequence parallelism and compression act as factors on the step cost "
                    "(fewer target steps per token; per-rank work; KV bytes read), so the relative gain of "
@@ -71,7 +77,8 @@ def order_classes(paths: tuple[str, ...], interacting: set[frozenset[str]]) -> l
 
 def _single_paths(profile: Profile, compression_mode: str | None) -> dict[str, dict[str, Any]]:
     return {"speculative": {}, "tiered": {}, "sequence_parallel": {"degree": SP_DEGREE},
-            "compression": {"mode": compression_mode or (sorted(profile.compression) or ["int8"])[0]}}
+            "compression": {"mode": compression_mode or (sorted(profile.compression) or ["int8"])[0]},
+            "prefix_cache": {}}
 
 
 def path_tables(profile: Profile, data: dict[str, Any], compression_mode: str | None = None

@@ -163,6 +163,13 @@ def run_job(job: Job) -> dict[str, Any]:
         "paging_ms_per_request": report["per_request_paths"]["paging_ms"]["mean"],
         "windows": None if job.window_s is None else _windows(records, job.window_s),
     }
+    prefix = report.get("prefix_cache")
+    if prefix is not None:  # only with prefix caching on: every other outcome keeps its keys
+        data["prefix_cache"] = {"hit_rate_tokens": prefix["hit_rate"]["tokens"]["mean"],
+                                "prefill_tokens_saved": prefix["prefill_tokens_saved"]["mean"],
+                                "ttft_p50_ms": {group: prefix["ttft_ms"][group]["p50"]["mean"]
+                                                for group in ("cached", "uncached")},
+                                **({"note": prefix["note"]} if "note" in prefix else {})}
     return _json_ready(data)
 
 

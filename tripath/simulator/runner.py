@@ -37,7 +37,7 @@ from tripath.simulator.paths.provenance import strategies
 from tripath.simulator.paths.step import Transforms, fast_transforms, replica_gpus
 from tripath.simulator.run_costs import RunCosts, kv_capacity, with_scenario_acceptance
 from tripath.simulator.scenario.scenario import Scenario
-from tripath.simulator.scenario.workload import generate_requests, mean_lengths
+from tripath.simulator.scenario.workload import generate_requests, generate_with_prefixes, mean_lengths
 
 
 @dataclass(frozen=True)
@@ -108,8 +108,15 @@ def replicate(scenario: Scenario, costs: RunCosts, config: ClusterConfig, rate: 
               seed_sequence: np.random.SeedSequence, fast: bool = True,
               timeseries_interval_s: float | None = None) -> RunResult:
     """One replication: draw the workload from this seed sequence and serve it on the run's converted costs."""
-    requests = generate_requests(scenario.workload, np.random.default_rng(seed_sequence), rate)
-    setup = stepper_setup(scenario, costs, config.replicas, seed_sequence, timeseries_interval_s)
+    prefix = scenario.strategy.prefix_cache
+    prefixes = None
+    if prefix is None:
+        requests = generate_requests(scenario.workload, np.random.default_rng(seed_sequence), rate)
+    else:
+        requests, prefixes = generate_with_prefixes(scenario.workload, np.random.default_rng(seed_sequence), rate,
+                                                    prefix.block_tokens)
+    setup = stepper_setup(scenario, costs, config.replicas, seed_sequence, timeseries_interval_s,
+                          prefixes=prefixes)
     transforms = fast_transforms(costs) if setup is None else None
     if transforms is not None:  # compression / SP only: the fast replicas on the transformed cost model
         fast_config = transformed_config(config, transforms)

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from tripath.core import metrics
 from tripath.core.atomic import write_text
 from tripath.core.records import RequestRecord
+from tripath.simulator.prefix_summary import prefix_section
 
 if TYPE_CHECKING:
     from tripath.simulator.runner import SimulationResult
@@ -53,7 +54,7 @@ def summary(result: SimulationResult) -> dict[str, Any]:
     throughputs = [metrics.throughput(r) for r in records]
     utilisations = [metrics.utilisation(run.records, run.replicas) for run in runs]
     extrapolations = _extrapolations(result)
-    return {
+    out = {
         "scenario": result.scenario.name,
         "profile": {"key": result.profile_key, "source": result.profile_source},
         "numbers_from": f"simulated (SimPy) on cost models of kind '{result.profile_source}'",
@@ -86,6 +87,10 @@ def summary(result: SimulationResult) -> dict[str, Any]:
         "per_request_paths": _paths(records),
         "timeseries": _timeseries(result),
     }
+    prefix = prefix_section(runs)
+    if prefix is not None:  # only with prefix caching on: every other summary keeps its bytes
+        out["prefix_cache"] = prefix
+    return out
 
 
 def _paths(records: list[tuple[RequestRecord, ...]]) -> dict[str, Any]:

@@ -100,6 +100,18 @@ def _show(outcome: simulation.Outcome) -> None:
                    delta_color="inverse")
     if report["reject_reasons"]:
         st.warning("Rejected: " + "; ".join(f"{n} x {why}" for why, n in report["reject_reasons"].items()))
+    prefix = report.get("prefix_cache")  # only with [strategy.prefix_cache] on
+    if prefix is not None:
+        st.markdown("**Prefix cache** (simulated)")
+        hit, saved = prefix["hit_rate"]["tokens"]["mean"], prefix["prefill_tokens_saved"]["mean"]
+        ttft = prefix["ttft_ms"]
+        cols = st.columns(3)
+        cols[0].metric("hit rate (prompt tokens)", f"{hit:.1%}")
+        cols[1].metric("prefill tokens saved", f"{saved:,.0f}")
+        cached = ttft["cached"]["p50"]["mean"]
+        cols[2].metric("TTFT P50 with a hit", "n/a" if cached is None else _ms(cached))
+        if "note" in prefix:
+            st.caption(prefix["note"])
     st.markdown("**Percentiles** (ms; mean over replications, 95% Student-t interval)")
     rows = simulation.percentile_rows(report)
     st.dataframe(pd.DataFrame(rows), hide_index=True, key="percentiles", height=36 * (len(rows) + 1) + 2,

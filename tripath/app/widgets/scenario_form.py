@@ -17,6 +17,7 @@ import streamlit as st
 
 from tripath.core.data_dirs import SCENARIOS_DIR
 from tripath.profile.profile import Profile
+from tripath.simulator.scenario.strategy import PREFIX_ROUTINGS
 from tripath.simulator.scenario.traces import SHIPPED_TRACES
 
 POLICIES = ("static", "dynamic", "continuous", "chunked", "adaptive")
@@ -228,4 +229,15 @@ def _strategy(current: dict[str, Any], profile: Profile, k: str) -> dict[str, An
         out["compression"] = {"mode": st.selectbox("mode (from the profile)", modes,
                                                    index=modes.index(mode) if mode in modes else 0,
                                                    key=k + "compression.mode")}
+    if st.checkbox("prefix caching", "prefix_cache" in current, key=k + "prefix",
+                   help="reuses the KV of shared prompt prefixes: needs a [workload.prefix] table or a trace with "
+                        "hash_ids (Mooncake); docs/prefix_caching.md"):
+        prefix = current.get("prefix_cache", {})
+        cols = st.columns(2)
+        routing = prefix.get("routing", PREFIX_ROUTINGS[0])
+        out["prefix_cache"] = {
+            "block_tokens": int(cols[0].number_input("block tokens", 1, 1 << 16, int(prefix.get("block_tokens", 512)),
+                                                     key=k + "prefix.block")),
+            "routing": cols[1].selectbox("routing", PREFIX_ROUTINGS, index=PREFIX_ROUTINGS.index(routing),
+                                         key=k + "prefix.routing")}
     return out

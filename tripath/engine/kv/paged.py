@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 
@@ -58,6 +59,18 @@ class BlockPool:
             self._free.append(block)
 
 
+class TokenSource(Protocol):
+    """What a manager may read of a sequence: its id, its prompt and its tokens (prompt, then generated)."""
+
+    request_id: int
+    prompt_ids: list[int]
+
+    @property
+    def num_tokens(self) -> int: ...
+
+    def token_slice(self, start: int, end: int) -> list[int]: ...
+
+
 @dataclass
 class BlockTable:
     """One sequence's logical -> physical block map and how many token slots it has reserved."""
@@ -80,6 +93,10 @@ class KVCacheManager:
         if kv_tokens > capacity:
             return f"needs {kv_tokens} KV slots, the pool holds {capacity}"
         return None
+
+    def cached_prefix(self, seq: TokenSource) -> int:
+        """Leading tokens of a new sequence whose K/V the pool already holds (none here: no prefix cache)."""
+        return 0
 
     def blocks_needed(self, seq_id: int, num_tokens: int) -> int:
         """New physical blocks for seq_id to hold num_tokens tokens in all (incl. a copy-on-write)."""

@@ -17,7 +17,7 @@ kv_capacity_tokens (all tiers). Without one they are the fast baseline Replicas.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 
 import simpy
@@ -29,6 +29,7 @@ from tripath.simulator.loop.clock import URGENT, Clock
 from tripath.simulator.loop.replica import Ledger, Replica, ReplicaConfig
 from tripath.simulator.loop.stepper import PathLedger, Stepper, StepperSetup
 from tripath.simulator.loop.timeseries import Sampler
+from tripath.simulator.paths.prefix import PrefixCache, PrefixCounters, PrefixRun, route
 from tripath.simulator.paths.seqpar import SpPhysics
 
 
@@ -63,6 +64,7 @@ class Cluster:
         self.sp = sp  # the fast replicas' SP physics (its cost is inside ``cost``): merge time and counts
         self.sampler: Sampler | None = None
         self.replicas: list[Replica] | list[Stepper]
+        self.prefix_caches: list[PrefixCache] = []
         if setup is None:
             self.ledger = Ledger(prompts, outputs, config.replica.kv_bytes_per_token, merge=sp is not None)
             merge = None if sp is None else sp.decode_merge_array
@@ -75,7 +77,12 @@ class Cluster:
         else:
             self.ledger = PathLedger(prompts, outputs, config.replica.kv_bytes_per_token,
                                      setup.task_indexes([r.task for r in requests]))
-            self.replicas = [Stepper(self.env, i, setup.model_for(i), setup.policy_for(i), self.ledger, setup.config)
+            models = [setup.model_for(i) for i in range(config.replicas)]
+            self.prefix_caches = [] if setup.prefix is None else [
+                PrefixCache(setup.prefix, m.kv_capacity_tokens, m.kv_bytes_per_token, _work_ms(m.cost),
+                            getattr(m, "tiers", None)) for m in models]
+            self.replicas = [Stepper(self.env, i, models[i], setup.policy_for(i), self.ledger, setup.config,
+                                     self.prefix_caches[i] if self.prefix_caches else None)
                              for i in range(config.replicas)]
             if setup.timeseries_interval_s is not None:
                 self.sampler = Sampler(self.env, self.replicas, setup.timeseries_interval_s, self._all_done)
@@ -117,12 +124,24 @@ class Cluster:
             if model.kv_capacity_tokens != tokens:
                 tokens, capacity = model.kv_capacity_tokens, model.kv_capacity_tokens * model.kv_bytes_per_token
             too_big = self.ledger.prompt[index] + self.ledger.output[index] > tokens
+        if not too_big and self.prefix_caches:  # whole blocks: a reservation may not fit the blocks its tokens do
+            cache = self.prefix_caches[0]
+            blocks = cache.blocks_needed(self.ledger.prompt[index], self.ledger.output[index])
+            if blocks > cache.index.num_blocks:
+                self.reject_reason[index] = (f"KV reservation of (prompt + output) tokens exceeds the replica's "
+                                             f"{cache.index.num_blocks} prefix-cache blocks of {cache.bt} tokens")
+                return
         if too_big:
             # One stable text per run (the request's own need is in its record), so the summary can count reasons.
             self.reject_reason[index] = (f"KV reservation of (prompt + output) tokens exceeds the replica's KV "
                                          f"capacity of {capacity} bytes ({tokens} tokens)")
             return
-        best = self._choice()
+        if self.setup is not None and self.setup.prefix is not None and len(self.replicas) > 1:
+            chosen = route(self.prefix_caches, [r.outstanding for r in self.replicas], index,
+                           self.ledger.prompt[index], self.setup.prefix.spec)
+            best = self.replicas[chosen]
+        else:
+            best = self._choice()
         self.ledger.replica[index] = best.index
         best.enqueue(index)
 
@@ -140,7 +159,21 @@ class Cluster:
             return RunResult(self._records(), self._stats(), extrapolations, events=events)
         extrapolations = self._model_extrapolations()
         timeseries = None if self.sampler is None else self.sampler.result()
-        return RunResult(self._records(), self._stats(), extrapolations, events=events, timeseries=timeseries)
+        return RunResult(self._records(), self._stats(), extrapolations, events=events, timeseries=timeseries,
+                         prefix=self._prefix_run())
+
+    def _prefix_run(self) -> PrefixRun | None:
+        """The replicas' prefix caches summed (None without prefix caching)."""
+        if self.setup is None or self.setup.prefix is None:
+            return None
+        total = PrefixCounters()
+        cached: dict[int, int] = {}
+        for cache in self.prefix_caches:
+            total.add(cache.counters)
+            cached.update(cache.cached_tokens)
+        setup = self.setup.prefix
+        return PrefixRun(setup.spec.block_tokens, setup.spec.routing, total, cached, setup.prefixes.source,
+                         setup.prefixes.note)
 
     def _model_extrapolations(self) -> Extrapolations:
         """Summed over the replicas' StepModels, counting a shared counter (the same object) once."""
@@ -182,6 +215,13 @@ class Cluster:
         return tuple(
             ReplicaStats(r.index, r.busy_s, r.iterations, r.runs, r.peak_kv, capacity) for r in self.replicas
         )
+
+
+def _work_ms(cost: IterationCost) -> Callable[[int, int], float]:
+    """A chunk's prefill work (ms) for the prefix cache's load-or-recompute choice: priced, not counted as a query
+    (the chunk actually run is counted when its iteration is priced)."""
+    fixed = cost.prefill_fixed_ms
+    return lambda tokens, context: float(cost.prefill_ms(tokens, context)) - fixed
 
 
 def simulate_requests(requests: Sequence[RequestSpec], config: ClusterConfig, cost: IterationCost,

@@ -36,6 +36,7 @@ import simpy
 
 from tripath.simulator.loop.clock import Clock
 from tripath.simulator.loop.replica import Ledger
+from tripath.simulator.paths.prefix import PrefixCache, PrefixSetup
 from tripath.simulator.scenario.scenario import PREEMPTION_MODES
 from tripath.simulator.step_model import DecodeBatch, PrefillChunk, StepModel, StepResult
 
@@ -127,6 +128,7 @@ class StepperSetup:
     config: StepperConfig = StepperConfig()
     task_names: tuple[str, ...] = ()  # PrefillChunk/DecodeBatch tasks index these; others numbered after
     timeseries_interval_s: float | None = None
+    prefix: PrefixSetup | None = None  # prefix caching (tripath/simulator/paths/prefix.py): a cache per replica
 
     def __post_init__(self) -> None:
         interval = self.timeseries_interval_s
@@ -144,7 +146,7 @@ class Stepper:
     """One replica; the router calls ``enqueue`` and reads ``outstanding`` (as for replica.Replica)."""
 
     def __init__(self, env: Clock, index: int, model: StepModel, policy: BatchPolicy, ledger: PathLedger,
-                 config: StepperConfig | None = None) -> None:
+                 config: StepperConfig | None = None, prefix: PrefixCache | None = None) -> None:
         self.env = env
         self.index = index
         self.model = model
@@ -169,6 +171,8 @@ class Stepper:
         self.preempted = 0
         self.batch_size = 0  # sequences in the iteration in progress (time series)
         self.paging_bytes: dict[str, int] = {}  # cumulative bytes per link (time series)
+        # prefix caching: admission and memory by its block index (preemption "none" only: stepper_setup checks)
+        self.prefix = prefix
         self._iteration = 0
         self._admit_count = 0
         self._busy_since: float | None = None
@@ -237,13 +241,24 @@ class Stepper:
             seq = self.sequence_for(queue[0])
             need = self.need_tokens(seq)
             prefill = 0 if seq.swapped else seq.target
+            plan = None
+            if self.prefix is not None:  # its blocks decide the fit; a hit's prefill is the uncached suffix
+                plan = self.prefix.plan(seq.request, seq.prompt, need)
+                fits = plan is not None
+                if plan is not None:
+                    prefill -= plan.start_tokens
+            else:
+                fits = need <= free
             over = tokens + prefill > token_budget and (admitted or not first_always)
-            if need > free or over:
+            if not fits or over:
                 break
             if self._device_fits is not None and not self._device_fits([s.reserved for s in self.running] + [need]):
                 break
             queue.popleft()
             self.waiting.pop(seq.request, None)
+            if plan is not None:
+                assert self.prefix is not None
+                seq.prefilled = self.prefix.commit(seq.request, seq.prompt, plan)
             free -= need
             tokens += prefill
             seq.reserved = need
@@ -254,7 +269,8 @@ class Stepper:
             self.used += need
             self.running.append(seq)
             admitted.append(seq)
-        self.peak_tokens = max(self.peak_tokens, self.used)
+        held = self.used if self.prefix is None else self.prefix.occupied_tokens()  # shared blocks counted once
+        self.peak_tokens = max(self.peak_tokens, held)
         return admitted
 
     # ---- the loop ------------------------------------------------------------------------------
@@ -272,6 +288,8 @@ class Stepper:
                 continue
             if not self.reserve_output:
                 swap_s += self._swap_in()
+            if self.prefix is not None:
+                swap_s += self._prefix_loads()
             decodes, result = self._step(prefills)
             seconds = result.seconds
             if swap_s:
@@ -287,6 +305,9 @@ class Stepper:
         """Ask the model for this iteration: the chunks, every prefilled sequence's decode, live tokens."""
         chunks = [PrefillChunk(s.request, s.task, n, s.prefilled, s.prefilled + n >= s.target)
                   for s, n in prefills.items()]
+        if self.prefix is not None:  # the chunks' full blocks are findable from this iteration on
+            for s, n in prefills.items():
+                self.prefix.scheduled(s.request, s.prefilled + n)
         # The loop's hot spot: one pass, no property calls, no object per sequence (a DecodeBatch of lists;
         # a single loop beats one comprehension per field at the small batches most iterations have).
         decodes: list[SeqState] = []
@@ -367,6 +388,8 @@ class Stepper:
             ledger.finish[s.request] = end
             self.running.remove(s)
             self.used -= s.reserved
+            if self.prefix is not None:
+                self.prefix.finish(s.request)
             self.retired += 1
             self.policy.observe(self, s.request, end)
 
@@ -432,4 +455,12 @@ class Stepper:
             if seq.swapped:
                 seq.swapped = False
                 seconds += self._transfer(seq)
+        return seconds
+
+    def _prefix_loads(self) -> float:
+        """Seconds of the prefix blocks just admitted hits loaded back from host / SSD (they stall the iteration)."""
+        assert self.prefix is not None
+        seconds, moved = self.prefix.take_load()
+        for link, nbytes in moved.items():
+            self.paging_bytes[link] = self.paging_bytes.get(link, 0) + nbytes
         return seconds

@@ -23,8 +23,10 @@ from tripath.core.errors import InputError
 from tripath.simulator.loop.adaptive_batching import Adaptive, AimdController, AimdSettings
 from tripath.simulator.loop.batching import Chunked, Continuous, Windowed
 from tripath.simulator.loop.stepper import BatchPolicy, StepperConfig, StepperSetup
+from tripath.simulator.paths.prefix import PrefixSetup
 from tripath.simulator.paths.step import build_step_model
 from tripath.simulator.run_costs import RunCosts
+from tripath.simulator.scenario.prefix_workload import RequestPrefixes
 from tripath.simulator.scenario.scenario import BatchingSpec, Scenario, SlaSpec
 from tripath.simulator.step_model import StepModel
 
@@ -42,7 +44,9 @@ def loop_reason(scenario: Scenario, timeseries_interval_s: float | None = None) 
         return True, "time-series samples need the per-iteration loop"
     if not strategy.baseline:
         per_iteration = [what for what, on in (("speculation (random tokens per round)", strategy.speculative),
-                                               ("tiering (paging depends on tier state)", strategy.tiered)) if on]
+                                               ("tiering (paging depends on tier state)", strategy.tiered),
+                                               ("prefix caching (hits depend on cache state)",
+                                                strategy.prefix_cache)) if on]
         if per_iteration:
             return True, " and ".join(per_iteration) + " act per iteration: the per-iteration loop"
         return False, ("compression / sequence parallelism only: a transformed cost model on the exact fast "
@@ -91,11 +95,19 @@ def swap_config(scenario: Scenario, costs: RunCosts) -> StepperConfig:
 
 
 def stepper_setup(scenario: Scenario, costs: RunCosts, replicas: int, seed_sequence: np.random.SeedSequence,
-                  timeseries_interval_s: float | None = None, force: bool = False) -> StepperSetup | None:
+                  timeseries_interval_s: float | None = None, force: bool = False,
+                  prefixes: RequestPrefixes | None = None) -> StepperSetup | None:
     """The setup of the general loop for this replication on the run's converted costs, or None where the fast
-    Replica serves it (``force``: the loop even there, e.g. to check the fast path against it)."""
+    Replica serves it (``force``: the loop even there, e.g. to check the fast path against it). ``prefixes``: the
+    replication's prompt block keys, with prefix caching on (tripath/simulator/scenario/prefix_workload.py)."""
     if not force and not needs_stepper(scenario, timeseries_interval_s):
         return None
+    spec = scenario.strategy.prefix_cache
+    if spec is not None and scenario.batching.preemption != "none":
+        raise InputError(scenario.source_path, "batching.preemption",
+                         f"prefix caching runs with preemption = 'none' only, got {scenario.batching.preemption!r}")
+    prefix = None if spec is None or prefixes is None else PrefixSetup.build(
+        spec, prefixes, register_on_admission=scenario.batching.policy != "chunked")
     config = swap_config(scenario, costs)
     build_policy(scenario.batching, scenario.sla, scenario.source_path)  # bad input fails before the run
     streams = path_streams(seed_sequence, replicas)
@@ -106,4 +118,4 @@ def stepper_setup(scenario: Scenario, costs: RunCosts, replicas: int, seed_seque
     def policy_for(i: int) -> BatchPolicy:
         return build_policy(scenario.batching, scenario.sla, scenario.source_path)
 
-    return StepperSetup(model_for, policy_for, config, costs.tasks, timeseries_interval_s)
+    return StepperSetup(model_for, policy_for, config, costs.tasks, timeseries_interval_s, prefix)

@@ -19,6 +19,7 @@ from tripath.simulator.scenario.strategy import (
     HOST_SSD,
     PROMPT_LOOKUP_PREFIX,
     CompressionSpec,
+    PrefixCacheSpec,
     SequenceParallelSpec,
     SpeculativeSpec,
     TieredSpec,
@@ -139,6 +140,8 @@ def strategies(scenario: Scenario, profile: Profile) -> dict[str, Any]:
         out["sequence_parallel"] = _sequence_parallel(spec.sequence_parallel, profile)
     if spec.compression is not None:
         out["compression"] = _compression(spec.compression, profile)
+    if spec.prefix_cache is not None:
+        out["prefix_cache"] = _prefix_cache(spec.prefix_cache, profile)
     out["on"] = [name for name in out if name != "on"]
     kinds = sorted({n["source"] for name in out["on"] for n in out[name]["numbers_from"]})
     out["sources"] = kinds
@@ -149,6 +152,15 @@ def strategies(scenario: Scenario, profile: Profile) -> dict[str, Any]:
         out["step_overhead"] = {"numbers_from": _cost_model("costs.step_overhead", profile.costs["step_overhead"]),
                                 "note": "the served step's host work outside the forward, added once per iteration"}
     return out
+
+
+def _prefix_cache(spec: PrefixCacheSpec, profile: Profile) -> dict[str, Any]:
+    """A hit's suffix is priced by the profile's prefill over a cached context (no section of its own)."""
+    params = {"block_tokens": spec.block_tokens, "routing": spec.routing, "eviction": "lru",
+              "hit_cap": "(prompt - 1) // block_tokens blocks (the last prompt token is always computed)"}
+    if spec.routing == "affinity":
+        params["affinity_slack"] = spec.affinity_slack
+    return {"parameters": params, "numbers_from": _cost_model("costs.prefill", profile.costs["prefill"])}
 
 
 def one_line(report: dict[str, Any]) -> str:
@@ -175,6 +187,8 @@ def one_line(report: dict[str, Any]) -> str:
                       f"chunk {p['chunk_tokens']}, {p['policy']}")
         elif name == "sequence_parallel":
             detail = f"degree {p['degree']}, {p['gpus_per_replica']} GPUs per replica"
+        elif name == "prefix_cache":
+            detail = f"blocks of {p['block_tokens']} tokens, {p['routing']} routing"
         else:
             detail = f"mode {p['mode']}"
         parts.append(f"{name} ({detail})")

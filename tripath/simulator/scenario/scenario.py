@@ -17,6 +17,7 @@ from typing import Any
 from tripath.core.data_dirs import SCENARIOS_DIR
 from tripath.core.errors import InputError
 from tripath.simulator.scenario.checks import at_least, fail, positive
+from tripath.simulator.scenario.prefix_workload import prefix_workload_from_dict
 from tripath.simulator.scenario.strategy import StrategySpec, strategy_from_dict
 from tripath.simulator.scenario.toml_reader import build, check_keys, subtable, traced, typed
 from tripath.simulator.scenario.workload_spec import (
@@ -152,7 +153,7 @@ def scenario_from_dict(data: dict[str, Any], source: str | None = None) -> Scena
     top_keys = {"name", "description", "profile", "workload", "cluster", "batching", "sla", "strategy"}
     check_keys(data, top_keys, source, "")
     workload = dict(subtable(data, "workload", source, required=True))
-    check_keys(workload, {"arrival", "prompt_tokens", "output_tokens", "tasks", "requests", "duration_s"},
+    check_keys(workload, {"arrival", "prompt_tokens", "output_tokens", "tasks", "requests", "duration_s", "prefix"},
                 source, "workload")
     arrival = build(ArrivalSpec, traced(subtable(workload, "arrival", source, True, "workload"),
                                           source, "workload.arrival", base_dir), source, "workload.arrival")
@@ -165,6 +166,8 @@ def scenario_from_dict(data: dict[str, Any], source: str | None = None) -> Scena
     for task, weight in tasks.items():
         typed(weight, float, source, f"workload.tasks.{task}")
     workload.update(arrival=arrival, tasks=tuple((t, float(w)) for t, w in tasks.items()), **lengths)
+    if "prefix" in workload:
+        workload["prefix"] = prefix_workload_from_dict(workload["prefix"], source, tuple(tasks))
     default_name = Path(source).stem if source else "scenario"
     top = {"name": data.get("name", default_name), "description": data.get("description", ""),
            "profile": data.get("profile"), "source_path": source,

@@ -112,6 +112,31 @@ class CompressionSpec:
             _fail("mode", "must be a non-empty mode name")
 
 
+PREFIX_ROUTINGS = ("affinity", "least_loaded")
+
+
+@dataclass(frozen=True)
+class PrefixCacheSpec:
+    """Automatic prefix caching (tripath/simulator/paths/prefix.py); ``enabled = false`` is the same as no table."""
+
+    enabled: bool = True
+    block_tokens: int = 512  # tokens per cached block (Mooncake's hash_ids are 512-token blocks)
+    routing: str = "affinity"  # "affinity": the replica holding the longest cached prefix; "least_loaded"
+    # affinity only: a replica may take a request for its cached prefix while it has at most this many more
+    # outstanding requests than the least loaded one (else the least loaded takes it)
+    affinity_slack: int = 4
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.enabled, bool):
+            _fail("enabled", f"must be true or false, got {self.enabled!r}")
+        if self.block_tokens < 1:
+            _fail("block_tokens", f"must be >= 1, got {self.block_tokens}")
+        if self.routing not in PREFIX_ROUTINGS:
+            _fail("routing", f"must be one of {', '.join(PREFIX_ROUTINGS)}, got {self.routing!r}")
+        if self.affinity_slack < 0:
+            _fail("affinity_slack", f"must be >= 0, got {self.affinity_slack}")
+
+
 @dataclass(frozen=True)
 class StrategySpec:
     """The paths switched on; every field None is the baseline."""
@@ -120,6 +145,7 @@ class StrategySpec:
     tiered: TieredSpec | None = None
     sequence_parallel: SequenceParallelSpec | None = None
     compression: CompressionSpec | None = None
+    prefix_cache: PrefixCacheSpec | None = None  # None also when the table says enabled = false
 
     @property
     def baseline(self) -> bool:
@@ -127,7 +153,8 @@ class StrategySpec:
 
 
 STRATEGY_TABLES: dict[str, type] = {"speculative": SpeculativeSpec, "tiered": TieredSpec,
-                                    "sequence_parallel": SequenceParallelSpec, "compression": CompressionSpec}
+                                    "sequence_parallel": SequenceParallelSpec, "compression": CompressionSpec,
+                                    "prefix_cache": PrefixCacheSpec}
 _TYPES: dict[str, dict[str, tuple[type, ...]]] = {
     "speculative": {"k": (int,), "adaptive": (bool,), "fallback_acceptance": (int, float), "proposer": (str,),
                     "acceptance": (dict,)},
@@ -136,6 +163,7 @@ _TYPES: dict[str, dict[str, tuple[type, ...]]] = {
                "device_residency": (bool,)},
     "sequence_parallel": {"degree": (int,)},
     "compression": {"mode": (str,)},
+    "prefix_cache": {"enabled": (bool,), "block_tokens": (int,), "routing": (str,), "affinity_slack": (int,)},
 }
 
 
@@ -176,6 +204,8 @@ def strategy_from_dict(raw: object, source: str | None = None) -> StrategySpec:
             specs[name] = STRATEGY_TABLES[name](**kwargs)
         except InputError as exc:
             raise InputError(source, f"{where}.{exc.field}", exc.problem) from None
+    if "prefix_cache" in specs and not specs["prefix_cache"].enabled:
+        del specs["prefix_cache"]  # off: the baseline's runs, byte for byte
     return StrategySpec(**specs)
 
 

@@ -13,6 +13,7 @@ import numpy as np
 
 from tripath.core.errors import InputError
 from tripath.core.request import RequestSpec
+from tripath.simulator.scenario.prefix_workload import RequestPrefixes, request_prefixes, shared_prompt_lengths
 from tripath.simulator.scenario.scenario import ArrivalSpec, LengthSpec, WorkloadSpec
 from tripath.simulator.scenario.traces import Trace, load_trace
 
@@ -29,6 +30,24 @@ def generate_requests(
         RequestSpec(i, float(arrivals[i]), int(prompts[i]), int(outputs[i]), names[picks[i]])
         for i in range(arrivals.shape[0])
     ]
+
+
+def generate_with_prefixes(workload: WorkloadSpec, rng: np.random.Generator, rate_per_s: float | None,
+                           block_tokens: int) -> tuple[list[RequestSpec], RequestPrefixes]:
+    """generate_requests' requests (the same draws) and each one's prompt block keys for prefix caching; the
+    keys draw from a fifth child of ``rng``, after the four generate_arrays spawns, so the requests stay the same."""
+    arrivals, prompts, outputs, names, picks = generate_arrays(workload, rng, rate_per_s)
+    requests = [RequestSpec(i, float(arrivals[i]), int(prompts[i]), int(outputs[i]), names[picks[i]])
+                for i in range(arrivals.shape[0])]
+    trace_ids, trace_name = None, None
+    if workload.arrival.kind == "trace":
+        trace = _arrival_trace(workload.arrival)
+        trace_name = workload.arrival.trace
+        if trace.hash_ids is not None:
+            trace_ids = tuple(trace.hash_ids[int(row)] for row in _replayed_rows(workload, trace))
+    prefixes = request_prefixes(workload.prefix, prompts, picks, names, trace_ids, trace_name, block_tokens,
+                                rng.spawn(1)[0])
+    return requests, prefixes
 
 
 def generate_arrays(
@@ -50,6 +69,8 @@ def generate_arrays(
     n = arrivals.shape[0]
     prompts = _lengths(workload.prompt_tokens, "prompt", n, prompt_rng, workload, rows)
     outputs = _lengths(workload.output_tokens, "output", n, output_rng, workload, rows)
+    if workload.prefix is not None and workload.prefix.kind == "shared":  # the drawn lengths: question, answer
+        prompts = shared_prompt_lengths(workload.prefix, prompts, outputs)
     names = [task for task, _ in workload.tasks]
     weights = np.array([weight for _, weight in workload.tasks])
     picks = np.zeros(n, dtype=np.int64)
@@ -68,10 +89,13 @@ def mean_lengths(workload: WorkloadSpec) -> tuple[float, float]:
     rows = None
     if workload.arrival.kind == "trace":
         rows = _replayed_rows(workload, _arrival_trace(workload.arrival))
-    return (
-        _mean_length(workload.prompt_tokens, "prompt", workload, rows),
-        _mean_length(workload.output_tokens, "output", workload, rows),
-    )
+    prompt = _mean_length(workload.prompt_tokens, "prompt", workload, rows)
+    output = _mean_length(workload.output_tokens, "output", workload, rows)
+    shared = workload.prefix
+    if shared is not None and shared.kind == "shared":  # turns equally often: (turns - 1) / 2 earlier turns each
+        assert shared.system_tokens is not None and shared.turns is not None
+        prompt = shared.system_tokens + prompt + (shared.turns - 1) / 2.0 * (prompt + output)
+    return prompt, output
 
 
 def _arrival_trace(arrival: ArrivalSpec) -> Trace:

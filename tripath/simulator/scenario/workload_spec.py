@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass
 
 from tripath.simulator.scenario.checks import at_least, check_kind, fail, only_for, positive
+from tripath.simulator.scenario.prefix_workload import PrefixWorkloadSpec
 
 ARRIVAL_KINDS = ("poisson", "gamma", "constant", "trace")
 LENGTH_KINDS = ("fixed", "uniform", "lognormal", "empirical", "trace")
@@ -88,6 +89,7 @@ class WorkloadSpec:
     tasks: tuple[tuple[str, float], ...] = (("default", 1.0),)  # task mix, weights sum to 1
     requests: int | None = None  # exactly one of requests / duration_s (a trace may give neither: all rows)
     duration_s: float | None = None
+    prefix: PrefixWorkloadSpec | None = None  # [workload.prefix]: which prompt blocks requests share
 
     def __post_init__(self) -> None:
         if not self.tasks:
@@ -109,3 +111,5 @@ class WorkloadSpec:
         for name, spec in (("prompt_tokens", self.prompt_tokens), ("output_tokens", self.output_tokens)):
             if spec.kind == "trace" and self.arrival.kind != "trace":
                 fail(f"{name}.kind", "'trace' lengths need arrival kind = 'trace' (use 'empirical' instead)")
+        if self.prefix is not None and self.prefix.kind == "trace" and self.arrival.kind != "trace":
+            fail("prefix.kind", "'trace' block ids need arrival kind = 'trace' (a Mooncake trace)")
