@@ -33,7 +33,7 @@ def _p99(at: AppTest, metric: str) -> float:
 
 def _explore(at: AppTest, rate: float, requests: int = 80, replications: int = 2, interval_s: float = 0.0) -> AppTest:
     """Run the explorer on quickstart at ``rate``; ``interval_s`` > 0 asks for the simulator's time series."""
-    at.number_input(key="replications").set_value(replications)
+    at.number_input(key="explorer_replications").set_value(replications)
     at.number_input(key="interval").set_value(interval_s)
     at.number_input(key="quickstart.requests").set_value(requests)
     at.radio(key="quickstart.rate_mode").set_value("rate_per_s").run()
