@@ -15,7 +15,7 @@ from typing import Any
 
 import streamlit as st
 
-from tripath.app.widgets.state import bind
+from tripath.app.widgets.state import SLA_MS, bind
 from tripath.core.data_dirs import SCENARIOS_DIR
 from tripath.profile.profile import Profile
 from tripath.simulator.scenario.traces import SHIPPED_TRACES
@@ -89,7 +89,9 @@ def edit(base: str, profile: Profile) -> dict[str, Any]:
         sla = data.get("sla", {})
         cols = st.columns(3)
         for col, term in zip(cols, SLA_LABELS, strict=True):
-            value = col.number_input(SLA_LABELS[term], min_value=0.0, **bind(k + term, float(sla.get(term, 0.0))))
+            shared = SLA_MS[term.removesuffix("_p99_ms")]  # the SLA holds across pages and scenarios
+            value = col.number_input(SLA_LABELS[term], min_value=0.0, **bind(k + term, float(sla.get(term, 0.0)),
+                                                                               shared))
             if value > 0:
                 sla[term] = value
             else:

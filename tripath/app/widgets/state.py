@@ -54,12 +54,17 @@ def bind(key: str, default: Any, shared: str | None = None, options: Sequence[An
          ) -> dict[str, Any]:
     """Keyword arguments for a widget keyed ``key`` whose value is kept in slot ``shared`` (or under KEPT).
 
-    The kept value (``default`` the first time, or when ``options`` no longer holds it) is written to
+    The kept value (``default`` the first time, or when ``options`` no longer holds it; for a list, the
+    items ``options`` still holds) is written to
     the widget's key before it is drawn, so pass no ``value``/``index`` of its own. Returns key,
     on_change and args for the widget call.
     """
     store, name = _slot(key, shared)
-    if name not in store or (options is not None and store[name] not in options):
+    if name not in store:
+        store[name] = default
+    elif options is not None and isinstance(store[name], list):  # a multiselect: drop what is no longer offered
+        store[name] = [v for v in store[name] if v in options]
+    elif options is not None and store[name] not in options:
         store[name] = default
     st.session_state[key] = store[name]
     return {"key": key, "on_change": _save, "args": (key, shared)}
