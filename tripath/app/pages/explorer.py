@@ -72,6 +72,13 @@ def _ms(value: float, signed: bool = False) -> str:
     return f"{value:{sign},.1f} ms"
 
 
+def _value(value: object) -> str:
+    """A path quantity as text (the column mixes numbers and names): 4 significant digits for a float."""
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return "-" if value is None else str(value)
+
+
 def _run(data: dict, key: tuple) -> None:
     scenario_json, profile_name, seed, replications, interval = key
     try:
@@ -123,7 +130,8 @@ def _show(outcome: simulation.Outcome) -> None:
         paths = simulation.path_rows(report, outcome)
         st.markdown("**Optimization paths**" + ("" if paths else ": none on (the baseline)"))
         if paths:
-            st.dataframe(pd.DataFrame(paths).astype({"value": str}), hide_index=True, key="paths_table")
+            shown = [{**row, "value": _value(row["value"])} for row in paths]
+            st.dataframe(pd.DataFrame(shown), hide_index=True, key="paths_table")
     short = f"simulated on a '{report['profile']['source']}' profile ({report['profile']['key']})"
     cdf = charts.latency_cdfs(outcome.latencies_s, report["sla"]["targets_ms"], short)
     st.pyplot(cdf)

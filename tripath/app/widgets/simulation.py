@@ -146,8 +146,8 @@ def path_rows(report: dict[str, Any], outcome: Outcome | None = None) -> list[di
         params = strategies["speculative"]["parameters"]
         add("speculative", "draft tokens per round (K)", params.get("k"), str(params.get("k_from", "")))
         for entry in strategies["speculative"]["numbers_from"]:
-            if entry["field"].startswith("acceptance."):
-                add("speculative", f"acceptance rate, task {entry['field'].split('.', 1)[1]}", entry["value"],
+            if entry["field"].startswith("acceptance."):  # acceptance.TASK and acceptance.TASK.between_prompt_sd
+                add("speculative", f"{entry['unit']}, task {entry['field'].split('.')[1]}", entry["value"],
                     f"profile ({entry['source']})")
         rounds, accepted = per["draft_rounds"]["mean"], per["accepted_tokens"]["mean"]
         add("speculative", "draft rounds per request", rounds, "simulated")
