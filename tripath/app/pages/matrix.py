@@ -120,22 +120,24 @@ def _show(result: dict[str, Any]) -> None:
     shown = st.multiselect("candidates shown below (those the profile can run, by default)", names,
                            **state.bind("matrix_shown", applicable, options=names))
     shown = [n for n in names if n in shown]  # the matrix's own order
-    if not shown:
-        st.info("Pick at least one candidate to show.")
-        return
-    st.dataframe(pd.DataFrame(margin_rows(cells, shown)), hide_index=True, key="matrix_margins")
-    margins = [[(_candidate_row(cell, n) or {}).get("sla_margin") for cell in cells] for n in shown]
-    marks = [[_marks(cell, n, _candidate_row(cell, n) or {}) for cell in cells] for n in shown]
-    fig = charts.matrix_heatmap(shown, [c["scenario"] for c in cells], margins, marks,
-                                f"decision matrix — {result['numbers_from']}")
-    st.pyplot(fig)
-    st.download_button("heatmap (PNG)", charts.png_bytes(fig), "decision_matrix.png", "image/png", key="matrix_png")
+    if shown:
+        st.dataframe(pd.DataFrame(margin_rows(cells, shown)), hide_index=True, key="matrix_margins")
+        margins = [[(_candidate_row(cell, n) or {}).get("sla_margin") for cell in cells] for n in shown]
+        marks = [[_marks(cell, n, _candidate_row(cell, n) or {}) for cell in cells] for n in shown]
+        fig = charts.matrix_heatmap(shown, [c["scenario"] for c in cells], margins, marks,
+                                    f"decision matrix — {result['numbers_from']}")
+        st.pyplot(fig)
+        st.download_button("heatmap (PNG)", charts.png_bytes(fig), "decision_matrix.png", "image/png",
+                           key="matrix_png")
+    else:
+        st.info("Pick at least one candidate to show the margins.")
     chosen = st.selectbox("cell", [c["scenario"] for c in cells], key="matrix_cell")
     cell = next(c for c in cells if c["scenario"] == chosen)
     left, right = st.columns(2)
     left.metric("recommended", cell["recommended"] or "none meets the SLA")
     right.metric("runner-up", cell["runner_up"] or "-")
-    sla = ", ".join(f"{t} {v:g} ms" for t, v in cell["sla_ms"].items() if v is not None)
+    names = {"ttft": "TTFT", "tpot": "TPOT", "e2e": "end-to-end"}
+    sla = ", ".join(f"{names.get(t, t)} {v:g} ms" for t, v in cell["sla_ms"].items() if v is not None)
     rate = "trace timestamps" if cell["rate_per_s"] is None else f"{cell['rate_per_s']:.4g} req/s"
     st.caption(f"SLA P99: {sla}; {cell['gpus']} GPU(s); arrivals {rate} (the baseline's, for every candidate). "
                "Best single path: "

@@ -4,7 +4,9 @@ The dict follows the agreed scenario format (README of data/scenarios, with the 
 [batching] and [strategy.*]) and is validated only by tripath.simulator.scenario.scenario.scenario_from_dict,
 the CLI's reader: the app never re-implements a check. A field this simulator build does not
 accept yet (e.g. a batching policy still being built) is reported by that reader, by name.
-Keys the user leaves at their defaults are left out, so an untouched form is the shipped file.
+Keys the user leaves at their defaults are left out, so an untouched form is the shipped file. Every
+widget is bound (tripath/app/widgets/state.py): its value holds across page switches, and the SLA
+targets are the shared ones (state.SLA_MS), so an SLA set on one page or scenario holds on the others.
 """
 
 from __future__ import annotations
@@ -57,10 +59,7 @@ RATE_MODES = {"load_fraction": "fraction of the baseline's saturation", "rate_pe
 
 
 def edit(base: str, profile: Profile) -> dict[str, Any]:
-    """Draw the editor for shipped scenario ``base`` and return the edited dict (not yet validated).
-
-    Every widget is bound (tripath/app/widgets/state.py): its value holds across page switches.
-    """
+    """Draw the editor for shipped scenario ``base`` and return the edited dict (not yet validated)."""
     data = copy.deepcopy(base_dict(base))
     data.pop("profile", None)  # the page's profile picker decides
     k = f"{base}."  # widget keys per base scenario: switching scenarios shows that file's values
