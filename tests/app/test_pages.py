@@ -18,7 +18,7 @@ from streamlit.testing.v1 import AppTest
 
 from tests.app.app_driver import app, frame
 from tests.helpers import shipped_scenario_dict
-from tripath.app.widgets import profiles, validation
+from tripath.app.widgets import profiles, simulation, validation
 from tripath.core.data_dirs import REPO_ROOT
 from tripath.profile.profile import MAX_PROFILE_BYTES, resolve_profile
 from tripath.simulator.runner import simulate
@@ -28,12 +28,13 @@ from tripath.simulator.summary import summary
 
 def _p99(at: AppTest, metric: str) -> float:
     table = frame(at, "percentile")
-    return float(table[(table["metric"] == metric) & (table["percentile"] == "P99")]["mean ms"].iloc[0])
+    name = simulation.METRIC_NAMES[metric]
+    return float(table[(table["metric"] == name) & (table["percentile"] == "P99")]["mean (ms)"].iloc[0])
 
 
 def _explore(at: AppTest, rate: float, requests: int = 80, replications: int = 2, interval_s: float = 0.0) -> AppTest:
     """Run the explorer on quickstart at ``rate``; ``interval_s`` > 0 asks for the simulator's time series."""
-    at.number_input(key="replications").set_value(replications)
+    at.number_input(key="explorer_replications").set_value(replications)
     at.number_input(key="interval").set_value(interval_s)
     at.number_input(key="quickstart.requests").set_value(requests)
     at.radio(key="quickstart.rate_mode").set_value("rate_per_s").run()
@@ -60,10 +61,13 @@ def test_explorer_shows_what_the_cli_functions_compute() -> None:
     assert len(table) == 4 * 4
     for metric in ("ttft", "tpot", "e2e", "queueing"):
         for level, label in (("p50", "P50"), ("p99", "P99"), ("p999", "P99.9")):
-            row = table[(table["metric"] == metric) & (table["percentile"] == label)].iloc[0]
+            row = table[(table["metric"] == simulation.METRIC_NAMES[metric]) & (table["percentile"] == label)].iloc[0]
             expected = report["latency_ms"][metric][level]
-            assert row["mean ms"] == pytest.approx(expected["mean"], rel=1e-12)
-            assert row["95% CI low"] == pytest.approx(expected["ci_low"], rel=1e-12)
+            assert row["mean (ms)"] == pytest.approx(expected["mean"], rel=1e-12)
+            if expected["ci_low"] is None:
+                assert pd.isna(row["95% low (ms)"])
+            else:
+                assert row["95% low (ms)"] == pytest.approx(expected["ci_low"], rel=1e-12)
     arrived = next(m for m in at.metric if m.label == "arrived")
     assert arrived.value == "160"  # 80 requests x 2 replications
     # where the numbers come from, in words next to them
@@ -109,7 +113,9 @@ def _coefficients(at: AppTest) -> pd.DataFrame:
 
 def test_calibration_other_profile_other_coefficients() -> None:
     at = app("calibration")
-    assert at.selectbox(key="calibration_profile").value == "cpu-tiny"
+    # the profile chosen on the first page (the explorer's default) is the chosen profile here too
+    assert at.selectbox(key="calibration_profile").value == "seed-llama2-70b-a100"
+    at.selectbox(key="calibration_profile").set_value("cpu-tiny").run()
     tiny = _coefficients(at)
     profile = resolve_profile("cpu-tiny")
     d0 = tiny[(tiny["cost"] == "decode") & (tiny["coefficient"] == "d0")].iloc[0]
@@ -166,7 +172,9 @@ def test_calibration_good_upload_is_selected_and_offered_to_the_explorer() -> No
     at.file_uploader(key="profile_upload").set_value(("mine.json", text, "application/json")).run()
     assert not at.exception and not at.error
     assert at.selectbox(key="calibration_profile").value == "uploaded: mine.json"
-    pd.testing.assert_frame_equal(_coefficients(at), _coefficients(app("calibration")))  # same as shipped cpu-tiny
+    shipped = app("calibration")
+    shipped.selectbox(key="calibration_profile").set_value("cpu-tiny").run()
+    pd.testing.assert_frame_equal(_coefficients(at), _coefficients(shipped))  # same as shipped cpu-tiny
     at.switch_page("tripath/app/pages/explorer.py").run()
     assert "uploaded: mine.json" in at.selectbox(key="explorer_profile").options
 

@@ -127,3 +127,42 @@ def test_summary_and_outputs_round_trip(tmp_path):
     row = next(r for r in rows if r["replication"] == "1" and r["request_id"] == str(first.request_id))
     assert float(row["finish_s"]) == first.finish_s  # repr floats read back exactly
     assert not list(tmp_path.joinpath("out").glob("*.tmp"))  # no temp files left behind
+
+
+def test_quantile_interval_by_hand_for_the_median_of_ten():
+    """B ~ Binomial(10, 0.5): P(B <= 1) = 11/1024 <= 0.025 < P(B <= 2) = 56/1024, so l = 2; P(B <= 7) = 968/1024 <
+    0.975 <= P(B <= 8) = 1013/1024, so u = 9: the interval is [x(2), x(9)], coverage (1013 - 11) / 1024."""
+    values = np.array([10.0, 1.0, 9.0, 2.0, 8.0, 3.0, 7.0, 4.0, 6.0, 5.0])
+    assert metrics.quantile_interval(values, 0.5) == (2.0, 9.0)
+    assert metrics.quantile_interval(np.array([]), 0.5) == (None, None)
+
+
+def test_quantile_interval_p99_needs_368_values_for_its_upper_end():
+    """P(B <= n - 1) = 1 - 0.99^n >= 0.975 first at n = 368 (0.99^367 = 0.02501, 0.99^368 = 0.02476)."""
+    assert metrics.quantile_interval(np.arange(1.0, 368.0), 0.99)[1] is None
+    low, high = metrics.quantile_interval(np.arange(1.0, 369.0), 0.99)
+    assert high == 368.0 and low is not None and low < high
+
+
+def test_quantile_interval_covers_the_true_quantile_at_least_95_percent():
+    """Exponential(1) draws, n = 500: the true P99 is ln(100); over 2000 seeded samples the interval holds it
+    in at least 95 % (binomial sampling noise of the count: sd 0.5 %, so a 94 % floor)."""
+    rng = np.random.default_rng(0)
+    truth = math.log(100.0)
+    hits = 0
+    for _ in range(2000):
+        low, high = metrics.quantile_interval(rng.exponential(1.0, 500), 0.99)
+        hits += low <= truth < high
+    assert hits / 2000 >= 0.94
+
+
+def test_percentile_estimate_mean_is_the_replications_and_interval_within_observed_values():
+    """Skewed replications whose Student-t interval of the P99 goes below zero: the order-statistic one cannot."""
+    runs = [np.array([0.01] * 390 + [5.0] * 10), np.array([0.01] * 400)]
+    est = metrics.percentile_estimate(runs, "p99", 1000.0)
+    p99s = [metrics.percentiles(r)["p99"] * 1000.0 for r in runs]
+    assert est["mean"] == pytest.approx(np.mean(p99s))
+    assert estimate(p99s)["ci_low"] < 0  # what the old interval said
+    assert 10.0 <= est["ci_low"] <= est["ci_high"] <= 5000.0  # observed values, in ms
+    assert metrics.percentile_estimate([np.array([]), np.array([])], "p99") == {"mean": None, "ci_low": None,
+                                                                             "ci_high": None}

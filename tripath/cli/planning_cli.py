@@ -14,6 +14,7 @@ import json
 from typing import Any
 
 from tripath.core.errors import InputError
+from tripath.core.metrics import INTERVAL_METHOD
 
 
 def _runtime(args: argparse.Namespace) -> tuple[Any, Any]:
@@ -275,11 +276,12 @@ DEFAULT_SCENARIO = "default"
 
 
 def _interval(term: dict[str, Any]) -> str:
+    """The order-statistic interval (tripath/core/metrics.py); an end too few requests give is "n/a"."""
     lo, hi = term["ci_low_ms"], term["ci_high_ms"]
-    if lo is None or hi is None:
+    if lo is None and hi is None:
         return ""
-    floored = " (low end floored at 0)" if lo < 0 else ""
-    return f" [95% CI {max(lo, 0.0):,.0f}, {hi:,.0f}]{floored}"
+    ends = ["n/a" if v is None else f"{v:,.0f}" for v in (lo, hi)]
+    return f" [95% {ends[0]}, {ends[1]}]"
 
 
 def _term_lines(summary: dict[str, Any]) -> list[str]:
@@ -337,8 +339,8 @@ def _cmd_recommend(args: argparse.Namespace) -> int:
     sla = ", ".join(f"{t.upper()} P99 <= {_ms(v)} ms" for t, v in result["sla_ms"].items() if v is not None)
     lines = [f"Recommendation for {result['scenario']} at {qps:g} req/s ({sla}); GPU price "
              f"{'not given' if price is None else f'${price:,.2f} per GPU-hour (chosen)'}",
-             f"P99s: mean of {args.replications} seeded replication(s), 95% Student-t interval "
-             f"(--replications more narrows it)", ""]
+             f"P99s: mean of {args.replications} seeded replication(s); interval: {INTERVAL_METHOD} over the "
+             "pooled requests (more --requests or --replications narrows it; n/a: too few for that end)", ""]
     best, runner, closest = result["recommended"], result["runner_up"], result["closest"]
     if best is not None:
         lines.append(f"  RECOMMENDED  {_sized(best, price)}")

@@ -17,6 +17,13 @@ replica's busy time (an iteration in progress) over the same makespan.
 
 Across replications (``estimate``): the mean with a 95% Student-t confidence interval,
 mean +- t(0.975, R - 1) * sd / sqrt(R); no interval when R = 1.
+
+A latency percentile (``percentile_estimate``) is the mean over replications of each replication's
+percentile, with a distribution-free order-statistic interval from the requests of all replications
+pooled (``quantile_interval``): the q-quantile lies between the order statistics x(l) and x(u) with
+probability P(l <= B < u), B ~ Binomial(n, q), at least 95 %. Its ends are observed latencies, so it
+never goes below zero (a Student-t interval over a few skewed P99s can); it treats the requests as
+independent draws. Too few requests for an end (at P99 the upper end needs n >= 368) leave it None.
 """
 
 from __future__ import annotations
@@ -31,6 +38,11 @@ from tripath.core.records import COMPLETED, REJECTED, ReplicaStats, RequestRecor
 PERCENTILES: dict[str, float] = {"p50": 50.0, "p90": 90.0, "p99": 99.0, "p999": 99.9}
 LATENCY_METRICS = ("ttft", "tpot", "e2e", "queueing")
 SLA_TERMS = {"ttft": "ttft_p99_ms", "tpot": "tpot_p99_ms", "e2e": "e2e_p99_ms"}
+CONFIDENCE = 0.95
+INTERVAL_METHOD = "order-statistic 95 %"
+INTERVAL_NOTE = ("distribution-free binomial interval of each percentile over the requests of all replications "
+                 "pooled (its ends are observed latencies, never below zero; None where too few requests for an "
+                 "end); mean = the mean over replications of each replication's percentile (tripath/core/metrics.py)")
 
 
 def completed(records: Sequence[RequestRecord]) -> list[RequestRecord]:
@@ -145,3 +157,38 @@ def estimate(values: Sequence[float]) -> dict[str, float | None]:
 
     half = float(stdtrit(finite.size - 1, 0.975) * finite.std(ddof=1) / math.sqrt(finite.size))
     return {"mean": mean, "ci_low": mean - half, "ci_high": mean + half}
+
+
+def quantile_interval(values: np.ndarray, q: float, confidence: float = CONFIDENCE
+                      ) -> tuple[float | None, float | None]:
+    """Distribution-free interval for the ``q``-quantile (0 < q < 1) of the values' distribution.
+
+    The order statistics x(l) <= x(u) (1-based) with l the largest rank such that P(B <= l - 1) <= a/2
+    and u the smallest such that P(B <= u - 1) >= 1 - a/2, B ~ Binomial(n, q), a = 1 - confidence:
+    then P(x(l) <= quantile < x(u)) >= confidence. An end with no such rank within 1..n is None.
+    """
+    x = np.sort(np.asarray(values, dtype=float))
+    n = x.size
+    if n == 0:
+        return None, None
+    from scipy.special import bdtr
+
+    alpha = 1.0 - confidence
+    cdf = bdtr(np.arange(n + 1), n, q)  # cdf[k] = P(B <= k)
+    low_ranks = np.nonzero(cdf[:n] <= alpha / 2)[0]  # rank l = k + 1 with P(B <= k) <= a/2
+    high_ranks = np.nonzero(cdf[:n] >= 1.0 - alpha / 2)[0]  # rank u = k + 1 with P(B <= k) >= 1 - a/2
+    low = float(x[low_ranks[-1]]) if low_ranks.size else None
+    high = float(x[high_ranks[0]]) if high_ranks.size else None
+    return low, high
+
+
+def percentile_estimate(per_run: Sequence[np.ndarray], level: str, scale: float = 1.0) -> dict[str, float | None]:
+    """One percentile (a PERCENTILES key) over replications, times ``scale`` (1000: seconds to ms): the mean
+    of each replication's percentile and the order-statistic interval over all replications' values pooled."""
+    runs = [np.asarray(v, dtype=float) for v in per_run]
+    mean = estimate([percentiles(v)[level] * scale for v in runs])["mean"]
+    if mean is None:
+        return {"mean": None, "ci_low": None, "ci_high": None}
+    low, high = quantile_interval(np.concatenate(runs), PERCENTILES[level] / 100.0)
+    return {"mean": mean, "ci_low": None if low is None else low * scale,
+            "ci_high": None if high is None else high * scale}

@@ -103,7 +103,7 @@ def threshold(meets: Callable[[float], bool], tol: float = 0.01, max_factor: flo
     return lo, hi
 
 
-def _terms(outcome: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def sla_terms(outcome: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Per given SLA term: P99 mean and interval (ms), target, margin, and the overshoot when it misses."""
     out: dict[str, dict[str, Any]] = {}
     for term in TERMS:
@@ -145,7 +145,7 @@ class Recommendation:
         if row is None:
             return None
         outcome = row.get("outcome")
-        terms = {} if outcome is None or outcome.get("error") else _terms(outcome)
+        terms = {} if outcome is None or outcome.get("error") else sla_terms(outcome)
         return {"candidate": name, "paths": row["candidate"].get("paths"), "replicas": row.get("replicas"),
                 "gpus": row.get("gpus"), "gpus_per_replica": row.get("gpus_per_replica"),
                 "searched_replicas": None if outcome is None else outcome.get("replicas"),
@@ -184,7 +184,8 @@ def _runner_up(rows: tuple[dict[str, Any], ...], ranked: list[str]) -> str | Non
     return next((n for n in ranked[1:] if not _same_numbers(by_name[n], best)), ranked[1])
 
 
-def _closest(rows: tuple[dict[str, Any], ...]) -> str | None:
+def closest_candidate(rows: tuple[dict[str, Any], ...]) -> str | None:
+    """Of a plan's rows that ran, the one with the largest SLA margin (the least negative): the closest to meeting."""
     ran = [r for r in rows if r.get("outcome") and not r["outcome"].get("error")
            and r["outcome"].get("sla_margin") is not None]
     if not ran:
@@ -224,7 +225,7 @@ def recommend(data: dict[str, Any], source: str | None, profile: Profile, qps: f
     ranked = [r["candidate"]["name"] for r in result.ranked()]
     best = ranked[0] if ranked else None
     runner = _runner_up(result.rows, ranked)
-    closest = None if best is not None else _closest(result.rows)
+    closest = None if best is not None else closest_candidate(result.rows)
     probe = None
     if best is not None and with_robustness:
         row = next(r for r in result.rows if r["candidate"]["name"] == best)

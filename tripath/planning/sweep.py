@@ -89,7 +89,8 @@ def _finite(value: float) -> float | None:
 
 
 def _windows(runs_records: list[Sequence[metrics.RequestRecord]], window_s: float) -> list[dict[str, Any]]:
-    """P99 per window of arrival time (requests grouped by when they arrived), estimated over replications."""
+    """P99 per window of arrival time (requests grouped by when they arrived), estimated over replications, and
+    the window's latencies (ms), which tripath/planning/whatif.py pools over jobs for its interval."""
     end = max((r.arrival_s for records in runs_records for r in records), default=0.0)
     count = max(1, math.ceil(end / window_s)) if end > 0 else 1
     out = []
@@ -99,8 +100,9 @@ def _windows(runs_records: list[Sequence[metrics.RequestRecord]], window_s: floa
                    for records in runs_records]
         row: dict[str, Any] = {"start_s": lo, "end_s": hi, "arrived": sum(len(p) for p in per_run)}
         for term in TERMS:
-            values = [metrics.percentiles(metrics.latencies(p, term))["p99"] * 1000.0 for p in per_run]
-            row[f"{term}_p99_ms"] = metrics.estimate(values)
+            values = [metrics.latencies(p, term) for p in per_run]
+            row[f"{term}_p99_ms"] = metrics.percentile_estimate(values, "p99", 1000.0)
+            row[f"{term}_ms"] = [float(v) * 1000.0 for v in np.concatenate(values)]  # pooled by load_step
         out.append(row)
     return out
 

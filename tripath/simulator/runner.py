@@ -2,8 +2,8 @@
 
 Replication i draws its workload from numpy.random.default_rng(SeedSequence(seed).spawn(R)[i]),
 so the same seed gives the same records bit for bit, and replications are independent streams.
-Each percentile in the summary is the mean over replications with a 95% Student-t confidence
-interval (None when R = 1): mean +- t(0.975, R - 1) * sd / sqrt(R).
+Each percentile in the summary is the mean over replications, with a distribution-free order-statistic 95 %
+interval over the pooled requests (tripath/core/metrics.py: percentile_estimate).
 
 Where each number comes from: every latency is *simulated* on cost models whose kind is the
 profile's ``source`` (measured, fitted, projected, published or seed); the arrival rate is the

@@ -1,7 +1,9 @@
 """The summary of a simulation (JSON-ready) and the files a run writes: records.csv and summary.json.
 
 Latencies in the summary are milliseconds. Each is the mean over replications of that
-replication's percentile, with a 95% Student-t interval (tripath/core/metrics.py: estimate).
+replication's percentile, with a distribution-free order-statistic 95 % interval over the pooled
+requests (tripath/core/metrics.py: percentile_estimate); other quantities over replications carry a
+Student-t interval (estimate).
 Files are written atomically (a temp file in the same folder, then os.replace).
 """
 
@@ -38,11 +40,9 @@ def summary(result: SimulationResult) -> dict[str, Any]:
     records = [run.records for run in runs]
     estimate = metrics.estimate
     latency: dict[str, dict[str, Any]] = {}
-    per_run = [metrics.latency_percentiles(r) for r in records]
     for metric in metrics.LATENCY_METRICS:
-        latency[metric] = {
-            level: estimate([p[metric][level] * 1000.0 for p in per_run]) for level in metrics.PERCENTILES
-        }
+        values = [metrics.latencies(r, metric) for r in records]
+        latency[metric] = {level: metrics.percentile_estimate(values, level, 1000.0) for level in metrics.PERCENTILES}
     sla = result.scenario.sla
     targets = {"ttft": sla.ttft_p99_ms, "tpot": sla.tpot_p99_ms, "e2e": sla.e2e_p99_ms}
     attained = [metrics.sla_attainment(r, sla.ttft_p99_ms, sla.tpot_p99_ms, sla.e2e_p99_ms) for r in records]
@@ -72,6 +72,7 @@ def summary(result: SimulationResult) -> dict[str, Any]:
             **({} if result.saturation.detail is None else {"paths": result.saturation.detail})},
         "kv_capacity_bytes": {"value": result.kv_capacity_bytes, "source": result.kv_capacity_source},
         "latency_ms": latency,
+        "latency_interval": {"method": metrics.INTERVAL_METHOD, "note": metrics.INTERVAL_NOTE},
         "counts": {key: sum(c[key] for c in counts) for key in ("arrived", "completed", "rejected")},
         "reject_reasons": dict(Counter(r.reject_reason for run in records for r in run if r.reject_reason)),
         "counts_per_replication": {key: estimate([c[key] for c in counts]) for key in counts[0]},

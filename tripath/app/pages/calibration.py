@@ -10,14 +10,14 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from tripath.app.widgets import profiles
+from tripath.app.widgets import profiles, state
 from tripath.app.widgets.profile_tables import coefficient_rows, compare_rows, fit_rows, hardware_rows, path_rows
 from tripath.core.data_dirs import PROFILES_DIR
 from tripath.core.errors import InputError
 from tripath.profile.inspect import compare, describe
 from tripath.profile.profile import MAX_PROFILE_BYTES, Profile, load_samples
 
-SELECTED = "calibration_profile"
+SELECTED = "calibration_profile"  # the picker's widget key; its value is the shared state.PROFILE
 SEEN = "calibration_seen_uploads"  # upload file ids already handled, so a rerun does not re-process one
 UPLOAD_ERROR = "calibration_upload_error"
 
@@ -42,7 +42,7 @@ def _handle_upload() -> None:
         except InputError as err:
             st.session_state[UPLOAD_ERROR] = str(err)
         else:
-            st.session_state[SELECTED] = name
+            st.session_state[state.PROFILE] = name  # the chosen profile, on every page
             st.toast(f"added {name}")
     if UPLOAD_ERROR in st.session_state:
         st.error(f"upload refused, nothing changed: {st.session_state[UPLOAD_ERROR]}")
@@ -53,9 +53,8 @@ def main() -> None:
     st.caption("What a profile holds and where each number comes from (`tripath profile show` / `compare`).")
     _handle_upload()
     choices = profiles.choices()
-    if st.session_state.get(SELECTED) not in choices:
-        st.session_state[SELECTED] = "cpu-tiny" if "cpu-tiny" in choices else choices[0]
-    name = st.selectbox("profile", choices, key=SELECTED)
+    name = st.selectbox("profile", choices, **state.bind(SELECTED, "cpu-tiny" if "cpu-tiny" in choices else choices[0],
+                                                          state.PROFILE, choices))
     profile = profiles.load_shown(name)
     if profile is None:
         return

@@ -12,14 +12,24 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from tripath.app.widgets import charts, planning_runs, profiles, scenario_form
+from tripath.app.widgets import charts, planning_runs, profiles, scenario_form, state
 from tripath.core.errors import InputError
-from tripath.planning.candidates import candidates
+from tripath.planning.candidates import Candidate, candidates
 from tripath.planning.capacity import plan
+from tripath.planning.recommend import binding_term, closest_candidate, sla_terms
 from tripath.planning.scenario_dict import load_scenario_dict
+from tripath.planning.sweep import MAX_REJECTED
 
 RESULT = "capacity_result"
 TERMS = ("ttft", "tpot", "e2e")
+TERM_NAMES = {"ttft": "TTFT", "tpot": "TPOT", "e2e": "end-to-end"}
+DEFAULT_REQUESTS = 100  # per simulation: a first answer in seconds; raise it for tighter intervals
+DEFAULT_MAX_REPLICAS = 8
+
+
+def default_candidates(every: list[Candidate]) -> list[str]:
+    """The baseline and each single path: a short first search (combinations are one tick away)."""
+    return [c.name for c in every if len(c.paths) <= 1]
 
 
 def main() -> None:
@@ -28,7 +38,8 @@ def main() -> None:
                "(`tripath plan`). GPU price is yours to give; it is not a measured number.")
     names = scenario_form.shipped_scenarios()
     cols = st.columns(3)
-    scenario = cols[0].selectbox("scenario", names, index=names.index("quickstart"), key="capacity_scenario")
+    scenario = cols[0].selectbox("scenario", names, **state.bind("capacity_scenario", "quickstart", state.SCENARIO,
+                                                                 names))
     try:
         data, source = load_scenario_dict(scenario)
     except InputError as err:
@@ -36,9 +47,10 @@ def main() -> None:
         return
     choices = profiles.choices()
     default = data.get("profile", "seed-llama2-70b-a100")
-    name = cols[1].selectbox("profile", choices, index=choices.index(default) if default in choices else 0,
-                             key="capacity_profile")
-    qps = cols[2].number_input("target load (req/s)", 0.0001, 1e6, 0.2, format="%.4f", key="capacity_qps")
+    name = cols[1].selectbox("profile", choices, **state.bind(
+        "capacity_profile", default if default in choices else choices[0], state.PROFILE, choices))
+    qps = cols[2].number_input("target load (req/s)", 0.0001, 1e6, format="%.4f",
+                               **state.bind("capacity_qps", 0.2, state.QPS))
     profile = profiles.load_shown(name)
     if profile is None:
         return
@@ -46,22 +58,28 @@ def main() -> None:
     sla: dict[str, float | None] = {}
     for col, term in zip(sla_cols[:3], TERMS, strict=True):
         given = data.get("sla", {}).get(f"{term}_p99_ms")
-        value = col.number_input(f"{term} P99 SLA ms (0 = none)", 0.0, 1e7, float(given or 0.0),
-                                 key=f"capacity_sla_{term}")
+        value = col.number_input(f"{TERM_NAMES[term]} P99 target (ms; 0 = none)", 0.0, 1e7,
+                                 **state.bind(f"capacity_sla_{term}", float(given or 0.0), state.SLA_MS[term]))
         sla[term] = value or None
-    price = sla_cols[3].number_input("GPU price USD per GPU-hour (0 = none)", 0.0, 1e4, 0.0,
-                                     key="capacity_price")
-    every = [c.name for c in candidates(profile)]
-    chosen = st.multiselect("candidates", every, default=every, key="capacity_candidates")
+    price = sla_cols[3].number_input("GPU price (USD per GPU-hour; 0 = none)", 0.0, 1e4,
+                                     **state.bind("capacity_price", 0.0, state.PRICE))
+    every = candidates(profile)
+    names_all = [c.name for c in every]
+    chosen = st.multiselect("candidates", names_all, help="the baseline and each single path by default; add the "
+                                                          "combinations for a longer search",
+                            **state.bind("capacity_candidates", default_candidates(every), options=names_all))
     left, right = st.columns(2)
     requests = int(left.number_input("requests per simulation", 10, 1_000_000,
-                                     int(data["workload"].get("requests", 200)), key="capacity_requests"))
-    max_replicas = int(right.number_input("search up to replicas", 1, 4096, 64, key="capacity_max_replicas"))
+                                     **state.bind("capacity_requests", DEFAULT_REQUESTS)))
+    max_replicas = int(right.number_input("search up to replicas", 1, 4096,
+                                          **state.bind("capacity_max_replicas", DEFAULT_MAX_REPLICAS)))
     settings = planning_runs.controls("capacity")
     if st.button("Plan capacity", type="primary", key="capacity_run"):
         if "requests" in data["workload"]:
             data = {**data, "workload": {**data["workload"], "requests": requests}}
-        data = {k: v for k, v in data.items() if k != "profile"}
+        # the form's SLA is the SLA: a term set to 0 is no term (not the scenario's target)
+        data = {**{k: v for k, v in data.items() if k not in ("profile", "sla")},
+                "sla": {f"{t}_p99_ms": v for t, v in sla.items() if v is not None}}
         if all(v is None for v in sla.values()) or not chosen:
             st.error("give at least one SLA term and one candidate")
             return
@@ -84,10 +102,43 @@ def main() -> None:
     _show(result)
 
 
+def _ms(value: float) -> str:
+    return f"{value / 1000:,.1f} s" if abs(value) >= 10_000 else f"{value:,.0f} ms"
+
+
+def closest_line(result: dict[str, Any]) -> str | None:
+    """When no candidate meets the SLA: the closest (tripath/planning/recommend.py), its binding term, and by how
+    much each missed term's P99 is over its target; None when one meets it or none ran."""
+    if result["recommended"] is not None:
+        return None
+    rows = tuple(result["candidates"])
+    name = closest_candidate(rows)
+    if name is None:
+        return None
+    row = next(r for r in rows if r["candidate"]["name"] == name)
+    terms = sla_terms(row["outcome"])
+    binding = binding_term(terms)
+    missed = [f"{TERM_NAMES[t]} P99 {_ms(v['p99_ms'])} is {v['over_by']:.1%} over the {_ms(v['target_ms'])} target"
+              for t, v in terms.items() if v["over_by"] is not None]
+    met = [TERM_NAMES[t] for t, v in terms.items() if v["over_by"] is None and v["p99_ms"] is not None]
+    size = row["outcome"].get("replicas")
+    text = (f"No candidate meets the SLA up to {size} replica(s). The term that fails is "
+            f"{TERM_NAMES.get(binding, binding)}; the closest candidate is **{name}**: " + "; ".join(missed))
+    if met:
+        text += f" ({', '.join(met)} met)"
+    rejected = row["outcome"].get("rejected_share") or 0.0
+    if rejected > MAX_REJECTED:
+        text += f"; it rejects {rejected:.1%} of requests (over the {MAX_REJECTED:.0%} a candidate may)"
+    return text + "."
+
+
 def _show(result: dict[str, Any]) -> None:
     st.caption(f"{result['numbers_from']}; at {result['qps']:g} req/s. {result['sizing']}; cost = GPUs x your "
                "price.")
     st.metric("recommended (fewest GPUs meeting the SLA)", result["recommended"] or "none meets the SLA")
+    line = closest_line(result)
+    if line:
+        st.warning(line)
     rows = [_row(r) for r in result["candidates"]]
     st.dataframe(pd.DataFrame(rows), hide_index=True, key="capacity_table")
     curves = {r["candidate"]["name"]: r["goodput_rps"] for r in result["candidates"] if r.get("goodput_rps")}
@@ -108,12 +159,14 @@ def _show(result: dict[str, Any]) -> None:
 def _row(r: dict[str, Any]) -> dict[str, Any]:
     outcome = r.get("outcome") or {}
     p99 = outcome.get("p99_ms") or {}
+    searched = outcome.get("replicas") if r.get("replicas") is None else None
     return {"candidate": r["candidate"]["name"], "replicas": r.get("replicas"), "GPUs": r.get("gpus"),
             "GPUs per replica": r.get("gpus_per_replica"), "USD per hour": r.get("cost_usd_per_hour"),
             "USD per 1K requests": r.get("cost_usd_per_1k_requests"),
-            **{f"{t.upper()} P99 ms": (p99.get(t) or {}).get("mean") for t in TERMS},
-            "not applicable": r.get("not_applicable") or ("no size up to the search limit meets the SLA"
-                                                          if r.get("replicas") is None and outcome else ""),
+            **{f"{TERM_NAMES[t]} P99 (ms)": (p99.get(t) or {}).get("mean") for t in TERMS},
+            "SLA margin (%)": None if outcome.get("sla_margin") is None else 100.0 * outcome["sla_margin"],
+            "not applicable": r.get("not_applicable") or (
+                f"no size up to {searched} replica(s) meets the SLA (P99s at {searched})" if searched else ""),
             "note": r.get("remark", "")}
 
 

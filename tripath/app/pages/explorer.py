@@ -11,7 +11,7 @@ import json
 import pandas as pd
 import streamlit as st
 
-from tripath.app.widgets import charts, profiles, scenario_form, simulation, timeseries
+from tripath.app.widgets import charts, profiles, scenario_form, simulation, state, timeseries
 from tripath.app.widgets.provenance import profile_badge, simulated_caption
 from tripath.core.errors import InputError
 from tripath.simulator.loop.timeseries import timeseries_csv
@@ -26,17 +26,18 @@ def main() -> None:
                "(the same code as `tripath simulate`).")
     cols = st.columns(4)
     names = scenario_form.shipped_scenarios()
-    base = cols[0].selectbox("start from scenario", names, index=names.index("quickstart"), key="base_scenario")
+    base = cols[0].selectbox("start from scenario", names,
+                             **state.bind("base_scenario", "quickstart", state.SCENARIO, names))
     choices = profiles.choices()
     default = scenario_form.base_dict(base).get("profile", "seed-llama2-70b-a100")
-    profile_name = cols[1].selectbox("profile", choices, index=choices.index(default) if default in choices else 0,
-                                     key="explorer_profile")
-    seed = int(cols[2].number_input("seed", 0, 2**31 - 1, 0, key="seed"))
-    replications = int(cols[3].number_input("replications", 1, 100, 3, key="replications",
-                                            help="confidence intervals need at least 2"))
-    interval = st.number_input("sample time series every (simulated s; 0 = off, faster)", 0.0, 1e6, 5.0,
-                               key="interval", help="queue, batch, KV per tier and paging "
-                                                    "(tripath/simulator/loop/timeseries.py)")
+    profile_name = cols[1].selectbox("profile", choices, **state.bind(
+        "explorer_profile", default if default in choices else choices[0], state.PROFILE, choices))
+    seed = int(cols[2].number_input("seed", 0, 2**31 - 1, **state.bind("explorer_seed", 0, state.SEED)))
+    replications = int(cols[3].number_input("replications", 1, 100, help="confidence intervals need at least 2",
+                                            **state.bind("explorer_replications", 3, state.REPLICATIONS)))
+    interval = st.number_input("sample time series every (simulated s; 0 = off, faster)", 0.0, 1e6,
+                               help="queue, batch, KV per tier and paging (tripath/simulator/loop/timeseries.py)",
+                               **state.bind("interval", 5.0))
     try:
         profile = profiles.load(profile_name)
     except InputError as err:
@@ -48,12 +49,15 @@ def main() -> None:
     except ValueError as err:
         st.error(str(err))
         st.stop()
+    data, load_note = simulation.baseline_rate(data, profile)
+    if load_note:
+        st.caption(f"Load: {load_note}.")
     key = (simulation.canonical(data), profile_name, seed, replications, interval or None)
     if st.button("Run simulation", type="primary", key="run"):
         _run(data, key)
     stored = st.session_state.get(RESULT)
     if stored is None:
-        st.info("Set the workload, cluster, batching, strategy and SLA above, then **Run simulation**.")
+        st.info("Set the workload, cluster, batching, paths and SLA above, then **Run simulation**.")
         return
     if stored["key"] != key:
         st.warning("The inputs changed since this result was simulated: run again to update it.")
@@ -66,6 +70,13 @@ def _ms(value: float, signed: bool = False) -> str:
     if abs(value) >= 10_000:
         return f"{value / 1000:{sign},.1f} s"
     return f"{value:{sign},.1f} ms"
+
+
+def _value(value: object) -> str:
+    """A path quantity as text (the column mixes numbers and names): 4 significant digits for a float."""
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return "-" if value is None else str(value)
 
 
 def _run(data: dict, key: tuple) -> None:
@@ -94,9 +105,9 @@ def _show(outcome: simulation.Outcome) -> None:
     cols[1].metric("completed", f"{counts['completed']:,}")
     cols[2].metric("rejected", f"{counts['rejected']:,}")
     for col, row in zip(cols[3:], simulation.sla_rows(report), strict=True):
-        value = row["simulated P99 ms"]
+        value = row["simulated P99 (ms)"]
         col.metric(row["term"], "n/a" if value is None else _ms(value),
-                   None if value is None else f"{_ms(value - row['target ms'], signed=True)} vs SLA",
+                   None if value is None else f"{_ms(value - row['target (ms)'], signed=True)} vs SLA",
                    delta_color="inverse")
     if report["reject_reasons"]:
         st.warning("Rejected: " + "; ".join(f"{n} x {why}" for why, n in report["reject_reasons"].items()))
@@ -112,15 +123,27 @@ def _show(outcome: simulation.Outcome) -> None:
         cols[2].metric("TTFT P50 with a hit", "n/a" if cached is None else _ms(cached))
         if "note" in prefix:
             st.caption(prefix["note"])
-    st.markdown("**Percentiles** (ms; mean over replications, 95% Student-t interval)")
+    st.markdown(f"**Percentiles** (ms; mean over replications; interval: {report['latency_interval']['method']})")
     rows = simulation.percentile_rows(report)
     st.dataframe(pd.DataFrame(rows), hide_index=True, key="percentiles", height=36 * (len(rows) + 1) + 2,
                  column_config={c: st.column_config.NumberColumn(format="%.1f")
-                                for c in ("mean ms", "95% CI low", "95% CI high")})
+                                for c in ("mean (ms)", "95% low (ms)", "95% high (ms)")})
     sla = simulation.sla_rows(report)
     if sla:
-        st.markdown("**SLA**")
-        st.dataframe(pd.DataFrame(sla), hide_index=True, key="sla_table")
+        st.markdown("**SLA** (terms without a target are not judged)")
+        st.dataframe(pd.DataFrame(sla), hide_index=True, key="sla_table",
+                     column_config={"requests within target (%)": st.column_config.NumberColumn(format="%.1f")})
+    left, right = st.columns(2)
+    with left:
+        st.markdown("**Throughput and utilisation** (simulated, mean over replications)")
+        st.dataframe(pd.DataFrame(simulation.throughput_rows(report)), hide_index=True, key="throughput_table",
+                     column_config={"value": st.column_config.NumberColumn(format="%.4g")})
+    with right:
+        paths = simulation.path_rows(report, outcome)
+        st.markdown("**Optimization paths**" + ("" if paths else ": none on (the baseline)"))
+        if paths:
+            shown = [{**row, "value": _value(row["value"])} for row in paths]
+            st.dataframe(pd.DataFrame(shown), hide_index=True, key="paths_table")
     short = f"simulated on a '{report['profile']['source']}' profile ({report['profile']['key']})"
     cdf = charts.latency_cdfs(outcome.latencies_s, report["sla"]["targets_ms"], short)
     st.pyplot(cdf)

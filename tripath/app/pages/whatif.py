@@ -14,31 +14,33 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from tripath.app.widgets import charts, planning_runs, profiles, scenario_form
+from tripath.app.widgets import charts, planning_runs, profiles, scenario_form, state
 from tripath.core.errors import InputError
 from tripath.planning.scenario_dict import load_scenario_dict
-from tripath.planning.whatif import load_step, parse_value, whatif
+from tripath.planning.whatif import load_step, parse_value, rate_of, whatif
 from tripath.profile.profile import Profile
 
-FIELDS = {"batching window (batching.max_wait_ms)": "batching.max_wait_ms",
-          "load (workload.arrival.rate_per_s)": "workload.arrival.rate_per_s",
-          "load fraction (workload.arrival.load_fraction)": "workload.arrival.load_fraction",
-          "max batch size (batching.max_batch_size)": "batching.max_batch_size",
-          "TTFT SLA (sla.ttft_p99_ms)": "sla.ttft_p99_ms", "TPOT SLA (sla.tpot_p99_ms)": "sla.tpot_p99_ms",
-          "E2E SLA (sla.e2e_p99_ms)": "sla.e2e_p99_ms"}
+FIELDS = {"batching window (ms)": "batching.max_wait_ms",
+          "load (req/s)": "workload.arrival.rate_per_s",
+          "load (fraction of the saturation estimate)": "workload.arrival.load_fraction",
+          "max batch size (requests)": "batching.max_batch_size",
+          "TTFT P99 target (ms)": "sla.ttft_p99_ms", "TPOT P99 target (ms)": "sla.tpot_p99_ms",
+          "end-to-end P99 target (ms)": "sla.e2e_p99_ms"}
+LABELS = {field: label for label, field in FIELDS.items()}
 DEFAULTS = {"batching.max_wait_ms": "0, 50, 200, 1000", "workload.arrival.rate_per_s": "0.05, 0.1, 0.2, 0.3",
             "workload.arrival.load_fraction": "0.3, 0.6, 0.9", "batching.max_batch_size": "8, 32, 64",
             "sla.ttft_p99_ms": "1000, 2000, 5000", "sla.tpot_p99_ms": "50, 100, 200",
             "sla.e2e_p99_ms": "10000, 30000, 60000"}
 TERMS = ("ttft", "tpot", "e2e")
+TERM_NAMES = {"ttft": "TTFT", "tpot": "TPOT", "e2e": "end-to-end"}
 SWEEP, STEP = "whatif_sweep", "whatif_step"
 
 
 def _values(field: str, key: str) -> list[Any]:
-    text = st.text_input(f"values of {field} (comma-separated)", DEFAULTS[field], key=key)
+    text = st.text_input(f"values of {LABELS[field]} (comma-separated)", DEFAULTS[field], key=key)
     values = [parse_value(v) for v in text.split(",") if v.strip()]
     if not values:
-        raise ValueError(f"{field}: give at least one value")
+        raise ValueError(f"{LABELS[field]}: give at least one value")
     return values
 
 
@@ -48,7 +50,8 @@ def main() -> None:
                "Every point sees the same seeded draws, so differences come from the change.")
     names = scenario_form.shipped_scenarios()
     cols = st.columns(3)
-    scenario = cols[0].selectbox("scenario", names, index=names.index("quickstart"), key="whatif_scenario")
+    scenario = cols[0].selectbox("scenario", names, **state.bind("whatif_scenario", "quickstart", state.SCENARIO,
+                                                                 names))
     try:
         data, source = load_scenario_dict(scenario)
     except InputError as err:
@@ -56,11 +59,11 @@ def main() -> None:
         return
     data = {k: v for k, v in data.items() if k != "profile"}
     choices = profiles.choices()
-    name = cols[1].selectbox("profile", choices, index=choices.index("seed-llama2-70b-a100")
-                             if "seed-llama2-70b-a100" in choices else 0, key="whatif_profile")
+    default = "seed-llama2-70b-a100" if "seed-llama2-70b-a100" in choices else choices[0]
+    name = cols[1].selectbox("profile", choices, **state.bind("whatif_profile", default, state.PROFILE, choices))
     if "requests" in data["workload"]:
         requests = int(cols[2].number_input("requests per simulation", 10, 1_000_000,
-                                            int(data["workload"]["requests"]), key="whatif_requests"))
+                                            **state.bind("whatif_requests", int(data["workload"]["requests"]))))
         data = {**data, "workload": {**data["workload"], "requests": requests}}
     profile = profiles.load_shown(name)
     if profile is None:
@@ -114,7 +117,7 @@ def _sweep(data: dict[str, Any], source: str, profile: Profile, text: str,
     st.caption(result["numbers_from"])
     rows = [_point(p) for p in result["points"]]
     st.dataframe(pd.DataFrame(rows), hide_index=True, key="whatif_table")
-    term = st.radio("plot", TERMS, horizontal=True, key="whatif_term", format_func=str.upper)
+    term = st.radio("plot", TERMS, horizontal=True, key="whatif_term", format_func=TERM_NAMES.__getitem__)
     fig = _sweep_figure(result, term, data.get("sla", {}).get(f"{term}_p99_ms"))
     st.pyplot(fig)
     st.download_button("sweep (PNG)", charts.png_bytes(fig), "whatif.png", "image/png", key="whatif_png")
@@ -123,25 +126,33 @@ def _sweep(data: dict[str, Any], source: str, profile: Profile, text: str,
 
 
 def _point(p: dict[str, Any]) -> dict[str, Any]:
-    row: dict[str, Any] = dict(p["settings"])
+    row: dict[str, Any] = {LABELS.get(field, field): value for field, value in p["settings"].items()}
     if "error" in p:
         row["refused"] = p["error"]
         return row
     for term in TERMS:
         est = p["p99_ms"][term] or {}
-        row[f"{term.upper()} P99 ms"] = est.get("mean")
-        row[f"{term.upper()} 95% CI"] = (None if est.get("ci_low") is None
-                                         else f"[{est['ci_low']:,.1f}, {est['ci_high']:,.1f}]")
+        row[f"{TERM_NAMES[term]} P99 (ms)"] = est.get("mean")
+        row[f"{TERM_NAMES[term]} 95% interval (ms)"] = _interval(est)
     row["meets SLA"] = p["meets_sla"]
-    row["share meeting every term"] = (p.get("attainment") or {}).get("all")
+    share = (p.get("attainment") or {}).get("all")
+    row["requests meeting every term (%)"] = None if share is None else 100.0 * share
     return row
+
+
+def _interval(est: dict[str, Any]) -> str | None:
+    """The order-statistic interval as text; an end too few requests give is "n/a"."""
+    if est.get("ci_low") is None and est.get("ci_high") is None:
+        return None
+    low, high = ("n/a" if est.get(k) is None else f"{est[k]:,.1f}" for k in ("ci_low", "ci_high"))
+    return f"[{low}, {high}]"
 
 
 def _sweep_figure(result: dict[str, Any], term: str, target_ms: float | None) -> Any:
     fields = result["fields"]
     groups: dict[str, list[dict[str, Any]]] = {}
     for p in result["points"]:
-        label = "P99" if len(fields) == 1 else f"{fields[1]} = {p['settings'][fields[1]]}"
+        label = "P99" if len(fields) == 1 else f"{LABELS.get(fields[1], fields[1])} = {p['settings'][fields[1]]}"
         groups.setdefault(label, []).append(p)
     x = [p["settings"][fields[0]] for p in next(iter(groups.values()))]
     ys, bands = {}, {}
@@ -151,8 +162,20 @@ def _sweep_figure(result: dict[str, Any], term: str, target_ms: float | None) ->
         bands[label] = ([np.nan if e.get("ci_low") is None else e["ci_low"] for e in est],
                         [np.nan if e.get("ci_high") is None else e["ci_high"] for e in est])
     target = None if f"sla.{term}_p99_ms" in fields else target_ms  # a swept target has no single line
-    return charts.lines(x, ys, fields[0], f"{term.upper()} P99 (ms)", f"what-if — {result['numbers_from']}",
+    return charts.lines(x, ys, LABELS.get(fields[0], fields[0]), f"{TERM_NAMES[term]} P99 (ms)",
+                        f"what-if — {result['numbers_from']}",
                         bands, target, "SLA")
+
+
+def arrival_span(data: dict[str, Any], source: str, profile: Profile) -> float | None:
+    """Expected seconds of arrivals without the step: requests / the scenario's rate (None for a trace or a
+    scenario the reader refuses: the run says why)."""
+    requests = data.get("workload", {}).get("requests")
+    try:
+        rate = rate_of(data, source, profile)
+    except (InputError, ValueError):
+        return None
+    return None if rate is None or not requests else requests / rate
 
 
 def _step(data: dict[str, Any], source: str, profile: Profile, text: str,
@@ -160,9 +183,18 @@ def _step(data: dict[str, Any], source: str, profile: Profile, text: str,
     st.caption("The scenario's arrivals with the rate multiplied by FACTOR after T seconds; served once with the "
                "scenario's batching policy (fixed) and once with policy = adaptive.")
     cols = st.columns(3)
-    factor = cols[0].number_input("FACTOR (load multiplier)", 0.1, 100.0, 2.0, key="step_factor")
-    at_s = cols[1].number_input("at T (simulated s)", 0.0, 1e7, 600.0, key="step_at")
-    window = cols[2].number_input("window (s; 0 = T / 5)", 0.0, 1e7, 0.0, key="step_window")
+    factor = cols[0].number_input("load multiplier (FACTOR)", 0.1, 100.0, **state.bind("step_factor", 2.0))
+    given_at = cols[1].number_input("step at T (simulated s; 0 = the middle of the arrivals)", 0.0, 1e7,
+                                    **state.bind("step_at", 0.0))
+    window = cols[2].number_input("window (s; 0 = T / 5)", 0.0, 1e7, **state.bind("step_window", 0.0))
+    span = arrival_span(data, source, profile)
+    at_s = given_at or (span / 2.0 if span else 0.0)
+    if span is not None:
+        st.caption(f"The arrivals span about {span:,.0f} s before the step ({data['workload'].get('requests')} "
+                   f"requests at the scenario's rate); the step comes at {at_s:,.0f} s.")
+        if at_s >= span:
+            st.warning(f"T = {at_s:,.0f} s is after the last arrival (about {span:,.0f} s): the load never steps "
+                       "within the run. Lower T or raise the requests.")
     if st.button("Run the load step", type="primary", key="step_run"):
         inputs = {"scenario": data, "profile": text, "factor": factor, "at": at_s, "window": window}
         try:
@@ -186,13 +218,13 @@ def _step(data: dict[str, Any], source: str, profile: Profile, text: str,
             st.error(f"{label} (policy {s['policy']}): the simulator refused it: {s['error']}")
     if not ok:
         return
-    term = st.radio("plot", TERMS, horizontal=True, key="step_term", format_func=str.upper)
+    term = st.radio("plot", TERMS, horizontal=True, key="step_term", format_func=TERM_NAMES.__getitem__)
     fig = charts.windows(ok, term, result["load_step"]["at_s"], f"load step x{result['load_step']['factor']:g} — "
                                                                  f"{result['numbers_from']}")
     st.pyplot(fig)
     st.download_button("transient (PNG)", charts.png_bytes(fig), "load_step.png", "image/png", key="step_png")
     rows = [{"policy": label, "window": f"{w['start_s']:.0f}-{w['end_s']:.0f} s", "arrived": w["arrived"],
-             **{f"{t.upper()} P99 ms": w[f"{t}_p99_ms"]["mean"] for t in TERMS}}
+             **{f"{TERM_NAMES[t]} P99 (ms)": w[f"{t}_p99_ms"]["mean"] for t in TERMS}}
             for label, windows in ok.items() for w in windows]
     st.dataframe(pd.DataFrame(rows), hide_index=True, key="step_table")
 

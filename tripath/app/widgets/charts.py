@@ -87,18 +87,20 @@ def lines(x: Sequence[float], ys: dict[str, Sequence[float]], xlabel: str, ylabe
 
 def matrix_heatmap(rows: list[str], columns: list[str], margins: list[list[float | None]],
                    marks: list[list[str]], title: str) -> Figure:
-    """Cells x candidates coloured by SLA margin ((target - P99) / target, clipped to +-100%); grey = no number.
+    """Rows x columns coloured by SLA margin ((target - P99) / target, clipped to +-100%); grey = no number.
 
     ``marks`` is drawn in each square: "★" recommended, "2" runner-up, "n/a" not applicable, "x" refused.
+    The size follows the labels, so twenty candidates as rows stay readable at the page's width.
     """
     values = np.array([[np.nan if v is None else max(-1.0, min(1.0, v)) for v in row] for row in margins], float)
-    fig, ax = plt.subplots(figsize=(1.25 * len(columns) + 3, 0.6 * len(rows) + 2))
+    label_in = 0.075 * max((len(r) for r in rows), default=4)  # inches of the longest row label at 8 pt
+    fig, ax = plt.subplots(figsize=(1.5 * len(columns) + label_in + 2.5, 0.38 * len(rows) + 2.2))
     cmap = matplotlib.colormaps["RdYlGn"].with_extremes(bad="#dddddd")
     image = ax.imshow(np.ma.masked_invalid(values), cmap=cmap, vmin=-1, vmax=1, aspect="auto")
     for i, row in enumerate(marks):
         for j, mark in enumerate(row):
             ax.text(j, i, mark, ha="center", va="center", fontsize=9)
-    ax.set_xticks(range(len(columns)), columns, rotation=35, ha="right", fontsize=8)
+    ax.set_xticks(range(len(columns)), columns, rotation=20, ha="right", fontsize=8)
     ax.set_yticks(range(len(rows)), rows, fontsize=8)
     fig.colorbar(image, ax=ax, label="SLA margin (min over terms)")
     ax.set_title(title, fontsize=9)

@@ -16,6 +16,7 @@ from typing import Any
 
 import streamlit as st
 
+from tripath.app.widgets import state
 from tripath.planning.cache import DEFAULT_CACHE_DIR, ResultCache
 from tripath.planning.executor import LocalPoolExecutor
 
@@ -63,13 +64,15 @@ def controls(prefix: str, replications: int = 1) -> SweepSettings:
     """The sweep options every planning page offers (the CLI's --seed --replications --workers --no-cache)."""
     with st.expander("sweep options (seed, replications, workers, cache)"):
         cols = st.columns(4)
-        seed = int(cols[0].number_input("seed", 0, 2**31 - 1, 0, key=f"{prefix}.seed"))
-        reps = int(cols[1].number_input("replications", 1, 50, replications, key=f"{prefix}.replications",
-                                        help="confidence intervals need at least 2"))
-        workers = int(cols[2].number_input("local workers", 1, 256, 1, key=f"{prefix}.workers",
-                                           help="processes in planning's local pool (the CLI's --workers)"))
-        disk = cols[3].checkbox("use the result cache", True, key=f"{prefix}.cache",
-                                help=f"planning's on-disk cache ({DEFAULT_CACHE_DIR}/), as the CLI uses it")
+        seed = int(cols[0].number_input("seed", 0, 2**31 - 1, **state.bind(f"{prefix}.seed", 0, state.SEED)))
+        reps = int(cols[1].number_input("replications", 1, 50, help="more replications narrow the intervals",
+                                        **state.bind(f"{prefix}.replications", replications)))
+        workers = int(cols[2].number_input("local workers (processes)", 1, 256,
+                                           help="processes in planning's local pool (the CLI's --workers)",
+                                           **state.bind(f"{prefix}.workers", 1)))
+        disk = cols[3].checkbox("use the result cache",
+                                help=f"planning's on-disk cache ({DEFAULT_CACHE_DIR}/), as the CLI uses it",
+                                **state.bind(f"{prefix}.cache", True))
     return SweepSettings(seed, reps, workers, disk)
 
 

@@ -28,5 +28,5 @@ def simulated_caption(report: dict[str, Any]) -> str:
     rate = report["arrival_rate_per_s"]
     rate_text = "trace timestamps" if rate["value"] is None else f"{rate['value']:.4g} req/s ({rate['source']})"
     return (f"{report['numbers_from']}; profile `{report['profile']['key']}`; seed {report['seed']}, "
-            f"{report['replications']} replication(s); arrival rate {rate_text}; 95% Student-t intervals "
-            "over replications (tripath/core/metrics.py).")
+            f"{report['replications']} replication(s); arrival rate {rate_text}; latency interval: "
+            f"{report['latency_interval']['method']} over the pooled requests (tripath/core/metrics.py).")

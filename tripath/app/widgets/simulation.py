@@ -9,6 +9,7 @@ result instead of simulating again; the simulator is deterministic, so nothing i
 
 from __future__ import annotations
 
+import copy
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -18,11 +19,16 @@ import streamlit as st
 
 from tripath.app.widgets.profiles import parse_profile
 from tripath.core import metrics
+from tripath.core.errors import InputError
+from tripath.planning.matrix import cell_rate
+from tripath.profile.profile import Profile
 from tripath.simulator.runner import SimulationResult, simulate
 from tripath.simulator.scenario.scenario import scenario_from_dict
 from tripath.simulator.summary import records_csv, summary
 
 CDF_METRICS = ("ttft", "tpot", "e2e")
+METRIC_NAMES = {"ttft": "TTFT", "tpot": "TPOT", "e2e": "end-to-end", "queueing": "queueing delay"}
+LEVEL_NAMES = {"p50": "P50", "p90": "P90", "p99": "P99", "p999": "P99.9"}
 
 
 @dataclass(frozen=True)
@@ -55,19 +61,45 @@ def run(scenario_json: str, profile_text: str, profile_name: str, seed: int, rep
     return Outcome(summary(result), records_csv([run.records for run in result.runs]), latencies, result)
 
 
+def baseline_rate(scenario: dict[str, Any], profile: Profile) -> tuple[dict[str, Any], str | None]:
+    """A load given as a fraction, turned into req/s of the BASELINE's saturation estimate, and a line saying so.
+
+    The simulator reads ``load_fraction`` against the saturation of the scenario's own paths, so
+    switching a path on would change the arrival rate and a reader would take the load change for
+    the path's gain; fixed to the baseline's (planning.matrix.cell_rate, as the decision matrix does),
+    the rate stays put. A scenario the reader refuses is returned unchanged: the run reports why.
+    """
+    arrival = scenario.get("workload", {}).get("arrival", {})
+    fraction = arrival.get("load_fraction")
+    if fraction is None:
+        return scenario, None
+    try:
+        rate = cell_rate(scenario, None, profile)
+    except InputError:
+        return scenario, None
+    if rate is None:
+        return scenario, None
+    fixed = copy.deepcopy(scenario)
+    fixed["workload"]["arrival"] = {**{k: v for k, v in arrival.items() if k != "load_fraction"}, "rate_per_s": rate}
+    return fixed, (f"{rate:.4g} req/s = {fraction:g} of the baseline's saturation {rate / fraction:.4g} req/s "
+                   "(estimate of tripath/simulator/capacity.py; the same rate whichever paths are on)")
+
+
 def percentile_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
     """The summary's latency percentiles as table rows (ms): mean and 95% interval per metric and level."""
-    names = {"p50": "P50", "p90": "P90", "p99": "P99", "p999": "P99.9"}
     rows = []
     for metric, levels in report["latency_ms"].items():
         for level, est in levels.items():
-            rows.append({"metric": metric, "percentile": names[level], "mean ms": est["mean"],
-                         "95% CI low": est["ci_low"], "95% CI high": est["ci_high"]})
+            rows.append({"metric": METRIC_NAMES.get(metric, metric), "percentile": LEVEL_NAMES[level],
+                         "mean (ms)": est["mean"], "95% low (ms)": est["ci_low"], "95% high (ms)": est["ci_high"]})
     return rows
 
 
 def sla_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
-    """Each SLA term: target, simulated P99, met or not, and the share of requests within the target."""
+    """Each SLA term given: target, simulated P99, met or not, and the share of requests within the target.
+
+    A term without a target (None) is not judged: it has no row.
+    """
     sla = report["sla"]
     rows = []
     for term, target in sla["targets_ms"].items():
@@ -75,6 +107,89 @@ def sla_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
             continue
         share = sla["attainment"].get(term) or {}
         p99 = report["latency_ms"][term]["p99"]["mean"]
-        rows.append({"term": f"{term} P99", "target ms": target, "simulated P99 ms": p99,
-                     "met": sla["p99_meets_target"][term], "share within target": share.get("mean")})
+        within = share.get("mean")
+        rows.append({"term": f"{METRIC_NAMES[term]} P99", "target (ms)": target, "simulated P99 (ms)": p99,
+                     "met": sla["p99_meets_target"][term],
+                     "requests within target (%)": None if within is None else 100.0 * within})
     return rows
+
+
+def throughput_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """Throughput over the makespan and each replica's busy share, means over replications."""
+    tput = report["throughput"]
+    rows = [{"quantity": "completed requests (req/s)", "value": tput["requests_per_s"]["mean"]},
+            {"quantity": "generated tokens (tokens/s)", "value": tput["output_tokens_per_s"]["mean"]}]
+    for i, est in enumerate(report["utilisation"]):
+        busy = est["mean"]
+        rows.append({"quantity": f"replica {i} busy (% of the makespan)",
+                     "value": None if busy is None else 100.0 * busy})
+    return rows
+
+
+def path_rows(report: dict[str, Any], outcome: Outcome | None = None) -> list[dict[str, Any]]:
+    """What each switched-on path did: its parameters, the profile numbers it read, and what it moved.
+
+    From the summary's ``strategies`` and ``per_request_paths`` and the saturation estimate's path
+    detail; host / SSD traffic from the simulator's time series when it sampled one (cumulative bytes
+    per paging link at the last sample, summed over replicas, mean over replications).
+    """
+    strategies = report.get("strategies") or {}
+    on = strategies.get("on") or []
+    per = report["per_request_paths"]
+    detail = (report.get("saturation_estimate") or {}).get("paths") or {}
+    rows: list[dict[str, Any]] = []
+
+    def add(path: str, quantity: str, value: Any, source: str) -> None:
+        rows.append({"path": path, "quantity": quantity, "value": value, "from": source})
+
+    if "speculative" in on:
+        params = strategies["speculative"]["parameters"]
+        add("speculative", "draft tokens per round (K)", params.get("k"), str(params.get("k_from", "")))
+        for entry in strategies["speculative"]["numbers_from"]:
+            if entry["field"].startswith("acceptance."):  # acceptance.TASK and acceptance.TASK.between_prompt_sd
+                add("speculative", f"{entry['unit']}, task {entry['field'].split('.')[1]}", entry["value"],
+                    f"profile ({entry['source']})")
+        rounds, accepted = per["draft_rounds"]["mean"], per["accepted_tokens"]["mean"]
+        add("speculative", "draft rounds per request", rounds, "simulated")
+        add("speculative", "accepted draft tokens per request", accepted, "simulated")
+        if detail.get("tokens_per_round") is not None:
+            add("speculative", "tokens per round (expected)", detail["tokens_per_round"],
+                "estimate (tripath/simulator/paths/capacity.py)")
+    if "tiered" in on:
+        params = strategies["tiered"]["parameters"]
+        add("tiered", "host memory (GiB)", params.get("host_capacity_gib"), str(params.get("host_from", "")))
+        add("tiered", "SSD (GiB)", params.get("ssd_capacity_gib"), str(params.get("ssd_from", "")))
+        add("tiered", "paging stall per request (ms)", per["paging_ms"]["mean"], "simulated")
+        for link, gib in _traffic_gib(outcome).items():
+            add("tiered", f"KV moved {link.replace('_', ' -> ')} (GiB)", gib, "simulated (time series)")
+    if "sequence_parallel" in on:
+        params = strategies["sequence_parallel"]["parameters"]
+        add("sequence parallel", "SP degree (GPUs per sequence)", params.get("degree"), "scenario")
+        add("sequence parallel", "merge time per request (ms)", per["merge_ms"]["mean"], "simulated")
+    if "compression" in on:
+        params = strategies["compression"]["parameters"]
+        add("compression", "mode", params.get("mode"), "scenario")
+    if on and detail.get("kv_bytes_per_token") is not None:
+        add(", ".join(on), "KV per token (KiB)", detail["kv_bytes_per_token"] / 1024.0,
+            "estimate (tripath/simulator/paths/capacity.py)")
+    if per["preemptions"]["mean"]:
+        add("batching", "preemptions per request", per["preemptions"]["mean"], "simulated")
+    return rows
+
+
+def _traffic_gib(outcome: Outcome | None) -> dict[str, float]:
+    """Cumulative paging GiB per link at the last sample, summed over replicas, mean over replications."""
+    from tripath.simulator.loop.timeseries import COLUMNS, LINKS
+
+    if outcome is None:
+        return {}
+    totals: dict[str, list[float]] = {link: [] for link in LINKS}
+    for run in outcome.result.runs:
+        series = run.timeseries
+        if series is None or not series.rows:
+            return {}
+        last_t = max(row[0] for row in series.rows)
+        last = [row for row in series.rows if row[0] == last_t]
+        for link in LINKS:
+            totals[link].append(sum(row[COLUMNS.index(f"paging_{link}_bytes")] for row in last) / 2**30)
+    return {link: sum(v) / len(v) for link, v in totals.items() if v and any(v)}
