@@ -43,7 +43,7 @@ def test_distribution_workload_and_fixed_rate() -> None:
     base, _, choices = _default()
     spec = form.Lengths(100, 200, 50.0, 0.5)
     data = form.scenario(base, dataclasses.replace(choices, workload=form.DISTRIBUTION, qps=1.25,
-                                               lengths=spec))
+                                                   lengths=spec))
     assert data["workload"]["prompt_tokens"] == {"kind": "uniform", "low": 100, "high": 200}
     assert data["workload"]["output_tokens"] == {"kind": "lognormal", "median": 50.0, "sigma": 0.5}
     assert data["workload"]["arrival"] == {"kind": "poisson", "rate_per_s": 1.25}

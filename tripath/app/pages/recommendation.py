@@ -209,7 +209,7 @@ def _show(result: dict[str, Any], max_replicas: int) -> None:
                f"{result['replications']} seeded replications with a 95% Student-t interval. {result['sizing']}.")
     if best is not None:
         st.success(f"Recommended: **{best['candidate']}** — {_sized(best, price)}")
-        cols = st.columns(4)
+        cols = st.columns([3, 1, 1, 2])
         cols[0].metric("path", best["candidate"])
         cols[1].metric("replicas", best["replicas"])
         cols[2].metric("GPUs", best["gpus"])
@@ -273,6 +273,8 @@ def _pareto(result: dict[str, Any]) -> None:
         return
     fig = pareto.figure(pts, term, y, result["sla_ms"][term], result["numbers_from"])
     st.pyplot(fig)
+    st.caption("A label '+N more' stands for candidates at about the same point: every candidate is in the table "
+               "below. Hollow points miss the SLA even at the largest replica count searched.")
     st.download_button("Pareto plot (PNG)", png_bytes(fig), "pareto.png", "image/png", key="rec.pareto_png")
 
 

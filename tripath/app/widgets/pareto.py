@@ -60,7 +60,8 @@ def figure(pts: list[dict[str, Any]], term: str, y: str, target_ms: float | None
     """The scatter, its Pareto front, the SLA target, the recommended candidate as a star; names beside points
     (candidates at the same point share one label)."""
     label, scale = TERM_UNITS[term]
-    fig, ax = plt.subplots(figsize=(9, 4.6))
+    unit = label[label.rindex("(") + 1:-1]
+    fig, ax = plt.subplots(figsize=(9, 4.8))
     met = [p for p in pts if p["meets"]]
     missed = [p for p in pts if not p["meets"]]
     if met:
@@ -78,18 +79,21 @@ def figure(pts: list[dict[str, Any]], term: str, y: str, target_ms: float | None
         ax.step([p["x"] for p in edge], [p["y"] for p in edge], where="post", color="grey", lw=1, ls="-",
                 zorder=2, label="Pareto front")
     if target_ms is not None:
-        ax.axvline(target_ms * scale, color="k", ls="--", lw=1, label=f"SLA target {target_ms * scale:g}")
-    groups: dict[tuple[float, float], list[str]] = {}
-    for p in pts:
-        groups.setdefault((round(p["x"], 6), p["y"]), []).append(p["candidate"])
-    for (x, yv), names in groups.items():
-        text = names[0] if len(names) == 1 else f"{names[0]} (+{len(names) - 1} same)"
-        ax.annotate(text, (x, yv), textcoords="offset points", xytext=(5, 4), fontsize=7)
+        ax.axvline(target_ms * scale, color="k", ls="--", lw=1, label=f"SLA target {target_ms * scale:g} {unit}")
+    groups: dict[tuple[str, float], list[dict[str, Any]]] = {}
+    for p in pts:  # points that look the same at the plot's resolution share one label
+        groups.setdefault((f"{p['x']:.3g}", p["y"]), []).append(p)
+    for i, group in enumerate(sorted(groups.values(), key=lambda g: (g[0]["y"], g[0]["x"]))):
+        names = [p["candidate"] for p in group]
+        text = names[0] if len(names) == 1 else f"{names[0]} +{len(names) - 1} more"
+        ax.annotate(text, (group[0]["x"], group[0]["y"]), textcoords="offset points",
+                    xytext=(6, 6 if i % 2 == 0 else -12), fontsize=7)  # alternate above / below: less overlap
     ax.set_xlabel(label)
     ax.set_ylabel(AXES[y])
     ax.grid(alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=7, loc="best")
-    ax.set_title(f"{AXES[y]} against {label} per candidate — {provenance}", fontsize=9)
+        ax.legend(fontsize=7, loc="upper right")
+    ax.margins(x=0.25, y=0.2)
+    ax.set_title(f"{AXES[y]} against {label} per candidate\n{provenance}", fontsize=9)
     fig.tight_layout()
     return fig
