@@ -16,7 +16,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 PAGES = [
-    st.Page("tripath/app/pages/explorer.py", title="Scenario explorer", icon=":material/tune:", default=True),
+    st.Page("tripath/app/pages/recommendation.py", title="Recommendation", icon=":material/recommend:", default=True),
+    st.Page("tripath/app/pages/explorer.py", title="Scenario explorer", icon=":material/tune:"),
     st.Page("tripath/app/pages/matrix.py", title="Decision matrix", icon=":material/grid_on:"),
     st.Page("tripath/app/pages/capacity.py", title="Capacity planner", icon=":material/dns:"),
     st.Page("tripath/app/pages/whatif.py", title="SLA what-if", icon=":material/ssid_chart:"),

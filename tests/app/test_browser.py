@@ -101,7 +101,7 @@ def test_quickstart_in_a_real_browser(app_url: str, tmp_path: Path) -> None:
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
             page.set_default_timeout(STEP_TIMEOUT_MS)
             expect.set_options(timeout=STEP_TIMEOUT_MS)
-            page.goto(app_url)
+            page.goto(f"{app_url}/explorer")  # the first page is the recommendation (its own test below)
             expect(page.get_by_role("heading", name="Scenario explorer")).to_be_visible()
             expect(page.get_by_role("button", name="Deploy")).to_have_count(0)  # the minimal toolbar (tripath app)
             page.get_by_role("button", name="Run simulation").click()
@@ -131,5 +131,79 @@ def test_quickstart_in_a_real_browser(app_url: str, tmp_path: Path) -> None:
             page.locator("[data-testid='stFileUploader'] input[type='file']").set_input_files(str(bad))
             expect(page.locator("[data-testid='stAlert']").filter(has_text="nothing changed")).to_be_visible()
             expect(page.locator("[data-testid='stException']")).to_have_count(0)
+        finally:
+            browser.close()
+
+
+def test_recommendation_page_in_a_real_browser(app_url: str, tmp_path: Path) -> None:
+    """The first page end to end: choose a price, Run, read the answer; it is recommend()'s for those inputs.
+
+    The expected answer is computed first with planning's on-disk cache in the repository (the one the app
+    server uses), so the page's run reads the same simulations when, and only when, its inputs are the same.
+    TRIPATH_RECOMMENDATION_SCREENSHOT=PATH also saves the answer's screenshot there (docs/img/recommendation.png).
+    """
+    from tripath.app.widgets import recommend_form as form
+    from tripath.planning.cache import DEFAULT_CACHE_DIR, ResultCache
+    from tripath.planning.executor import make_executor
+    from tripath.planning.recommend import recommend
+    from tripath.planning.scenario_dict import load_scenario_dict
+    from tripath.profile.profile import resolve_profile
+
+    chromium = _chromium()
+    try:
+        from playwright.sync_api import expect, sync_playwright
+    except ImportError:
+        pytest.fail("the playwright package is missing: pip install -e '.[test]'")
+    price = 3.0
+    base, source = load_scenario_dict("default")
+    start = form.defaults(base)
+    choices = form.Choices(start["profile"], start["workload"], start["qps"], price, start["ttft_s"],
+                           start["tpot_ms"], start["requests"])
+    rec = recommend(form.scenario(base, choices), source, resolve_profile(choices.profile), choices.qps, price,
+                    seed=0, replications=2, max_replicas=8, executor=make_executor("local"),
+                    cache=ResultCache(REPO_ROOT / DEFAULT_CACHE_DIR)).to_dict()
+    best, runner, robust = rec["recommended"], rec["runner_up"], rec["robustness"]
+    assert best is not None, "the default scenario has a recommendation (tripath recommend)"
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium,
+                                     args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1300})
+            page.set_default_timeout(STEP_TIMEOUT_MS)
+            expect.set_options(timeout=STEP_TIMEOUT_MS)
+            page.goto(app_url)
+            expect(page.get_by_role("heading", name="Recommendation")).to_be_visible()
+            price_box = page.get_by_role("spinbutton", name="GPU price (USD per GPU-hour)")
+            price_box.fill(f"{price:.2f}")
+            price_box.press("Enter")
+            expect(price_box).to_have_value(f"{price:.2f}")
+            page.get_by_role("button", name="Run", exact=True).click()
+            answer = page.locator("[data-testid='stAlert']").filter(has_text="Recommended:")
+            expect(answer).to_be_visible()
+            expect(answer).to_contain_text(
+                f"Recommended: {best['candidate']} — {best['replicas']} replica(s) x {best['gpus_per_replica']} "
+                f"GPU(s) = {best['gpus']} GPU(s), ${best['cost_usd_per_hour']:,.2f}/h at ${price:,.2f} per GPU-hour")
+            metrics = page.locator("[data-testid='stMetric']")
+            for label, value in (("path", best["candidate"]), ("replicas", str(best["replicas"])),
+                                 ("GPUs", str(best["gpus"])), ("cost (USD per hour)",
+                                                               f"{best['cost_usd_per_hour']:,.2f}")):
+                metric = metrics.filter(has=page.get_by_text(label, exact=True))
+                expect(metric.locator("[data-testid='stMetricValue']")).to_have_text(value)
+            if runner is not None:
+                expect(page.get_by_text(f"Runner-up: {runner['candidate']}")).to_be_visible()
+            missed = robust["step_costs"]["misses_at"]
+            if missed is not None:
+                expect(page.get_by_text(f"unless step costs are {missed - 1.0:.0%} higher")).to_be_visible()
+            image = page.locator("[data-testid='stImage'] img, [data-testid='stImageContainer'] img").first
+            expect(image).to_be_visible()
+            assert image.evaluate("img => img.naturalWidth") > 100  # the Pareto plot, decoded
+            expect(page.locator("[data-testid='stException']")).to_have_count(0)
+            page.get_by_role("heading", name="Answer").evaluate("h => h.scrollIntoView({block: 'start'})")
+            page.wait_for_timeout(500)
+            shot = tmp_path / "recommendation.png"
+            page.screenshot(path=str(shot), full_page=False)
+            assert shot.stat().st_size > 10_000
+            if os.environ.get("TRIPATH_RECOMMENDATION_SCREENSHOT"):
+                page.screenshot(path=os.environ["TRIPATH_RECOMMENDATION_SCREENSHOT"], full_page=False)
         finally:
             browser.close()

@@ -49,7 +49,7 @@ def _explore(at: AppTest, rate: float, requests: int = 80, replications: int = 2
 
 
 def test_explorer_shows_what_the_cli_functions_compute() -> None:
-    at = _explore(app(), rate=0.1, interval_s=20.0)
+    at = _explore(app("explorer"), rate=0.1, interval_s=20.0)
     # the same scenario built by hand from the shipped file, simulated by the CLI's functions
     data = shipped_scenario_dict("quickstart")
     data.pop("profile")
@@ -78,7 +78,7 @@ def test_explorer_shows_what_the_cli_functions_compute() -> None:
 
 def test_explorer_raising_the_rate_raises_p99() -> None:
     """Same seed, same lengths, arrivals compressed in time: queueing can only grow (and does)."""
-    at = _explore(app(), rate=0.05)
+    at = _explore(app("explorer"), rate=0.05)
     low_ttft, low_e2e = _p99(at, "ttft"), _p99(at, "e2e")
     at.number_input(key="quickstart.rate_per_s").set_value(0.4)  # above the ~0.26 req/s saturation estimate
     at.button(key="run").click().run()
@@ -89,7 +89,7 @@ def test_explorer_raising_the_rate_raises_p99() -> None:
 
 
 def test_explorer_reports_bad_input_and_keeps_the_last_result() -> None:
-    at = _explore(app(), rate=0.1)
+    at = _explore(app("explorer"), rate=0.1)
     before = frame(at, "percentile").copy()
     at.selectbox(key="quickstart.prompt.kind").set_value("uniform").run()
     at.number_input(key="quickstart.prompt.low").set_value(5000)
@@ -221,7 +221,7 @@ def test_fidelity_shows_the_latest_report(monkeypatch: pytest.MonkeyPatch, tmp_p
 
 def test_explorer_strategy_tables_reach_the_simulator() -> None:
     """Ticking a path writes its [strategy.*] table (the agreed format) and the result is runner.simulate's."""
-    at = _explore(app(), rate=0.1, requests=60)
+    at = _explore(app("explorer"), rate=0.1, requests=60)
     baseline_tpot = _p99(at, "tpot")
     assert at.checkbox(key="quickstart.compression").disabled  # the seed profile has no compression modes
     at.checkbox(key="quickstart.spec").check().run()

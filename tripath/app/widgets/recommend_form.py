@@ -1,0 +1,142 @@
+"""The recommendation page's inputs and the scenario they make: model+GPU profile, workload, SLA, rate, price.
+
+``scenario`` turns the choices into a TOML-shaped scenario dict over data/scenarios/default.toml (the
+scenario `tripath recommend` runs by default), so an unchanged form is exactly that scenario at its rate.
+An SLA term set to "none" is deleted from ``[sla]`` (not judged at all). ``to_toml`` writes such a dict back
+as TOML text (the scenario download); tests/app/test_recommendation.py reads it back with tomllib.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from tripath.planning.scenario_dict import with_fields, with_rate
+
+# the shipped traces a workload can take its prompt and output lengths from (data/traces/README.md)
+TRACES = {
+    "mooncake-conversation": "Mooncake conversation trace (FAST'25): 22.7% of prompts >= 16K tokens",
+    "mooncake-synthetic": "Mooncake synthetic trace (FAST'25): 39.7% of prompts >= 16K tokens",
+    "azure-conv-2023": "Azure LLM 2023 conversation trace (Splitwise): prompts up to 14K tokens",
+    "azure-code-2023": "Azure LLM 2023 code trace (Splitwise): prompts up to 7.4K tokens",
+}
+DISTRIBUTION = "distribution"
+WORKLOAD_LABELS = {**TRACES, DISTRIBUTION: "a length distribution: uniform prompts, lognormal outputs"}
+PROFILE_PREFIXES = ("published-", "projected-")
+
+
+@dataclass(frozen=True)
+class Lengths:
+    """A length distribution: prompts uniform in [prompt_low, prompt_high], outputs lognormal (median, sigma)."""
+
+    prompt_low: int = 1_000
+    prompt_high: int = 32_000
+    output_median: float = 300.0
+    output_sigma: float = 0.8
+
+
+@dataclass(frozen=True)
+class Choices:
+    """What the user picked; None for an SLA term means the term is removed."""
+
+    profile: str
+    workload: str
+    qps: float
+    price: float
+    ttft_s: float | None
+    tpot_ms: float | None
+    requests: int
+    lengths: Lengths = Lengths()
+
+
+def profile_label(name: str, key: Any, source: str) -> str:
+    """e.g. ``llama-3-70b on a100-80gb, TP4 (published numbers)``."""
+    return f"{key.model} on {key.hardware}, TP{key.tp} ({source} numbers) [{name}]"
+
+
+def ordered_profiles(names: list[str]) -> list[str]:
+    """The GPU profiles with published or projected numbers first (as listed), then the others."""
+    gpu = [n for n in names if n.startswith(PROFILE_PREFIXES)]
+    return gpu + [n for n in names if n not in gpu]
+
+
+def defaults(base: dict[str, Any]) -> dict[str, Any]:
+    """The form's starting values read from the base scenario (data/scenarios/default.toml)."""
+    sla = base.get("sla") or {}
+    workload = base.get("workload") or {}
+    trace = (workload.get("prompt_tokens") or {}).get("trace")
+    ttft, tpot = sla.get("ttft_p99_ms"), sla.get("tpot_p99_ms")
+    return {"profile": base.get("profile"), "workload": trace if trace in TRACES else DISTRIBUTION,
+            "qps": float((workload.get("arrival") or {}).get("rate_per_s", 0.5)),
+            "ttft_s": None if ttft is None else ttft / 1000.0, "tpot_ms": tpot,
+            "requests": int(workload.get("requests", 100))}
+
+
+def _lengths(choices: Choices) -> tuple[dict[str, Any], dict[str, Any]]:
+    if choices.workload in TRACES:
+        return ({"kind": "empirical", "trace": choices.workload, "column": "prompt"},
+                {"kind": "empirical", "trace": choices.workload, "column": "output"})
+    if choices.workload != DISTRIBUTION:
+        raise ValueError(f"unknown workload {choices.workload!r}; known: {', '.join(WORKLOAD_LABELS)}")
+    spec = choices.lengths
+    return ({"kind": "uniform", "low": int(spec.prompt_low), "high": int(spec.prompt_high)},
+            {"kind": "lognormal", "median": float(spec.output_median), "sigma": float(spec.output_sigma)})
+
+
+def scenario(base: dict[str, Any], choices: Choices) -> dict[str, Any]:
+    """The base scenario with the user's profile, lengths, request count, SLA and fixed rate (Poisson)."""
+    prompt, output = _lengths(choices)
+    changes: dict[str, Any] = {
+        "profile": choices.profile,
+        "workload.prompt_tokens": None, "workload.output_tokens": None,
+        "sla.ttft_p99_ms": None if choices.ttft_s is None else choices.ttft_s * 1000.0,
+        "sla.tpot_p99_ms": choices.tpot_ms,
+        "workload.requests": int(choices.requests), "workload.duration_s": None,
+    }
+    data = with_fields(base, changes)
+    data = with_fields(data, {"workload.prompt_tokens": prompt, "workload.output_tokens": output})
+    return with_rate(data, choices.qps)
+
+
+# --- TOML out -------------------------------------------------------------------------------------
+_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+def _key(key: str) -> str:
+    return key if _BARE_KEY.match(key) else json.dumps(key)
+
+
+def _value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"TOML scenario values must be finite, got {value}")
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)  # a JSON string is a TOML basic string
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_value(v) for v in value) + "]"
+    raise ValueError(f"cannot write {type(value).__name__} as a TOML scenario value")
+
+
+def to_toml(data: dict[str, Any]) -> str:
+    """A scenario dict (tables, scalars, lists of scalars) as TOML text; tomllib.loads gives the dict back."""
+    lines: list[str] = []
+
+    def table(node: dict[str, Any], path: list[str]) -> None:
+        scalars = {k: v for k, v in node.items() if not isinstance(v, dict)}
+        tables = {k: v for k, v in node.items() if isinstance(v, dict)}
+        if path and (scalars or not tables):
+            lines.append(("\n" if lines else "") + "[" + ".".join(_key(p) for p in path) + "]")
+        lines.extend(f"{_key(k)} = {_value(v)}" for k, v in scalars.items())
+        for k, v in tables.items():
+            table(v, [*path, k])
+
+    table(data, [])
+    return "\n".join(lines) + "\n"
