@@ -42,7 +42,7 @@ def _rate(data: dict, profile_name: str = SEED_PROFILE) -> float:
 
 
 def test_load_fraction_is_of_the_baselines_saturation_so_toggling_a_path_keeps_the_rate() -> None:
-    at = app()
+    at = app("explorer")
     assert at.radio(key="quickstart.rate_mode").value == "load_fraction"  # quickstart gives 0.6 of saturation
     baseline = _run_explorer(at)
     data = shipped_scenario_dict("quickstart")
@@ -64,7 +64,7 @@ def test_load_fraction_is_of_the_baselines_saturation_so_toggling_a_path_keeps_t
 
 
 def test_explorer_sla_zero_removes_the_term() -> None:
-    at = app()
+    at = app("explorer")
     at.number_input(key="quickstart.ttft_p99_ms").set_value(0.0)
     report = _run_explorer(at)
     assert report["sla"]["targets_ms"] == {"ttft": None, "tpot": 100.0, "e2e": 30000.0}
@@ -96,7 +96,7 @@ def test_capacity_sla_zero_removes_the_term() -> None:
 
 
 def test_inputs_and_the_profile_persist_across_pages() -> None:
-    at = app()
+    at = app("explorer")
     at.selectbox(key="explorer_profile").set_value("published-llama2-7b-a100").run()
     at.number_input(key="quickstart.requests").set_value(77).run()
     at.checkbox(key="quickstart.spec").check().run()
@@ -128,7 +128,7 @@ RAW_NAMES = ("_p99_ms", "load_fraction", "rate_per_s", "[strategy", "max_wait_ms
 
 
 def test_explorer_labels_are_plain_and_it_shows_throughput_and_path_quantities() -> None:
-    at = app()
+    at = app("explorer")
     at.checkbox(key="quickstart.spec").check().run()
     at.checkbox(key="quickstart.tiered").check().run()
     labels = [w.label for kind in (at.number_input, at.selectbox, at.radio, at.checkbox, at.text_input) for w in kind]
@@ -152,7 +152,7 @@ def test_explorer_labels_are_plain_and_it_shows_throughput_and_path_quantities()
 
 
 def test_explorer_intervals_are_order_statistic_and_never_negative() -> None:
-    at = app()
+    at = app("explorer")
     at.number_input(key="quickstart.requests").set_value(300)  # the shipped size: Student-t went below 0 here
     report = _run_explorer(at, requests=300)
     assert report["latency_interval"]["method"] == "order-statistic 95 %"

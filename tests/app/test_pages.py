@@ -112,8 +112,9 @@ def _coefficients(at: AppTest) -> pd.DataFrame:
 
 
 def test_calibration_other_profile_other_coefficients() -> None:
-    at = app("calibration")
-    # the profile chosen on the first page (the explorer's default) is the chosen profile here too
+    at = app("explorer")
+    at.switch_page("tripath/app/pages/calibration.py").run()
+    # the profile chosen on the explorer (its default) is the chosen profile here too
     assert at.selectbox(key="calibration_profile").value == "seed-llama2-70b-a100"
     at.selectbox(key="calibration_profile").set_value("cpu-tiny").run()
     tiny = _coefficients(at)

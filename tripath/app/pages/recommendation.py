@@ -14,10 +14,11 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from tripath.app.widgets import memory_fit, pareto, profiles
+from tripath.app.widgets import memory_fit, pareto, profiles, state
 from tripath.app.widgets import recommend_form as form
 from tripath.app.widgets.charts import png_bytes
 from tripath.core.errors import InputError
+from tripath.core.metrics import INTERVAL_METHOD
 from tripath.planning.cache import DEFAULT_CACHE_DIR, ResultCache
 from tripath.planning.candidates import candidates
 from tripath.planning.executor import make_executor
@@ -64,46 +65,54 @@ def _inputs(base: dict[str, Any]) -> tuple[form.Choices, int, int, int, bool]:
     start = form.defaults(base)
     names = form.ordered_profiles(profiles.choices())
     top = st.columns([3, 2])
-    default = start["profile"] if start["profile"] in names else names[0]
-    profile = top[0].selectbox("model and GPU (profile)", names, index=names.index(default), format_func=_label,
-                               key="rec.profile", help="published: fitted to published operator timings; "
+    # a profile chosen on another page is the first default here; this page's own choice is kept apart, so it
+    # does not move the other pages off their scenarios' profiles
+    shared = st.session_state.get(state.PROFILE)
+    default = shared if shared in names else start["profile"] if start["profile"] in names else names[0]
+    profile = top[0].selectbox("model and GPU (profile)", names, format_func=_label,
+                               **state.bind("rec.profile", default, options=names),
+                               help="published: fitted to published operator timings; "
                                "projected: scaled from them to another GPU; seed: the seed document's figures")
     keys = list(form.WORKLOAD_LABELS)
-    workload = top[1].selectbox("workload lengths", keys, index=keys.index(start["workload"]),
-                                format_func=form.WORKLOAD_LABELS.get, key="rec.workload",
+    workload = top[1].selectbox("workload lengths", keys, format_func=form.WORKLOAD_LABELS.get,
+                                **state.bind("rec.workload", start["workload"], options=keys),
                                 help="prompt and output lengths bootstrapped from a shipped trace, or drawn "
                                 "from a distribution; arrivals are Poisson at the rate below")
     lengths = form.Lengths()
     if workload == form.DISTRIBUTION:
         c = st.columns(4)
         lengths = form.Lengths(
-            int(c[0].number_input("prompt tokens, lowest", 1, 1_000_000, lengths.prompt_low, key="rec.plow")),
-            int(c[1].number_input("prompt tokens, highest", 1, 1_000_000, lengths.prompt_high, key="rec.phigh")),
-            float(c[2].number_input("output tokens, median", 1.0, 1e6, lengths.output_median, key="rec.omed")),
-            float(c[3].number_input("output tokens, sigma of log", 0.0, 5.0, lengths.output_sigma,
-                                    key="rec.osig")))
+            int(c[0].number_input("prompt tokens, lowest", 1, 1_000_000,
+                                  **state.bind("rec.plow", lengths.prompt_low))),
+            int(c[1].number_input("prompt tokens, highest", 1, 1_000_000,
+                                  **state.bind("rec.phigh", lengths.prompt_high))),
+            float(c[2].number_input("output tokens, median", 1.0, 1e6,
+                                    **state.bind("rec.omed", lengths.output_median))),
+            float(c[3].number_input("output tokens, sigma of log", 0.0, 5.0,
+                                    **state.bind("rec.osig", lengths.output_sigma))))
     c = st.columns(6)
-    ttft_none = c[0].checkbox("no TTFT term", start["ttft_s"] is None, key="rec.ttft_none",
+    ttft_none = c[0].checkbox("no TTFT term", **state.bind("rec.ttft_none", start["ttft_s"] is None),
                               help="removes the term: it is not judged at all")
-    ttft = c[1].number_input("TTFT P99 target (s)", 0.001, 1e5, start["ttft_s"] or 20.0, key="rec.ttft",
+    ttft = c[1].number_input("TTFT P99 target (s)", 0.001, 1e5, **state.bind("rec.ttft", start["ttft_s"] or 20.0),
                              disabled=ttft_none)
-    tpot_none = c[2].checkbox("no TPOT term", start["tpot_ms"] is None, key="rec.tpot_none",
+    tpot_none = c[2].checkbox("no TPOT term", **state.bind("rec.tpot_none", start["tpot_ms"] is None),
                               help="removes the term: it is not judged at all")
-    tpot = c[3].number_input("TPOT P99 target (ms)", 0.001, 1e6, start["tpot_ms"] or 100.0, key="rec.tpot",
+    tpot = c[3].number_input("TPOT P99 target (ms)", 0.001, 1e6, **state.bind("rec.tpot", start["tpot_ms"] or 100.0),
                              disabled=tpot_none)
-    qps = c[4].number_input("arrival rate (req/s)", 0.0001, 1e5, start["qps"], format="%.4f", key="rec.qps",
+    qps = c[4].number_input("arrival rate (req/s)", 0.0001, 1e5, format="%.4f", **state.bind("rec.qps", start["qps"]),
                             help="fixed in req/s for every candidate: a path never changes the load")
-    price = c[5].number_input("GPU price (USD per GPU-hour)", 0.01, 1e4, DEFAULT_PRICE, key="rec.price",
+    price = c[5].number_input("GPU price (USD per GPU-hour)", 0.01, 1e4, **state.bind("rec.price", DEFAULT_PRICE),
                               help="your price; the default 2.00 is a chosen round figure, not a quote")
     with st.expander("simulation settings (the CLI's --requests --seed --replications --max-replicas)"):
         s = st.columns(5)
-        requests = int(s[0].number_input("requests per simulation", 10, 100_000, start["requests"],
-                                         key="rec.requests"))
-        seed = int(s[1].number_input("seed", 0, 2**31 - 1, SEED, key="rec.seed"))
-        reps = int(s[2].number_input("replications", 2, 20, REPLICATIONS, key="rec.replications",
+        requests = int(s[0].number_input("requests per simulation", 10, 100_000,
+                                         **state.bind("rec.requests", start["requests"])))
+        seed = int(s[1].number_input("seed", 0, 2**31 - 1, **state.bind("rec.seed", SEED)))
+        reps = int(s[2].number_input("replications", 2, 20, **state.bind("rec.replications", REPLICATIONS),
                                      help="the P99 intervals need at least 2"))
-        max_replicas = int(s[3].number_input("search up to replicas", 1, 256, MAX_REPLICAS, key="rec.max_replicas"))
-        disk = s[4].checkbox("use the result cache", True, key="rec.cache",
+        max_replicas = int(s[3].number_input("search up to replicas", 1, 256,
+                                             **state.bind("rec.max_replicas", MAX_REPLICAS)))
+        disk = s[4].checkbox("use the result cache", **state.bind("rec.cache", True),
                              help=f"planning's on-disk cache ({DEFAULT_CACHE_DIR}/), shared with the CLI")
     choices = form.Choices(profile, workload, float(qps), float(price), None if ttft_none else float(ttft),
                            None if tpot_none else float(tpot), requests, lengths)
@@ -177,10 +186,10 @@ def _terms_table(summary: dict[str, Any]) -> pd.DataFrame:
     rows = []
     for term, t in summary["terms"].items():
         low, high = t["ci_low_ms"], t["ci_high_ms"]
-        interval = "-" if low is None or high is None else (
-            f"{_value(term, max(low, 0.0))} to {_value(term, high)}" + (" (low end floored at 0)" if low < 0 else ""))
+        interval = "-" if low is None and high is None else (
+            f"{'n/a' if low is None else _value(term, low)} to {'n/a' if high is None else _value(term, high)}")
         rows.append({"SLA term": f"{TERM_NAMES[term]} P99", "simulated": _value(term, t["p99_ms"]),
-                     "95% interval": interval, "target": _value(term, t["target_ms"]),
+                     f"interval ({INTERVAL_METHOD})": interval, "target": _value(term, t["target_ms"]),
                      "margin": "-" if t["margin"] is None else f"{t['margin']:+.0%}",
                      "verdict": "met" if t["over_by"] is None else f"missed by {t['over_by']:.0%}",
                      "binds": "yes" if term == summary["binding_term"] else ""})
