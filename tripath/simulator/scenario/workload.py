@@ -12,6 +12,7 @@ import math
 import numpy as np
 
 from tripath.core.errors import InputError
+from tripath.core.limits import MAX_REQUESTS
 from tripath.core.request import RequestSpec
 from tripath.simulator.scenario.scenario import ArrivalSpec, LengthSpec, WorkloadSpec
 from tripath.simulator.scenario.traces import Trace, load_trace
@@ -122,6 +123,9 @@ def _renewal_arrivals(
     times: list[np.ndarray] = []
     last = 0.0
     while last < workload.duration_s:
+        if len(times) * _CHUNK > MAX_REQUESTS:
+            raise InputError(None, "workload.duration_s", f"{workload.duration_s:g} s at {rate_per_s:g} req/s "
+                                                          f"is more than {MAX_REQUESTS:,} requests")
         chunk = last + np.cumsum(gaps(_CHUNK))
         times.append(chunk)
         last = float(chunk[-1])
