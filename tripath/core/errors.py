@@ -14,11 +14,16 @@ class InputError(ValueError):
     """
 
     def __init__(self, source: str | None, field: str | None, problem: str) -> None:
+        # args are the three parts, so a copy made as type(err)(*err.args) (SimPy re-raising a process's
+        # error, pickling across a process pool) is the same error
+        super().__init__(source, field, problem)
         self.source = source
         self.field = field
         self.problem = problem
-        where = ": ".join(part for part in (source, field) if part)
-        super().__init__(f"{where}: {problem}" if where else problem)
+
+    def __str__(self) -> str:
+        where = ": ".join(part for part in (self.source, self.field) if part)
+        return f"{where}: {self.problem}" if where else self.problem
 
 
 # strerror is terse ("No space left on device"); these say what the user can do about it
@@ -32,6 +37,7 @@ _OS_HINTS = {
     errno.EEXIST: "already exists",
     errno.ENOTEMPTY: "folder is not empty",
     errno.EMFILE: "too many open files",
+    errno.ENOENT: "not found",
     errno.EDQUOT: "disk quota exceeded",
 }
 
@@ -40,8 +46,10 @@ def describe_os_error(err: OSError) -> str:
     """One line for an OSError: the path(s) it names, then what went wrong (errno's plain meaning)."""
     paths = [str(p) for p in (err.filename, err.filename2) if p is not None]
     reason = _OS_HINTS.get(err.errno or -1) or err.strerror or str(err) or type(err).__name__
-    detail = err.strerror if err.strerror and err.strerror.lower() != reason.lower() else None
-    text = f"{reason} ({detail})" if detail else reason
+    detail = err.strerror or ""
+    if err.errno is not None and detail.startswith(os.strerror(err.errno)):  # keep only what it adds
+        detail = detail[len(os.strerror(err.errno)):].strip().removeprefix("(").removesuffix(")")
+    text = f"{reason} ({detail})" if detail and detail.lower() != reason.lower() else reason
     return f"{' -> '.join(paths)}: {text}" if paths else text
 
 

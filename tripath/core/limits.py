@@ -16,17 +16,22 @@ from tripath.core.errors import InputError
 MAX_REQUESTS = 10_000_000
 # Tokens in one request's prompt or output: an int64 sum over MAX_REQUESTS such requests cannot overflow.
 MAX_TOKENS = 100_000_000
-# Samples of one replication's time series (--timeseries-interval), per replica.
-MAX_TIMESERIES_SAMPLES = 1_000_000
+# Rows (samples x replicas) of one replication's time series (--timeseries-interval): ~40 MB.
+MAX_TIMESERIES_ROWS = 200_000
 # Bytes of a trace file (read row by row) and of one of its lines.
 MAX_TRACE_BYTES = 4 << 30
 MAX_LINE_BYTES = 1 << 20
 # Bytes of a scenario TOML file (read whole).
 MAX_SCENARIO_BYTES = 1 << 20
+# Bytes of a profile JSON: the CLI's reading limit and the app's upload limit (the largest shipped is ~90 KB).
+MAX_PROFILE_BYTES = 1 << 20
 # Nesting of tables and arrays in a scenario TOML, a profile JSON or a trace line.
 MAX_NESTING_DEPTH = 32
 # Any other integer in a scenario (batch sizes, GPUs, windows): within int64 with room for products.
 MAX_INT = 1 << 53
+# Replications of one command (--replications), and the largest --seed (numpy seeds are non-negative).
+MAX_REPLICATIONS = 1000
+MAX_SEED = (1 << 63) - 1
 # What the records of all replications may take, as a fraction of the machine's physical memory.
 MEMORY_FRACTION = 0.5
 # An estimate of the memory one simulated request takes through a run (arrays, record, summary rows).
