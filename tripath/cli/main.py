@@ -222,10 +222,11 @@ def save_traceback(err: BaseException, argv: Sequence[str]) -> str | None:
     import traceback
     from pathlib import Path
 
+    from tripath.core.data_dirs import user_dir
+
     text = (f"tripath {' '.join(argv)}\n{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}\n\n"
             + "".join(traceback.format_exception(err)))
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tripath"
-    for folder in (cache, Path(tempfile.gettempdir())):
+    for folder in (user_dir(), Path(tempfile.gettempdir())):
         try:
             folder.mkdir(parents=True, exist_ok=True)
             fd, path = tempfile.mkstemp(dir=folder, prefix="internal-error-", suffix=".txt")

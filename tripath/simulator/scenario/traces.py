@@ -293,6 +293,6 @@ def _read_mooncake_jsonl(path: Path) -> tuple[list[float], list[int], list[int],
                 hashes = None  # a trace without prefix hashes on every row keeps none
             elif hashes is not None:
                 if not isinstance(ids, list) or not all(type(i) is int and 0 <= i < 1 << 63 for i in ids):
-                    raise InputError(source, f"line {line_no}: hash_ids", "must be a list of ints in [0, 2**63)")
+                    raise InputError(source, f"line {line_no}: hash_ids", "must be a list of ints >= 0 and < 2**63")
                 hashes.append(np.asarray(ids, dtype=np.int64))
     return times, prompt, output, hashes

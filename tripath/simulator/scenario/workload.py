@@ -12,7 +12,7 @@ import math
 import numpy as np
 
 from tripath.core.errors import InputError
-from tripath.core.limits import MAX_REQUESTS
+from tripath.core.limits import MAX_REQUESTS, MAX_TOKENS
 from tripath.core.request import RequestSpec
 from tripath.simulator.scenario.scenario import ArrivalSpec, LengthSpec, WorkloadSpec
 from tripath.simulator.scenario.traces import Trace, load_trace
@@ -148,7 +148,9 @@ def _lengths(
         raw = rng.integers(spec.low, spec.high, size=n, endpoint=True)
     elif spec.kind == "lognormal":
         # median m of a lognormal is exp(mu): mu = ln m
-        raw = np.rint(rng.lognormal(math.log(spec.median), spec.sigma, size=n)).astype(np.int64)
+        # capped at MAX_TOKENS before the cast: a huge sigma's draws (even inf) never wrap around int64
+        draws = rng.lognormal(math.log(spec.median), spec.sigma, size=n)
+        raw = np.rint(np.minimum(draws, MAX_TOKENS)).astype(np.int64)
     elif spec.kind == "empirical":
         values = load_trace(spec.trace).column(spec.column)
         raw = values[rng.integers(0, values.shape[0], size=n)]
