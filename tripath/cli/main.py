@@ -1,8 +1,10 @@
 """The `tripath` command line: thin wrappers over typed functions (the app and tests call the same ones).
 
-Every subcommand takes --help; every one that reports numbers takes --json. Bad input
-(a malformed scenario, profile or trace, a missing file) prints one line naming the
-file and field on stderr and exits with status 2, having written nothing.
+Every subcommand takes --help; every one that reports numbers takes --json. Exit status
+(docs/cli_contract.md): 0 done; 2 bad input or environment (a malformed, binary, huge or too deeply
+nested scenario, profile or trace; a value past tripath/core/limits.py; an unreadable or unwritable
+path; a full disk; out of memory): one line on stderr naming the file and field or the operation,
+nothing written; 70 a defect in tripath: one line, the traceback saved to a file it names; 130 interrupted.
 """
 
 from __future__ import annotations
@@ -10,32 +12,42 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
-from tripath.cli.arg_types import positive_float, positive_int
+from tripath.cli.arg_types import positive_float, positive_int, replications, seed
 from tripath.core.errors import InputError
 
 EXIT_INPUT = 2
+EXIT_INTERNAL = 70  # sysexits.h EX_SOFTWARE
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
 
 
 def _cmd_simulate(args: argparse.Namespace) -> int:
     # Imported here so `tripath --help` stays instant and other subcommands never pay for SimPy.
+    from tripath.core.atomic import check_dir_target, writing_dir
+    from tripath.core.limits import check_fits
     from tripath.profile.profile import resolve_profile
     from tripath.simulator.report import format_summary
     from tripath.simulator.runner import simulate
     from tripath.simulator.scenario.scenario import load_scenario
     from tripath.simulator.summary import summary, write_outputs
 
+    if args.out is not None:
+        check_dir_target(args.out, args.replace)  # refused before the run, not after it
     scenario = load_scenario(args.scenario)
     profile_name = args.profile or scenario.profile
     if profile_name is None:
         raise InputError(scenario.source_path, "profile", "no profile given: pass --profile NAME|PATH")
     profile = resolve_profile(profile_name)
+    if scenario.workload.requests is not None:
+        check_fits(scenario.workload.requests * args.replications, scenario.source_path,
+                   "workload.requests x --replications")
     result = simulate(scenario, profile, seed=args.seed, replications=args.replications,
                       fast=not args.reference, timeseries_interval_s=args.timeseries_interval)
     report = summary(result)
-    if args.out:
-        write_outputs(result, args.out)
+    if args.out is not None:
+        with writing_dir(args.out, args.replace) as folder:
+            write_outputs(result, folder)
     if args.json:
         print(json.dumps(report, indent=2, sort_keys=True, allow_nan=False, default=_json_default))
     else:
@@ -82,10 +94,19 @@ def _json_default(value: object) -> object:
     raise TypeError(f"not JSON serialisable: {type(value).__name__}")
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse whose usage errors are one stderr line and exit 2, like every other input error."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(EXIT_INPUT, f"{self.prog}: error: {' '.join(message.split())} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="tripath",
         description="Which long-context inference path meets your P99 SLA at the lowest GPU cost.",
+        epilog="Exit status: 0 done, 2 bad input or environment (one line naming file and field), 70 internal "
+        "error (traceback saved to a file it names), 130 interrupted. Limits on sizes: docs/cli_contract.md.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -98,10 +119,12 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("scenario", help="scenario TOML path, or the name of a shipped one (data/scenarios/)")
     sim.add_argument("--profile", help="profile name (data/profiles/NAME.json) or path; "
                      "default: the scenario's own `profile`")
-    sim.add_argument("--seed", type=int, default=0, help="base seed; replications derive theirs from it")
-    sim.add_argument("--replications", type=positive_int, default=5,
+    sim.add_argument("--seed", type=seed, default=0, help="base seed; replications derive theirs from it")
+    sim.add_argument("--replications", type=replications, default=5,
                      help="independent seeded replications (confidence intervals need >= 2)")
-    sim.add_argument("--out", help="folder to write records.csv and summary.json into")
+    sim.add_argument("--out", help="folder to write records.csv and summary.json into (written whole: built "
+                     "beside it and renamed into place; an existing non-empty folder needs --replace)")
+    sim.add_argument("--replace", action="store_true", help="replace an existing --out folder whole")
     sim.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     sim.add_argument("--reference", action="store_true",
                      help="run one SimPy event per iteration (slow; the exactness reference of the fast path)")
@@ -148,18 +171,71 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     args = _Passthrough(argv[1:]) if argv[:1] == ["serve"] else parser.parse_args(argv)
+    return run_guarded(lambda: int(args.func(args)), argv)
+
+
+def _error(text: str) -> int:
+    print(f"tripath: error: {' '.join(text.split())}", file=sys.stderr)
+    return EXIT_INPUT
+
+
+def run_guarded(command: Callable[[], int], argv: Sequence[str]) -> int:
+    """Run one command; every error becomes one stderr line and an exit status (the module docstring's)."""
+    from tripath.core.errors import describe_os_error
+
     try:
-        return int(args.func(args))
+        return command()
     except InputError as err:
-        print(f"tripath: error: {err}", file=sys.stderr)
-        return EXIT_INPUT
-    except FileNotFoundError as err:
-        print(f"tripath: error: {err.filename}: file not found", file=sys.stderr)
-        return EXIT_INPUT
+        return _error(str(err))
     except BrokenPipeError:
         # `tripath ... | head` closed the pipe: not an error of ours; keep Python from complaining at exit.
         sys.stderr.close()
         return 0
+    except FileNotFoundError as err:
+        return _error(f"{err.filename}: file not found" if err.filename else describe_os_error(err))
+    except OSError as err:
+        return _error(describe_os_error(err))
+    except UnicodeDecodeError as err:
+        return _error(f"input is not UTF-8 text ({err.reason} at byte {err.start})")
+    except RecursionError:
+        return _error("input nested too deeply to read")
+    except MemoryError:
+        return _error("out of memory: the machine cannot hold this run; use fewer requests, replications "
+                      "or a shorter duration (limits: docs/cli_contract.md)")
+    except KeyboardInterrupt:
+        print("tripath: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Exception as err:  # a defect in tripath: one line for the user, the traceback for the report
+        saved = save_traceback(err, argv)
+        where = f"traceback saved to {saved}" if saved else "the traceback could not be saved"
+        print(f"tripath: internal error: {type(err).__name__}: {' '.join(str(err).split())[:300]} ({where}; "
+              "please report it)", file=sys.stderr)
+        return EXIT_INTERNAL
+
+
+def save_traceback(err: BaseException, argv: Sequence[str]) -> str | None:
+    """Write ``err``'s traceback and the command line to a new file under the user's cache folder
+    ($XDG_CACHE_HOME/tripath or ~/.cache/tripath, else the temp folder); its path, or None if none could be written."""
+    import os
+    import tempfile
+    import time
+    import traceback
+    from pathlib import Path
+
+    from tripath.core.data_dirs import user_dir
+
+    text = (f"tripath {' '.join(argv)}\n{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}\n\n"
+            + "".join(traceback.format_exception(err)))
+    for folder in (user_dir(), Path(tempfile.gettempdir())):
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            fd, path = tempfile.mkstemp(dir=folder, prefix="internal-error-", suffix=".txt")
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                handle.write(text)
+            return path
+        except OSError:
+            continue
+    return None
 
 
 if __name__ == "__main__":

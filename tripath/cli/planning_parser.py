@@ -6,7 +6,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from tripath.cli.arg_types import positive_float, positive_int
+from tripath.cli.arg_types import positive_float, positive_int, seed
+from tripath.cli.arg_types import replications as replication_count
 from tripath.cli.planning_cli import (
     _cmd_breakeven,
     _cmd_matrix,
@@ -18,8 +19,8 @@ from tripath.cli.planning_cli import (
 
 
 def _sweep_options(parser: argparse.ArgumentParser, replications: int) -> None:
-    parser.add_argument("--seed", type=int, default=0, help="base seed (every candidate sees the same draws)")
-    parser.add_argument("--replications", type=positive_int, default=replications,
+    parser.add_argument("--seed", type=seed, default=0, help="base seed (every candidate sees the same draws)")
+    parser.add_argument("--replications", type=replication_count, default=replications,
                         help="seeded replications per simulation (confidence intervals need >= 2)")
     parser.add_argument("--executor", choices=("local", "ray"), default="local",
                         help="local: a process pool on this machine; ray: a Ray cluster (or a local instance)")

@@ -10,3 +10,11 @@ PROFILES_DIR = DATA_DIR / "profiles"
 SCENARIOS_DIR = DATA_DIR / "scenarios"
 TRACES_DIR = DATA_DIR / "traces"
 MODELS_DIR = DATA_DIR / "models"
+
+
+def user_dir() -> Path:
+    """The user's own tripath folder ($XDG_CACHE_HOME/tripath, else ~/.cache/tripath): reports of partial
+    runs and saved tracebacks go here, never into the shipped data/."""
+    import os
+
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tripath"

@@ -8,8 +8,10 @@ end-to-end latency at P50/P90/P99, throughput and per-path quantities (tripath.f
 that cannot run a scenario yet is reported "not run: <what is missing>".
 
 ``--quick``: only QUICK_SCENARIOS, each cut to its first QUICK_REQUESTS requests (the test suite
-runs this). ``--noise NAME``: serve that scenario's requests a second time on the engine and
-report the run-to-run spread, the part of the error that is this shared machine's noise.
+runs this). A quick or ``--only`` run is partial: its report goes to a folder of the user's
+(PARTIAL_OUT by default) and is refused over the shipped full report (DEFAULT_OUT).
+``--noise NAME``: serve that scenario's requests a second time on the engine and report the
+run-to-run spread, the part of the error that is this shared machine's noise.
 """
 
 from __future__ import annotations
@@ -18,14 +20,15 @@ import argparse
 import copy
 import sys
 import time
-import tomllib
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tripath.core.data_dirs import MODELS_DIR, SCENARIOS_DIR
+from tripath.core.atomic import check_dir_target
+from tripath.core.data_dirs import MODELS_DIR, SCENARIOS_DIR, user_dir
 from tripath.core.errors import InputError
+from tripath.simulator.scenario.scenario import read_scenario_file
 
 if TYPE_CHECKING:  # imported where used at run time, so `tripath validate --help` stays quick
     from tripath.profile.profile import Profile
@@ -33,14 +36,15 @@ if TYPE_CHECKING:  # imported where used at run time, so `tripath validate --hel
 QUICK_SCENARIOS = ("baseline-light", "speculative-code")
 QUICK_REQUESTS = 8
 DEFAULT_SCENARIOS = SCENARIOS_DIR / "validation"
-DEFAULT_OUT = SCENARIOS_DIR.parent / "validation" / "latest"
+DEFAULT_OUT = SCENARIOS_DIR.parent / "validation" / "latest"  # the shipped full report the app shows
+PARTIAL_OUT = user_dir() / "validation" / "partial"  # where quick and --only reports go by default
 
 
 @dataclass(frozen=True)
 class ValidateConfig:
     profile: str = "cpu-tiny"
     scenarios: str = str(DEFAULT_SCENARIOS)
-    out: str = str(DEFAULT_OUT)
+    out: str | None = None  # None: DEFAULT_OUT for a full run, PARTIAL_OUT for a quick or --only one
     quick: bool = False
     seed: int = 0
     target: str = str(MODELS_DIR / "tiny-target")
@@ -48,10 +52,26 @@ class ValidateConfig:
     noise: tuple[str, ...] = ()  # scenario names whose engine side runs twice
     only: tuple[str, ...] = ()  # run only these scenario names (empty: all)
     progress: bool = True
+    replace: bool = False  # an existing non-empty `out` given by the user is replaced whole
 
     def __post_init__(self) -> None:
         if self.seed < 0:
-            raise ValueError(f"ValidateConfig.seed: must be >= 0, got {self.seed}")
+            raise InputError(None, "--seed", f"must be >= 0, got {self.seed}")
+
+    @property
+    def partial(self) -> bool:
+        return self.quick or bool(self.only)
+
+    def out_folder(self) -> Path:
+        """Where the report goes, checked before any work: a partial run never replaces the shipped full
+        report; a folder the user named that holds files needs ``replace`` (the defaults are replaced whole)."""
+        default = PARTIAL_OUT if self.partial else DEFAULT_OUT
+        out = Path(self.out) if self.out is not None else default
+        if self.partial and out.resolve() == DEFAULT_OUT.resolve():
+            raise InputError(str(out), "--out", "is the shipped full report; a quick or --only validation "
+                                                f"writes elsewhere (default {PARTIAL_OUT})")
+        check_dir_target(out, self.replace or out.resolve() == default.resolve())
+        return out
 
 
 def load_cases(folder: str | Path, quick: bool, only: tuple[str, ...] = ()) -> list[tuple[str, dict[str, Any]]]:
@@ -61,10 +81,7 @@ def load_cases(folder: str | Path, quick: bool, only: tuple[str, ...] = ()) -> l
         raise InputError(str(root), None, "validation scenario folder not found")
     cases = []
     for path in sorted(root.glob("*.toml")):
-        try:
-            data = tomllib.loads(path.read_text(encoding="utf-8"))
-        except tomllib.TOMLDecodeError as exc:
-            raise InputError(str(path), None, f"invalid TOML: {exc}") from None
+        data = read_scenario_file(path)
         name = data.setdefault("name", path.stem)
         if (quick and name not in QUICK_SCENARIOS) or (only and name not in only):
             continue
@@ -168,6 +185,7 @@ def run_validation(cfg: ValidateConfig) -> tuple[Path, list[Any], list[tuple[str
     from tripath.fidelity.report import write_report
     from tripath.profile.profile import resolve_profile
 
+    out = cfg.out_folder()
     profile = resolve_profile(cfg.profile)
     cases = load_cases(cfg.scenarios, cfg.quick, cfg.only)
     threads = torch.get_num_threads()
@@ -193,13 +211,13 @@ def run_validation(cfg: ValidateConfig) -> tuple[Path, list[Any], list[tuple[str
             "measured_ci": {"method": "percentile bootstrap over requests (tripath/fidelity/bootstrap.py)",
                             "resamples": RESAMPLES, "level": LEVEL,
                             "seed": f"SeedSequence([{cfg.seed}, crc32(scenario), crc32(side)])"}}
-    return write_report(cfg.out, meta, results, noise), results, noise
+    return write_report(out, meta, results, noise), results, noise
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
     cfg = ValidateConfig(profile=args.profile, scenarios=args.scenarios, out=args.out, quick=args.quick,
                          seed=args.seed, noise=tuple(args.noise), only=tuple(args.only),
-                         progress=not args.no_progress)
+                         progress=not args.no_progress, replace=args.replace)
     out, results, _ = run_validation(cfg)
     if args.json:
         print((out / "error_table.json").read_text(encoding="utf-8"))
@@ -227,7 +245,10 @@ def add_subcommand(sub: Any) -> None:
     p.add_argument("--scenarios", default=str(DEFAULT_SCENARIOS), help="folder of validation scenario TOMLs")
     p.add_argument("--quick", action="store_true",
                    help=f"only {', '.join(QUICK_SCENARIOS)}, first {QUICK_REQUESTS} requests each")
-    p.add_argument("--out", default=str(DEFAULT_OUT), help="report folder (replaced as a whole)")
+    p.add_argument("--out", default=None,
+                   help=f"report folder, written whole (default: {DEFAULT_OUT} for a full run, {PARTIAL_OUT} for "
+                   "a quick or --only one; a partial run is refused over the full report)")
+    p.add_argument("--replace", action="store_true", help="replace an existing non-empty --out folder whole")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--noise", action="append", default=[], metavar="NAME",
                    help="serve this scenario twice on the engine: run-to-run spread (repeatable)")

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from tripath.core.atomic import write_text
 from tripath.core.data_dirs import PROFILES_DIR
 from tripath.core.errors import InputError, read_input_text
+from tripath.core.limits import MAX_NESTING_DEPTH, MAX_PROFILE_BYTES, check_depth
 from tripath.profile import fields
 from tripath.profile.codec import Section, json_field
 from tripath.profile.cost_model import Coefficient, CostModel, FitQuality
@@ -170,12 +171,17 @@ class Profile(Section):
 def load_profile(path: str | os.PathLike[str]) -> Profile:
     """Read and validate a profile file; any problem is an InputError naming the file and field."""
     where = str(path)
-    text = read_input_text(path, "no such profile file", "cannot read profile")
+    text = read_input_text(path, "no such profile file", "cannot read profile", max_bytes=MAX_PROFILE_BYTES)
     try:
         raw = json.loads(text)
     except json.JSONDecodeError as err:
         problem = f"malformed JSON: {err.msg} (column {err.colno})"
         raise InputError(where, f"line {err.lineno}", problem) from None
+    except RecursionError:
+        raise InputError(where, None, f"malformed JSON: nested more than {MAX_NESTING_DEPTH} levels deep") from None
+    except ValueError as err:  # an integer past Python's int-to-text digit limit
+        raise InputError(where, None, f"malformed JSON: {err}") from None
+    check_depth(raw, where)
     return Profile.from_dict(raw, source=where)
 
 
@@ -186,10 +192,6 @@ def save_profile(profile: Profile, path: str | os.PathLike[str]) -> None:
         write_text(path, text)
     except OSError as err:
         raise InputError(str(path), None, f"cannot write profile: {err}") from None
-
-
-# the largest profile file the app and its server accept for upload (the largest shipped profile is ~90 KB)
-MAX_PROFILE_BYTES = 1 << 20
 
 
 def available_profiles() -> list[str]:

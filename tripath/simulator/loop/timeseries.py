@@ -26,6 +26,8 @@ from dataclasses import dataclass
 
 import simpy
 
+from tripath.core.errors import InputError
+from tripath.core.limits import MAX_TIMESERIES_ROWS
 from tripath.simulator.loop.clock import Clock
 from tripath.simulator.loop.stepper import Stepper
 
@@ -64,6 +66,9 @@ class Sampler:
         while True:
             when = k * self.interval_s  # multiples, not repeated sums: no drift over long runs
             yield self.env.at(when, AFTER_ALL)
+            if len(self._rows) + len(self.replicas) > MAX_TIMESERIES_ROWS:
+                raise InputError(None, "--timeseries-interval", f"{self.interval_s:g} s gives more than "
+                                 f"{MAX_TIMESERIES_ROWS:,} samples before the run ends; use a larger interval")
             for replica in self.replicas:
                 self._rows.append(self._row(when, replica))
             if self._done():

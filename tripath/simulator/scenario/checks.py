@@ -29,6 +29,11 @@ def at_least(field: str, value: int | None, low: int) -> None:
         fail(field, f"must be >= {low}, got {value}")
 
 
+def at_most(field: str, value: int | None, high: int) -> None:
+    if value is not None and value > high:
+        fail(field, f"must be <= {high:,}, got {value:,}")
+
+
 def only_for(spec: object, owners: dict[str, tuple[str, ...]]) -> None:
     """Parameters that belong to another kind are errors, not silently ignored."""
     kind = spec.kind

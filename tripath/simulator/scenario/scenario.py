@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from tripath.core.data_dirs import SCENARIOS_DIR
-from tripath.core.errors import InputError
+from tripath.core.errors import InputError, read_input_text
+from tripath.core.limits import MAX_NESTING_DEPTH, MAX_SCENARIO_BYTES, check_depth
 from tripath.simulator.scenario.checks import at_least, fail, positive
 from tripath.simulator.scenario.prefix_workload import prefix_workload_from_dict
 from tripath.simulator.scenario.strategy import StrategySpec, strategy_from_dict
@@ -135,16 +136,22 @@ def load_scenario(path: str | Path) -> Scenario:
 
 
 def read_scenario_file(path: str | Path) -> dict[str, Any]:
-    """The parsed TOML of a scenario file (not validated); a missing file names the shipped scenarios."""
+    """The parsed TOML of a scenario file (not validated); a missing file names the shipped scenarios. A file
+    that is not UTF-8, too large or nested too deeply is an InputError naming it."""
     source = str(path)
+    known = ", ".join(sorted(p.stem for p in SCENARIOS_DIR.glob("*.toml")))
+    text = read_input_text(path, f"scenario file not found (shipped scenarios: {known})", "cannot read scenario",
+                           max_bytes=MAX_SCENARIO_BYTES)
     try:
-        with open(path, "rb") as fh:
-            return tomllib.load(fh)
-    except FileNotFoundError:
-        known = ", ".join(sorted(p.stem for p in SCENARIOS_DIR.glob("*.toml")))
-        raise InputError(source, None, f"scenario file not found (shipped scenarios: {known})") from None
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise InputError(source, None, f"invalid TOML: {exc}") from None
+    except RecursionError:
+        raise InputError(source, None, f"invalid TOML: nested more than {MAX_NESTING_DEPTH} levels deep") from None
+    except ValueError as exc:  # an integer past Python's int-to-text digit limit
+        raise InputError(source, None, f"invalid TOML: {exc}") from None
+    check_depth(data, source)
+    return data
 
 
 def scenario_from_dict(data: dict[str, Any], source: str | None = None) -> Scenario:

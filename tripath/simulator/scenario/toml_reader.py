@@ -5,11 +5,12 @@ and the dotted section (tripath/simulator/scenario/scenario.py's ``scenario_from
 from __future__ import annotations
 
 import difflib
-from dataclasses import fields
+from dataclasses import MISSING, fields
 from pathlib import Path
 from typing import Any
 
 from tripath.core.errors import InputError
+from tripath.core.limits import MAX_INT
 from tripath.simulator.scenario.traces import SHIPPED_TRACES, resolve_trace_path
 
 
@@ -44,17 +45,30 @@ def typed(value: object, kind: type, source: str | None, field: str) -> object:
     ok = isinstance(value, kind) and not isinstance(value, bool)
     if kind is float:
         ok = isinstance(value, int | float) and not isinstance(value, bool)
-        value = float(value) if ok else value
     if not ok:
         raise InputError(source, field, f"must be {'a number' if kind is float else kind.__name__}, "
-                                        f"got {type(value).__name__} {value!r}")
-    return value
+                                        f"got {type(value).__name__} {_short(value)}")
+    if isinstance(value, int) and abs(value) > MAX_INT:  # also keeps float(value) from overflowing
+        raise InputError(source, field, f"must be at most {MAX_INT:,} in size, got {_short(value)}")
+    return float(value) if kind is float else value  # type: ignore[arg-type]
+
+
+def _short(value: object, limit: int = 60) -> str:
+    """repr(value), cut to ``limit`` characters so a huge value cannot flood the one-line error."""
+    try:
+        text = repr(value)
+    except ValueError:  # an int past Python's int-to-text digit limit
+        return "an integer of more than 4,300 digits"
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
 
 
 def build(cls: type, table: dict[str, Any], source: str | None, prefix: str) -> Any:
     """Check names and scalar types from cls's annotations, construct, and prefix any error."""
     names = {f.name: str(f.type) for f in fields(cls)}
     check_keys(table, set(names), source, prefix)
+    for f in fields(cls):
+        if f.name not in table and f.default is MISSING and f.default_factory is MISSING:
+            raise InputError(source, dotted(prefix, f.name), "missing required field")
     kwargs = {}
     for key, value in table.items():
         annotation = names[key]

@@ -24,10 +24,12 @@ from pathlib import Path
 import numpy as np
 
 from tripath.core.data_dirs import TRACES_DIR
-from tripath.core.errors import InputError
+from tripath.core.errors import InputError, describe_os_error
+from tripath.core.limits import MAX_LINE_BYTES, MAX_REQUESTS, MAX_TOKENS, MAX_TRACE_BYTES
 
 AZURE_HEADER = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 MOONCAKE_FIELDS = ("timestamp", "input_length", "output_length")
+MAX_TIMESTAMP_MS = 1e15  # ~31,700 years: any larger integer stamp is an error, not a float overflow
 _AZURE_LICENCE = "CC-BY-4.0 (Azure LLM inference trace 2023; cite Patel et al., Splitwise, ISCA 2024)"
 _MOONCAKE_LICENCE = "Apache-2.0 (Mooncake FAST'25 traces; cite Qin et al., Mooncake, FAST 2025)"
 
@@ -122,14 +124,21 @@ def load_trace(name_or_path: str, base_dir: Path | None = None) -> Trace:
 def _load_cached(path: str, name: str, licence: str, mtime_ns: int, size: int) -> Trace:
     p = Path(path)
     suffix = p.suffix.lower()
-    if suffix == ".csv":
-        times, prompt, output = _read_azure_csv(p)
-        hashes = None
-    elif suffix == ".jsonl":
-        times, prompt, output, hashes = _read_mooncake_jsonl(p)
-    else:
-        expected = "expected .csv (Azure) or .jsonl (Mooncake)"
-        raise InputError(path, None, f"unknown trace format {suffix!r}: {expected}")
+    if size > MAX_TRACE_BYTES:
+        raise InputError(path, None, f"trace larger than the limit of {MAX_TRACE_BYTES:,} bytes ({size:,} bytes)")
+    try:
+        if suffix == ".csv":
+            times, prompt, output = _read_azure_csv(p)
+            hashes = None
+        elif suffix == ".jsonl":
+            times, prompt, output, hashes = _read_mooncake_jsonl(p)
+        else:
+            expected = "expected .csv (Azure) or .jsonl (Mooncake)"
+            raise InputError(path, None, f"unknown trace format {suffix!r}: {expected}")
+    except UnicodeDecodeError as err:
+        raise InputError(path, None, f"cannot read trace: not UTF-8 text (byte {err.start} of a block)") from None
+    except OSError as err:
+        raise InputError(path, None, f"cannot read trace: {describe_os_error(err).removeprefix(path + ': ')}") from None
     if not times:
         raise InputError(path, None, "trace has no rows")
     if suffix == ".csv":  # integer 100 ns ticks: subtract before converting to float seconds
@@ -186,7 +195,20 @@ def _count(raw: object, source: str, where: str, text: bool = False) -> int:
         raise InputError(source, where, f"must be a non-negative integer, got {raw!r}")
     if value < 0:
         raise InputError(source, where, f"must be >= 0, got {value}")
+    if value > MAX_TOKENS:
+        raise InputError(source, where, f"must be <= {MAX_TOKENS:,} tokens, got {_digits(value)}")
     return value
+
+
+def _digits(value: int) -> str:
+    """An int for an error line, shortened when it is huge."""
+    text = str(value) if value.bit_length() < 4000 else "an integer of more than 1,200 digits"
+    return text if len(text) <= 40 else f"{text[:20]}... ({len(text)} digits)"
+
+
+def _row_limit(count: int, source: str, where: str) -> None:
+    if count >= MAX_REQUESTS:
+        raise InputError(source, where, f"trace has more than {MAX_REQUESTS:,} rows (the request limit)")
 
 
 def _read_azure_csv(path: Path) -> tuple[list[int], list[int], list[int]]:
@@ -196,13 +218,24 @@ def _read_azure_csv(path: Path) -> tuple[list[int], list[int], list[int]]:
     output: list[int] = []
     with path.open(newline="", encoding="utf-8") as fh:
         reader = csv.reader(fh)
-        header = next(reader, None)
+        try:
+            header = next(reader, None)
+        except csv.Error as err:
+            raise InputError(source, "line 1", f"not a CSV header: {err}") from None
         if header is None or tuple(h.strip() for h in header) != AZURE_HEADER:
-            raise InputError(source, "line 1", f"header must be {','.join(AZURE_HEADER)}, got {header!r}")
-        for row in reader:
+            shown = repr(header) if len(repr(header)) <= 80 else f"{repr(header)[:80]}..."
+            raise InputError(source, "line 1", f"header must be {','.join(AZURE_HEADER)}, got {shown}")
+        while True:
+            try:
+                row = next(reader, None)
+            except csv.Error as err:
+                raise InputError(source, f"line {reader.line_num}", f"malformed CSV: {err}") from None
+            if row is None:
+                break
             line = reader.line_num
             if not row:
                 continue  # a blank line (e.g. a trailing newline) is not a request
+            _row_limit(len(times), source, f"line {line}")
             if len(row) != 3:
                 missing = AZURE_HEADER[len(row)] if len(row) < 3 else "row"
                 raise InputError(source, f"line {line}: {missing}", f"expected 3 fields, got {len(row)}")
@@ -210,7 +243,7 @@ def _read_azure_csv(path: Path) -> tuple[list[int], list[int], list[int]]:
                 times.append(_azure_ticks(row[0]))
             except ValueError:
                 raise InputError(
-                    source, f"line {line}: TIMESTAMP", f"expected YYYY-MM-DD HH:MM:SS.fff, got {row[0]!r}"
+                    source, f"line {line}: TIMESTAMP", f"expected YYYY-MM-DD HH:MM:SS.fff, got {row[0][:40]!r}"
                 ) from None
             prompt.append(_count(row[1], source, f"line {line}: ContextTokens", text=True))
             output.append(_count(row[2], source, f"line {line}: GeneratedTokens", text=True))
@@ -224,21 +257,32 @@ def _read_mooncake_jsonl(path: Path) -> tuple[list[float], list[int], list[int],
     output: list[int] = []
     hashes: list[np.ndarray] | None = []
     with path.open(encoding="utf-8") as fh:
-        for line_no, text in enumerate(fh, start=1):
+        # readline with a limit: one huge line is refused without being read whole
+        for line_no, text in enumerate(iter(lambda: fh.readline(MAX_LINE_BYTES + 1), ""), start=1):
             if not text.strip():
                 continue
+            if len(text) > MAX_LINE_BYTES:
+                raise InputError(source, f"line {line_no}", f"longer than the limit of {MAX_LINE_BYTES:,} characters")
+            _row_limit(len(times), source, f"line {line_no}")
             try:
                 row = json.loads(text)
             except json.JSONDecodeError as exc:
                 raise InputError(source, f"line {line_no}", f"not valid JSON: {exc.msg}") from None
+            except RecursionError:
+                raise InputError(source, f"line {line_no}", "not valid JSON: nested too deeply") from None
+            except ValueError as exc:  # an integer past Python's int-to-text digit limit
+                raise InputError(source, f"line {line_no}", f"not valid JSON: {exc}") from None
             if not isinstance(row, dict):
                 raise InputError(source, f"line {line_no}", "expected a JSON object")
             for field in MOONCAKE_FIELDS:
                 if field not in row:
                     raise InputError(source, f"line {line_no}: {field}", "missing field")
             stamp = row["timestamp"]
+            if isinstance(stamp, int) and not isinstance(stamp, bool) and abs(stamp) > MAX_TIMESTAMP_MS:
+                raise InputError(source, f"line {line_no}: timestamp", f"must be <= {MAX_TIMESTAMP_MS:g} ms, "
+                                                                       f"got {_digits(stamp)}")
             if isinstance(stamp, bool) or not isinstance(stamp, int | float) or not math.isfinite(stamp):
-                raise InputError(source, f"line {line_no}: timestamp", f"must be ms, got {stamp!r}")
+                raise InputError(source, f"line {line_no}: timestamp", f"must be ms, got {str(stamp)[:40]!r}")
             if stamp < 0:
                 raise InputError(source, f"line {line_no}: timestamp", f"must be >= 0, got {stamp}")
             times.append(float(stamp) / 1000.0)  # ms -> s
@@ -248,7 +292,7 @@ def _read_mooncake_jsonl(path: Path) -> tuple[list[float], list[int], list[int],
             if ids is None:
                 hashes = None  # a trace without prefix hashes on every row keeps none
             elif hashes is not None:
-                if not isinstance(ids, list) or not all(type(i) is int and i >= 0 for i in ids):
-                    raise InputError(source, f"line {line_no}: hash_ids", "must be a list of ints >= 0")
+                if not isinstance(ids, list) or not all(type(i) is int and 0 <= i < 1 << 63 for i in ids):
+                    raise InputError(source, f"line {line_no}: hash_ids", "must be a list of ints >= 0 and < 2**63")
                 hashes.append(np.asarray(ids, dtype=np.int64))
     return times, prompt, output, hashes

@@ -12,6 +12,7 @@ import math
 import numpy as np
 
 from tripath.core.errors import InputError
+from tripath.core.limits import MAX_REQUESTS, MAX_TOKENS
 from tripath.core.request import RequestSpec
 from tripath.simulator.scenario.prefix_workload import RequestPrefixes, request_prefixes, shared_prompt_lengths
 from tripath.simulator.scenario.scenario import ArrivalSpec, LengthSpec, WorkloadSpec
@@ -146,6 +147,9 @@ def _renewal_arrivals(
     times: list[np.ndarray] = []
     last = 0.0
     while last < workload.duration_s:
+        if len(times) * _CHUNK > MAX_REQUESTS:
+            raise InputError(None, "workload.duration_s", f"{workload.duration_s:g} s at {rate_per_s:g} req/s "
+                                                          f"is more than {MAX_REQUESTS:,} requests")
         chunk = last + np.cumsum(gaps(_CHUNK))
         times.append(chunk)
         last = float(chunk[-1])
@@ -168,7 +172,9 @@ def _lengths(
         raw = rng.integers(spec.low, spec.high, size=n, endpoint=True)
     elif spec.kind == "lognormal":
         # median m of a lognormal is exp(mu): mu = ln m
-        raw = np.rint(rng.lognormal(math.log(spec.median), spec.sigma, size=n)).astype(np.int64)
+        # capped at MAX_TOKENS before the cast: a huge sigma's draws (even inf) never wrap around int64
+        draws = rng.lognormal(math.log(spec.median), spec.sigma, size=n)
+        raw = np.rint(np.minimum(draws, MAX_TOKENS)).astype(np.int64)
     elif spec.kind == "empirical":
         values = load_trace(spec.trace).column(spec.column)
         raw = values[rng.integers(0, values.shape[0], size=n)]

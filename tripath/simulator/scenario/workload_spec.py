@@ -9,7 +9,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from tripath.simulator.scenario.checks import at_least, check_kind, fail, only_for, positive
+from tripath.core.limits import MAX_REQUESTS, MAX_TOKENS
+from tripath.simulator.scenario.checks import at_least, at_most, check_kind, fail, only_for, positive
 from tripath.simulator.scenario.prefix_workload import PrefixWorkloadSpec
 
 ARRIVAL_KINDS = ("poisson", "gamma", "constant", "trace")
@@ -77,6 +78,10 @@ class LengthSpec:
         positive("median", self.median)
         if self.sigma is not None and not (math.isfinite(self.sigma) and self.sigma >= 0):
             fail("sigma", f"must be >= 0, got {self.sigma}")
+        for field in ("value", "low", "high", "min", "max"):
+            at_most(field, getattr(self, field), MAX_TOKENS)
+        if self.median is not None and self.median > MAX_TOKENS:
+            fail("median", f"must be <= {MAX_TOKENS:,} tokens, got {self.median}")
         if self.column is not None and self.column not in LENGTH_COLUMNS:
             fail("column", f"must be one of {', '.join(LENGTH_COLUMNS)}, got {self.column!r}")
 
@@ -103,7 +108,11 @@ class WorkloadSpec:
         if abs(total - 1.0) > 1e-9:  # normalise here so every producer gets a proper mix
             object.__setattr__(self, "tasks", tuple((t, w / total) for t, w in self.tasks))
         at_least("requests", self.requests, 1)
+        at_most("requests", self.requests, MAX_REQUESTS)
         positive("duration_s", self.duration_s)
+        rate = self.arrival.rate_per_s
+        if rate is not None and self.duration_s is not None and rate * self.duration_s > MAX_REQUESTS:
+            fail("duration_s", f"{self.duration_s:g} s at {rate:g} req/s is more than {MAX_REQUESTS:,} requests")
         if self.requests is not None and self.duration_s is not None:
             fail("requests", "give requests or duration_s, not both")
         if self.arrival.kind != "trace" and self.requests is None and self.duration_s is None:
