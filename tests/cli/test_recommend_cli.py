@@ -40,3 +40,32 @@ def test_input_errors_exit_2_with_one_line(capsys, tmp_path):
         path.write_text(f.read().replace("rate_per_s = 0.5", "load_fraction = 0.5"))
     code, out, err = run(capsys, "recommend", str(path), "--no-cache")
     assert code == 2 and out == "" and "rate_per_s" in err and len(err.strip().splitlines()) == 1
+
+
+def test_export_writes_what_json_prints_and_a_scenario_that_reruns_it(capsys, tmp_path):
+    path = scenario_file(tmp_path)
+    common = ["--max-replicas", "2", "--replications", "1", "--workers", "1", "--no-robustness",
+              "--cache-dir", str(tmp_path / "c")]
+    out_dir = tmp_path / "export"
+    code, out, _ = run(capsys, "recommend", path, "--qps", "0.25", "--json", "--export", str(out_dir), *common)
+    assert code == 0
+    printed = json.loads(out)
+    assert json.loads((out_dir / "recommendation.json").read_text()) == printed
+    vllm = printed["vllm"]
+    assert vllm["label"] == "suggestion" and vllm["command"].startswith("vllm serve ")
+    assert (out_dir / "vllm.txt").read_text().endswith(vllm["command"] + "\n")
+    # the kept scenario carries the --qps given, so rerunning it gives the same answer
+    code, out, _ = run(capsys, "recommend", str(out_dir / "scenario.toml"), "--json", *common)
+    again = json.loads(out)
+    assert code == 0 and again["qps"] == 0.25
+    assert again["recommended"] == printed["recommended"] and again["vllm"] == printed["vllm"]
+    code, out, _ = run(capsys, "recommend", path, *common)
+    assert code == 0 and "vLLM suggestion" in out and "vllm serve" in out
+
+
+def test_export_into_an_unwritable_place_is_one_line(capsys, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    code, out, err = run(capsys, "recommend", scenario_file(tmp_path), "--max-replicas", "1", "--replications", "1",
+                         "--workers", "1", "--no-robustness", "--no-cache", "--export", str(blocker / "sub"))
+    assert code == 2 and out == "" and "--export" in err and len(err.strip().splitlines()) == 1

@@ -312,8 +312,10 @@ def _factor(bound: dict[str, Any], what: str, unit: str) -> str:
 
 
 def _cmd_recommend(args: argparse.Namespace) -> int:
+    from tripath.planning.export import recommended_suggestion, write_export
     from tripath.planning.recommend import recommend, scenario_qps
-    from tripath.planning.scenario_dict import with_requests
+    from tripath.planning.scenario_dict import with_fields, with_rate, with_requests
+    from tripath.simulator.summary import _json_ready
 
     if args.scenario is None:
         args.scenario = DEFAULT_SCENARIO
@@ -336,6 +338,8 @@ def _cmd_recommend(args: argparse.Namespace) -> int:
             raise
         raise InputError(source, "sla", str(err)) from None
     result = rec.to_dict()
+    suggestion = recommended_suggestion(result, profile, data)
+    result["vllm"] = None if suggestion is None else suggestion.to_dict()
     sla = ", ".join(f"{t.upper()} P99 <= {_ms(v)} ms" for t, v in result["sla_ms"].items() if v is not None)
     lines = [f"Recommendation for {result['scenario']} at {qps:g} req/s ({sla}); GPU price "
              f"{'not given' if price is None else f'${price:,.2f} per GPU-hour (chosen)'}",
@@ -377,4 +381,17 @@ def _cmd_recommend(args: argparse.Namespace) -> int:
     kinds = "; ".join(f"{k}: {', '.join(v)}" for k, v in result["profile"]["section_sources"].items())
     lines += ["", f"Numbers: {result['numbers_from']}; per section: {kinds}.", result["sizing"],
               result["go_further"]]
+    if suggestion is not None:
+        lines += ["", "vLLM suggestion (settings to start measuring from, not a tested configuration):",
+                  *("  " + line for line in suggestion.command().splitlines()),
+                  "  (where each value comes from: --export DIR writes it to DIR/vllm.txt, --json gives it as 'vllm')"]
+    if args.export is not None:
+        kept = with_rate(data, qps)
+        if args.profile is not None:
+            kept = with_fields(kept, {"profile": args.profile})
+        try:
+            written = write_export(args.export, kept, _json_ready(result), suggestion)
+        except OSError as err:
+            raise InputError(args.export, "--export", f"cannot write the export: {err.strerror or err}") from None
+        lines += ["", "exported: " + ", ".join(str(p) for p in written)]
     return _emit(args, result, "\n".join(lines))

@@ -49,6 +49,9 @@ def add_subcommands(sub: Any) -> None:
     rec.add_argument("--requests", type=positive_int, default=None,
                      help="override the scenario's request count per simulation (quicker, wider intervals)")
     rec.add_argument("--no-robustness", action="store_true", help="skip the cost and load robustness bisection")
+    rec.add_argument("--export", metavar="DIR", default=None,
+                     help="also write DIR/scenario.toml (the scenario as recommended), DIR/recommendation.json and "
+                     "DIR/vllm.txt (the recommended settings as a vLLM command line, a suggestion)")
     _sweep_options(rec, replications=2)
     rec.set_defaults(func=_cmd_recommend)
 
