@@ -12,6 +12,7 @@ from streamlit.testing.v1 import AppTest
 from tests.app.app_driver import app, frame
 from tripath.app.widgets import recommend_form as form
 from tripath.planning.candidates import candidates
+from tripath.planning.export import recommended_suggestion
 from tripath.planning.recommend import recommend
 from tripath.planning.scenario_dict import load_scenario_dict
 from tripath.profile.profile import resolve_profile
@@ -76,6 +77,11 @@ def test_none_sla_term_is_removed_and_the_answer_is_recommends() -> None:
     assert [m.value for m in at.metric][:3] == [best["candidate"], str(best["replicas"]), str(best["gpus"])]
     assert at.success[0].value.startswith(f"Recommended: **{best['candidate']}** — {best['replicas']} replica(s)")
     assert f"${best['cost_usd_per_hour']:,.2f}/h at $3.00 per GPU-hour" in at.success[0].value
+    # the export shows the recommended candidate's vLLM suggestion, the text `recommend --export` writes
+    data = form.scenario(load_scenario_dict("default")[0], QUICK)
+    suggestion = recommended_suggestion(expected, resolve_profile(QUICK.profile), data)
+    assert [c.value for c in at.code] == [suggestion.text().rstrip("\n")]
+    assert "vllm serve" in at.code[0].value and f"# candidate: {best['candidate']}" in at.code[0].value
 
 
 def test_ticking_none_changes_the_judged_sla() -> None:

@@ -390,7 +390,7 @@ def _cmd_recommend(args: argparse.Namespace) -> int:
         if args.profile is not None:
             kept = with_fields(kept, {"profile": args.profile})
         try:
-            written = write_export(args.export, kept, _json_ready(result), suggestion)
+            written = write_export(args.export, kept, _json_ready(result), suggestion, args.replace)
         except OSError as err:
             raise InputError(args.export, "--export", f"cannot write the export: {err.strerror or err}") from None
         lines += ["", "exported: " + ", ".join(str(p) for p in written)]

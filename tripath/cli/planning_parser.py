@@ -52,6 +52,7 @@ def add_subcommands(sub: Any) -> None:
     rec.add_argument("--export", metavar="DIR", default=None,
                      help="also write DIR/scenario.toml (the scenario as recommended), DIR/recommendation.json and "
                      "DIR/vllm.txt (the recommended settings as a vLLM command line, a suggestion)")
+    rec.add_argument("--replace", action="store_true", help="replace a non-empty --export folder whole")
     _sweep_options(rec, replications=2)
     rec.set_defaults(func=_cmd_recommend)
 

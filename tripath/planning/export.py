@@ -21,7 +21,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from tripath.core.atomic import write_text
+from tripath.core.atomic import writing_dir
 from tripath.planning.candidates import Candidate, by_names
 from tripath.profile.profile import Profile
 from tripath.simulator.scenario.scenario import BatchingSpec
@@ -241,18 +241,17 @@ def scenario_toml(data: dict[str, Any]) -> str:
 
 
 def write_export(directory: str | Path, scenario: dict[str, Any], recommendation: dict[str, Any],
-                 suggestion: VllmSuggestion | None) -> list[Path]:
-    """scenario.toml, recommendation.json and (when a candidate was chosen) vllm.txt in ``directory``."""
-    out = Path(directory)
-    out.mkdir(parents=True, exist_ok=True)
-    files = [(out / "scenario.toml", scenario_toml(scenario)),
-             (out / "recommendation.json", json.dumps(recommendation, indent=2, sort_keys=True, allow_nan=False)
-              + "\n")]
+                 suggestion: VllmSuggestion | None, replace: bool = False) -> list[Path]:
+    """scenario.toml, recommendation.json and (when a candidate was chosen) vllm.txt in ``directory``, written
+    as one folder (core.atomic.writing_dir: a non-empty folder is refused unless ``replace``)."""
+    files = [("scenario.toml", scenario_toml(scenario)),
+             ("recommendation.json", json.dumps(recommendation, indent=2, sort_keys=True, allow_nan=False) + "\n")]
     if suggestion is not None:
-        files.append((out / "vllm.txt", suggestion.text()))
-    for path, text in files:
-        write_text(path, text)
-    return [path for path, _ in files]
+        files.append(("vllm.txt", suggestion.text()))
+    with writing_dir(directory, replace, "--export") as tmp:
+        for name, text in files:
+            (tmp / name).write_text(text, encoding="utf-8")
+    return [Path(directory) / name for name, _ in files]
 
 
 def recommended_suggestion(recommendation: dict[str, Any], profile: Profile, data: dict[str, Any]

@@ -22,8 +22,10 @@ from tripath.core.metrics import INTERVAL_METHOD
 from tripath.planning.cache import DEFAULT_CACHE_DIR, ResultCache
 from tripath.planning.candidates import candidates
 from tripath.planning.executor import make_executor
+from tripath.planning.export import recommended_suggestion, scenario_toml
 from tripath.planning.recommend import recommend
 from tripath.planning.scenario_dict import load_scenario_dict
+from tripath.profile.profile import Profile
 
 BASE = "default"
 RESULT = "rec.result"  # session_state: (inputs key, JSON-ready Recommendation.to_dict())
@@ -162,7 +164,7 @@ def main() -> None:
     else:
         _show(stored[1], max_replicas)
     _memory_section(data_json, source, text, choices.profile, tuple(c.name for c in runnable))
-    _downloads(data, None if stored is None or stored[0] != key else stored[1])
+    _downloads(data, None if stored is None or stored[0] != key else stored[1], profile)
 
 
 def _candidate_list(profile: Any, data: dict[str, Any], every: list[Any]) -> None:
@@ -302,20 +304,22 @@ def _memory_section(data_json: str, source: str, text: str, name: str, names: tu
     st.dataframe(pd.DataFrame(rows), hide_index=True, key="rec.memory")
 
 
-def vllm_suggestion(result: dict[str, Any]) -> str | None:
-    """The recommended serving settings as a vLLM command line (a suggestion); None until it is wired."""
-    return None
+def vllm_suggestion(result: dict[str, Any], profile: Profile, data: dict[str, Any]) -> str | None:
+    """The recommended (else the closest) candidate's serving settings as a vLLM command line with each value's
+    source: planning/export.py, the text `tripath recommend --export` writes to vllm.txt."""
+    suggestion = recommended_suggestion(result, profile, data)
+    return None if suggestion is None else suggestion.text()
 
 
-def _downloads(data: dict[str, Any], result: dict[str, Any] | None) -> None:
+def _downloads(data: dict[str, Any], result: dict[str, Any] | None, profile: Profile) -> None:
     st.subheader("Export")
     cols = st.columns(2)
-    cols[0].download_button("scenario (TOML)", form.to_toml(data), "scenario.toml", "application/toml",
+    cols[0].download_button("scenario (TOML)", scenario_toml(data), "scenario.toml", "application/toml",
                             key="rec.toml")
     if result is not None:
         cols[1].download_button("recommendation (JSON)", json.dumps(result, indent=2, sort_keys=True),
                                 "recommendation.json", "application/json", key="rec.json")
-        command = vllm_suggestion(result)
+        command = vllm_suggestion(result, profile, data)
         if command is not None:
             st.markdown("**vLLM command line (a suggestion, not a tested configuration):**")
             st.code(command, language="bash")

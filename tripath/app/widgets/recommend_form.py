@@ -2,15 +2,12 @@
 
 ``scenario`` turns the choices into a TOML-shaped scenario dict over data/scenarios/default.toml (the
 scenario `tripath recommend` runs by default), so an unchanged form is exactly that scenario at its rate.
-An SLA term set to "none" is deleted from ``[sla]`` (not judged at all). ``to_toml`` writes such a dict back
-as TOML text (the scenario download); tests/app/test_recommendation.py reads it back with tomllib.
+An SLA term set to "none" is deleted from ``[sla]`` (not judged at all). The scenario download is
+planning/export.py's ``scenario_toml`` of that dict, as `tripath recommend --export` writes it.
 """
 
 from __future__ import annotations
 
-import json
-import math
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -102,41 +99,3 @@ def scenario(base: dict[str, Any], choices: Choices) -> dict[str, Any]:
 
 
 # --- TOML out -------------------------------------------------------------------------------------
-_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
-
-
-def _key(key: str) -> str:
-    return key if _BARE_KEY.match(key) else json.dumps(key)
-
-
-def _value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise ValueError(f"TOML scenario values must be finite, got {value}")
-        return repr(value)
-    if isinstance(value, str):
-        return json.dumps(value, ensure_ascii=False)  # a JSON string is a TOML basic string
-    if isinstance(value, list | tuple):
-        return "[" + ", ".join(_value(v) for v in value) + "]"
-    raise ValueError(f"cannot write {type(value).__name__} as a TOML scenario value")
-
-
-def to_toml(data: dict[str, Any]) -> str:
-    """A scenario dict (tables, scalars, lists of scalars) as TOML text; tomllib.loads gives the dict back."""
-    lines: list[str] = []
-
-    def table(node: dict[str, Any], path: list[str]) -> None:
-        scalars = {k: v for k, v in node.items() if not isinstance(v, dict)}
-        tables = {k: v for k, v in node.items() if isinstance(v, dict)}
-        if path and (scalars or not tables):
-            lines.append(("\n" if lines else "") + "[" + ".".join(_key(p) for p in path) + "]")
-        lines.extend(f"{_key(k)} = {_value(v)}" for k, v in scalars.items())
-        for k, v in tables.items():
-            table(v, [*path, k])
-
-    table(data, [])
-    return "\n".join(lines) + "\n"
