@@ -20,6 +20,8 @@ def test_not_applicable_without_prefix_structure_so_the_default_is_unchanged() -
     for name in ("default", "quickstart", "azure-conv-replay", "mooncake-long-context"):
         for candidate in by_names(SEED, ["prefix_cache", "prefix_cache+tiered"]):
             assert NO_PREFIX_STRUCTURE in (candidate.applicability(SEED, _shipped(name)) or ""), name
+            # plan and recommend size by profile_support (any cluster size): the same verdict there
+            assert NO_PREFIX_STRUCTURE in (candidate.profile_support(SEED, _shipped(name)) or ""), name
 
 
 def test_applicable_on_a_mooncake_replay_and_on_a_prefix_table() -> None:

@@ -65,17 +65,16 @@ class Candidate:
         need = self.gpus_per_replica(profile)
         if need > gpus:
             reasons.append(f"needs {need} GPUs per replica, the cluster has {gpus}")
-        if "prefix_cache" in self.strategy:
-            reasons += prefix_gaps(data)
         return "; ".join(reasons) or None
 
     def profile_support(self, profile: Profile, data: dict[str, Any]) -> str | None:
-        """None when the profile supports this candidate on the scenario's tasks, whatever the cluster's size."""
+        """None when the profile supports this candidate on the scenario's tasks and workload (prefix caching
+        needs block identity), whatever the cluster's size."""
         return "; ".join(self._profile_gaps(profile, data)) or None
 
     def _profile_gaps(self, profile: Profile, data: dict[str, Any]) -> list[str]:
         tasks = list(data.get("workload", {}).get("tasks") or {"default": 1.0})
-        reasons = []
+        reasons = prefix_gaps(data) if "prefix_cache" in self.strategy else []
         spec = self.strategy.get("speculative")
         if spec is not None:
             if profile.speculative is None:
