@@ -114,7 +114,8 @@ def build_parser() -> argparse.ArgumentParser:
         "simulate",
         help="simulate a scenario on a calibration profile and report tail latency against the SLA",
         description="Simulate a scenario (TOML) on a calibration profile with seeded replications; "
-        "report TTFT, TPOT, end-to-end and queueing delay percentiles with order-statistic 95% intervals (never below zero).",
+        "report TTFT, TPOT, end-to-end and queueing delay percentiles with order-statistic 95% intervals "
+        "(never below zero).",
     )
     sim.add_argument("scenario", help="scenario TOML path, or the name of a shipped one (data/scenarios/)")
     sim.add_argument("--profile", help="profile name (data/profiles/NAME.json) or path; "
