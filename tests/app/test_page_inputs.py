@@ -134,9 +134,13 @@ def test_explorer_labels_are_plain_and_it_shows_throughput_and_path_quantities()
     labels = [w.label for kind in (at.number_input, at.selectbox, at.radio, at.checkbox, at.text_input) for w in kind]
     assert labels and not [label for label in labels if any(raw in label for raw in RAW_NAMES)]
     report = _run_explorer(at)
-    throughput = frame(at, "quantity").set_index("quantity")["value"]
+    table = frame(at, "quantity").set_index("quantity")
+    throughput = table["value"]
     assert throughput["completed requests (req/s)"] == pytest.approx(report["throughput"]["requests_per_s"]["mean"])
     assert throughput["replica 0 busy (% of the makespan)"] == pytest.approx(100 * report["utilisation"][0]["mean"])
+    busy_high = table.loc["replica 0 busy (% of the makespan)", "95% high"]
+    high = report["utilisation"][0]["ci_high"]
+    assert (high is None and pd.isna(busy_high)) or (busy_high == pytest.approx(100 * high) and busy_high <= 100.0)
     paths = frame(at, "path")
     values = dict(zip(paths["quantity"], paths["value"], strict=True))
     profile = resolve_profile(SEED_PROFILE)

@@ -115,6 +115,14 @@ def test_cli_calibrate_refusal_exit_code_and_show(tmp_path, capsys):
     assert "source: measured" in text and "costs.decode: decode_v2" in text and "absent sections" in text
     assert main(["profile", "plot", str(out), "--out", str(tmp_path / "plots")]) == 0
     assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == ["c.decode.png", "c.prefill.png"]
+    capsys.readouterr()
+    # the plots folder is written as a unit: a second run is refused without --replace, replaces it whole with it
+    (tmp_path / "plots" / "stale.png").write_bytes(b"old")
+    assert main(["profile", "plot", str(out), "--out", str(tmp_path / "plots")]) == 2
+    assert "--replace" in capsys.readouterr().err and (tmp_path / "plots" / "stale.png").exists()
+    assert main(["profile", "plot", str(out), "--out", str(tmp_path / "plots"), "--replace"]) == 0
+    assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == ["c.decode.png", "c.prefill.png"]
+    assert f"wrote {tmp_path / 'plots' / 'c.decode.png'}" in capsys.readouterr().out
 
 
 def test_gpu_memory_budget_and_override():

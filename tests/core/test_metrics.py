@@ -70,11 +70,23 @@ def test_sla_attainment_counts_rejections_as_misses():
 
 
 def test_estimate_student_t_interval():
-    ci = estimate([1.0, 2.0, 3.0])
+    ci = estimate([1.0, 2.0, 3.0], low=None)
     half = 4.302652729911275 * 1.0 / math.sqrt(3)  # t(0.975, 2) x sd / sqrt(n)
     assert ci == pytest.approx({"mean": 2.0, "ci_low": 2.0 - half, "ci_high": 2.0 + half})
     assert estimate([5.0]) == {"mean": 5.0, "ci_low": None, "ci_high": None}
     assert estimate([math.nan]) == {"mean": None, "ci_low": None, "ci_high": None}
+
+
+def test_estimate_interval_is_cut_to_the_quantitys_range():
+    """A skewed throughput or utilisation never shows an interval end outside what the quantity can take."""
+    half = 12.706204736174705 * math.sqrt(0.5 * (0.1 - 0.9) ** 2) / math.sqrt(2)  # t(0.975, 1) x sd / sqrt(2)
+    assert 0.5 - half < 0.0 and 0.5 + half > 1.0  # the uncut interval leaves [0, 1] at both ends
+    assert estimate([0.1, 0.9], low=None) == pytest.approx({"mean": 0.5, "ci_low": 0.5 - half, "ci_high": 0.5 + half})
+    assert estimate([0.1, 0.9]) == pytest.approx({"mean": 0.5, "ci_low": 0.0, "ci_high": 0.5 + half})
+    assert estimate([0.1, 0.9], high=1.0) == pytest.approx({"mean": 0.5, "ci_low": 0.0, "ci_high": 1.0})
+    # an interval inside the range is unchanged
+    assert estimate([10.0, 11.0, 12.0]) == estimate([10.0, 11.0, 12.0], low=None)
+    assert estimate([1.0, 2.0, 3.0])["ci_low"] == 0.0
 
 
 def test_the_t_quantile_is_scipy_stats_bit_for_bit():
@@ -162,7 +174,7 @@ def test_percentile_estimate_mean_is_the_replications_and_interval_within_observ
     est = metrics.percentile_estimate(runs, "p99", 1000.0)
     p99s = [metrics.percentiles(r)["p99"] * 1000.0 for r in runs]
     assert est["mean"] == pytest.approx(np.mean(p99s))
-    assert estimate(p99s)["ci_low"] < 0  # what the old interval said
+    assert estimate(p99s, low=None)["ci_low"] < 0  # what an uncut Student-t interval says
     assert 10.0 <= est["ci_low"] <= est["ci_high"] <= 5000.0  # observed values, in ms
     assert metrics.percentile_estimate([np.array([]), np.array([])], "p99") == {"mean": None, "ci_low": None,
                                                                              "ci_high": None}

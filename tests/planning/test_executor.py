@@ -79,3 +79,22 @@ def test_refused_scenario_is_an_error_outcome_not_an_exception():
 def test_unknown_executor_kind():
     with pytest.raises(ValueError, match="unknown executor"):
         make_executor("dask")
+
+
+def test_code_version_covers_subpackages(tmp_path):
+    """An edit to a nested simulator module (simulator/paths/...) or to core/ changes the cache's code version."""
+    import shutil
+
+    from tripath.planning.cache import PACKAGE_ROOT, source_digest
+
+    root = tmp_path / "tripath"
+    for folder in ("core", "planning", "profile", "simulator"):
+        shutil.copytree(PACKAGE_ROOT / folder, root / folder)
+    before = source_digest(root)
+    assert before == source_digest(PACKAGE_ROOT)
+    for nested in ("simulator/paths/prefix.py", "core/metrics.py"):
+        path = root / nested
+        path.write_text(path.read_text() + "\n# edited\n")
+        after = source_digest(root)
+        assert after != before
+        before = after

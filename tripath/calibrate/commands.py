@@ -101,21 +101,25 @@ def _cmd_plot(args: argparse.Namespace) -> int:
     from tripath.calibrate.assemble import full_depth_points
     from tripath.calibrate.plots import plot_fit
     from tripath.calibrate.samples import read_samples, samples_path_for
+    from tripath.core.atomic import check_dir_target, writing_dir
     from tripath.profile.profile import load_profile
 
+    out = check_dir_target(args.out, args.replace)  # refused before any work
     path = profile_path(args.name)
     profile = load_profile(path)
     samples = read_samples(samples_path_for(path))
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    for name, model in profile.costs.items():
-        # the statistic the fit used is named in its data line, e.g. "cpu-tiny.samples.csv (min_ms): ..."
-        statistic = "min" if model.fit is not None and "(min_ms)" in model.fit.data else "median"
-        x1, x2, ms = full_depth_points(samples, name, profile.model.layers, statistic)
-        if len(ms) == 0:
-            continue
-        written = plot_fit(name, model, x1, x2, ms, out / f"{path.stem}.{name}.png", profile.key_str())
-        print(f"wrote {written}")
+    names: list[str] = []
+    with writing_dir(out, args.replace) as tmp:  # the folder appears whole, or not at all
+        for name, model in profile.costs.items():
+            # the statistic the fit used is named in its data line, e.g. "cpu-tiny.samples.csv (min_ms): ..."
+            statistic = "min" if model.fit is not None and "(min_ms)" in model.fit.data else "median"
+            x1, x2, ms = full_depth_points(samples, name, profile.model.layers, statistic)
+            if len(ms) == 0:
+                continue
+            written = plot_fit(name, model, x1, x2, ms, tmp / f"{path.stem}.{name}.png", profile.key_str())
+            names.append(written.name)
+    for name in names:
+        print(f"wrote {out / name}")
     return 0
 
 
@@ -235,7 +239,8 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
     cmp_.set_defaults(func=_cmd_compare)
     plot = psub.add_parser("plot", help="samples against fits, one PNG per cost model")
     plot.add_argument("name")
-    plot.add_argument("--out", required=True, help="folder for the PNGs")
+    plot.add_argument("--out", required=True, help="folder for the PNGs, written whole (absent or empty)")
+    plot.add_argument("--replace", action="store_true", help="replace an existing non-empty --out folder whole")
     plot.set_defaults(func=_cmd_plot)
     proj = psub.add_parser("project", help="scale a profile to other hardware by roofline ratios (projected)")
     proj.add_argument("src")

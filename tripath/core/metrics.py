@@ -16,7 +16,10 @@ Throughput is over the makespan: from the first arrival to the last finish. Util
 replica's busy time (an iteration in progress) over the same makespan.
 
 Across replications (``estimate``): the mean with a 95% Student-t confidence interval,
-mean +- t(0.975, R - 1) * sd / sqrt(R); no interval when R = 1.
+mean +- t(0.975, R - 1) * sd / sqrt(R), intersected with the quantity's range (a throughput, count or
+time is >= 0, a fraction such as utilisation or attainment lies in [0, 1]); the true value lies in that
+range, so the cut interval covers it whenever the uncut one does, and it never shows a negative
+throughput or a utilisation above 100 %. No interval when R = 1.
 
 A latency percentile (``percentile_estimate``) is the mean over replications of each replication's
 percentile, with a distribution-free order-statistic interval from the requests of all replications
@@ -143,8 +146,11 @@ def utilisation(records: Sequence[RequestRecord], replicas: Sequence[ReplicaStat
     return [r.busy_s / span if span > 0.0 else math.nan for r in replicas]
 
 
-def estimate(values: Sequence[float]) -> dict[str, float | None]:
-    """Mean over replications with a 95% Student-t interval; NaN replications are left out."""
+def estimate(values: Sequence[float], low: float | None = 0.0, high: float | None = None
+             ) -> dict[str, float | None]:
+    """Mean over replications with a 95% Student-t interval cut to the quantity's range [low, high];
+    NaN replications are left out. The default range is [0, inf): throughputs, counts, times and bytes
+    cannot be negative; fractions pass high=1.0, signed differences low=None."""
     finite = np.array([v for v in values if v is not None and math.isfinite(v)], dtype=float)
     if finite.size == 0:
         return {"mean": None, "ci_low": None, "ci_high": None}
@@ -156,7 +162,12 @@ def estimate(values: Sequence[float]) -> dict[str, float | None]:
     from scipy.special import stdtrit
 
     half = float(stdtrit(finite.size - 1, 0.975) * finite.std(ddof=1) / math.sqrt(finite.size))
-    return {"mean": mean, "ci_low": mean - half, "ci_high": mean + half}
+    ci_low, ci_high = mean - half, mean + half
+    if low is not None:
+        ci_low = max(ci_low, low)
+    if high is not None:
+        ci_high = min(ci_high, high)
+    return {"mean": mean, "ci_low": ci_low, "ci_high": ci_high}
 
 
 def quantile_interval(values: np.ndarray, q: float, confidence: float = CONFIDENCE

@@ -93,7 +93,7 @@ def paired_gain(mine: dict[str, Any], theirs: dict[str, Any], sla_ms: dict[str, 
     diffs = [x - y for x, y in zip(margins(a), margins(b), strict=False) if math.isfinite(x - y)]
     if len(diffs) < 2:
         return None
-    return estimate(diffs)
+    return estimate(diffs, low=None)  # a margin difference may be negative
 
 
 def attribute(chosen: Any, results: Sequence[Any], sla_ms: dict[str, float | None] | None = None) -> Attribution:

@@ -1,9 +1,10 @@
 """Sweep results cached on disk, keyed by what determines them.
 
 The key is a sha256 over the canonical scenario dict, the profile's canonical JSON, the seed,
-the replications, the job's options and the code version (a hash of the simulator's and
-planning's source files, so an edited simulator never serves stale numbers). Entries are JSON
-files written through a temp file and os.replace: a killed sweep leaves whole entries or none.
+the replications, the job's options and the code version (a hash of the simulator's, planning's,
+profile's and core's source files, subpackages included, so an edited simulator never serves stale
+numbers). Entries are JSON files written through a temp file and os.replace: a killed sweep leaves
+whole entries or none.
 """
 
 from __future__ import annotations
@@ -21,15 +22,24 @@ PACKAGE_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CACHE_DIR = Path(".tripath-cache")
 
 
-@functools.lru_cache(maxsize=1)
-def code_version() -> str:
-    """sha256 of every tripath/simulator/ and tripath/planning/ source file (path and bytes), in sorted order."""
+# the packages a sweep's numbers depend on: the simulator, planning, and the profile and core code they run
+CODE_FOLDERS = ("core", "planning", "profile", "simulator")
+
+
+def source_digest(root: Path, folders: tuple[str, ...] = CODE_FOLDERS) -> str:
+    """sha256 of every .py file under ``root``/folder, subpackages included (relative path and bytes, sorted)."""
     digest = hashlib.sha256()
-    for folder in ("simulator", "planning"):
-        for path in sorted((PACKAGE_ROOT / folder).glob("*.py")):
-            digest.update(f"{folder}/{path.name}\0".encode())
+    for folder in folders:
+        for path in sorted((root / folder).rglob("*.py")):
+            digest.update(f"{path.relative_to(root).as_posix()}\0".encode())
             digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
+
+
+@functools.lru_cache(maxsize=1)
+def code_version() -> str:
+    """The source digest of this tripath's simulator, planning, profile and core packages."""
+    return source_digest(PACKAGE_ROOT)
 
 
 def cache_key(parts: dict[str, Any]) -> str:

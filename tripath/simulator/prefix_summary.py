@@ -30,11 +30,11 @@ def prefix_section(runs: tuple[RunResult, ...]) -> dict[str, Any] | None:
             chosen = [r for i, r in done if (p.cached_tokens.get(i, 0) > 0) == (group == "cached")]
             per_run.append(metrics.percentiles(np.array([r.first_token_s - r.arrival_s for r in chosen], dtype=float)))
             shares.append(len(chosen) / len(done) if done else 0.0)
-        ttft[group] = {"share_of_completed": estimate(shares),
+        ttft[group] = {"share_of_completed": estimate(shares, high=1.0),
                        **{level: estimate([p[level] * 1000.0 for p in per_run]) for level in ("p50", "p99")}}
 
     def rate(num: str, den: str) -> dict[str, float | None]:
-        return estimate([getattr(c, num) / getattr(c, den) if getattr(c, den) else 0.0 for c in counters])
+        return estimate([getattr(c, num) / getattr(c, den) if getattr(c, den) else 0.0 for c in counters], high=1.0)
 
     return {
         "block_tokens": first.block_tokens,

@@ -46,7 +46,7 @@ def summary(result: SimulationResult) -> dict[str, Any]:
     sla = result.scenario.sla
     targets = {"ttft": sla.ttft_p99_ms, "tpot": sla.tpot_p99_ms, "e2e": sla.e2e_p99_ms}
     attained = [metrics.sla_attainment(r, sla.ttft_p99_ms, sla.tpot_p99_ms, sla.e2e_p99_ms) for r in records]
-    attainment = {term: (None if a0 is None else estimate([a[term] for a in attained]))
+    attainment = {term: (None if a0 is None else estimate([a[term] for a in attained], high=1.0))
                   for term, a0 in attained[0].items()}
     p99_met = {term: (None if target is None or latency[term]["p99"]["mean"] is None
                       else latency[term]["p99"]["mean"] <= target) for term, target in targets.items()}
@@ -78,7 +78,7 @@ def summary(result: SimulationResult) -> dict[str, Any]:
         "counts_per_replication": {key: estimate([c[key] for c in counts]) for key in counts[0]},
         "sla": {"targets_ms": targets, "attainment": attainment, "p99_meets_target": p99_met},
         "throughput": {key: estimate([t[key] for t in throughputs]) for key in throughputs[0]},
-        "utilisation": [estimate([u[i] for u in utilisations]) for i in range(result.replicas)],
+        "utilisation": [estimate([u[i] for u in utilisations], high=1.0) for i in range(result.replicas)],
         "extrapolations": extrapolations,
         "events": sum(run.events for run in runs),
         "iterations": sum(run.iterations for run in runs),

@@ -135,9 +135,11 @@ def _show(outcome: simulation.Outcome) -> None:
                      column_config={"requests within target (%)": st.column_config.NumberColumn(format="%.1f")})
     left, right = st.columns(2)
     with left:
-        st.markdown("**Throughput and utilisation** (simulated, mean over replications)")
+        st.markdown("**Throughput and utilisation** (simulated, mean over replications; 95 % Student-t interval "
+                    "over replications, cut to the quantity's range)")
         st.dataframe(pd.DataFrame(simulation.throughput_rows(report)), hide_index=True, key="throughput_table",
-                     column_config={"value": st.column_config.NumberColumn(format="%.4g")})
+                     column_config={c: st.column_config.NumberColumn(format="%.4g")
+                                    for c in ("value", "95% low", "95% high")})
     with right:
         paths = simulation.path_rows(report, outcome)
         st.markdown("**Optimization paths**" + ("" if paths else ": none on (the baseline)"))

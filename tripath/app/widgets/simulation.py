@@ -115,14 +115,17 @@ def sla_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def throughput_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
-    """Throughput over the makespan and each replica's busy share, means over replications."""
+    """Throughput over the makespan and each replica's busy share: mean over replications and its 95 %
+    Student-t interval cut to the quantity's range (>= 0; a busy share within 0-100 %: tripath/core/metrics.py)."""
+    def row(quantity: str, est: dict[str, Any], scale: float = 1.0) -> dict[str, Any]:
+        return {"quantity": quantity,
+                **{col: None if est.get(key) is None else scale * est[key]
+                   for col, key in (("value", "mean"), ("95% low", "ci_low"), ("95% high", "ci_high"))}}
+
     tput = report["throughput"]
-    rows = [{"quantity": "completed requests (req/s)", "value": tput["requests_per_s"]["mean"]},
-            {"quantity": "generated tokens (tokens/s)", "value": tput["output_tokens_per_s"]["mean"]}]
-    for i, est in enumerate(report["utilisation"]):
-        busy = est["mean"]
-        rows.append({"quantity": f"replica {i} busy (% of the makespan)",
-                     "value": None if busy is None else 100.0 * busy})
+    rows = [row("completed requests (req/s)", tput["requests_per_s"]),
+            row("generated tokens (tokens/s)", tput["output_tokens_per_s"])]
+    rows += [row(f"replica {i} busy (% of the makespan)", est, 100.0) for i, est in enumerate(report["utilisation"])]
     return rows
 
 
