@@ -312,8 +312,22 @@ class TieredKVCache:
 
     def _device_slot(self, for_prefetch: bool = False) -> int:
         if self.tiers.device_pool.num_free == 0:
+            if not for_prefetch and self.free_slots() == 0:
+                self._land_any_prefetch()
             self._evict_device(for_prefetch)
         return self.tiers.device_pool.allocate()
+
+    def _land_any_prefetch(self) -> None:
+        """Finish the oldest fetch-ahead, giving its source slot back. The accounting keeps one page slot spare
+        for the chain of evictions a move down starts, but a copy in flight holds two (its device slot and its
+        source): with every slot of every tier taken (a full cache of prefix pages), the spare is that source."""
+        for key, state in list(self.pages.items()):
+            if state.pending is not None:
+                try:
+                    self._land(key, state)
+                except TierFault:
+                    pass  # its device slot is free again; the fault resurfaces when its owner reads it
+                return
 
     def _copy_in(self, dst: int, source: tuple[str, int]) -> None:
         """Copy a host or SSD page into device slot dst (runs on the main or the prefetch thread)."""
