@@ -118,19 +118,20 @@ def test_hits_come_back_from_host_and_ssd_with_the_tokens_of_no_caching(model, t
         _assert_nothing_left(engine)
 
 
-def test_batched_admissions_share_prefix_pages_with_the_tokens_of_no_caching(model, tmp_path):
-    systems = _systems(2)
-    prompts = [systems[i % 2] + _tokens(300 + i, 5 + i % 3) for i in range(6)]
-    groups = [prompts[:4], prompts[4:], prompts[:3]]
-    with Engine(model, _tiered(tmp_path / "off", False, device_pages=24)) as plain:
-        want, _ = _serve(plain, groups)
-    with Engine(model, _tiered(tmp_path / "on", True, device_pages=24)) as engine:
-        got, records = _serve(engine, groups)
+def test_batched_admissions_and_preemption_share_prefix_pages_with_the_tokens_of_no_caching(model, tmp_path):
+    systems = _systems(3)
+    prompts = [systems[i % 3] + _tokens(300 + i, 5 + i % 7) for i in range(8)]
+    with Engine(model, _tiered(tmp_path / "off", False, device_pages=16)) as plain:
+        want, _ = _serve(plain, [prompts])
+    with Engine(model, _tiered(tmp_path / "on", True, device_pages=16)) as engine:
+        got, records = _serve(engine, [prompts])  # all at once: the device limit queues and preempts
         assert got == want
         manager = engine.kv_manager
-        assert manager.prefix_stats.hit_blocks > 0
-        assert max(r.batch_size for r in records) > 1  # sharing among live sequences, not only one after another
-        assert sum(manager.prefix_page_loads.values()) == manager.prefix_stats.hit_blocks * CFG.num_layers
+        assert max(r.batch_size for r in records) > 1 and sum(r.num_preempted for r in records) > 0
+        assert manager.prefix_stats.hit_blocks >= 15  # 5 later requests x 3 chunks, plus a recompute's own
+        loads = manager.prefix_page_loads
+        assert sum(loads.values()) == manager.prefix_stats.hit_blocks * CFG.num_layers
+        assert loads["host"] > 0 and loads["ssd"] > 0
         _assert_nothing_left(engine)
 
 
@@ -199,6 +200,38 @@ def test_a_damaged_prefix_page_fails_its_reader_and_is_not_hit_again(model, tmp_
         out, _ = _serve(engine, [[again]])
         assert manager.cached_tokens[rid + 1] == 0  # the lookup stops before the broken block
         assert out == [dense_greedy(model, again, NEW)]
+        _assert_nothing_left(engine)
+
+
+def test_a_writer_failing_mid_step_fails_its_same_step_reader_and_its_block_is_not_hit_again(model, tmp_path):
+    blocker = tmp_path / "not-a-dir"  # the SSD directory cannot be created until this becomes a directory
+    blocker.write_text("a regular file where the SSD directory should be")
+    # no host tier: a device eviction writes to the SSD; 13 pages admit two 54-token sequences side by side
+    # (2 x 2 layers x 3 pinned chunks + 1 unpinned) and hold one sequence's 8 pages plus 5 more
+    tiers = TierConfig(chunk_tokens=CHUNK, device_pages=13, host_pages=0, ssd_pages=100, sink_tokens=4,
+                       window_tokens=16, ssd_dir=str(blocker / "kv"))
+    other, system = _systems(2)
+    with Engine(model, EngineConfig(block_size=CHUNK, tiered=tiers, prefix_caching=True)) as engine:
+        _serve(engine, [[other + _tokens(600, 6)]])  # leaves its 6 prefix pages cached on the device
+        writer, reader = system + _tokens(601, 6), system + _tokens(602, 6)
+        wid, rid = engine.add_request(writer, NEW), engine.add_request(reader, NEW)
+        record = engine.step()
+        # the reader took the writer's 3 blocks in the step that computes them; in layer 1 the writer's third
+        # chunk needs a device slot, the victim (a cached page) cannot go to the SSD: the writer fails there,
+        # and the reader finds that page missing
+        assert record.admitted == (wid, rid) and record.failed == (wid, rid)
+        manager, cache = engine.kv_manager, engine.backend.cache
+        assert manager.cached_tokens[rid] == 3 * CHUNK
+        assert engine.errors[wid].startswith("TierUnwritable")
+        assert engine.errors[rid].startswith("TierFault: prefix block")
+        blocks = [manager.index.block_of(h) for h in token_block_hashes(system, CHUNK)]
+        assert cache.broken == {blocks[2]}
+        blocker.unlink()
+        blocker.mkdir()
+        again = system + _tokens(603, 6)
+        out, _ = _serve(engine, [[again]])
+        assert out == [dense_greedy(model, again, NEW)] and not engine.errors.get(rid + 1)
+        assert manager.cached_tokens[rid + 1] == 2 * CHUNK  # the two complete blocks hit, the broken one not
         _assert_nothing_left(engine)
 
 
