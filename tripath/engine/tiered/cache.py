@@ -9,7 +9,9 @@ Policy (the tiered-cache path of SEEDS.md):
   and concatenates them; while that layer computes, the next layer's pages are fetched ahead on a
   background thread (a side CUDA stream inside it on GPU), so paging overlaps compute.
 Pages move bit for bit, so attention over them (tripath/engine/tiered/batch_attention.py) is bit-identical
-to the untiered cache.
+to the untiered cache.  Under full attention and LRU a context larger than the device pool re-reads
+every unpinned page each step: paging cost is linear in the KV that does not fit (SEEDS.md: ~3 ms
+per extra 2K tokens on its hardware).
 
 Prefix pages (EngineConfig.prefix_caching; the block accounting is tripath/engine/tiered/store.py's
 TieredPrefixAccounting): a full prompt chunk registered under its chained hash as prefix block b is keyed
@@ -19,9 +21,7 @@ unreferenced, they are ordinary LRU pages (demoted device -> host -> SSD like an
 they leave every tier only when the index evicts their block (``drop_block``).  A hit maps the block's pages
 into the new sequence (``attach``); they are paged back in from wherever they sit when its attention needs
 them, and never written again (only full prompt chunks are shared, and a hit always computes the last prompt
-token).  Under full attention and LRU a context larger than the device pool re-reads
-every unpinned page each step: paging cost is linear in the KV that does not fit (SEEDS.md: ~3 ms
-per extra 2K tokens on its hardware).
+token).
 """
 
 from __future__ import annotations
