@@ -23,7 +23,8 @@ class EngineConfig:
     # KV kept compressed in the paged pool (tripath/engine/kv/compressed_store.py: "int8", "int4", "mixed-int8",
     # "mixed-int4"; "fp" = the same blockwise attention uncompressed); None: the plain full-precision pool
     kv_compression: str | None = None
-    # reuse cached full prompt blocks across requests (tripath/engine/kv/prefix_cache.py); the plain pool only
+    # reuse cached full prompt blocks across requests (tripath/engine/kv/prefix_cache.py); with tiered the blocks
+    # are its chunks of tiered.chunk_tokens tokens, cached in device, host and SSD (tripath/engine/tiered/store.py)
     prefix_caching: bool = False
 
     def __post_init__(self) -> None:
@@ -36,9 +37,8 @@ class EngineConfig:
                              f"got {self.kv_compression!r}")
         if self.kv_compression is not None and self.tiered is not None:
             raise ValueError("EngineConfig.kv_compression: cannot be combined with tiered (not implemented)")
-        if self.prefix_caching and (self.tiered is not None or self.kv_compression is not None):
-            raise ValueError("EngineConfig.prefix_caching: only on the plain paged pool (tiered and kv_compression "
-                             "are not implemented with it)")
+        if self.prefix_caching and self.kv_compression is not None:
+            raise ValueError("EngineConfig.prefix_caching: cannot be combined with kv_compression (not implemented)")
 
     @property
     def kv_capacity_tokens(self) -> int:

@@ -56,6 +56,6 @@ def make_backend(model_config: ModelConfig, config: EngineConfig, dtype: torch.d
     if config.kv_compression is not None:
         return CompressedBackend(model_config, config, dtype, device)
     if config.tiered is not None:
-        return TieredStore(model_config, config.tiered, dtype, device, config.block_size)
+        return TieredStore(model_config, config.tiered, dtype, device, config.block_size, config.prefix_caching)
     return PagedBackend(model_config, config, dtype, device)
 

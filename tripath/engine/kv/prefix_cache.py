@@ -127,6 +127,7 @@ class PrefixCachingKVManager(KVCacheManager):
             self.tables[seq_id] = BlockTable(blocks=hits, num_tokens=len(hits) * self.block_size)
             self.cached_tokens[seq_id] = len(hits) * self.block_size
             look.registered = len(hits)
+            self._acquired(seq_id, list(hits))
         copies = super().reserve(seq_id, num_tokens)
         if look is not None:
             self._register(seq_id, look, num_tokens)
@@ -139,9 +140,16 @@ class PrefixCachingKVManager(KVCacheManager):
             return
         blocks = self.tables[seq_id].blocks
         for i, h in enumerate(self._hashes(look, full)[look.registered :], start=look.registered):
-            if self.index.hash_of(blocks[i]) is None:
-                self.index.register(blocks[i], h)
+            if self.index.hash_of(blocks[i]) is None and self.index.register(blocks[i], h):
+                self._registered(seq_id, i, blocks[i])
         look.registered = full
+
+    def _acquired(self, seq_id: int, blocks: list[int]) -> None:
+        """A new sequence took these cached blocks as its leading ones (a back end that stores K/V per
+        sequence maps them in: tripath/engine/tiered/store.py); nothing to do over one shared pool."""
+
+    def _registered(self, seq_id: int, position: int, block: int) -> None:
+        """The sequence's block at this position became cached (see _acquired)."""
 
     def truncate(self, seq_id: int, num_tokens: int) -> None:
         if seq_id in self._lookups:

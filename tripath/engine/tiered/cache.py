@@ -12,6 +12,16 @@ Pages move bit for bit, so attention over them (tripath/engine/tiered/batch_atte
 to the untiered cache.  Under full attention and LRU a context larger than the device pool re-reads
 every unpinned page each step: paging cost is linear in the KV that does not fit (SEEDS.md: ~3 ms
 per extra 2K tokens on its hardware).
+
+Prefix pages (EngineConfig.prefix_caching; the block accounting is tripath/engine/tiered/store.py's
+TieredPrefixAccounting): a full prompt chunk registered under its chained hash as prefix block b is keyed
+``(shared_owner(b), layer, chunk)`` instead of ``(seq, layer, chunk)``, and each sequence maps its chunk
+indices to the blocks it holds by reference (``links``).  Such pages outlive the sequences that read them:
+unreferenced, they are ordinary LRU pages (demoted device -> host -> SSD like any other, never pinned), and
+they leave every tier only when the index evicts their block (``drop_block``).  A hit maps the block's pages
+into the new sequence (``attach``); they are paged back in from wherever they sit when its attention needs
+them, and never written again (only full prompt chunks are shared, and a hit always computes the last prompt
+token).
 """
 
 from __future__ import annotations
@@ -26,11 +36,18 @@ import torch
 from torch import Tensor
 
 from tripath.engine.model.config import ModelConfig
-from tripath.engine.tiered.faults import DeviceFull, TierFault
+from tripath.engine.tiered.faults import DeviceFull, PageCorrupt, PageMissing, TierFault
 from tripath.engine.tiered.tier_config import TierConfig
 from tripath.engine.tiered.tiers import Tiers
 
-PageKey = tuple[int, int, int]  # (sequence id, layer, chunk index)
+PageKey = tuple[int, int, int]  # (owner, layer, chunk index); owner: a sequence id, or shared_owner(block)
+TIERS = ("device", "host", "ssd")
+
+
+def shared_owner(block: int) -> int:
+    """The page-key owner of prefix block ``block``'s pages: negative, so it never equals a sequence id (its
+    own inverse: shared_owner(owner) is the block of a negative owner)."""
+    return -1 - block
 
 
 @dataclass
@@ -64,10 +81,24 @@ class TieredKVCache:
         self._stream = torch.cuda.Stream(self.device) if prefetch and self.device.type == "cuda" else None
         self.stall_s = 0.0  # main-thread time spent paging or waiting for a prefetch
         self._staging = threading.local()  # per thread: the host buffer SSD pages are read into
+        # prefix pages (see the module docstring)
+        self.links: dict[int, dict[int, int]] = {}  # seq -> {chunk index: prefix block it holds by reference}
+        self.block_refs: dict[int, set[int]] = {}  # prefix block -> the live sequences linking it
+        self.block_chunk: dict[int, int] = {}  # prefix block -> its chunk index (its position in any prompt)
+        self.broken: set[int] = set()  # prefix blocks whose pages cannot be trusted (a fault, a failed writer)
+        self.hit_loads = dict.fromkeys(TIERS, 0)  # hit pages by the tier each sat in when its reader needed it
+        self._unseen: dict[int, set[PageKey]] = {}  # seq -> hit pages it has not asked for yet
 
     # ---- policy -------------------------------------------------------------------------------
     def pinned(self, key: PageKey) -> bool:
-        seq, layer, chunk = key
+        """A sink or window page of its sequence; a prefix page when it is one for a sequence linking it (an
+        unreferenced cached page is never pinned)."""
+        owner, layer, chunk = key
+        if owner < 0:
+            return any(self._pins(seq, layer, chunk) for seq in self.block_refs.get(shared_owner(owner), ()))
+        return self._pins(owner, layer, chunk)
+
+    def _pins(self, seq: int, layer: int, chunk: int) -> bool:
         length = self.lengths[seq][layer]
         first, last = chunk * self.chunk, (chunk + 1) * self.chunk  # tokens [first, last)
         return first < self.sink_tokens or last > length - self.window_tokens
@@ -87,6 +118,15 @@ class TieredKVCache:
     def _num_chunks(self, seq: int, layer: int) -> int:
         return -(-self.lengths[seq][layer] // self.chunk)
 
+    def _key(self, seq: int, layer: int, chunk: int) -> PageKey:
+        """The key of seq's page of this chunk: the prefix block's when seq holds that chunk by reference."""
+        links = self.links.get(seq)
+        block = links.get(chunk) if links else None
+        return (seq, layer, chunk) if block is None else (shared_owner(block), layer, chunk)
+
+    def _layer_keys(self, seq: int, layer: int) -> list[PageKey]:
+        return [self._key(seq, layer, c) for c in range(self._num_chunks(seq, layer))]
+
     def append(self, seq: int, layer: int, k: Tensor, v: Tensor) -> None:
         """Store k, v [T, Hkv, D] after the layer's cached tokens."""
         lengths = self.lengths.setdefault(seq, [0] * self.num_layers)
@@ -97,7 +137,7 @@ class TieredKVCache:
         while pos < end:
             chunk, off = divmod(pos, self.chunk)
             n = min(self.chunk - off, end - pos)
-            key = (seq, layer, chunk)
+            key = self._key(seq, layer, chunk)
             self._busy.add(key)
             if key in self.pages:
                 state = self._to_device(key)
@@ -130,11 +170,11 @@ class TieredKVCache:
         does that itself (a batch fetches ahead once every sequence's layer is in: prefetch())."""
         start = time.perf_counter()
         length = self.lengths[seq][layer]
-        keys = [(seq, layer, c) for c in range(self._num_chunks(seq, layer))]
+        keys = self._layer_keys(seq, layer)
         self._busy.update(keys)
         try:
             for key in keys:
-                state = self._to_device(key)
+                state = self._hit_to_device(seq, key) if key[0] < 0 else self._to_device(key)
                 first = key[2] * self.chunk
                 valid = min(self.chunk, length - first)
                 out[:, first : first + valid] = self.tiers.device_pool.data[state.slot][:, :valid]
@@ -152,25 +192,31 @@ class TieredKVCache:
         self.stall_s += time.perf_counter() - start
 
     def free(self, seq: int) -> None:
-        """Drop every page of seq from every tier (after it finishes or fails)."""
+        """Drop every page of seq from every tier (after it finishes or fails); the prefix pages it holds by
+        reference stay (TieredKVCache.unlink)."""
         for key in [k for k in self.pages if k[0] == seq]:
-            state = self.pages.pop(key)
-            if state.pending is not None:
-                try:
-                    state.pending.result()
-                except BaseException:  # noqa: BLE001 - the request is being dropped anyway
-                    pass
-                assert state.source is not None
-                self._release_source(state.source, key)
-            if state.tier == "device":
-                self.tiers.device_pool.release(state.slot)
-                self.device_lru.pop(key, None)
-            elif state.tier == "host":
-                self.tiers.host_pool.release(state.slot)
-                self.host_lru.pop(key, None)
-            else:
-                self.tiers.ssd.delete(state.slot)
+            self._drop_page(key)
+        self.unlink(seq)
         self.lengths.pop(seq, None)
+
+    def _drop_page(self, key: PageKey) -> None:
+        """Remove one page from its tier (waiting for a copy in flight first) and free its slot."""
+        state = self.pages.pop(key)
+        if state.pending is not None:
+            try:
+                state.pending.result()
+            except BaseException:  # noqa: BLE001 - the page is being dropped anyway
+                pass
+            assert state.source is not None
+            self._release_source(state.source, key)
+        if state.tier == "device":
+            self.tiers.device_pool.release(state.slot)
+            self.device_lru.pop(key, None)
+        elif state.tier == "host":
+            self.tiers.host_pool.release(state.slot)
+            self.host_lru.pop(key, None)
+        else:
+            self.tiers.ssd.delete(state.slot)
 
     def residency(self) -> dict[str, int]:
         """How many pages sit in each tier now."""
@@ -266,8 +312,22 @@ class TieredKVCache:
 
     def _device_slot(self, for_prefetch: bool = False) -> int:
         if self.tiers.device_pool.num_free == 0:
+            if not for_prefetch and self.free_slots() == 0:
+                self._land_any_prefetch()
             self._evict_device(for_prefetch)
         return self.tiers.device_pool.allocate()
+
+    def _land_any_prefetch(self) -> None:
+        """Finish the oldest fetch-ahead, giving its source slot back. The accounting keeps one page slot spare
+        for the chain of evictions a move down starts, but a copy in flight holds two (its device slot and its
+        source): with every slot of every tier taken (a full cache of prefix pages), the spare is that source."""
+        for key, state in list(self.pages.items()):
+            if state.pending is not None:
+                try:
+                    self._land(key, state)
+                except TierFault:
+                    pass  # its device slot is free again; the fault resurfaces when its owner reads it
+                return
 
     def _copy_in(self, dst: int, source: tuple[str, int]) -> None:
         """Copy a host or SSD page into device slot dst (runs on the main or the prefetch thread)."""
@@ -338,14 +398,18 @@ class TieredKVCache:
         """Start copying the layer's off-device pages into device slots on the background thread."""
         if self._executor is None:
             return
-        keys = [(seq, layer, c) for c in range(self._num_chunks(seq, layer))]
+        keys = self._layer_keys(seq, layer)
         self._busy.update(keys)  # the pages the next layer needs must not be evicted to make room
         if self._stream is not None:
             # a reused device slot may still be read by kernels queued on the compute stream
             self._stream.wait_stream(torch.cuda.current_stream(self.device))
         try:
             for key in keys:
-                state = self.pages[key]
+                state = self.pages.get(key)
+                if state is None:
+                    continue  # a prefix page its failed writer never stored: the read reports it
+                if key[0] < 0:
+                    self._note_hit(seq, key)
                 if state.tier == "device":
                     continue
                 if self.free_slots() < 2:
@@ -361,3 +425,95 @@ class TieredKVCache:
                 self.device_lru[key] = None
         finally:
             self._busy.difference_update(keys)
+
+    # ---- prefix pages (TieredPrefixAccounting drives these) ------------------------------------------
+    def attach(self, seq: int, blocks: list[int]) -> None:
+        """A new sequence takes these prefix blocks by reference as its leading chunks (a hit): it starts with
+        their tokens cached in every layer; their pages come in when its attention asks for them."""
+        if seq in self.lengths or seq in self.links:
+            raise ValueError(f"sequence {seq}: already has pages; a hit attaches only to a new sequence")
+        self.lengths[seq] = [len(blocks) * self.chunk] * self.num_layers
+        self.links[seq] = {}
+        for chunk, block in enumerate(blocks):
+            if self.block_chunk.get(block) != chunk:
+                raise ValueError(f"prefix block {block}: cached at chunk {self.block_chunk.get(block)}, "
+                                 f"not {chunk}")
+            self.links[seq][chunk] = block
+            self.block_refs[block].add(seq)
+        self._unseen[seq] = {(shared_owner(b), layer, c) for c, b in enumerate(blocks)
+                             for layer in range(self.num_layers)}
+
+    def share(self, seq: int, chunk: int, block: int) -> None:
+        """seq's chunk (a full prompt chunk, scheduled) became prefix block ``block``: its pages, those written
+        already and those the step will write, are the block's from now on."""
+        if block in self.block_chunk:
+            raise ValueError(f"prefix block {block}: already holds pages")
+        self.lengths.setdefault(seq, [0] * self.num_layers)
+        owner = shared_owner(block)
+        renamed = {(seq, layer, chunk): (owner, layer, chunk) for layer in range(self.num_layers)
+                   if (seq, layer, chunk) in self.pages}
+        for old, new in renamed.items():
+            self.pages[new] = self.pages.pop(old)
+        for lru in (self.device_lru, self.host_lru):  # same recency, new names
+            if any(old in lru for old in renamed):
+                order = [renamed.get(key, key) for key in lru]
+                lru.clear()
+                lru.update(dict.fromkeys(order))
+        self.links.setdefault(seq, {})[chunk] = block
+        self.block_refs[block] = {seq}
+        self.block_chunk[block] = chunk
+
+    def unlink(self, seq: int) -> None:
+        """seq no longer reads its prefix blocks (finished, preempted or failed). A block it linked that lacks a
+        layer's page (its writer failed mid-step) is marked broken: no later request may hit it."""
+        self._unseen.pop(seq, None)
+        for chunk, block in self.links.pop(seq, {}).items():
+            self.block_refs[block].discard(seq)
+            owner = shared_owner(block)
+            if any((owner, layer, chunk) not in self.pages for layer in range(self.num_layers)):
+                self.broken.add(block)
+
+    def drop_block(self, block: int) -> None:
+        """The index evicted this prefix block: its pages leave every tier."""
+        chunk = self.block_chunk.pop(block, None)
+        if chunk is None:
+            return
+        assert not self.block_refs.pop(block), f"prefix block {block}: evicted while a sequence links it"
+        owner = shared_owner(block)
+        for layer in range(self.num_layers):
+            if (owner, layer, chunk) in self.pages:
+                self._drop_page((owner, layer, chunk))
+        self.broken.discard(block)
+
+    def prefix_residency(self) -> dict[str, int]:
+        """How many prefix pages (live or cached) sit in each tier now."""
+        counts = dict.fromkeys(TIERS, 0)
+        for key, state in self.pages.items():
+            if key[0] < 0:
+                counts[state.tier] += 1
+        return counts
+
+    def _note_hit(self, seq: int, key: PageKey) -> None:
+        """Count where a hit page sits the first time its hitting sequence asks for it (a copy already in
+        flight counts from the tier it is read from)."""
+        unseen = self._unseen.get(seq)
+        if unseen is None or key not in unseen:
+            return
+        unseen.discard(key)
+        state = self.pages[key]
+        tier = state.source[0] if state.pending is not None and state.source is not None else state.tier
+        self.hit_loads[tier] += 1
+
+    def _hit_to_device(self, seq: int, key: PageKey) -> PageState:
+        """_to_device for a prefix page: a missing one (its writer failed before storing it) or one whose stored
+        copy is missing or corrupt fails this request, and the block is marked broken for later lookups."""
+        block = shared_owner(key[0])
+        if key not in self.pages:
+            self.broken.add(block)
+            raise TierFault(f"prefix block {block}: no page for layer {key[1]} (the request computing it failed)")
+        self._note_hit(seq, key)
+        try:
+            return self._to_device(key)
+        except (PageMissing, PageCorrupt):  # the page's own copy is bad (a full or unwritable tier is not)
+            self.broken.add(block)
+            raise

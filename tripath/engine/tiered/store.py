@@ -11,6 +11,13 @@ context must be paged in at once for full attention.  ``can_reserve`` refuses (a
 preempts by recompute, or queues) when the device could not hold that, so a device pool that is too
 small shows up as waiting, not as a fault.  ``free`` (finish and preemption alike) drops the sequence's
 pages from every tier.
+
+With prefix caching (TieredPrefixAccounting) the chunks are a PrefixBlockIndex's blocks over the same budget,
+the policy the plain pool (tripath/engine/kv/prefix_cache.py) and the simulator run: a registered full prompt
+chunk's pages in every layer become the block's (TieredKVCache.share), a release leaves them cached (they page
+down the tiers by the cache's LRU), a hit maps them into the new sequence (TieredKVCache.attach) and an index
+eviction drops them from every tier (TieredKVCache.drop_block).  A cached block holds at most one page per
+layer, so the index's budget is the same per-layer share of all three tiers.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ import torch
 
 from tripath.engine.kv.paged import KVCacheManager
 from tripath.engine.kv.paged_attention import SequenceChunk
+from tripath.engine.kv.prefix_cache import PrefixCachingKVManager
 from tripath.engine.model.config import ModelConfig
 from tripath.engine.tiered.batch_attention import TieredBatchAttention
 from tripath.engine.tiered.cache import TieredKVCache
@@ -74,12 +82,53 @@ class TieredAccounting(KVCacheManager):
         self.store.cache.free(seq_id)
 
 
+class TieredPrefixAccounting(TieredAccounting, PrefixCachingKVManager):
+    """TieredAccounting whose chunks are PrefixCachingKVManager's blocks (prefix caching over the tiers).
+
+    Counters as the plain pool's: ``prefix_stats``, ``hit_tokens``, ``cached_tokens``; ``prefix_page_loads``
+    says where the hit pages came from. A block whose pages cannot be trusted (a failed writer, a fault
+    reading it: TieredKVCache.broken) ends every later lookup before it, until the index evicts it."""
+
+    def __init__(self, store: TieredStore, num_blocks: int, chunk_tokens: int) -> None:
+        super().__init__(store, num_blocks, chunk_tokens)
+        self.index.on_evict = lambda _hash, block: store.cache.drop_block(block)
+
+    def _acquired(self, seq_id: int, blocks: list[int]) -> None:
+        self.store.cache.attach(seq_id, blocks)
+
+    def _registered(self, seq_id: int, position: int, block: int) -> None:
+        self.store.cache.share(seq_id, position, block)
+
+    def _lookup_hashes(self, seq_id: int) -> list[int]:
+        hashes = super()._lookup_hashes(seq_id)
+        broken = self.store.cache.broken
+        for i, h in enumerate(hashes if broken else ()):
+            if self.index.block_of(h) in broken:
+                return hashes[:i]
+        return hashes
+
+    @property
+    def prefix_page_loads(self) -> dict[str, int]:
+        """Hit pages by the tier each sat in when its hitting request first needed it ("device": no load;
+        "host": one host->device copy; "ssd": an SSD read staged through the host, then host->device)."""
+        return dict(self.store.cache.hit_loads)
+
+    def drop_cached(self) -> int:
+        """Evict every unreferenced cached block (its pages leave every tier); returns how many. Counted as
+        evictions in prefix_stats."""
+        before = self.index.stats.evictions
+        taken = [self.index.allocate() for _ in range(self.index.num_free)]
+        self.index.release(taken)
+        return self.index.stats.evictions - before
+
+
 class TieredStore:
     """A TieredKVCache for one Engine, its accounting, and per-step paging counters; block_size is the
-    Engine's (the padding of the batched decode buffer, as the paged pool's block multiple)."""
+    Engine's (the padding of the batched decode buffer, as the paged pool's block multiple); with
+    prefix_caching the accounting is TieredPrefixAccounting (prefix blocks of chunk_tokens tokens)."""
 
     def __init__(self, model_config: ModelConfig, tier_config: TierConfig, dtype: torch.dtype,
-                 device: torch.device, block_size: int) -> None:
+                 device: torch.device, block_size: int, prefix_caching: bool = False) -> None:
         self.config = tier_config
         self.num_layers = model_config.num_layers
         self.device, self.block_size, self.group = device, block_size, model_config.kv_group_size
@@ -89,7 +138,8 @@ class TieredStore:
         # per layer (a chunk needs a page in every layer), less one page: paging a page in when every tier
         # is full needs one free slot for the chain of evictions (device -> host -> SSD) it starts
         self.capacity_chunks = (total_pages - 1) // self.num_layers
-        self.manager = TieredAccounting(self, max(self.capacity_chunks, 1), tier_config.chunk_tokens)
+        accounting = TieredPrefixAccounting if prefix_caching else TieredAccounting
+        self.manager = accounting(self, max(self.capacity_chunks, 1), tier_config.chunk_tokens)
         self._mark = self.snapshot()
         # the SSD directory goes even if close() is never called (interpreter exit, garbage collection)
         self._finalizer = weakref.finalize(self, _remove_dir, self.cache.tiers.ssd)
@@ -125,7 +175,7 @@ class TieredStore:
 
     # ---- one step ----------------------------------------------------------------------------
     def prepare(self, copies: list[tuple[int, int]]) -> None:
-        """Nothing to copy: a tiered sequence never shares a block."""
+        """Nothing to copy: no tiered sequence shares a partly filled block (prefix blocks are full)."""
 
     def attention(self, chunks: list[SequenceChunk], request_ids: list[int]) -> TieredBatchAttention:
         return TieredBatchAttention(self.cache, request_ids, [c.num_cached for c in chunks],
