@@ -75,7 +75,7 @@ def test_ssd_quota_too_small_refuses_the_request_that_needs_it(model, long_promp
         assert_serves_short(eng, model, short_prompt)
 
 
-def test_enospc_from_the_file_system_is_disk_full(model, long_prompt, short_prompt, tmp_path):
+def test_enospc_from_the_file_system_is_a_full_disk(model, long_prompt, short_prompt, tmp_path):
     with engine(model, tmp_path) as eng:
         assert serve(eng, long_prompt, 1)[1] is None  # creates the SSD directory
         ssd = eng.backend.cache.tiers.ssd
@@ -83,7 +83,8 @@ def test_enospc_from_the_file_system_is_disk_full(model, long_prompt, short_prom
         for page_id in range(first, first + 2000):  # the next page files are written into /dev/full: ENOSPC
             os.symlink("/dev/full", directory / f"page-{page_id}.kv")
         _, error = serve(eng, long_prompt, NEW)
-        assert error is not None and error.startswith("DiskFull") and "No space left" in error
+        assert error is not None and error.startswith("FileSystemFull: SSD tier: cannot write ")
+        assert str(directory) in error and "the disk is full (No space left on device)" in error
         for link in directory.glob("page-*.kv"):
             if link.is_symlink():
                 link.unlink()
