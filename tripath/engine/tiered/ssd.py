@@ -267,8 +267,10 @@ class SSDTier:
         start, cpu = time.perf_counter(), time.thread_time()
         fs, path, dir_fd = self.fs, self._file(page_id), self._dir_fd
         live = self.live.get(page_id)
-        if live is None or dir_fd is None:
+        if live is None:
             raise PageMissing(f"SSD tier: cannot read {path}: the tier holds no page {page_id}")
+        if dir_fd is None:
+            raise PageMissing(f"SSD tier: cannot read {path}: its directory was deleted")
         if out is None:
             page = torch.empty(self.page_shape, dtype=self.dtype)
             payload = _bytes_of(page)
