@@ -268,7 +268,7 @@ def test_a_directory_that_cannot_be_recreated_is_unwritable_until_it_can(tmp_pat
     directory = ssd.directory
     shutil.rmtree(directory)
     fs.fail("makedirs", errno.EACCES)  # the parent no longer lets the tier create it
-    with pytest.raises(faults.TierUnwritable, match=rf"cannot create a directory under {directory}: Permission denied"):
+    with pytest.raises(faults.TierUnwritable, match=rf"cannot recreate the directory {directory}: Permission denied"):
         ssd.write(page(2))
     with pytest.raises(faults.PageMissing, match=rf"cannot read {directory / 'page-0.kv'}: its directory was deleted"):
         ssd.read(kept)

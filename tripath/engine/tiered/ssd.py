@@ -132,16 +132,17 @@ class SSDTier:
             return self._dir_fd
         fs = self.fs
         where = self.parent if self.parent is not None else tempfile.gettempdir()
+        action = "create a directory under"
         try:
             if self.directory is None:
                 fs.makedirs(where, exist_ok=True)
                 self.directory = self._new_directory(where)
             else:
-                where = str(self.directory)
+                action, where = "recreate the directory", str(self.directory)
                 fs.makedirs(self.directory, 0o700, exist_ok=True)
             self._dir_fd = fs.open(self.directory, os.O_RDONLY | os.O_DIRECTORY)
         except OSError as exc:
-            raise fault_of(exc, "create a directory under", where) from exc
+            raise fault_of(exc, action, where) from exc
         return self._dir_fd
 
     def _new_directory(self, parent: str) -> Path:
