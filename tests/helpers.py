@@ -2,16 +2,18 @@
 
 The shipped profiles most tests run on, records compared bit for bit, the iteration costs and Poisson
 request lists of the loop-equivalence tests, a paging link on cpu-tiny's KV size, shipped scenarios as raw
-dicts, and scripts imported by path.
+dicts, scripts imported by path, and FaultyFS (file system faults for the SSD tier, on a real directory).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import errno
 import importlib.util
+import os
 import sys
 import tomllib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from types import ModuleType
 from typing import TYPE_CHECKING
 
@@ -130,3 +132,117 @@ def peak_in_flight(records: Iterable[RequestRecord]) -> int:
         live += step
         peak = max(peak, live)
     return peak
+
+
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT
+
+
+class FaultyFS:
+    """The os functions the SSD tier calls (SSDTier's ``fs``), on the real file system, with faults armed.
+
+    Every call goes to ``os`` unchanged unless a fault is armed for its operation: then it raises
+    OSError(code) without touching the disk, for calls whose file name passes ``when`` (the name as the
+    tier passes it, e.g. "page-3.kv" relative to its directory fd; an fd's name for pwritev / preadv /
+    fsync / posix_fadvise / close), at most ``times`` times.  Operations: open-read, open-write (open
+    with write flags), close, pwritev, preadv, fsync, posix_fadvise, unlink, mkdir, makedirs, rmdir, listdir.
+    ``cut_writes(n)`` makes the next pwritev calls write only their first n bytes (really) and return n.
+    """
+
+    OPS = ("open-read", "open-write", "close", "pwritev", "preadv", "fsync", "posix_fadvise", "unlink", "mkdir",
+           "makedirs", "rmdir", "listdir")
+
+    def __init__(self) -> None:
+        self.faults: dict[str, tuple[int, Callable[[str], bool] | None, int | None]] = {}
+        self.names: dict[int, str] = {}  # open fd -> the name it was opened by
+        self.raised: list[tuple[str, str, int]] = []  # (operation, name, errno) of every fault raised
+        self._cut: tuple[int, int] | None = None  # (bytes per pwritev, calls left)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(os, name)  # constants and anything the tier calls unarmed
+
+    def fail(self, op: str, code: int, when: Callable[[str], bool] | None = None, times: int | None = None) -> None:
+        """Arm ``op`` to raise OSError(code) for names passing ``when``, ``times`` times (None: until healed)."""
+        if op not in self.OPS:
+            raise ValueError(f"FaultyFS.fail: unknown operation {op!r}, one of {self.OPS}")
+        self.faults[op] = (code, when, times)
+
+    def read_only(self) -> None:
+        """What a file system remounted read-only (ext4 after disk errors) answers: EROFS to every change."""
+        for op in ("open-write", "unlink", "mkdir", "rmdir"):
+            self.fail(op, errno.EROFS)
+        self.fail("makedirs", errno.EROFS, when=lambda name: not os.path.isdir(name))  # exist_ok: no change
+
+    def cut_writes(self, nbytes: int, times: int = 1) -> None:
+        self._cut = (nbytes, times)
+
+    def heal(self) -> None:
+        """Disarm every fault: the file system works again."""
+        self.faults.clear()
+        self._cut = None
+
+    def _check(self, op: str, name: object) -> None:
+        armed = self.faults.get(op)
+        if armed is None:
+            return
+        code, when, times = armed
+        if when is not None and not when(str(name)):
+            return
+        if times is not None:
+            if times <= 1:
+                del self.faults[op]
+            else:
+                self.faults[op] = (code, when, times - 1)
+        self.raised.append((op, str(name), code))
+        raise OSError(code, os.strerror(code), str(name))
+
+    def open(self, path: object, flags: int, mode: int = 0o777, *, dir_fd: int | None = None) -> int:
+        self._check("open-write" if flags & _WRITE_FLAGS else "open-read", path)
+        fd = os.open(path, flags, mode, dir_fd=dir_fd)
+        self.names[fd] = str(path)
+        return fd
+
+    def close(self, fd: int) -> None:
+        name = self.names.pop(fd, fd)
+        os.close(fd)  # as on Linux, a close that reports an error has released the fd all the same
+        self._check("close", name)
+
+    def pwritev(self, fd: int, buffers: list, offset: int) -> int:
+        self._check("pwritev", self.names.get(fd, fd))
+        if self._cut is not None:
+            nbytes, left = self._cut
+            self._cut = (nbytes, left - 1) if left > 1 else None
+            data = b"".join(bytes(b) for b in buffers)[:nbytes]
+            return os.pwrite(fd, data, offset)
+        return os.pwritev(fd, buffers, offset)
+
+    def preadv(self, fd: int, buffers: list, offset: int) -> int:
+        self._check("preadv", self.names.get(fd, fd))
+        return os.preadv(fd, buffers, offset)
+
+    def fsync(self, fd: int) -> None:
+        self._check("fsync", self.names.get(fd, fd))
+        os.fsync(fd)
+
+    def posix_fadvise(self, fd: int, offset: int, length: int, advice: int) -> None:
+        self._check("posix_fadvise", self.names.get(fd, fd))
+        os.posix_fadvise(fd, offset, length, advice)
+
+    def unlink(self, path: object, *, dir_fd: int | None = None) -> None:
+        self._check("unlink", path)
+        os.unlink(path, dir_fd=dir_fd)
+
+    def mkdir(self, path: object, mode: int = 0o777) -> None:
+        self._check("mkdir", path)
+        os.mkdir(path, mode)
+
+    def makedirs(self, path: object, mode: int = 0o777, exist_ok: bool = False) -> None:
+        self._check("makedirs", path)
+        os.makedirs(path, mode, exist_ok=exist_ok)
+
+    def rmdir(self, path: object) -> None:
+        self._check("rmdir", path)
+        os.rmdir(path)
+
+    def listdir(self, path: object) -> list[str]:
+        self._check("listdir", path)
+        return os.listdir(path)

@@ -127,7 +127,7 @@ def test_a_fault_ends_only_its_request_while_the_others_run(model, tmp_path, dam
             records.append(engine.step())
         failed = {rid for r in records for rid in r.failed}
         assert failed, "the damage must end a request"
-        expected = {"missing": "PageMissing", "flipped byte": "PageCorrupt", "enospc": "DiskFull"}[damage]
+        expected = {"missing": "PageMissing", "flipped byte": "PageCorrupt", "enospc": "FileSystemFull"}[damage]
         for rid in failed:
             assert engine.errors[rid].startswith(expected)
             assert len(engine.output(rid)) < NEW  # ended early, nothing after the fault

@@ -5,13 +5,15 @@ admission cannot foresee (the file system's, damaged pages) end their request in
 
 from __future__ import annotations
 
+import errno
 import os
+import shutil
 from pathlib import Path
 
 import pytest
 import torch
 
-from tests.helpers import dense_greedy
+from tests.helpers import FaultyFS, dense_greedy
 from tripath.engine.engine import Engine
 from tripath.engine.engine_config import EngineConfig, RequestRejected
 from tripath.engine.model.config import PRESETS
@@ -75,7 +77,7 @@ def test_ssd_quota_too_small_refuses_the_request_that_needs_it(model, long_promp
         assert_serves_short(eng, model, short_prompt)
 
 
-def test_enospc_from_the_file_system_is_disk_full(model, long_prompt, short_prompt, tmp_path):
+def test_enospc_from_the_file_system_is_a_full_disk(model, long_prompt, short_prompt, tmp_path):
     with engine(model, tmp_path) as eng:
         assert serve(eng, long_prompt, 1)[1] is None  # creates the SSD directory
         ssd = eng.backend.cache.tiers.ssd
@@ -83,7 +85,8 @@ def test_enospc_from_the_file_system_is_disk_full(model, long_prompt, short_prom
         for page_id in range(first, first + 2000):  # the next page files are written into /dev/full: ENOSPC
             os.symlink("/dev/full", directory / f"page-{page_id}.kv")
         _, error = serve(eng, long_prompt, NEW)
-        assert error is not None and error.startswith("DiskFull") and "No space left" in error
+        assert error is not None and error.startswith("FileSystemFull: SSD tier: cannot write ")
+        assert str(directory) in error and "the disk is full (No space left on device)" in error
         for link in directory.glob("page-*.kv"):
             if link.is_symlink():
                 link.unlink()
@@ -140,3 +143,105 @@ def test_pages_read_back_from_disk_after_dropping_the_page_cache(model, long_pro
         output, error = serve(eng, long_prompt, NEW)
         assert error is None and output == dense_greedy(model, long_prompt, NEW)
         assert eng.backend.cache.tiers.stats.get("ssd->host").pages > 0
+
+
+def _arm_read_only(eng: Engine, fs: FaultyFS) -> None:
+    fs.read_only()
+
+
+def _arm_full_disk(eng: Engine, fs: FaultyFS) -> None:
+    fs.fail("pwritev", errno.ENOSPC)
+
+
+def _arm_out_of_fds(eng: Engine, fs: FaultyFS) -> None:
+    fs.fail("open-write", errno.EMFILE)
+
+
+def _arm_read_error(eng: Engine, fs: FaultyFS) -> None:
+    names = {path.name for path in ssd_files(eng)}
+    fs.fail("preadv", errno.EIO, when=lambda name: name in names)  # the pages on the SSD now: the victim's
+
+
+def _arm_deleted_directory(eng: Engine, fs: FaultyFS) -> None:
+    shutil.rmtree(eng.backend.cache.tiers.ssd.directory)
+
+
+FS_FAULTS = {  # how the fault is made after the first step -> what ends the victim
+    "read-only": (_arm_read_only, "TierUnwritable: SSD tier: cannot open ", "the file system is read-only"),
+    "disk full": (_arm_full_disk, "FileSystemFull: SSD tier: cannot write ", "the disk is full"),
+    "out of fds": (_arm_out_of_fds, "OutOfFileDescriptors: SSD tier: cannot open ", "out of file descriptors"),
+    "read error": (_arm_read_error, "PageUnreadable: SSD tier: cannot read ", "Input/output error"),
+    "deleted directory": (_arm_deleted_directory, "PageMissing: SSD tier: cannot open ", "No such file"),
+}
+
+
+@pytest.mark.parametrize("fault", list(FS_FAULTS))
+def test_a_file_system_fault_ends_only_the_request_on_the_ssd_and_the_engine_recovers(
+        model, long_prompt, short_prompt, tmp_path, fault):
+    arm, prefix, words = FS_FAULTS[fault]
+    fs = FaultyFS()
+    with engine(model, tmp_path, device_pages=34) as eng:
+        ssd = eng.backend.cache.tiers.ssd
+        ssd.fs = fs
+        victim, bystander = eng.add_request(long_prompt, NEW), eng.add_request(short_prompt, NEW)
+        eng.step()  # both prefilled together; the long one's older pages are on the SSD
+        assert ssd_files(eng) and {key[0] for key, s in eng.backend.cache.pages.items() if s.tier == "ssd"} == {victim}
+        arm(eng, fs)
+        while eng.has_unfinished:
+            eng.step()
+        assert set(eng.errors) == {victim}
+        assert eng.errors[victim].startswith(prefix) and words in eng.errors[victim]
+        assert str(ssd.directory) in eng.errors[victim]  # the message names the file
+        assert len(eng.output(victim)) < NEW
+        assert eng.output(bystander) == dense_greedy(model, short_prompt, NEW)  # token for token
+        assert_serves_short(eng, model, short_prompt)
+        fs.heal()
+        read_before = ssd.stats.get("ssd->host").pages
+        output, error = serve(eng, long_prompt, NEW)  # needs the SSD again: served exactly once the fault is gone
+        assert error is None and output == dense_greedy(model, long_prompt, NEW)
+        assert ssd.stats.get("ssd->host").pages > read_before and ssd.directory.is_dir()
+
+
+def test_a_stale_page_file_put_back_ends_its_request_never_serves_it(model, long_prompt, short_prompt, tmp_path):
+    with engine(model, tmp_path, device_pages=34) as eng:
+        victim, bystander = eng.add_request(long_prompt, NEW), eng.add_request(short_prompt, NEW)
+        eng.step()
+        earlier = {path: path.read_bytes() for path in ssd_files(eng)}
+        eng.step()  # every off-device page is read back and written out again: slots get new generations
+        for path, blob in earlier.items():
+            path.write_bytes(blob)  # the earlier writes, intact (their checksums match)
+        while eng.has_unfinished:
+            eng.step()
+        assert set(eng.errors) == {victim} and eng.errors[victim].startswith("PageStale: SSD tier: page file ")
+        assert eng.output(bystander) == dense_greedy(model, short_prompt, NEW)
+        output, error = serve(eng, long_prompt, NEW)
+        assert error is None and output == dense_greedy(model, long_prompt, NEW)
+
+
+class _Interrupted(Exception):
+    """Not an OSError: stands for any exception that ends a step half-way (a bug, an interrupt)."""
+
+
+def test_an_exception_that_ends_a_step_half_way_does_not_break_the_engine(model, long_prompt, short_prompt,
+                                                                           tmp_path):
+    with engine(model, tmp_path, device_pages=34) as eng:
+        ssd = eng.backend.cache.tiers.ssd
+        fs = ssd.fs = FaultyFS()
+        victim = eng.add_request(long_prompt, NEW)
+        eng.step()
+
+        def interrupt(name: str) -> bool:
+            raise _Interrupted(f"writing {name}")
+
+        fs.fail("pwritev", errno.EIO, when=interrupt, times=1)
+        with pytest.raises(_Interrupted):
+            eng.step()  # layer 0 stored the step's new K/V, layer 1 did not: the cache is ahead of the engine
+        fs.heal()
+        while eng.has_unfinished:
+            eng.step()
+        assert eng.errors[victim] == (f"TierFault: request {victim}: the tiered cache holds {len(long_prompt) + 1} "
+                                      f"tokens of layer 0, the engine computed {len(long_prompt)} (an earlier step "
+                                      "ended by an error)")
+        assert_serves_short(eng, model, short_prompt)  # no tensor-size error in any later step
+        output, error = serve(eng, long_prompt, NEW)
+        assert error is None and output == dense_greedy(model, long_prompt, NEW)

@@ -10,7 +10,10 @@ thread) and copied into the buffer, bit for bit, so the output is bit-identical 
 A TierFault while serving sequence r (disk full, missing or corrupt page, unwritable directory) ends
 only r: its pages are dropped, its rows of this step get zeros (its logits are discarded) and every
 later layer skips it; the other sequences' rows do not depend on r's (attention is per sequence and
-the matmuls are row-wise), so they are exactly what they would have been.
+the matmuls are row-wise), so they are exactly what they would have been.  A sequence whose cached
+length is not what the engine computed (an exception other than a TierFault ended an earlier step
+after some layers had stored its new K/V) ends the same way, so such a step cannot leave the engine
+broken for the requests after it.
 """
 
 from __future__ import annotations
@@ -54,6 +57,11 @@ class TieredBatchAttention:
         """Append chunk i's new K/V to the tiers; False (and the request ended) on a tier fault."""
         rid = self.seq_ids[i]
         if rid in self.failed:
+            return False
+        held = self.cache.length(rid, layer)
+        if held != self.num_cached[i]:  # an exception ended an earlier step between this layer's append and the end
+            self._fail(rid, TierFault(f"request {rid}: the tiered cache holds {held} tokens of layer {layer}, the "
+                                      f"engine computed {self.num_cached[i]} (an earlier step ended by an error)"))
             return False
         start, end = self.starts[i], self.starts[i + 1]
         try:

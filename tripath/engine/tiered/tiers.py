@@ -4,10 +4,10 @@ A page is one chunk of ``chunk_tokens`` tokens of ONE layer's K and V: [2, chunk
 head_dim].  Pages are per layer so attention can page in layer l while layer l-1 computes.
 On CUDA the device pool is GPU memory and the host tier is pinned host memory (so copies can run
 asynchronously on a side stream); on CPU both are RAM and the "device" pool is simply bounded.
-The SSD tier writes one file per page slot (files are reused) with a 64-bit XXH3 checksum of the
-payload and the page id in a header, so a missing, truncated, corrupted or misplaced page is detected
-on read instead of being used.  XXH3 is fast enough beside the file read not to limit SSD paging
-(CRC-32 is not: docs/tiered_kv.md).
+The SSD tier writes one file per page slot (files are reused) with the slot id, a write generation
+and a 64-bit XXH3 checksum of header and payload in a header, so a missing, truncated, corrupted,
+misplaced or stale page is detected on read instead of being used (tripath/engine/tiered/ssd.py).
+XXH3 is fast enough beside the file read not to limit SSD paging (CRC-32 is not: docs/tiered_kv.md).
 Every transfer is timed per link (device<->host, host<->ssd) for the paging-cost measurements.
 """
 
