@@ -165,3 +165,34 @@ def test_serve_replays_on_the_real_engine_and_reports_json(tmp_path, capsys):
     ttft, e2e = report["latency_ms"]["ttft"], report["latency_ms"]["e2e"]
     assert 0 < ttft["p50"] <= e2e["p50"]
     assert len(out.read_text().splitlines()) == 1 + 5
+
+
+@pytest.mark.parametrize("scenario", ["prefix-shared", "prefix-tiered"])
+def test_serve_with_prefix_caching_reuses_the_workloads_shared_blocks(tmp_path, capsys, scenario):
+    """The same requests with and without the cache; with it, prompts share blocks where the workload's keys
+    repeat and the engine takes those tokens from the cache (hit rate = hit / prompt tokens admitted)."""
+    import csv
+
+    import torch
+
+    before = torch.get_num_threads()
+    path = str(SCENARIOS_DIR / "validation" / f"{scenario}.toml")
+    reports, rows = {}, {}
+    try:
+        for flag in ("--prefix-caching", "--no-prefix-caching"):
+            out = tmp_path / f"{flag}.csv"
+            assert main(["serve", path, "--rate", "50", "--requests", "12", "--threads", "1", "--out", str(out),
+                         "--json", flag]) == 0
+            reports[flag] = json.loads(capsys.readouterr().out)
+            with out.open() as f:
+                rows[flag] = [(r["request_id"], r["prompt_tokens"], r["output_tokens"]) for r in csv.DictReader(f)]
+    finally:
+        torch.set_num_threads(before)
+    assert rows["--prefix-caching"] == rows["--no-prefix-caching"]  # the same requests
+    assert "prefix_cache" not in reports["--no-prefix-caching"]
+    prefix = reports["--prefix-caching"]["prefix_cache"]
+    assert prefix["prompt_tokens"] == sum(int(p) for _, p, _ in rows["--prefix-caching"])  # all 12 admitted
+    assert 0 < prefix["hit_tokens"] < prefix["prompt_tokens"]
+    assert prefix["hit_rate"] == prefix["hit_tokens"] / prefix["prompt_tokens"]
+    assert "shared-prefix generator" in prefix["blocks"] and "note" not in prefix
+    assert reports["--prefix-caching"]["prompts"].startswith("simulator prefix keys")

@@ -25,6 +25,7 @@ from tripath.engine.tiered.tier_config import TierConfig
 from tripath.engine.workload_replay import PromptSource, serve
 
 if TYPE_CHECKING:
+    from tripath.simulator.scenario.prefix_workload import RequestPrefixes
     from tripath.simulator.scenario.scenario import Scenario
 
 
@@ -40,8 +41,9 @@ def main(argv: list[str] | None = None) -> int:
     from tripath.engine.model.checkpoint import load_checkpoint
     from tripath.engine.model.config import PRESETS
     from tripath.engine.model.model import LlamaModel
+    from tripath.fidelity.engine_side import KeyedPrompts
     from tripath.simulator.scenario.scenario import load_scenario
-    from tripath.simulator.scenario.workload import generate_requests
+    from tripath.simulator.scenario.workload import generate_requests, generate_with_prefixes
 
     p = argparse.ArgumentParser(
         prog="tripath serve",
@@ -62,6 +64,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps-out", help="also write per-step timing records (CSV)")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     p.add_argument("--json", action="store_true", help="print the measured latency percentiles as one JSON object")
+    p.add_argument("--prefix-caching", action=argparse.BooleanOptionalAction, default=None,
+                   help="reuse cached full prompt blocks across requests (default: on when the scenario has an "
+                        "enabled [strategy.prefix_cache]); prompts share blocks where the workload's prefix "
+                        "structure ([workload.prefix], a trace's hash_ids) says they do")
     _add_tier_arguments(p)
     args = p.parse_args(argv)
     if args.threads:  # on a shared CPU, fewer threads avoid OpenMP spin-waits that dominate small ops
@@ -77,32 +83,64 @@ def main(argv: list[str] | None = None) -> int:
             scenario.source_path, "workload.arrival.load_fraction", "pass --rate to replay on the engine"
         )
     rng = np.random.default_rng(args.seed)
-    requests = generate_requests(scenario.workload, rng, rate)[: args.requests]
-    cfg = EngineConfig(
-        scenario.batching.max_batch_size,
-        scenario.batching.max_batched_tokens,
-        args.block_size,
-        args.num_blocks,
-        tiered=tier_config(args, scenario, model.config.num_layers),
-    )
+    prefix_on = scenario.strategy.prefix_cache is not None if args.prefix_caching is None else args.prefix_caching
+    tiered = tier_config(args, scenario, model.config.num_layers)
+    prefixes = None
+    if prefix_on:  # the same requests (the keys draw from a later child of rng) and their prompts' block keys
+        spec = scenario.strategy.prefix_cache
+        page = tiered.chunk_tokens if tiered is not None else args.block_size
+        requests, prefixes = generate_with_prefixes(scenario.workload, rng, rate,
+                                                    spec.block_tokens if spec is not None else page)
+        requests = requests[: args.requests]
+    else:
+        requests = generate_requests(scenario.workload, rng, rate)[: args.requests]
+    try:
+        cfg = EngineConfig(scenario.batching.max_batch_size, scenario.batching.max_batched_tokens, args.block_size,
+                           args.num_blocks, tiered=tiered, prefix_caching=prefix_on)
+    except ValueError as exc:
+        raise InputError(scenario.source_path, "--prefix-caching" if prefix_on else "--tiered", str(exc)) from None
     with Engine(model, cfg, torch.Generator(device=args.device).manual_seed(args.seed)) as engine:
-        result = serve(
-            engine, requests, PromptSource(np.random.default_rng(args.seed + 1), model.config.vocab_size)
-        )
+        prompts = PromptSource(np.random.default_rng(args.seed + 1), model.config.vocab_size)
+        if prefixes is not None and prefixes.reusable:
+            prompts = KeyedPrompts(prefixes.keys, prefixes.block_tokens, requests, prompts, engine.check_request)
+        result = serve(engine, requests, prompts)
+        prefix = None if prefixes is None else _prefix_summary(engine, result.records, prefixes)
     write_records_csv(result.records, args.out)
     if args.steps_out:
         write_steps_csv(result.steps, args.steps_out)
     done = sum(r.status == COMPLETED for r in result.records)
     rej = sum(r.status == REJECTED for r in result.records)
     if args.json:
-        print(json.dumps(_measured_summary(result.records, len(result.steps), args, result.prompt_source),
-                         indent=2, sort_keys=True))
+        summary = _measured_summary(result.records, len(result.steps), args, result.prompt_source)
+        if prefix is not None:
+            summary["prefix_cache"] = prefix
+        print(json.dumps(summary, indent=2, sort_keys=True))
         return 0
     print(
         f"{done} completed, {rej} rejected, {len(result.steps)} steps (measured, prompts: "
         f"{result.prompt_source}) -> {args.out}"
     )
+    if prefix is not None:
+        print(f"prefix cache: {prefix['hit_tokens']:,} of {prefix['prompt_tokens']:,} prompt tokens taken from the "
+              f"cache ({100.0 * prefix['hit_rate']:.1f} %, measured)" if prefix["hit_rate"] is not None else
+              "prefix cache: no prompt tokens served")
+        if prefix.get("note"):
+            print(f"  {prefix['note']}")
     return 0
+
+
+def _prefix_summary(engine: Engine, records: list[RequestRecord], prefixes: RequestPrefixes) -> dict[str, object]:
+    """Prompt tokens the engine's prefix cache served over the prompt tokens of the requests it admitted."""
+    cached = getattr(engine.kv_manager, "cached_tokens", {})
+    admitted = [r for r in records if r.request_id in cached]
+    hit = sum(cached[r.request_id] for r in admitted)
+    prompt = sum(r.prompt_tokens for r in admitted)
+    out: dict[str, object] = {"hit_tokens": hit, "prompt_tokens": prompt,
+                              "hit_rate": hit / prompt if prompt else None, "blocks": prefixes.source}
+    if not prefixes.reusable:
+        out["note"] = (f"{prefixes.note}; the prompts are the workload's own, reused only where they happen "
+                       "to share blocks")
+    return out
 
 
 def _add_tier_arguments(p: argparse.ArgumentParser) -> None:

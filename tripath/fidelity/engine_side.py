@@ -133,11 +133,16 @@ def unsupported(data: dict[str, Any]) -> str | None:
     policy = data.get("batching", {}).get("policy", "continuous")
     prefix = strategy.get("prefix_cache")
     if prefix is not None and prefix.get("enabled", True):
-        if int(prefix.get("block_tokens", 512)) != BLOCK_SIZE:
-            missing.append(f"the engine's prefix cache keys blocks of its page size: set "
-                           f"strategy.prefix_cache.block_tokens = {BLOCK_SIZE}")
-        if len(strategy) > 1:
-            missing.append("the engine's prefix cache runs on the plain paged pool only, not combined")
+        # the engine's prefix blocks are its pages: the paged pool's blocks, or the tiered store's chunks
+        tiered = strategy.get("tiered")
+        page, field = ((BLOCK_SIZE, "the engine's block size") if tiered is None else
+                       (int(tiered.get("chunk_tokens", 256)), "strategy.tiered.chunk_tokens"))
+        if int(prefix.get("block_tokens", 512)) != page:
+            missing.append(f"the engine's prefix cache keys blocks of its page size ({field}): set "
+                           f"strategy.prefix_cache.block_tokens = {page}")
+        if set(strategy) - {"prefix_cache", "tiered"}:
+            missing.append("the engine's prefix cache runs on the plain paged pool or the tiered store only, "
+                           "not combined with other paths")
         if policy not in ("continuous", "chunked"):
             missing.append("prefix caching is replayed with continuous or chunked batching only")
     if spec is not None and policy in ("static", "dynamic"):

@@ -4,12 +4,13 @@ requests; an evicted prefix leaves every tier; a damaged prefix page fails its r
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 
 import pytest
 import torch
 
-from tests.helpers import dense_greedy
+from tests.helpers import FaultyFS, dense_greedy
 from tripath.core.prefix import token_block_hashes
 from tripath.engine.engine import Engine
 from tripath.engine.engine_config import EngineConfig
@@ -176,7 +177,8 @@ def test_hits_and_evictions_equal_the_plain_pool_and_the_simulator(model, tmp_pa
         _assert_nothing_left(engine)
 
 
-def test_a_damaged_prefix_page_fails_its_reader_and_is_not_hit_again(model, tmp_path):
+@pytest.mark.parametrize("damage", ["corrupt", "unreadable"])
+def test_a_damaged_prefix_page_fails_its_reader_and_is_not_hit_again(model, tmp_path, damage):
     systems = _systems(5)
     first, *others = [s + _tokens(400 + i, 6) for i, s in enumerate(systems)]
     with Engine(model, _tiered(tmp_path, True)) as engine:
@@ -185,16 +187,24 @@ def test_a_damaged_prefix_page_fails_its_reader_and_is_not_hit_again(model, tmp_
         blocks = [manager.index.block_of(h) for h in token_block_hashes(systems[0], CHUNK)]
         keys = [(shared_owner(b), layer, c) for c, b in enumerate(blocks) for layer in range(CFG.num_layers)]
         assert all(cache.pages[key].tier == "ssd" for key in keys)
-        for key in keys:  # flip one payload byte of each of its page files
-            path = cache.tiers.ssd.path(cache.pages[key].slot)
-            blob = bytearray(path.read_bytes())
-            blob[-5] ^= 0x01
-            path.write_bytes(bytes(blob))
+        names = {cache.tiers.ssd.path(cache.pages[key].slot).name for key in keys}
+        fs = FaultyFS()
+        if damage == "corrupt":
+            for key in keys:  # flip one payload byte of each of its page files
+                path = cache.tiers.ssd.path(cache.pages[key].slot)
+                blob = bytearray(path.read_bytes())
+                blob[-5] ^= 0x01
+                path.write_bytes(bytes(blob))
+        else:  # EIO reading its page files (a failing sector), on the real files
+            fs.fail("preadv", errno.EIO, when=lambda name: name in names)
+            cache.tiers.ssd.fs = fs
         reader = systems[0] + _tokens(500, 7)
         rid = engine.add_request(reader, NEW)
         while engine.has_unfinished:
             engine.step()
-        assert manager.cached_tokens[rid] == 3 * CHUNK and engine.errors[rid].startswith("PageCorrupt")
+        fault = {"corrupt": "PageCorrupt", "unreadable": "PageUnreadable"}[damage]
+        assert manager.cached_tokens[rid] == 3 * CHUNK and engine.errors[rid].startswith(fault)
+        fs.heal()
         assert blocks[0] in cache.broken  # layer 0's first chunk is read first
         again = systems[0] + _tokens(501, 7)
         out, _ = _serve(engine, [[again]])

@@ -36,7 +36,7 @@ import torch
 from torch import Tensor
 
 from tripath.engine.model.config import ModelConfig
-from tripath.engine.tiered.faults import DeviceFull, PageCorrupt, PageMissing, TierFault
+from tripath.engine.tiered.faults import DeviceFull, PageCorrupt, PageMissing, PageStale, PageUnreadable, TierFault
 from tripath.engine.tiered.tier_config import TierConfig
 from tripath.engine.tiered.tiers import Tiers
 
@@ -506,7 +506,8 @@ class TieredKVCache:
 
     def _hit_to_device(self, seq: int, key: PageKey) -> PageState:
         """_to_device for a prefix page: a missing one (its writer failed before storing it) or one whose stored
-        copy is missing or corrupt fails this request, and the block is marked broken for later lookups."""
+        copy is missing, corrupt, stale or unreadable fails this request, and the block is marked broken for later
+        lookups."""
         block = shared_owner(key[0])
         if key not in self.pages:
             self.broken.add(block)
@@ -514,6 +515,6 @@ class TieredKVCache:
         self._note_hit(seq, key)
         try:
             return self._to_device(key)
-        except (PageMissing, PageCorrupt):  # the page's own copy is bad (a full or unwritable tier is not)
+        except (PageMissing, PageCorrupt, PageStale, PageUnreadable):  # its own copy is bad (a full tier is not)
             self.broken.add(block)
             raise
