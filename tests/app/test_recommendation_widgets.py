@@ -50,6 +50,23 @@ def test_distribution_workload_and_fixed_rate() -> None:
     assert data["workload"]["arrival"] == {"kind": "poisson", "rate_per_s": 1.25}
 
 
+def test_a_replayed_trace_keeps_its_rows_paced_to_the_rate_and_back() -> None:
+    """Replay: the trace's first N rows with their own lengths and block ids, arrivals paced to the rate; the
+    defaults read it back; switching to bootstrapped lengths puts Poisson arrivals back."""
+    base, source, choices = _default()
+    replay = form.REPLAY + "mooncake-conversation"
+    data = form.scenario(base, dataclasses.replace(choices, workload=replay, qps=0.3, requests=60))
+    workload = data["workload"]
+    assert workload["arrival"] == {"kind": "trace", "trace": "mooncake-conversation", "rate_per_s": 0.3}
+    assert workload["prompt_tokens"] == workload["output_tokens"] == {"kind": "trace"}
+    scenario = build(data, source)
+    assert scenario.workload.requests == 60 and scenario.workload.arrival.rate_per_s == 0.3
+    assert form.defaults(data)["workload"] == replay
+    back = form.scenario(data, dataclasses.replace(choices, workload="mooncake-conversation"))
+    assert back["workload"]["arrival"] == {"kind": "poisson", "rate_per_s": choices.qps}
+    assert back["workload"]["prompt_tokens"]["kind"] == "empirical"
+
+
 def test_toml_round_trips() -> None:
     base, _, _ = _default()
     data = {**base, "strategy": {"speculative": {"k": 4, "acceptance": {"prompt_lookup:math": 0.5}},

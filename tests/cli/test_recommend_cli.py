@@ -8,6 +8,7 @@ import pytest
 
 from tests.cli.test_planning_cli import run, scenario_file
 from tripath.cli.main import main
+from tripath.core.data_dirs import SCENARIOS_DIR
 
 
 def test_help_exits_0(capsys):
@@ -69,3 +70,20 @@ def test_export_into_an_unwritable_place_is_one_line(capsys, tmp_path):
     code, out, err = run(capsys, "recommend", scenario_file(tmp_path), "--max-replicas", "1", "--replications", "1",
                          "--workers", "1", "--no-robustness", "--no-cache", "--export", str(blocker / "sub"))
     assert code == 2 and out == "" and "--export" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_trace_replay_is_recommended_at_the_asked_rate(capsys, tmp_path):
+    """A trace scenario keeps its own arrivals, lengths and hash_ids, paced to --qps: every candidate runs
+    (none refused for its arrival kind), and prefix caching is a candidate because the trace has block ids."""
+    text = (SCENARIOS_DIR / "mooncake-prefix-replay.toml").read_text().replace("requests = 1000", "requests = 40")
+    path = tmp_path / "replay.toml"
+    path.write_text(text)
+    code, out, _ = run(capsys, "recommend", str(path), "--qps", "0.2", "--max-replicas", "1", "--replications",
+                       "1", "--no-robustness", "--workers", "1", "--json", "--cache-dir", str(tmp_path / "c"))
+    assert code == 0
+    data = json.loads(out)
+    assert data["qps"] == 0.2 and data["not_applicable"] == {}  # nothing refused for its arrival kind
+    ran = [o["candidate"] for o in data["others"]] + [data[k]["candidate"] for k in ("recommended", "closest")
+                                                       if data[k] is not None]
+    assert {"baseline", "prefix_cache", "prefix_cache+tiered", "sequence_parallel+prefix_cache"} <= set(ran)
+    assert all(o["terms"] for o in data["others"])  # each was simulated: P99 per term

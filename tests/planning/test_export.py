@@ -55,6 +55,19 @@ def test_speculative_config_names_the_profiles_draft_and_k(setup):
     assert json.loads(spec.value)["num_speculative_tokens"] == 2 and "candidate speculative.k" in spec.source
 
 
+def test_prefix_caching_is_a_bare_flag_and_affinity_is_the_routers_job(setup):
+    profile, data = setup
+    s = vllm_suggestion(profile, data, _one(profile, "prefix_cache"), 3)
+    assert s.command() == HEAD + " \\\n    --enable-prefix-caching"
+    flag = next(x for x in s.settings if x.name == "--enable-prefix-caching")
+    assert flag.value is None and "512-token blocks" in flag.source  # the candidate's default block_tokens
+    assert any("router" in note for note in s.notes)
+    alone = vllm_suggestion(profile, data, _one(profile, "prefix_cache"), 1)
+    assert not any("router" in note for note in alone.notes)  # one replica: nothing to route
+    base = vllm_suggestion(profile, data, _one(profile, "baseline"), 3)
+    assert any("--no-enable-prefix-caching" in note for note in base.notes)
+
+
 def test_tiered_and_sequence_parallel_give_lmcache_and_context_parallel(setup):
     profile, data = setup
     s = vllm_suggestion(profile, data, _one(profile, "sequence_parallel+tiered"), 3)

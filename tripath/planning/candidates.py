@@ -217,6 +217,10 @@ def candidates(profile: Profile) -> list[Candidate]:
                          "reuses the KV of prompt prefixes other requests computed (workloads with reuse only)"))
     out.append(Candidate("prefix_cache+tiered", {"prefix_cache": prefix, "tiered": tiered},
                          "evicted prefixes kept in host memory and on SSD, loaded back on a hit"))
+    out.append(Candidate("speculative+prefix_cache", {"speculative": spec, "prefix_cache": prefix},
+                         "hits cut prefill, speculation cuts decode (the draft still prefills whole prompts)"))
+    out.append(Candidate("sequence_parallel+prefix_cache", {"sequence_parallel": sp, "prefix_cache": prefix},
+                         "hits shorten the prefills sequence parallelism splits"))
     return out
 
 

@@ -25,7 +25,7 @@ from tripath.core.atomic import writing_dir
 from tripath.planning.candidates import Candidate, by_names
 from tripath.profile.profile import Profile
 from tripath.simulator.scenario.scenario import BatchingSpec
-from tripath.simulator.scenario.strategy import GIB, HOST_SSD, SpeculativeSpec, TieredSpec
+from tripath.simulator.scenario.strategy import GIB, HOST_SSD, PrefixCacheSpec, SpeculativeSpec, TieredSpec
 
 # Hugging Face repositories of the models the shipped profiles name (the same repositories as
 # tripath/calibrate/published/speculative.py ARCHS cites for their shapes); a name not here is printed as it is
@@ -56,7 +56,7 @@ class Setting:
     whether its name was checked in vLLM's (or LMCache's) documentation."""
 
     name: str
-    value: str | None  # None: a bare flag (none here so far) or, with ``env``, never
+    value: str | None  # None: a bare flag (--enable-prefix-caching); with ``env``, never
     source: str
     verified: bool = True
     env: bool = False
@@ -152,6 +152,20 @@ def vllm_suggestion(profile: Profile, data: dict[str, Any], candidate: Candidate
                      "simulated split: not emitted")
     if "tiered" in strategy:
         settings += _tiered(profile, strategy["tiered"], notes)
+    if "prefix_cache" in strategy:
+        table = strategy["prefix_cache"]
+        block = int(table.get("block_tokens", PrefixCacheSpec.block_tokens))
+        settings.append(Setting("--enable-prefix-caching", None,
+                                f"candidate prefix_cache: automatic prefix caching; the simulation cached "
+                                f"{block}-token blocks; vLLM hashes its own --block-size blocks (16 tokens by "
+                                f"default), so it can also reuse shorter shared prefixes"))
+        if table.get("routing", PrefixCacheSpec.routing) == "affinity" and (replicas or 1) > 1:
+            notes.append("prefix_cache.routing 'affinity': the simulated replicas take a request where its prefix "
+                         "is cached; that is the router's job in front of the vllm serve replicas (a KV-aware router "
+                         "such as llm-d's or Dynamo's), not a vllm serve flag")
+    else:
+        notes.append("vLLM turns automatic prefix caching on by default; the simulation of this candidate reused "
+                     "no prefixes, so its numbers hold with --no-enable-prefix-caching and caching can only help")
     notes.append("--cpu-offload-gb offloads model WEIGHTS to host memory (not the KV cache); no candidate "
                  "simulates that, so it is not emitted")
     return VllmSuggestion(candidate.name, model, f"profile model.name {profile.model.name!r}: {why}", replicas,

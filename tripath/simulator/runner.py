@@ -85,6 +85,8 @@ def arrival_rate(scenario: Scenario, profile: Profile, config: ClusterConfig, co
     scenario's converted costs where the caller has them (else converted here when the paths need them)."""
     arrival = scenario.workload.arrival
     if arrival.kind == "trace":
+        if arrival.rate_per_s is not None:
+            return arrival.rate_per_s, "scenario workload.arrival.rate_per_s (the trace's arrivals paced to it)", None
         return None, "trace timestamps", None
     if arrival.rate_per_s is not None:
         return arrival.rate_per_s, "scenario workload.arrival.rate_per_s", None

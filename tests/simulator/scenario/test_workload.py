@@ -152,6 +152,27 @@ def test_trace_replay_duration_and_all_rows() -> None:
         generate_requests(_workload(arrival, requests=5000), np.random.default_rng(0), None)
 
 
+def test_a_trace_paced_to_a_rate_keeps_its_burstiness() -> None:
+    """rate_per_s on a trace scales its arrival times so the replayed rows' mean gap is 1 / rate; every gap
+    keeps its share of the span (the trace's bursts), and the rows and lengths are the same."""
+    trace = load_trace("azure-conv-2023")
+    paced = ArrivalSpec(kind="trace", trace="azure-conv-2023", rate_per_s=0.5)
+    reqs = generate_requests(_workload(paced, LengthSpec(kind="trace"), LengthSpec(kind="trace"), requests=200),
+                             np.random.default_rng(0), None)
+    own = trace.arrival_s[:200]
+    scale = 199 / ((own[-1] - own[0]) * 0.5)  # (n - 1) gaps over the span, at 0.5 req/s
+    assert np.allclose([r.arrival_s for r in reqs], own * scale, rtol=1e-12, atol=0.0)
+    assert np.mean(np.diff([r.arrival_s for r in reqs])) == pytest.approx(2.0, rel=1e-9)
+    assert [r.prompt_tokens for r in reqs] == trace.prompt_tokens[:200].tolist()
+    # over a duration: round(rate x duration) rows fall inside the window
+    window = generate_requests(_workload(paced, duration_s=400.0), np.random.default_rng(0), None)
+    assert len(window) == 200 and window[-1].arrival_s < 400.0
+    with pytest.raises(InputError, match="rate_per_s"):
+        ArrivalSpec(kind="trace", trace="azure-conv-2023", rate_per_s=0.5, time_scale=2.0)
+    with pytest.raises(InputError, match="needs 20000 rows"):
+        generate_requests(_workload(paced, duration_s=40000.0), np.random.default_rng(0), None)
+
+
 def test_shipped_replay_scenario_is_the_trace_prefix() -> None:
     s = load_scenario("azure-conv-replay")
     reqs = generate_requests(s.workload, np.random.default_rng(0), None)

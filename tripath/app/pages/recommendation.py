@@ -76,10 +76,11 @@ def _inputs(base: dict[str, Any]) -> tuple[form.Choices, int, int, int, bool]:
                                help="published: fitted to published operator timings; "
                                "projected: scaled from them to another GPU; seed: the seed document's figures")
     keys = list(form.WORKLOAD_LABELS)
-    workload = top[1].selectbox("workload lengths", keys, format_func=form.WORKLOAD_LABELS.get,
+    workload = top[1].selectbox("workload", keys, format_func=form.WORKLOAD_LABELS.get,
                                 **state.bind("rec.workload", start["workload"], options=keys),
-                                help="prompt and output lengths bootstrapped from a shipped trace, or drawn "
-                                "from a distribution; arrivals are Poisson at the rate below")
+                                help="prompt and output lengths bootstrapped from a shipped trace or drawn from "
+                                "a distribution, with Poisson arrivals at the rate below; or a trace replayed "
+                                "(its first requests, their own arrival pattern paced to the rate)")
     lengths = form.Lengths()
     if workload == form.DISTRIBUTION:
         c = st.columns(4)

@@ -20,8 +20,17 @@ TRACES = {
     "azure-conv-2023": "Azure LLM 2023 conversation trace (Splitwise): prompts up to 14K tokens",
     "azure-code-2023": "Azure LLM 2023 code trace (Splitwise): prompts up to 7.4K tokens",
 }
+# the shipped traces a workload can replay whole: their own arrival pattern (paced to the rate), lengths and,
+# for Mooncake, block ids (hash_ids), so prefix caching has reuse to find
+REPLAY = "replay:"
+REPLAYS = {
+    REPLAY + "mooncake-conversation": "Mooncake conversation trace replayed: its arrivals (paced to the rate), "
+                                      "lengths and prefix reuse (hash_ids)",
+    REPLAY + "azure-conv-2023": "Azure LLM 2023 conversation trace replayed: its arrivals (paced to the rate) and "
+                                "lengths (no prefix data)",
+}
 DISTRIBUTION = "distribution"
-WORKLOAD_LABELS = {**TRACES, DISTRIBUTION: "a length distribution: uniform prompts, lognormal outputs"}
+WORKLOAD_LABELS = {**TRACES, **REPLAYS, DISTRIBUTION: "a length distribution: uniform prompts, lognormal outputs"}
 PROFILE_PREFIXES = ("published-", "projected-")
 
 
@@ -64,15 +73,20 @@ def defaults(base: dict[str, Any]) -> dict[str, Any]:
     """The form's starting values read from the base scenario (data/scenarios/default.toml)."""
     sla = base.get("sla") or {}
     workload = base.get("workload") or {}
+    arrival = workload.get("arrival") or {}
     trace = (workload.get("prompt_tokens") or {}).get("trace")
+    if arrival.get("kind") == "trace" and REPLAY + str(arrival.get("trace")) in REPLAYS:
+        trace = REPLAY + str(arrival["trace"])
     ttft, tpot = sla.get("ttft_p99_ms"), sla.get("tpot_p99_ms")
-    return {"profile": base.get("profile"), "workload": trace if trace in TRACES else DISTRIBUTION,
+    return {"profile": base.get("profile"), "workload": trace if trace in TRACES or trace in REPLAYS else DISTRIBUTION,
             "qps": float((workload.get("arrival") or {}).get("rate_per_s", 0.5)),
             "ttft_s": None if ttft is None else ttft / 1000.0, "tpot_ms": tpot,
             "requests": int(workload.get("requests", 100))}
 
 
 def _lengths(choices: Choices) -> tuple[dict[str, Any], dict[str, Any]]:
+    if choices.workload in REPLAYS:
+        return {"kind": "trace"}, {"kind": "trace"}
     if choices.workload in TRACES:
         return ({"kind": "empirical", "trace": choices.workload, "column": "prompt"},
                 {"kind": "empirical", "trace": choices.workload, "column": "output"})
@@ -84,8 +98,14 @@ def _lengths(choices: Choices) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 def scenario(base: dict[str, Any], choices: Choices) -> dict[str, Any]:
-    """The base scenario with the user's profile, lengths, request count, SLA and fixed rate (Poisson)."""
+    """The base scenario with the user's profile, lengths, request count, SLA and fixed rate: Poisson arrivals,
+    or a replayed trace's first ``requests`` rows paced to the rate."""
     prompt, output = _lengths(choices)
+    if choices.workload in REPLAYS:
+        base = with_fields(base, {"workload.arrival": {"kind": "trace", "trace": choices.workload[len(REPLAY):]},
+                                  "workload.prefix": None})
+    elif (base.get("workload") or {}).get("arrival", {}).get("kind") == "trace":
+        base = with_fields(base, {"workload.arrival": {"kind": "poisson"}, "workload.prefix": None})
     changes: dict[str, Any] = {
         "profile": choices.profile,
         "workload.prompt_tokens": None, "workload.output_tokens": None,

@@ -45,7 +45,8 @@ def generate_with_prefixes(workload: WorkloadSpec, rng: np.random.Generator, rat
         trace = _arrival_trace(workload.arrival)
         trace_name = workload.arrival.trace
         if trace.hash_ids is not None:
-            trace_ids = tuple(trace.hash_ids[int(row)] for row in _replayed_rows(workload, trace))
+            rows = _replayed_rows(workload, trace, trace_time_scale(workload, trace))
+            trace_ids = tuple(trace.hash_ids[int(row)] for row in rows)
     prefixes = request_prefixes(workload.prefix, prompts, picks, names, trace_ids, trace_name, block_tokens,
                                 rng.spawn(1)[0])
     return requests, prefixes
@@ -61,8 +62,9 @@ def generate_arrays(
     rows: np.ndarray | None = None  # trace row of each request (trace replay only)
     if arrival.kind == "trace":
         trace = _arrival_trace(arrival)
-        rows = _replayed_rows(workload, trace)
-        arrivals = trace.arrival_s[rows] * arrival.time_scale
+        scale = trace_time_scale(workload, trace)
+        rows = _replayed_rows(workload, trace, scale)
+        arrivals = trace.arrival_s[rows] * scale
     else:
         if rate_per_s is None or not (math.isfinite(rate_per_s) and rate_per_s > 0):
             raise InputError(None, "workload.arrival.rate_per_s", f"must be > 0, got {rate_per_s}")
@@ -89,7 +91,8 @@ def mean_lengths(workload: WorkloadSpec) -> tuple[float, float]:
     """
     rows = None
     if workload.arrival.kind == "trace":
-        rows = _replayed_rows(workload, _arrival_trace(workload.arrival))
+        trace = _arrival_trace(workload.arrival)
+        rows = _replayed_rows(workload, trace, trace_time_scale(workload, trace))
     prompt = _mean_length(workload.prompt_tokens, "prompt", workload, rows)
     output = _mean_length(workload.output_tokens, "output", workload, rows)
     shared = workload.prefix
@@ -111,17 +114,42 @@ def _trace_column(workload: WorkloadSpec, column: str, rows: np.ndarray | None) 
     return _arrival_trace(workload.arrival).column(column)[rows]
 
 
-def _replayed_rows(workload: WorkloadSpec, trace: Trace) -> np.ndarray:
-    """Trace rows in replay order: the first N, those before duration_s, or all of them."""
+def _replayed_rows(workload: WorkloadSpec, trace: Trace, scale: float) -> np.ndarray:
+    """Trace rows in replay order: the first N, those before duration_s (at ``scale``), or all of them."""
     if workload.requests is not None:
         if workload.requests > len(trace):
             problem = f"asks for {workload.requests} requests, the trace has {len(trace)}"
             raise InputError(trace.source_path, "workload.requests", problem)
         return np.arange(workload.requests)
     if workload.duration_s is not None:
-        scaled = trace.arrival_s * workload.arrival.time_scale
+        scaled = trace.arrival_s * scale
         return np.arange(int(np.searchsorted(scaled, workload.duration_s, side="left")))
     return np.arange(len(trace))
+
+
+def trace_time_scale(workload: WorkloadSpec, trace: Trace) -> float:
+    """The factor on a trace's arrival times: ``time_scale``, or, with ``rate_per_s``, the one at which the
+    replayed rows' mean inter-arrival time is 1 / rate_per_s (their burstiness kept, only the pace changed).
+
+    Rows are the first ``requests`` (or all); with ``duration_s`` the window holds round(rate x duration) rows,
+    so the scale puts that row's arrival at the window's end."""
+    arrival = workload.arrival
+    if arrival.rate_per_s is None:
+        return arrival.time_scale
+    rate, times = arrival.rate_per_s, trace.arrival_s
+    if workload.requests is None and workload.duration_s is not None:
+        k = max(2, round(rate * workload.duration_s))
+        if k >= len(trace) or times[k] <= times[0]:
+            problem = (f"{rate} req/s over duration_s {workload.duration_s} needs {k} rows, the trace has "
+                       f"{len(trace)}")
+            raise InputError(trace.source_path, "workload.arrival.rate_per_s", problem)
+        return workload.duration_s / float(times[k])
+    n = len(trace) if workload.requests is None else workload.requests
+    span = float(times[n - 1] - times[0]) if 2 <= n <= len(trace) else 0.0
+    if span <= 0.0:
+        raise InputError(trace.source_path, "workload.arrival.rate_per_s",
+                         f"the replayed rows ({n}) span no time: a rate cannot be set")
+    return (n - 1) / (span * rate)
 
 
 def _renewal_arrivals(

@@ -23,7 +23,9 @@ LENGTH_PARAMS = {"fixed": ("value",), "uniform": ("low", "high"), "lognormal": (
 @dataclass(frozen=True)
 class ArrivalSpec:
     kind: str  # "poisson" | "gamma" | "constant" (fixed gaps 1/rate, as load generators send) | "trace"
-    rate_per_s: float | None = None  # exactly one of rate_per_s / load_fraction for poisson, gamma, constant
+    # exactly one of rate_per_s / load_fraction for poisson, gamma, constant; for a trace, optional: the replayed
+    # rows' mean rate, their inter-arrival times scaled to it (workload.trace_time_scale), instead of time_scale
+    rate_per_s: float | None = None
     load_fraction: float | None = None  # fraction of the replicas' saturation throughput (capacity.py)
     cv: float | None = None  # gamma only: coefficient of variation of inter-arrival times (1 = poisson)
     trace: str | None = None  # trace only: a shipped trace name (e.g. "azure-conv-2023") or a path
@@ -32,7 +34,8 @@ class ArrivalSpec:
     def __post_init__(self) -> None:
         check_kind(self.kind, ARRIVAL_KINDS)
         rated = ("poisson", "gamma", "constant")
-        only_for(self, {"rate_per_s": rated, "load_fraction": rated, "cv": ("gamma",), "trace": ("trace",)})
+        only_for(self, {"rate_per_s": (*rated, "trace"), "load_fraction": rated, "cv": ("gamma",),
+                        "trace": ("trace",)})
         positive("rate_per_s", self.rate_per_s)
         if self.load_fraction is not None and not (0.0 < self.load_fraction <= 2.0):
             fail("load_fraction", f"must be in (0, 2], got {self.load_fraction}")
@@ -46,6 +49,8 @@ class ArrivalSpec:
             fail("trace", "required for kind = 'trace' (a shipped trace name or a file path)")
         if self.kind != "trace" and self.time_scale != 1.0:
             fail("time_scale", f"only valid for kind = trace, not {self.kind!r}")
+        if self.kind == "trace" and self.rate_per_s is not None and self.time_scale != 1.0:
+            fail("rate_per_s", "give a trace either rate_per_s (its pace scaled to that rate) or time_scale, not both")
 
 
 @dataclass(frozen=True)
