@@ -140,9 +140,9 @@ def unsupported(data: dict[str, Any]) -> str | None:
         if int(prefix.get("block_tokens", 512)) != page:
             missing.append(f"the engine's prefix cache keys blocks of its page size ({field}): set "
                            f"strategy.prefix_cache.block_tokens = {page}")
-        if set(strategy) - {"prefix_cache", "tiered"}:
-            missing.append("the engine's prefix cache runs on the plain paged pool or the tiered store only, "
-                           "not combined with other paths")
+        if set(strategy) - {"prefix_cache", "tiered", "speculative"}:
+            missing.append("the engine's prefix cache runs on the plain paged pool or the tiered store, with or "
+                           "without speculative decoding, not combined with other paths")
         if policy not in ("continuous", "chunked"):
             missing.append("prefix caching is replayed with continuous or chunked batching only")
     if spec is not None and policy in ("static", "dynamic"):

@@ -176,9 +176,43 @@ def test_a_hit_that_takes_idle_blocks_counts_them_as_needed() -> None:
     assert manager.can_reserve(1, 12)
     manager.reserve(1, 12)
     assert manager.block_table(1)[:2] == [0, 1] and manager.cached_tokens[1] == 8
-    with pytest.raises(ValueError, match="rolled back"):
+    # its 3 full prompt blocks are registered: a rollback may not reach into them, only past them
+    with pytest.raises(ValueError, match="into its 3 cached prompt block"):
         manager.truncate(1, 8)
+    manager.truncate(1, 12)
+    assert manager.block_table(1)[:2] == [0, 1] and manager.index.num_cached == 3
     manager.index.check()
+
+
+def test_speculative_decoding_over_the_prefix_cache_keeps_its_tokens(model: LlamaModel) -> None:
+    """The speculative engine looks prefixes up too: rejected drafts roll back only past the cached prompt
+    blocks, so greedy outputs equal the target alone's, with and without the cache, bit for bit in fp32."""
+    from tripath.core.speculative import FixedK
+    from tripath.engine.speculative.decoding import SpeculativeDecoding
+    from tripath.engine.speculative.proposers import DraftModelProposer
+
+    draft = LlamaModel(PRESETS["tiny-mha"], torch.Generator().manual_seed(2)).eval()
+    system = _tokens(40, 41)
+    prompts = [system + _tokens(41 + i, n) for i, n in enumerate((7, 13, 3, 9))]
+    want = [Engine(model, _config()).generate([p], 16)[0] for p in prompts]
+    for one_at_a_time in (True, False):
+        config = _config(prefix_caching=True)
+        proposer = DraftModelProposer(draft, config.num_blocks, config.block_size)
+        engine = Engine(model, config, strategy=SpeculativeDecoding(proposer, FixedK(4)))
+        groups = [[p] for p in prompts] if one_at_a_time else [prompts]
+        got = []
+        for group in groups:
+            ids = [engine.add_request(p, 16) for p in group]
+            while engine.has_unfinished:
+                engine.step()
+            got += [engine.output(i) for i in ids]
+        assert got == want
+        assert engine.strategy.counters.num_drafts > 0
+        manager = engine.kv_manager
+        assert isinstance(manager, PrefixCachingKVManager)
+        if one_at_a_time:  # each later request hits the system prompt's 10 full blocks
+            assert manager.hit_tokens == 3 * 10 * BS
+        manager.index.check()
 
 
 def test_prefix_caching_is_refused_with_compression_not_tiering() -> None:

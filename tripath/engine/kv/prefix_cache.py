@@ -11,8 +11,8 @@ attention reads them, so a request admitted in the same step may already share t
 cached, as in the simulator (which knows no generated token ids): the partial last prompt block and the blocks
 generated tokens fill stay the sequence's own and go back to the free list on release, so on the same
 requests the engine and the simulator keep the same cached blocks and evict the same ones. Only sequences the
-Scheduler looked up (``cached_prefix``) register blocks; a caller that rolls tokens back (the speculative
-engine's ``truncate``) never looks up, so it never caches a block it may overwrite.
+Scheduler looked up (``cached_prefix``) register blocks. The speculative engine rolls back only its rejected
+drafts, which lie after the prompt, so ``truncate`` never reaches a registered block (it refuses to).
 """
 
 from __future__ import annotations
@@ -152,8 +152,12 @@ class PrefixCachingKVManager(KVCacheManager):
         """The sequence's block at this position became cached (see _acquired)."""
 
     def truncate(self, seq_id: int, num_tokens: int) -> None:
-        if seq_id in self._lookups:
-            raise ValueError(f"sequence {seq_id}: a prefix-cached sequence cannot be rolled back")
+        """Roll back to ``num_tokens`` (the speculative engine's rejected drafts); never into a block the index
+        holds (registered prompt blocks are shared: other sequences may be reading them)."""
+        look = self._lookups.get(seq_id)
+        if look is not None and num_tokens < look.registered * self.block_size:
+            raise ValueError(f"sequence {seq_id}: cannot roll back to {num_tokens} tokens, into its "
+                             f"{look.registered} cached prompt block(s)")
         super().truncate(seq_id, num_tokens)
 
     def free(self, seq_id: int) -> None:
