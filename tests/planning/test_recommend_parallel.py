@@ -23,9 +23,13 @@ def simulations(cache: ResultCache) -> int:
     return sum(1 for _ in cache.directory.rglob("*.json"))
 
 
-@pytest.mark.parametrize("ttft_ms", [4000.0, 1500.0, 200.0])  # meets at 1 replica / some at 3 / none meets
-def test_parallel_bound_first_equals_the_serial_full_search(tmp_path, ttft_ms):
-    data = small_scenario(ttft_ms=ttft_ms)
+# every candidate meets (SP at 1 replica) / only the SP ones meet, at 3 / none meets
+SLAS = [(30000.0, 1000.0), (1500.0, 80.0), (200.0, 80.0)]
+
+
+@pytest.mark.parametrize(("ttft_ms", "tpot_ms"), SLAS)
+def test_parallel_bound_first_equals_the_serial_full_search(tmp_path, ttft_ms, tpot_ms):
+    data = small_scenario(ttft_ms=ttft_ms, tpot_ms=tpot_ms)
     old_cache, new_cache = ResultCache(tmp_path / "serial"), ResultCache(tmp_path / "parallel")
     serial = recommend(data, None, PROFILE, QPS, gpu_price=3.0, replications=1, max_replicas=MAX_REPLICAS,
                        executor=LocalPoolExecutor(1), cache=old_cache, bound_first=False, longest_first=False)
@@ -43,8 +47,10 @@ def test_parallel_bound_first_equals_the_serial_full_search(tmp_path, ttft_ms):
             assert row["search"][0] == {"replicas": MAX_REPLICAS, "meets_sla": True}
     if missed:
         assert simulations(new_cache) < simulations(old_cache)
-    if ttft_ms == 1500.0:  # the case has both kinds and a robustness probe (it checks the parallel bisections)
-        assert missed and fast.recommended is not None and fast.robustness is not None
+    met = [row for row in fast.plan.rows if row.get("replicas") is not None]
+    assert (bool(met), bool(missed)) == {SLAS[0]: (True, False), SLAS[1]: (True, True),
+                                         SLAS[2]: (False, True)}[(ttft_ms, tpot_ms)]
+    assert (fast.robustness is not None) == bool(met)  # with a winner, the parallel bisections ran
 
 
 def test_submission_order_does_not_change_the_plan():
