@@ -73,3 +73,24 @@ def test_cost_estimate_ranks_the_per_iteration_loop_and_more_gpus_higher():
     assert estimate("speculative") > estimate("sequence_parallel") > estimate("baseline") > 0.0
     assert estimate("sequence_parallel+tiered") == 2 * estimate("tiered")  # SP degree 2: twice the GPUs
     assert estimate("baseline", 2 * MAX_REPLICAS) == 2 * estimate("baseline")
+
+
+def test_preload_traces_reads_the_scenarios_traces_into_this_process(monkeypatch):
+    from tripath.planning import sweep
+    from tripath.simulator.scenario import traces
+
+    read: list[str] = []
+    real = traces.load_trace
+
+    def counting(name, base_dir=None):
+        read.append(name)
+        return real(name, base_dir)
+
+    monkeypatch.setattr(sweep, "load_trace", counting)
+    data = {**small_scenario(), "workload": {**small_scenario()["workload"],
+            "prompt_tokens": {"kind": "empirical", "trace": "mooncake-conversation", "column": "prompt"},
+            "output_tokens": {"kind": "empirical", "trace": "mooncake-conversation", "column": "output"}}}
+    sweep.preload_traces(data)
+    assert read == ["mooncake-conversation"]  # once, though two columns use it
+    sweep.preload_traces({"name": "broken", "workload": {"requests": -1}})  # left to the jobs to report
+    assert read == ["mooncake-conversation"]

@@ -34,7 +34,7 @@ from tripath.planning.cache import ResultCache
 from tripath.planning.candidates import Candidate, by_names, is_lossy, tiering_idle
 from tripath.planning.executor import Executor, LocalPoolExecutor
 from tripath.planning.scenario_dict import with_fields, with_rate
-from tripath.planning.sweep import Job, Outcome, run_cached
+from tripath.planning.sweep import Job, Outcome, preload_traces, run_cached
 from tripath.profile.profile import Profile
 from tripath.simulator.loop.stepper_setup import needs_stepper
 from tripath.simulator.scenario.scenario import scenario_from_dict
@@ -284,6 +284,7 @@ def plan(data: dict[str, Any], source: str | None, profile: Profile, qps: float,
     specs = [SearchSpec(text, source, profile.to_json(), c, qps, seed, replications, max_replicas,
                         attainment_levels, cache_dir=cache_dir, bound_first=bound_first) for c in chosen]
     executor = executor or LocalPoolExecutor(1)
+    preload_traces(data, source)
     order = list(range(len(specs)))
     if longest_first:
         costs = [cost_estimate(s) for s in specs]
