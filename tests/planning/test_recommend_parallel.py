@@ -94,3 +94,20 @@ def test_preload_traces_reads_the_scenarios_traces_into_this_process(monkeypatch
     assert read == ["mooncake-conversation"]  # once, though two columns use it
     sweep.preload_traces({"name": "broken", "workload": {"requests": -1}})  # left to the jobs to report
     assert read == ["mooncake-conversation"]
+
+
+def test_a_warm_rerun_and_a_partly_warm_one_give_the_cold_answer(tmp_path):
+    data = small_scenario(ttft_ms=1500.0)
+    cache = ResultCache(tmp_path)
+    kwargs = {"gpu_price": 3.0, "replications": 1, "max_replicas": MAX_REPLICAS, "cache": cache}
+    sized = recommend(data, None, PROFILE, QPS, executor=LocalPoolExecutor(2), with_robustness=False, **kwargs)
+    assert sized.robustness is None
+    sized_only = simulations(cache)
+    cold = recommend(data, None, PROFILE, QPS, executor=LocalPoolExecutor(2), **kwargs)  # sizing cached, probes not
+    assert simulations(cache) > sized_only
+    entries = simulations(cache)
+    warm = recommend(data, None, PROFILE, QPS, executor=LocalPoolExecutor(2), **kwargs)
+    assert simulations(cache) == entries  # nothing simulated again
+    assert warm.to_dict() == cold.to_dict()
+    assert cold.to_dict() == recommend(data, None, PROFILE, QPS, executor=LocalPoolExecutor(1), bound_first=False,
+                                       **{**kwargs, "cache": None}).to_dict()

@@ -11,7 +11,8 @@ when it meets, the search runs as above and reuses that simulation.
 Candidates are searched in parallel, one per worker; they are submitted largest estimated cost
 first (the per-iteration loop's candidates at the most GPUs: ``cost_estimate``) so the longest
 searches do not start last, and the rows come back in the candidates' order whatever the
-submission order (each search is a pure function of its spec).
+submission order (each search is a pure function of its spec). When the cache holds every search's first
+simulation (a warm rerun), the searches run in this process: a pool would only read the cache, after forking.
 
 Goodput at attainment X: the highest arrival rate at which at least X of the arrived requests
 meet every SLA term. Search: from the planned load, double (or halve) until the SLA flips, then
@@ -34,7 +35,7 @@ from tripath.planning.cache import ResultCache
 from tripath.planning.candidates import Candidate, by_names, is_lossy, tiering_idle
 from tripath.planning.executor import Executor, LocalPoolExecutor
 from tripath.planning.scenario_dict import with_fields, with_rate
-from tripath.planning.sweep import Job, Outcome, preload_traces, run_cached
+from tripath.planning.sweep import Job, Outcome, is_cached, preload_traces, run_cached
 from tripath.profile.profile import Profile
 from tripath.simulator.loop.stepper_setup import needs_stepper
 from tripath.simulator.scenario.scenario import scenario_from_dict
@@ -281,10 +282,16 @@ def plan(data: dict[str, Any], source: str | None, profile: Profile, qps: float,
     chosen = by_names(profile, list(candidate_names) if candidate_names else None)
     cache_dir = None if cache is None else str(cache.directory)
     text = json.dumps(data, sort_keys=True, separators=(",", ":"), allow_nan=False)
-    specs = [SearchSpec(text, source, profile.to_json(), c, qps, seed, replications, max_replicas,
+    profile_json = profile.to_json()
+    specs = [SearchSpec(text, source, profile_json, c, qps, seed, replications, max_replicas,
                         attainment_levels, cache_dir=cache_dir, bound_first=bound_first) for c in chosen]
     executor = executor or LocalPoolExecutor(1)
-    preload_traces(data, source)
+    first = [sized_job(s, max_replicas if bound_first else 1, qps) for s in specs
+             if s.candidate.profile_support(profile, data) is None]
+    if all(is_cached(job, cache_dir) for job in first):
+        executor = LocalPoolExecutor(1)  # a warm cache: reading it here is quicker than forking a pool to read it
+    else:
+        preload_traces(data, source)
     order = list(range(len(specs)))
     if longest_first:
         costs = [cost_estimate(s) for s in specs]

@@ -33,11 +33,12 @@ from tripath.planning.cache import ResultCache
 from tripath.planning.candidates import by_names
 from tripath.planning.capacity import Plan, SearchSpec, plan, sized_job
 from tripath.planning.executor import Executor, LocalPoolExecutor
-from tripath.planning.sweep import TERMS, run_cached
+from tripath.planning.sweep import TERMS, Job, is_cached, run_cached
 from tripath.profile.profile import Profile
 
 STEP_COST_MODELS = ("prefill", "decode", "step_overhead")
 MAX_FACTOR = 4.0
+FIRST_STEP = 0.05  # threshold's first probe is 1 + FIRST_STEP; the step doubles after every factor that meets
 GO_FURTHER = ("to go further: measure your own deployment (`tripath calibrate`, docs/) and rerun with --profile; "
               "`tripath plan SCENARIO --qps Q` adds goodput curves, `tripath whatif` varies any field")
 
@@ -88,7 +89,7 @@ def threshold(meets: Callable[[float], bool], tol: float = 0.01, max_factor: flo
 
     meets(1) is assumed true. Expands 1 + 0.05 x 2^i until a miss (None when even ``max_factor`` meets),
     then bisects until the two are within ``tol`` of each other."""
-    lo, hi, step = 1.0, None, 0.05
+    lo, hi, step = 1.0, None, FIRST_STEP
     while hi is None:
         probe = min(1.0 + step, max_factor)
         if meets(probe):
@@ -213,14 +214,17 @@ class Bisection:
     cache_dir: str | None
     tol: float
 
-    def meets(self, factor: float) -> bool:
-        """Whether ``replicas`` of the candidate meet the SLA with this factor on the step costs or the rate."""
+    def job(self, factor: float) -> Job:
+        """The simulation of ``replicas`` of the candidate with this factor on the step costs or the rate."""
         cost_factor, rate_factor = (factor, 1.0) if self.kind == "step_costs" else (1.0, factor)
         scaled = self.profile if cost_factor == 1.0 else scaled_step_costs(self.profile, cost_factor)
         candidate = by_names(self.profile, [self.candidate_name])[0]
         spec = SearchSpec(self.scenario_json, self.source, scaled.to_json(), candidate, self.qps * rate_factor,
                           self.seed, self.replications, attainment_levels=(), cache_dir=self.cache_dir)
-        return run_cached(sized_job(spec, self.replicas, spec.qps), self.cache_dir).meets_sla
+        return sized_job(spec, self.replicas, spec.qps)
+
+    def meets(self, factor: float) -> bool:
+        return run_cached(self.job(factor), self.cache_dir).meets_sla
 
 
 def bisect(job: Bisection) -> tuple[float, float | None]:
@@ -232,7 +236,8 @@ def robustness(data: dict[str, Any], source: str | None, profile: Profile, candi
                qps: float, seed: int = 0, replications: int = 1, cache: ResultCache | None = None,
                tol: float = 0.01, executor: Executor | None = None) -> dict[str, Any]:
     """The step-cost factor and the arrival-rate factor at which ``replicas`` of the candidate stop meeting
-    (the two bisections in parallel on ``executor``; each is a pure function of its job)."""
+    (the two bisections in parallel on ``executor``; each is a pure function of its job; in this process when
+    the cache holds both first probes, a warm rerun)."""
     by_names(profile, [candidate_name])  # an unknown name fails here, before any job
     text = json.dumps(data, sort_keys=True, separators=(",", ":"), allow_nan=False)
     cache_dir = None if cache is None else str(cache.directory)
@@ -241,8 +246,10 @@ def robustness(data: dict[str, Any], source: str | None, profile: Profile, candi
     kinds = ("step_costs", "arrival_rate")
     jobs = [Bisection(kind, text, source, profile, candidate_name, replicas, qps, seed, replications, cache_dir, tol)
             for kind in kinds]
-    for kind, (last_met, first_missed) in zip(kinds, (executor or LocalPoolExecutor(1)).map(bisect, jobs),
-                                              strict=True):
+    first = min(1.0 + FIRST_STEP, MAX_FACTOR)
+    if executor is None or all(is_cached(job.job(first), cache_dir) for job in jobs):
+        executor = LocalPoolExecutor(1)
+    for kind, (last_met, first_missed) in zip(kinds, executor.map(bisect, jobs), strict=True):
         out[kind] = {"meets_up_to": last_met, "misses_at": first_missed}
     return out
 
