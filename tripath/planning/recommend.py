@@ -38,6 +38,7 @@ from tripath.profile.profile import Profile
 
 STEP_COST_MODELS = ("prefill", "decode", "step_overhead")
 MAX_FACTOR = 4.0
+BISECTIONS = ("step_costs", "arrival_rate")  # robustness's two factors, in the order the output lists them
 FIRST_STEP = 0.05  # threshold's first probe is 1 + FIRST_STEP; the step doubles after every factor that meets
 GO_FURTHER = ("to go further: measure your own deployment (`tripath calibrate`, docs/) and rerun with --profile; "
               "`tripath plan SCENARIO --qps Q` adds goodput curves, `tripath whatif` varies any field")
@@ -214,6 +215,10 @@ class Bisection:
     cache_dir: str | None
     tol: float
 
+    def __post_init__(self) -> None:
+        if self.kind not in BISECTIONS:
+            raise ValueError(f"bisection kind must be one of {', '.join(BISECTIONS)}, got {self.kind!r}")
+
     def job(self, factor: float) -> Job:
         """The simulation of ``replicas`` of the candidate with this factor on the step costs or the rate."""
         cost_factor, rate_factor = (factor, 1.0) if self.kind == "step_costs" else (1.0, factor)
@@ -224,6 +229,7 @@ class Bisection:
         return sized_job(spec, self.replicas, spec.qps)
 
     def meets(self, factor: float) -> bool:
+        """Whether that simulation (through the cache) meets the SLA."""
         return run_cached(self.job(factor), self.cache_dir).meets_sla
 
 
@@ -243,13 +249,12 @@ def robustness(data: dict[str, Any], source: str | None, profile: Profile, candi
     cache_dir = None if cache is None else str(cache.directory)
     out: dict[str, Any] = {"candidate": candidate_name, "replicas": replicas, "tolerance": tol,
                            "max_factor": MAX_FACTOR}
-    kinds = ("step_costs", "arrival_rate")
     jobs = [Bisection(kind, text, source, profile, candidate_name, replicas, qps, seed, replications, cache_dir, tol)
-            for kind in kinds]
+            for kind in BISECTIONS]
     first = min(1.0 + FIRST_STEP, MAX_FACTOR)
     if executor is None or all(is_cached(job.job(first), cache_dir) for job in jobs):
         executor = LocalPoolExecutor(1)
-    for kind, (last_met, first_missed) in zip(kinds, executor.map(bisect, jobs), strict=True):
+    for kind, (last_met, first_missed) in zip(BISECTIONS, executor.map(bisect, jobs), strict=True):
         out[kind] = {"meets_up_to": last_met, "misses_at": first_missed}
     return out
 
