@@ -3,7 +3,16 @@
 Replica search: exponential (1, 2, 4, ... replicas) until the SLA is met, then binary search
 between the last miss and the first hit. It assumes more replicas never hurt (true of the
 simulator's load balancing for the same arrivals; tests/planning/test_capacity.py checks the
-answer against a scan of every count on a small case).
+answer against a scan of every count on a small case). With ``bound_first`` (what recommend
+uses) the bound is simulated first: when it misses, so does every smaller count under that same
+assumption, and the search ends after one simulation with the answer the full search gives;
+when it meets, the search runs as above and reuses that simulation.
+
+Candidates are searched in parallel, one per worker; they are submitted largest estimated cost
+first (the per-iteration loop's candidates at the most GPUs: ``cost_estimate``) so the longest
+searches do not start last, and the rows come back in the candidates' order whatever the
+submission order (each search is a pure function of its spec). When the cache holds every search's first
+simulation (a warm rerun), the searches run in this process: a pool would only read the cache, after forking.
 
 Goodput at attainment X: the highest arrival rate at which at least X of the arrived requests
 meet every SLA term. Search: from the planned load, double (or halve) until the SLA flips, then
@@ -21,14 +30,21 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tripath.core.errors import InputError
 from tripath.planning.cache import ResultCache
 from tripath.planning.candidates import Candidate, by_names, is_lossy, tiering_idle
 from tripath.planning.executor import Executor, LocalPoolExecutor
 from tripath.planning.scenario_dict import with_fields, with_rate
-from tripath.planning.sweep import Job, Outcome, run_cached
+from tripath.planning.sweep import Job, Outcome, is_cached, preload_traces, run_cached
 from tripath.profile.profile import Profile
+from tripath.simulator.loop.stepper_setup import needs_stepper
+from tripath.simulator.scenario.scenario import scenario_from_dict
 
 ATTAINMENT_LEVELS = (0.9, 0.95, 0.99)
+# How much longer one simulation on the per-iteration loop takes than on the fast path at the same GPUs, roughly
+# (MEASURED on data/scenarios/default.toml: speculative 1.36 s vs baseline 0.025 s at 32 GPUs, docs/planning.md).
+# It only orders the submissions: a wrong value costs time, never a different number.
+PER_ITERATION_COST = 50.0
 
 
 @dataclass(frozen=True)
@@ -46,6 +62,7 @@ class SearchSpec:
     attainment_levels: tuple[float, ...] = ATTAINMENT_LEVELS
     rel_tol: float = 0.02
     cache_dir: str | None = None
+    bound_first: bool = False  # simulate max_replicas first; a miss there ends the search (see the module doc)
 
     def __post_init__(self) -> None:
         if not self.qps > 0:
@@ -145,14 +162,24 @@ def plan_candidate(spec: SearchSpec) -> dict[str, Any]:
         return out
     outcomes: dict[int, Outcome] = {}
 
+    def simulated(n: int) -> Outcome:
+        if n not in outcomes:  # the bound probe's simulation is reused by the search
+            outcomes[n] = run_cached(sized_job(spec, n, spec.qps), spec.cache_dir)
+        return outcomes[n]
+
     def meets(n: int) -> bool:
-        outcomes[n] = run_cached(sized_job(spec, n, spec.qps), spec.cache_dir)
-        if outcomes[n].error is not None:
+        if simulated(n).error is not None:
             raise _Refused(outcomes[n].error)
         return outcomes[n].meets_sla
 
+    bound = simulated(spec.max_replicas) if spec.bound_first else None
     try:
-        replicas, trace = search_replicas(meets, spec.max_replicas)
+        if bound is not None and bound.error is None and not bound.meets_sla:
+            replicas, trace = None, [(spec.max_replicas, False)]
+        else:  # a refusal at the bound is reported only where the full search reaches the bound
+            replicas, trace = search_replicas(meets, spec.max_replicas)
+            if bound is not None and bound.error is None:
+                trace = [(spec.max_replicas, True), *trace]
     except _Refused as err:
         out["not_applicable"] = f"the simulator refused it: {err}"
         return out
@@ -181,6 +208,19 @@ def goodput_curve(spec: SearchSpec, replicas: int) -> dict[str, float | None]:
 
 class _Refused(Exception):
     pass
+
+
+def cost_estimate(spec: SearchSpec) -> float:
+    """A rough relative cost of one simulation at the spec's bound: GPUs there, times PER_ITERATION_COST when the
+    candidate runs on the per-iteration loop (0 for a scenario the simulator refuses: it ends at once)."""
+    data = spec.candidate.apply(json.loads(spec.scenario_json))
+    try:
+        per_iteration = needs_stepper(scenario_from_dict(data, spec.source))
+    except (InputError, ValueError):
+        return 0.0
+    tp = int(json.loads(spec.profile_json)["key"]["tp"])
+    degree = int(spec.candidate.strategy.get("sequence_parallel", {}).get("degree", 1))
+    return spec.max_replicas * tp * degree * (PER_ITERATION_COST if per_iteration else 1.0)
 
 
 @dataclass(frozen=True)
@@ -228,8 +268,12 @@ def plan(data: dict[str, Any], source: str | None, profile: Profile, qps: float,
          sla_ms: dict[str, float | None] | None = None, gpu_price: float | None = None,
          candidate_names: Sequence[str] | None = None, seed: int = 0, replications: int = 1,
          max_replicas: int = 256, executor: Executor | None = None, cache: ResultCache | None = None,
-         attainment_levels: tuple[float, ...] = ATTAINMENT_LEVELS) -> Plan:
-    """Capacity plan of the scenario (a TOML dict) at ``qps``; ``sla_ms`` overrides the scenario's SLA terms."""
+         attainment_levels: tuple[float, ...] = ATTAINMENT_LEVELS, bound_first: bool = False,
+         longest_first: bool = True) -> Plan:
+    """Capacity plan of the scenario (a TOML dict) at ``qps``; ``sla_ms`` overrides the scenario's SLA terms.
+
+    ``bound_first``: each search simulates ``max_replicas`` first (SearchSpec). ``longest_first``: submit the
+    searches by descending ``cost_estimate`` (else in the candidates' order); the rows are the same either way."""
     changes = {f"sla.{term}_p99_ms": value for term, value in (sla_ms or {}).items() if value is not None}
     data = with_fields(data, changes)
     sla = {term: data.get("sla", {}).get(f"{term}_p99_ms") for term in ("ttft", "tpot", "e2e")}
@@ -238,10 +282,24 @@ def plan(data: dict[str, Any], source: str | None, profile: Profile, qps: float,
     chosen = by_names(profile, list(candidate_names) if candidate_names else None)
     cache_dir = None if cache is None else str(cache.directory)
     text = json.dumps(data, sort_keys=True, separators=(",", ":"), allow_nan=False)
-    specs = [SearchSpec(text, source, profile.to_json(), c, qps, seed, replications, max_replicas,
-                        attainment_levels, cache_dir=cache_dir) for c in chosen]
+    profile_json = profile.to_json()
+    specs = [SearchSpec(text, source, profile_json, c, qps, seed, replications, max_replicas,
+                        attainment_levels, cache_dir=cache_dir, bound_first=bound_first) for c in chosen]
     executor = executor or LocalPoolExecutor(1)
-    rows = executor.map(plan_candidate, specs)
+    first = [sized_job(s, max_replicas if bound_first else 1, qps) for s in specs
+             if s.candidate.profile_support(profile, data) is None]
+    if all(is_cached(job, cache_dir) for job in first):
+        executor = LocalPoolExecutor(1)  # a warm cache: reading it here is quicker than forking a pool to read it
+    else:
+        preload_traces(data, source)
+    order = list(range(len(specs)))
+    if longest_first:
+        costs = [cost_estimate(s) for s in specs]
+        order.sort(key=lambda i: -costs[i])  # stable: equal estimates keep the candidates' order
+    done = executor.map(plan_candidate, [specs[i] for i in order])
+    rows: list[dict[str, Any]] = [{} for _ in specs]
+    for i, row in zip(order, done, strict=True):
+        rows[i] = row
     batch = data.get("batching", {}).get("max_batch_size")
     for candidate, row in zip(chosen, rows, strict=True):
         remark = tiering_idle(candidate, row.get("outcome"), batch)

@@ -16,6 +16,10 @@ their coefficients, so the factor scales every iteration's cost; paging and SP m
 are) and, separately, on the arrival rate, at which the SLA is no longer met. Found by expanding from 1 in
 steps that double (1.05, 1.1, 1.2, 1.4, ...) until a miss, then bisecting to ``tol``; it assumes a larger
 factor never helps. Every probe uses the plan's seed (common random numbers).
+
+Speed (docs/planning.md): the sizing searches run in parallel on the executor, largest first, each simulating the
+bound (``max_replicas``) first (tripath/planning/capacity.py ``bound_first``), and the two robustness bisections
+run in parallel with each other; neither changes a number, only when each simulation runs.
 """
 
 from __future__ import annotations
@@ -28,12 +32,14 @@ from typing import Any
 from tripath.planning.cache import ResultCache
 from tripath.planning.candidates import by_names
 from tripath.planning.capacity import Plan, SearchSpec, plan, sized_job
-from tripath.planning.executor import Executor
-from tripath.planning.sweep import TERMS, run_cached
+from tripath.planning.executor import Executor, LocalPoolExecutor
+from tripath.planning.sweep import TERMS, Job, is_cached, run_cached
 from tripath.profile.profile import Profile
 
 STEP_COST_MODELS = ("prefill", "decode", "step_overhead")
 MAX_FACTOR = 4.0
+BISECTIONS = ("step_costs", "arrival_rate")  # robustness's two factors, in the order the output lists them
+FIRST_STEP = 0.05  # threshold's first probe is 1 + FIRST_STEP; the step doubles after every factor that meets
 GO_FURTHER = ("to go further: measure your own deployment (`tripath calibrate`, docs/) and rerun with --profile; "
               "`tripath plan SCENARIO --qps Q` adds goodput curves, `tripath whatif` varies any field")
 
@@ -84,7 +90,7 @@ def threshold(meets: Callable[[float], bool], tol: float = 0.01, max_factor: flo
 
     meets(1) is assumed true. Expands 1 + 0.05 x 2^i until a miss (None when even ``max_factor`` meets),
     then bisects until the two are within ``tol`` of each other."""
-    lo, hi, step = 1.0, None, 0.05
+    lo, hi, step = 1.0, None, FIRST_STEP
     while hi is None:
         probe = min(1.0 + step, max_factor)
         if meets(probe):
@@ -193,35 +199,76 @@ def closest_candidate(rows: tuple[dict[str, Any], ...]) -> str | None:
     return max(ran, key=lambda r: r["outcome"]["sla_margin"])["candidate"]["name"]
 
 
+@dataclass(frozen=True)
+class Bisection:
+    """One robustness bisection (a picklable job: the two run in parallel): ``kind`` step_costs or arrival_rate."""
+
+    kind: str
+    scenario_json: str
+    source: str | None
+    profile: Profile
+    candidate_name: str
+    replicas: int
+    qps: float
+    seed: int
+    replications: int
+    cache_dir: str | None
+    tol: float
+
+    def __post_init__(self) -> None:
+        if self.kind not in BISECTIONS:
+            raise ValueError(f"bisection kind must be one of {', '.join(BISECTIONS)}, got {self.kind!r}")
+
+    def job(self, factor: float) -> Job:
+        """The simulation of ``replicas`` of the candidate with this factor on the step costs or the rate."""
+        cost_factor, rate_factor = (factor, 1.0) if self.kind == "step_costs" else (1.0, factor)
+        scaled = self.profile if cost_factor == 1.0 else scaled_step_costs(self.profile, cost_factor)
+        candidate = by_names(self.profile, [self.candidate_name])[0]
+        spec = SearchSpec(self.scenario_json, self.source, scaled.to_json(), candidate, self.qps * rate_factor,
+                          self.seed, self.replications, attainment_levels=(), cache_dir=self.cache_dir)
+        return sized_job(spec, self.replicas, spec.qps)
+
+    def meets(self, factor: float) -> bool:
+        """Whether that simulation (through the cache) meets the SLA."""
+        return run_cached(self.job(factor), self.cache_dir).meets_sla
+
+
+def bisect(job: Bisection) -> tuple[float, float | None]:
+    """``threshold`` of the job's probe (module level: runs in a worker)."""
+    return threshold(job.meets, job.tol)
+
+
 def robustness(data: dict[str, Any], source: str | None, profile: Profile, candidate_name: str, replicas: int,
                qps: float, seed: int = 0, replications: int = 1, cache: ResultCache | None = None,
-               tol: float = 0.01) -> dict[str, Any]:
-    """The step-cost factor and the arrival-rate factor at which ``replicas`` of the candidate stop meeting."""
-    candidate = by_names(profile, [candidate_name])[0]
+               tol: float = 0.01, executor: Executor | None = None) -> dict[str, Any]:
+    """The step-cost factor and the arrival-rate factor at which ``replicas`` of the candidate stop meeting
+    (the two bisections in parallel on ``executor``; each is a pure function of its job; in this process when
+    the cache holds both first probes, a warm rerun)."""
+    by_names(profile, [candidate_name])  # an unknown name fails here, before any job
     text = json.dumps(data, sort_keys=True, separators=(",", ":"), allow_nan=False)
     cache_dir = None if cache is None else str(cache.directory)
-
-    def meets(cost_factor: float, rate_factor: float) -> bool:
-        scaled = profile if cost_factor == 1.0 else scaled_step_costs(profile, cost_factor)
-        spec = SearchSpec(text, source, scaled.to_json(), candidate, qps * rate_factor, seed, replications,
-                          attainment_levels=(), cache_dir=cache_dir)
-        return run_cached(sized_job(spec, replicas, spec.qps), cache_dir).meets_sla
-
     out: dict[str, Any] = {"candidate": candidate_name, "replicas": replicas, "tolerance": tol,
                            "max_factor": MAX_FACTOR}
-    for key, probe in (("step_costs", lambda f: meets(f, 1.0)), ("arrival_rate", lambda f: meets(1.0, f))):
-        last_met, first_missed = threshold(probe, tol)
-        out[key] = {"meets_up_to": last_met, "misses_at": first_missed}
+    jobs = [Bisection(kind, text, source, profile, candidate_name, replicas, qps, seed, replications, cache_dir, tol)
+            for kind in BISECTIONS]
+    first = min(1.0 + FIRST_STEP, MAX_FACTOR)
+    if executor is None or all(is_cached(job.job(first), cache_dir) for job in jobs):
+        executor = LocalPoolExecutor(1)
+    for kind, (last_met, first_missed) in zip(BISECTIONS, executor.map(bisect, jobs), strict=True):
+        out[kind] = {"meets_up_to": last_met, "misses_at": first_missed}
     return out
 
 
 def recommend(data: dict[str, Any], source: str | None, profile: Profile, qps: float,
               gpu_price: float | None = None, seed: int = 0, replications: int = 2, max_replicas: int = 8,
               executor: Executor | None = None, cache: ResultCache | None = None, tol: float = 0.01,
-              with_robustness: bool = True) -> Recommendation:
-    """Size every candidate at ``qps`` (``plan``), rank those meeting the SLA, probe the winner's robustness."""
+              with_robustness: bool = True, bound_first: bool = True, longest_first: bool = True) -> Recommendation:
+    """Size every candidate at ``qps`` (``plan``), rank those meeting the SLA, probe the winner's robustness.
+
+    ``bound_first`` and ``longest_first`` are ``plan``'s: the same recommendation either way, only faster."""
     result = plan(data, source, profile, qps, gpu_price=gpu_price, seed=seed, replications=replications,
-                  max_replicas=max_replicas, executor=executor, cache=cache, attainment_levels=())
+                  max_replicas=max_replicas, executor=executor, cache=cache, attainment_levels=(),
+                  bound_first=bound_first, longest_first=longest_first)
     ranked = [r["candidate"]["name"] for r in result.ranked()]
     best = ranked[0] if ranked else None
     runner = _runner_up(result.rows, ranked)
@@ -229,7 +276,8 @@ def recommend(data: dict[str, Any], source: str | None, profile: Profile, qps: f
     probe = None
     if best is not None and with_robustness:
         row = next(r for r in result.rows if r["candidate"]["name"] == best)
-        probe = robustness(data, source, profile, best, int(row["replicas"]), qps, seed, replications, cache, tol)
+        probe = robustness(data, source, profile, best, int(row["replicas"]), qps, seed, replications, cache, tol,
+                           executor)
     return Recommendation(result, best, runner, closest, probe, section_sources(profile), replications)
 
 

@@ -30,6 +30,7 @@ from tripath.planning.executor import Executor, LocalPoolExecutor
 from tripath.profile.profile import Profile
 from tripath.simulator.runner import simulate
 from tripath.simulator.scenario.scenario import scenario_from_dict
+from tripath.simulator.scenario.traces import load_trace
 from tripath.simulator.summary import summary
 
 TERMS = ("ttft", "tpot", "e2e")
@@ -185,6 +186,25 @@ def _json_ready(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_json_ready(v) for v in value]
     return value
+
+
+def is_cached(job: Job, cache_dir: str | None) -> bool:
+    """Whether the cache under ``cache_dir`` holds this job's outcome (never without a cache)."""
+    return cache_dir is not None and ResultCache(cache_dir).get(job.key()) is not None
+
+
+def preload_traces(data: dict[str, Any], source: str | None = None) -> None:
+    """Read the scenario's workload traces into this process's trace cache before a pool forks, so its workers
+    inherit them instead of each reading them again (a bad scenario or trace is left to the jobs to report)."""
+    try:
+        workload = scenario_from_dict(data, source).workload
+        names = [spec.trace for spec in (workload.prompt_tokens, workload.output_tokens) if spec.kind == "empirical"]
+        if workload.arrival.kind == "trace":
+            names.append(workload.arrival.trace)
+        for name in dict.fromkeys(n for n in names if n):
+            load_trace(name)
+    except (InputError, ValueError):
+        return
 
 
 def run_sweep(jobs: Sequence[Job], executor: Executor | None = None, cache: ResultCache | None = None,
