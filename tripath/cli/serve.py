@@ -22,7 +22,7 @@ from tripath.engine.engine import Engine
 from tripath.engine.engine_config import EngineConfig
 from tripath.engine.serving import write_records_csv, write_steps_csv
 from tripath.engine.tiered.tier_config import TierConfig
-from tripath.engine.workload_replay import PromptSource, serve
+from tripath.engine.workload_replay import PromptSource, prefix_hit_tokens, serve
 
 if TYPE_CHECKING:
     from tripath.simulator.scenario.prefix_workload import RequestPrefixes
@@ -130,11 +130,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _prefix_summary(engine: Engine, records: list[RequestRecord], prefixes: RequestPrefixes) -> dict[str, object]:
-    """Prompt tokens the engine's prefix cache served over the prompt tokens of the requests it admitted."""
-    cached = getattr(engine.kv_manager, "cached_tokens", {})
-    admitted = [r for r in records if r.request_id in cached]
-    hit = sum(cached[r.request_id] for r in admitted)
-    prompt = sum(r.prompt_tokens for r in admitted)
+    """Prompt tokens the engine's prefix cache served over the prompt tokens of the completed requests."""
+    hit, prompt = prefix_hit_tokens(engine, records) or (0, 0)
     out: dict[str, object] = {"hit_tokens": hit, "prompt_tokens": prompt,
                               "hit_rate": hit / prompt if prompt else None, "blocks": prefixes.source}
     if not prefixes.reusable:

@@ -147,3 +147,13 @@ def replay_records(specs: dict[int, RequestSpec], times: dict[int, dict[str, flo
                                  t["first_token_s"], t["finish_s"], COMPLETED, "",
                                  int(t.get("draft_rounds", 0)), int(t.get("accepted_tokens", 0))))
     return out
+
+
+def prefix_hit_tokens(engine: Engine, records: list[RequestRecord]) -> tuple[int, int] | None:
+    """(prompt tokens taken from the prefix cache, prompt tokens) over the completed requests; None when the
+    engine caches no prefixes. The hit rate tripath serve prints and the fidelity runner compares."""
+    cached = getattr(engine.kv_manager, "cached_tokens", None)
+    if cached is None:
+        return None
+    done = [r for r in records if r.completed]
+    return sum(cached.get(r.request_id, 0) for r in done), sum(r.prompt_tokens for r in done)

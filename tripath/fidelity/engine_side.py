@@ -31,6 +31,7 @@ from tripath.engine.serving import PromptSource, serve
 from tripath.engine.speculative.decoding import SpeculativeDecoding
 from tripath.engine.speculative.metrics import SpecCounters
 from tripath.engine.speculative.proposers import DraftModelProposer
+from tripath.engine.workload_replay import prefix_hit_tokens
 from tripath.fidelity.tier_paging import move_stall_ms_per_request
 from tripath.fidelity.window_serving import serve_batched
 
@@ -248,12 +249,9 @@ def measure(data: dict[str, Any], requests: list[RequestSpec], target: LlamaMode
         # (tripath/fidelity/tier_paging.py)
         done = sum(r.completed for r in result.records)
         paths["paging_ms_per_request"] = (move_stall_ms_per_request(result.steps, done), "ms")
-    cached = getattr(engine.kv_manager, "cached_tokens", None)
-    if cached is not None:  # prefix caching: prompt tokens taken from the cache over all prompt tokens served
-        done = [r for r in result.records if r.completed]
-        prompt_total = sum(r.prompt_tokens for r in done)
-        paths["prefix_hit_rate"] = (sum(cached.get(r.request_id, 0) for r in done) / prompt_total
-                                    if prompt_total else None, "fraction of prompt tokens")
+    hits = prefix_hit_tokens(engine, result.records)
+    if hits is not None:  # prefix caching: prompt tokens taken from the cache over all prompt tokens served
+        paths["prefix_hit_rate"] = (hits[0] / hits[1] if hits[1] else None, "fraction of prompt tokens")
     busy = sum(step.wall_s for step in result.steps)
     # the share of a core the engine's thread got while stepping: 1.0 on an idle core (contention gauge)
     share = cpu_s / busy if clock == "wall" and busy > 0 else None

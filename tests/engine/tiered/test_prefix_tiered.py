@@ -71,7 +71,7 @@ def _assert_nothing_left(engine: Engine) -> None:
     assert isinstance(manager, TieredPrefixAccounting)
     manager.index.check()
     assert manager.blocks_used == 0 and not cache.links and not cache.lengths
-    assert cache.residency() == cache.prefix_residency()
+    assert cache.residency() == cache.residency(prefix_only=True)
     cached = {b for b in range(manager.index.num_blocks) if manager.index.hash_of(b) is not None}
     assert {shared_owner(key[0]) for key in cache.pages} <= cached  # an evicted block has no page anywhere
     assert sum(cache.residency().values()) <= len(cached) * CFG.num_layers
@@ -259,10 +259,10 @@ def test_an_unreferenced_cached_sink_page_is_not_pinned_and_moves_down() -> None
         assert cache.pinned((shared_owner(7), 0, 0))  # the sink chunk of a sequence that links it
         cache.free(0)
         assert not cache.pinned((shared_owner(7), 0, 0))
-        assert cache.prefix_residency() == {"device": 2, "host": 0, "ssd": 0}
+        assert cache.residency(prefix_only=True) == {"device": 2, "host": 0, "ssd": 0}
         for layer in range(CFG.num_layers):  # 8 tokens: 2 chunks per layer, all pinned (sink + window)
             cache.append(1, layer, *(torch.ones((8, *shape[1:])),) * 2)
-        assert cache.prefix_residency() == {"device": 0, "host": 2, "ssd": 0}
+        assert cache.residency(prefix_only=True) == {"device": 0, "host": 2, "ssd": 0}
         cache.free(1)
         cache.attach(2, [7])  # a hit: the block's pages, read back from the host
         assert cache.length(2, 1) == 4

@@ -218,11 +218,12 @@ class TieredKVCache:
         else:
             self.tiers.ssd.delete(state.slot)
 
-    def residency(self) -> dict[str, int]:
-        """How many pages sit in each tier now."""
-        counts = {"device": 0, "host": 0, "ssd": 0}
-        for state in self.pages.values():
-            counts[state.tier] += 1
+    def residency(self, prefix_only: bool = False) -> dict[str, int]:
+        """How many pages sit in each tier now (``prefix_only``: only prefix pages, live or cached)."""
+        counts = dict.fromkeys(TIERS, 0)
+        for key, state in self.pages.items():
+            if not prefix_only or key[0] < 0:
+                counts[state.tier] += 1
         return counts
 
     def close(self) -> None:
@@ -484,14 +485,6 @@ class TieredKVCache:
             if (owner, layer, chunk) in self.pages:
                 self._drop_page((owner, layer, chunk))
         self.broken.discard(block)
-
-    def prefix_residency(self) -> dict[str, int]:
-        """How many prefix pages (live or cached) sit in each tier now."""
-        counts = dict.fromkeys(TIERS, 0)
-        for key, state in self.pages.items():
-            if key[0] < 0:
-                counts[state.tier] += 1
-        return counts
 
     def _note_hit(self, seq: int, key: PageKey) -> None:
         """Count where a hit page sits the first time its hitting sequence asks for it (a copy already in
