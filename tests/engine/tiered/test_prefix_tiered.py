@@ -18,7 +18,8 @@ from tripath.engine.kv.prefix_cache import PrefixCachingKVManager
 from tripath.engine.model.config import PRESETS
 from tripath.engine.model.model import LlamaModel
 from tripath.engine.step_record import StepRecord
-from tripath.engine.tiered.cache import TieredKVCache, shared_owner
+from tripath.engine.tiered.cache import TieredKVCache
+from tripath.engine.tiered.prefix_links import shared_owner
 from tripath.engine.tiered.store import TieredPrefixAccounting
 from tripath.engine.tiered.tier_config import TierConfig
 from tripath.simulator.paths.prefix import PrefixCache, PrefixSetup
@@ -70,7 +71,7 @@ def _assert_nothing_left(engine: Engine) -> None:
     manager, cache = engine.kv_manager, engine.backend.cache
     assert isinstance(manager, TieredPrefixAccounting)
     manager.index.check()
-    assert manager.blocks_used == 0 and not cache.links and not cache.lengths
+    assert manager.blocks_used == 0 and not cache.prefix.links and not cache.lengths
     assert cache.residency() == cache.residency(prefix_only=True)
     cached = {b for b in range(manager.index.num_blocks) if manager.index.hash_of(b) is not None}
     assert {shared_owner(key[0]) for key in cache.pages} <= cached  # an evicted block has no page anywhere
@@ -205,7 +206,7 @@ def test_a_damaged_prefix_page_fails_its_reader_and_is_not_hit_again(model, tmp_
         fault = {"corrupt": "PageCorrupt", "unreadable": "PageUnreadable"}[damage]
         assert manager.cached_tokens[rid] == 3 * CHUNK and engine.errors[rid].startswith(fault)
         fs.heal()
-        assert blocks[0] in cache.broken  # layer 0's first chunk is read first
+        assert blocks[0] in cache.prefix.broken  # layer 0's first chunk is read first
         again = systems[0] + _tokens(501, 7)
         out, _ = _serve(engine, [[again]])
         assert manager.cached_tokens[rid + 1] == 0  # the lookup stops before the broken block
@@ -235,7 +236,7 @@ def test_a_writer_failing_mid_step_fails_its_same_step_reader_and_its_block_is_n
         assert engine.errors[wid].startswith("TierUnwritable")
         assert engine.errors[rid].startswith("TierFault: prefix block")
         blocks = [manager.index.block_of(h) for h in token_block_hashes(system, CHUNK)]
-        assert cache.broken == {blocks[2]}
+        assert cache.prefix.broken == {blocks[2]}
         blocker.unlink()
         blocker.mkdir()
         again = system + _tokens(603, 6)
@@ -269,7 +270,7 @@ def test_an_unreferenced_cached_sink_page_is_not_pinned_and_moves_down() -> None
         for layer, (k, v) in enumerate(kv):
             got_k, got_v = cache.gather(2, layer)
             assert torch.equal(got_k, k[:4]) and torch.equal(got_v, v[:4])
-        assert cache.hit_loads == {"device": 0, "host": 2, "ssd": 0}
+        assert cache.prefix.hit_loads == {"device": 0, "host": 2, "ssd": 0}
         cache.free(2)
         cache.drop_block(7)
         assert cache.residency() == {"device": 0, "host": 0, "ssd": 0}

@@ -16,12 +16,12 @@ per extra 2K tokens on its hardware).
 Prefix pages (EngineConfig.prefix_caching; the block accounting is tripath/engine/tiered/store.py's
 TieredPrefixAccounting): a full prompt chunk registered under its chained hash as prefix block b is keyed
 ``(shared_owner(b), layer, chunk)`` instead of ``(seq, layer, chunk)``, and each sequence maps its chunk
-indices to the blocks it holds by reference (``links``).  Such pages outlive the sequences that read them:
-unreferenced, they are ordinary LRU pages (demoted device -> host -> SSD like any other, never pinned), and
-they leave every tier only when the index evicts their block (``drop_block``).  A hit maps the block's pages
-into the new sequence (``attach``); they are paged back in from wherever they sit when its attention needs
-them, and never written again (only full prompt chunks are shared, and a hit always computes the last prompt
-token).
+indices to the blocks it holds by reference (tripath/engine/tiered/prefix_links.py). Such pages outlive the
+sequences that read them: unreferenced, they are ordinary LRU pages (demoted device -> host -> SSD like any
+other, never pinned), and they leave every tier only when the index evicts their block (``drop_block``).
+A hit maps the block's pages into the new sequence (``attach``); they are paged back in from wherever they
+sit when its attention needs them, and never written again (only full prompt chunks are shared, and a hit
+always computes the last prompt token).
 """
 
 from __future__ import annotations
@@ -37,17 +37,9 @@ from torch import Tensor
 
 from tripath.engine.model.config import ModelConfig
 from tripath.engine.tiered.faults import DeviceFull, PageCorrupt, PageMissing, PageStale, PageUnreadable, TierFault
+from tripath.engine.tiered.prefix_links import TIERS, PageKey, PrefixLinks, shared_owner
 from tripath.engine.tiered.tier_config import TierConfig
 from tripath.engine.tiered.tiers import Tiers
-
-PageKey = tuple[int, int, int]  # (owner, layer, chunk index); owner: a sequence id, or shared_owner(block)
-TIERS = ("device", "host", "ssd")
-
-
-def shared_owner(block: int) -> int:
-    """The page-key owner of prefix block ``block``'s pages: negative, so it never equals a sequence id (its
-    own inverse: shared_owner(owner) is the block of a negative owner)."""
-    return -1 - block
 
 
 @dataclass
@@ -81,13 +73,7 @@ class TieredKVCache:
         self._stream = torch.cuda.Stream(self.device) if prefetch and self.device.type == "cuda" else None
         self.stall_s = 0.0  # main-thread time spent paging or waiting for a prefetch
         self._staging = threading.local()  # per thread: the host buffer SSD pages are read into
-        # prefix pages (see the module docstring)
-        self.links: dict[int, dict[int, int]] = {}  # seq -> {chunk index: prefix block it holds by reference}
-        self.block_refs: dict[int, set[int]] = {}  # prefix block -> the live sequences linking it
-        self.block_chunk: dict[int, int] = {}  # prefix block -> its chunk index (its position in any prompt)
-        self.broken: set[int] = set()  # prefix blocks whose pages cannot be trusted (a fault, a failed writer)
-        self.hit_loads = dict.fromkeys(TIERS, 0)  # hit pages by the tier each sat in when its reader needed it
-        self._unseen: dict[int, set[PageKey]] = {}  # seq -> hit pages it has not asked for yet
+        self.prefix = PrefixLinks(self.num_layers)  # who reads which prefix block (see the module docstring)
 
     # ---- policy -------------------------------------------------------------------------------
     def pinned(self, key: PageKey) -> bool:
@@ -95,7 +81,7 @@ class TieredKVCache:
         unreferenced cached page is never pinned)."""
         owner, layer, chunk = key
         if owner < 0:
-            return any(self._pins(seq, layer, chunk) for seq in self.block_refs.get(shared_owner(owner), ()))
+            return any(self._pins(seq, layer, chunk) for seq in self.prefix.readers(owner))
         return self._pins(owner, layer, chunk)
 
     def _pins(self, seq: int, layer: int, chunk: int) -> bool:
@@ -118,14 +104,8 @@ class TieredKVCache:
     def _num_chunks(self, seq: int, layer: int) -> int:
         return -(-self.lengths[seq][layer] // self.chunk)
 
-    def _key(self, seq: int, layer: int, chunk: int) -> PageKey:
-        """The key of seq's page of this chunk: the prefix block's when seq holds that chunk by reference."""
-        links = self.links.get(seq)
-        block = links.get(chunk) if links else None
-        return (seq, layer, chunk) if block is None else (shared_owner(block), layer, chunk)
-
     def _layer_keys(self, seq: int, layer: int) -> list[PageKey]:
-        return [self._key(seq, layer, c) for c in range(self._num_chunks(seq, layer))]
+        return [self.prefix.key(seq, layer, c) for c in range(self._num_chunks(seq, layer))]
 
     def append(self, seq: int, layer: int, k: Tensor, v: Tensor) -> None:
         """Store k, v [T, Hkv, D] after the layer's cached tokens."""
@@ -137,7 +117,7 @@ class TieredKVCache:
         while pos < end:
             chunk, off = divmod(pos, self.chunk)
             n = min(self.chunk - off, end - pos)
-            key = self._key(seq, layer, chunk)
+            key = self.prefix.key(seq, layer, chunk)
             self._busy.add(key)
             if key in self.pages:
                 state = self._to_device(key)
@@ -431,24 +411,15 @@ class TieredKVCache:
     def attach(self, seq: int, blocks: list[int]) -> None:
         """A new sequence takes these prefix blocks by reference as its leading chunks (a hit): it starts with
         their tokens cached in every layer; their pages come in when its attention asks for them."""
-        if seq in self.lengths or seq in self.links:
+        if seq in self.lengths:
             raise ValueError(f"sequence {seq}: already has pages; a hit attaches only to a new sequence")
+        self.prefix.attach(seq, blocks)
         self.lengths[seq] = [len(blocks) * self.chunk] * self.num_layers
-        self.links[seq] = {}
-        for chunk, block in enumerate(blocks):
-            if self.block_chunk.get(block) != chunk:
-                raise ValueError(f"prefix block {block}: cached at chunk {self.block_chunk.get(block)}, "
-                                 f"not {chunk}")
-            self.links[seq][chunk] = block
-            self.block_refs[block].add(seq)
-        self._unseen[seq] = {(shared_owner(b), layer, c) for c, b in enumerate(blocks)
-                             for layer in range(self.num_layers)}
 
     def share(self, seq: int, chunk: int, block: int) -> None:
         """seq's chunk (a full prompt chunk, scheduled) became prefix block ``block``: its pages, those written
         already and those the step will write, are the block's from now on."""
-        if block in self.block_chunk:
-            raise ValueError(f"prefix block {block}: already holds pages")
+        self.prefix.share(seq, chunk, block)
         self.lengths.setdefault(seq, [0] * self.num_layers)
         owner = shared_owner(block)
         renamed = {(seq, layer, chunk): (owner, layer, chunk) for layer in range(self.num_layers)
@@ -460,42 +431,33 @@ class TieredKVCache:
                 order = [renamed.get(key, key) for key in lru]
                 lru.clear()
                 lru.update(dict.fromkeys(order))
-        self.links.setdefault(seq, {})[chunk] = block
-        self.block_refs[block] = {seq}
-        self.block_chunk[block] = chunk
 
     def unlink(self, seq: int) -> None:
         """seq no longer reads its prefix blocks (finished, preempted or failed). A block it linked that lacks a
         layer's page (its writer failed mid-step) is marked broken: no later request may hit it."""
-        self._unseen.pop(seq, None)
-        for chunk, block in self.links.pop(seq, {}).items():
-            self.block_refs[block].discard(seq)
+        for chunk, block in self.prefix.unlink(seq):
             owner = shared_owner(block)
             if any((owner, layer, chunk) not in self.pages for layer in range(self.num_layers)):
-                self.broken.add(block)
+                self.prefix.broken.add(block)
 
     def drop_block(self, block: int) -> None:
         """The index evicted this prefix block: its pages leave every tier."""
-        chunk = self.block_chunk.pop(block, None)
+        chunk = self.prefix.evict(block)
         if chunk is None:
             return
-        assert not self.block_refs.pop(block), f"prefix block {block}: evicted while a sequence links it"
         owner = shared_owner(block)
         for layer in range(self.num_layers):
             if (owner, layer, chunk) in self.pages:
                 self._drop_page((owner, layer, chunk))
-        self.broken.discard(block)
 
     def _note_hit(self, seq: int, key: PageKey) -> None:
         """Count where a hit page sits the first time its hitting sequence asks for it (a copy already in
         flight counts from the tier it is read from)."""
-        unseen = self._unseen.get(seq)
-        if unseen is None or key not in unseen:
+        if not self.prefix.first_read(seq, key):
             return
-        unseen.discard(key)
         state = self.pages[key]
         tier = state.source[0] if state.pending is not None and state.source is not None else state.tier
-        self.hit_loads[tier] += 1
+        self.prefix.hit_loads[tier] += 1
 
     def _hit_to_device(self, seq: int, key: PageKey) -> PageState:
         """_to_device for a prefix page: a missing one (its writer failed before storing it) or one whose stored
@@ -503,11 +465,11 @@ class TieredKVCache:
         lookups."""
         block = shared_owner(key[0])
         if key not in self.pages:
-            self.broken.add(block)
+            self.prefix.broken.add(block)
             raise TierFault(f"prefix block {block}: no page for layer {key[1]} (the request computing it failed)")
         self._note_hit(seq, key)
         try:
             return self._to_device(key)
         except (PageMissing, PageCorrupt, PageStale, PageUnreadable):  # its own copy is bad (a full tier is not)
-            self.broken.add(block)
+            self.prefix.broken.add(block)
             raise

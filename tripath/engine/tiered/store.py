@@ -87,7 +87,7 @@ class TieredPrefixAccounting(TieredAccounting, PrefixCachingKVManager):
 
     Counters as the plain pool's: ``prefix_stats``, ``hit_tokens``, ``cached_tokens``; ``prefix_page_loads``
     says where the hit pages came from. A block whose pages cannot be trusted (a failed writer, a fault
-    reading it: TieredKVCache.broken) ends every later lookup before it, until the index evicts it."""
+    reading it: PrefixLinks.broken) ends every later lookup before it, until the index evicts it."""
 
     def __init__(self, store: TieredStore, num_blocks: int, chunk_tokens: int) -> None:
         super().__init__(store, num_blocks, chunk_tokens)
@@ -101,7 +101,7 @@ class TieredPrefixAccounting(TieredAccounting, PrefixCachingKVManager):
 
     def _lookup_hashes(self, seq_id: int) -> list[int]:
         hashes = super()._lookup_hashes(seq_id)
-        broken = self.store.cache.broken
+        broken = self.store.cache.prefix.broken
         for i, h in enumerate(hashes if broken else ()):
             if self.index.block_of(h) in broken:
                 return hashes[:i]
@@ -111,7 +111,7 @@ class TieredPrefixAccounting(TieredAccounting, PrefixCachingKVManager):
     def prefix_page_loads(self) -> dict[str, int]:
         """Hit pages by the tier each sat in when its hitting request first needed it ("device": no load;
         "host": one host->device copy; "ssd": an SSD read staged through the host, then host->device)."""
-        return dict(self.store.cache.hit_loads)
+        return dict(self.store.cache.prefix.hit_loads)
 
     def drop_cached(self) -> int:
         """Evict every unreferenced cached block (its pages leave every tier); returns how many. Counted as
