@@ -122,6 +122,15 @@ def dense_greedy(model: LlamaModel, prompt: list[int], n: int) -> list[int]:
     return ids[len(prompt) :]
 
 
+def apply_patch(table: dict, patch: dict) -> None:
+    """Set each of ``patch``'s keys in ``table``; a None value removes the key instead (a missing field)."""
+    for key, value in patch.items():
+        if value is None:
+            table.pop(key, None)
+        else:
+            table[key] = value
+
+
 def peak_in_flight(records: Iterable[RequestRecord]) -> int:
     """Most completed requests admitted and not yet finished at one time (a finish before an admission at the
     same instant)."""

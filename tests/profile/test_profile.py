@@ -118,7 +118,7 @@ def test_decode_paging_and_merge_formulas():
 def test_registry_names_match_function_signatures():
     for formula in FORMULAS.values():
         names = formula.fn.__code__.co_varnames[: formula.fn.__code__.co_kwonlyargcount]
-        assert tuple(names) == formula.inputs + formula.coefficients
+        assert tuple(names) == formula.inputs + formula.coefficients + (("table",) if formula.table else ())
 
 
 # --- the Profile API ------------------------------------------------------------------------------------

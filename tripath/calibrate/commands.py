@@ -176,6 +176,50 @@ def _cmd_acceptance(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_build(args: argparse.Namespace) -> int:
+    from tripath.calibrate.aic.builder import build_profile, grid_error, weight_read_floor_ms
+    from tripath.calibrate.aic.catalog import MODELS
+    from tripath.calibrate.aic.estimator import Estimator, EstimatorKey
+    from tripath.profile.profile import save_profile
+
+    preset = MODELS.get(args.model)
+    model_dir = preset.config_dir if preset is not None else Path(args.model)
+    if preset is None and not (model_dir / "config.json").is_file():
+        raise InputError(str(model_dir / "config.json"), "--model", "not a shipped model "
+                         f"({', '.join(MODELS)}) nor a folder holding an HF config.json")
+    name = args.name or (preset.name if preset is not None else model_dir.name.lower())
+    out = Path(args.out)
+    if out.exists() and not args.replace:
+        raise InputError(str(out), "--out", "exists; pass --replace to overwrite it")
+    profile = build_profile(name, model_dir, args.gpu, args.tp, args.weights, args.kv, args.backend,
+                            args.backend_version)
+    est = Estimator(EstimatorKey(model_dir, args.gpu, args.backend, args.backend_version, args.tp, args.weights,
+                                 args.kv))
+    window = int(profile.costs["prefill"].domain["context_tokens"][1])
+    points = [("decode", b, c) for b in (1, 7, 33, 100, 257) for c in (100, window // 3)]
+    points += [("prefill", t, c) for t in (17, 700, 3000) for c in (0, window // 5)]
+    check = grid_error(profile, est, points)
+    save_profile(profile, out)
+    decode = profile.costs["decode"].table
+    summary = {"profile": str(out), "key": profile.key_str(), "estimator": est.describe(),
+               "decode_ms_batch1_1k": profile.decode_ms(1, 1024),
+               "decode_ms_batch64_1k": profile.decode_ms(64, 64 * 1024),
+               "weight_read_floor_ms": weight_read_floor_ms(profile),
+               "kv_capacity_bytes": profile.kv_capacity_bytes,
+               "measured_share_decode": decode.measured_share if decode else None,
+               "largest_error_vs_estimator": check}
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        print(f"wrote {out} ({profile.key_str()}) from {est.describe()}")
+        print(f"  decode step, batch 1 at 1K context: {summary['decode_ms_batch1_1k']:.2f} ms (weight-read floor "
+              f"{summary['weight_read_floor_ms']:.2f} ms); batch 64: {summary['decode_ms_batch64_1k']:.2f} ms")
+        print(f"  KV budget {profile.kv_capacity_bytes / 2**30:.1f} GiB; {decode.measured_share:.1%} of the decode "
+              f"grid's time from measured kernel rows; largest difference from the estimator at {len(points)} "
+              f"off-grid checks: {check:.2%}")
+    return 0
+
+
 def add_subcommands(sub: argparse._SubParsersAction) -> None:
     """Register `calibrate` and `profile` on the tripath parser."""
     cal = sub.add_parser("calibrate", help="time the real engine, fit the cost formulas, write a profile",
@@ -247,6 +291,24 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
     proj.add_argument("--to", required=True, help="target hardware: a100-80gb, h100-sxm or h200")
     proj.add_argument("--out", help="default: data/profiles/projected-SRC-to-SPEC.json beside the source")
     proj.set_defaults(func=_cmd_project)
+    build = psub.add_parser(
+        "build", help="a GPU profile from aiconfigurator-core's measured kernel tables (needs the aic extra)",
+        description="Query aiconfigurator-core's estimator (measured vLLM/SGLang/TensorRT-LLM kernel tables) over "
+                    "a grid of decode and prefill iterations and write a tripath profile whose step costs are "
+                    "those tables (docs/aic_profiles.md). Install the estimator with pip install -e '.[aic]'.")
+    build.add_argument("--model", required=True, help="a shipped model (llama-2-7b, llama-2-70b, codellama-34b, "
+                       "llama-3.1-8b, llama-3.1-70b, llama-3.1-405b, qwen3-32b) or a folder with an HF config.json")
+    build.add_argument("--gpu", required=True, choices=("a100-80gb", "h100-sxm", "h200", "b200"))
+    build.add_argument("--tp", type=int, default=1, choices=(1, 2, 4, 8), help="tensor-parallel degree")
+    build.add_argument("--weights", default="fp16", choices=("fp16", "fp8"))
+    build.add_argument("--kv", default="fp16", choices=("fp16", "fp8"), help="KV-cache precision")
+    build.add_argument("--backend", default="vllm", choices=("vllm", "sglang", "trtllm"))
+    build.add_argument("--backend-version", help="default: the estimator's current version for that GPU")
+    build.add_argument("--name", help="the profile key's model name (default: the preset's or the folder's)")
+    build.add_argument("--out", required=True, help="profile path to write")
+    build.add_argument("--replace", action="store_true", help="overwrite an existing --out")
+    build.add_argument("--json", action="store_true")
+    build.set_defaults(func=_cmd_build)
     acc = psub.add_parser(
         "acceptance", help="per-task draft acceptance from a vLLM /metrics dump (a profile overlay or scenario table)",
         description="Read vLLM's speculative-decoding counters (vllm:spec_decode_num_drafts, _num_draft_tokens, "

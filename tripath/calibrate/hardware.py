@@ -37,6 +37,8 @@ PCIE5_X16_H100 = replace(PCIE5_X16, note=f"{PCIE5_X16.note}; the bus figure is a
                          "published profiles' paging cost uses")
 NVLINK3 = Coefficient(300.0, "GB/s", "published", "NVLink 3 on A100 SXM4: 600 GB/s total bidirectional, 300 GB/s "
                       "per direction (NVIDIA A100 Tensor Core GPU datasheet)")
+NVLINK5 = Coefficient(900.0, "GB/s", "published", "NVLink 5 on B200 SXM: 1.8 TB/s total bidirectional, 900 GB/s "
+                      "per direction (NVIDIA DGX B200 / HGX B200 datasheets)")
 NVLINK4 = Coefficient(450.0, "GB/s", "published", "NVLink 4 on H100/H200 SXM: 900 GB/s total bidirectional, 450 "
                       "GB/s per direction (NVIDIA H100 / H200 datasheets)")
 
@@ -90,6 +92,13 @@ SPECS: dict[str, HardwareSpec] = {
         "NVIDIA H200 SXM datasheet: 989 TFLOP/s dense BF16, 4.8 TB/s HBM3e, 141 GB (143771 MiB); host and SSD are "
         "one GPU's share of a DGX H200 (2 TiB, 30.72 TB NVMe)", {"device_host": H200_DMA},
         fp32_tflops=(67.0, "NVIDIA H200 Tensor Core GPU datasheet (SXM): 67 TFLOP/s FP32"), native_fp8=True),
+    "b200": HardwareSpec(
+        "b200", "NVIDIA B200", 2250.0, 8.0, 183359 * MIB, 256 * GIB, 30_720_000_000_000 // 8,
+        {"device_host": PCIE5_X16, "host_ssd": NVME_GEN4, "interconnect": NVLINK5},
+        "NVIDIA DGX B200 datasheet: 72 PFLOP/s FP8 training for 8 GPUs = 2.25 PFLOP/s dense BF16 per GPU, 8 TB/s "
+        "HBM3e, 1,440 GB for 8 GPUs = 180 GB per GPU (183359 MiB as vLLM reports it); host and SSD are one GPU's "
+        "share of a DGX B200 (2 TiB, 8 x 3.84 TB NVMe)",
+        fp32_tflops=(75.0, "NVIDIA HGX B200 datasheet: 75 TFLOP/s FP32 per GPU"), native_fp8=True),
 }
 
 
@@ -102,7 +111,7 @@ def spec_named(name: str) -> HardwareSpec:
 def spec_for_device(device_name: str) -> HardwareSpec | None:
     """The published spec whose device name matches a CUDA device's, if any."""
     lowered = device_name.lower()
-    for key, marker in (("h200", "h200"), ("h100-sxm", "h100"), ("a100-80gb", "a100")):
+    for key, marker in (("b200", "b200"), ("h200", "h200"), ("h100-sxm", "h100"), ("a100-80gb", "a100")):
         if marker in lowered:
             return SPECS[key]
     return None

@@ -78,7 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         model = LlamaModel(PRESETS[args.preset], torch.Generator().manual_seed(args.seed)).to(args.device)
     rate = resolve_rate(scenario.workload.arrival.rate_per_s, args.rate, scenario.source_path)
-    if rate is None and scenario.workload.arrival.kind != "trace":
+    # a closed loop is refused by generate_requests below: the engine replays arrival times fixed beforehand
+    if rate is None and scenario.workload.arrival.kind not in ("trace", "closed"):
         raise InputError(
             scenario.source_path, "workload.arrival.load_fraction", "pass --rate to replay on the engine"
         )

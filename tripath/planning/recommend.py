@@ -24,6 +24,7 @@ run in parallel with each other; neither changes a number, only when each simula
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ from tripath.planning.cache import ResultCache
 from tripath.planning.candidates import by_names
 from tripath.planning.capacity import Plan, SearchSpec, plan, sized_job
 from tripath.planning.executor import Executor, LocalPoolExecutor
+from tripath.planning.scenario_dict import refuse_closed_loop
 from tripath.planning.sweep import TERMS, Job, is_cached, run_cached
 from tripath.profile.profile import Profile
 
@@ -45,17 +47,12 @@ GO_FURTHER = ("to go further: measure your own deployment (`tripath calibrate`, 
 
 
 def scaled_step_costs(profile: Profile, factor: float) -> Profile:
-    """The profile with every prefill, decode and step-overhead coefficient times ``factor`` (all linear)."""
+    """The profile with every prefill, decode and step-overhead cost times ``factor`` (coefficients, or the cells
+    of a measured table: every step formula is linear in them)."""
     if not factor > 0:
         raise ValueError(f"cost factor must be > 0, got {factor}")
-    data = json.loads(profile.to_json())
-    for name in STEP_COST_MODELS:
-        model = data["costs"].get(name)
-        if model is None:
-            continue
-        for coef in model["coefficients"].values():
-            coef["value"] = coef["value"] * factor
-    return Profile.from_dict(data)
+    costs = {name: model.scaled(factor) if name in STEP_COST_MODELS else model for name, model in profile.costs.items()}
+    return dataclasses.replace(profile, costs=costs)
 
 
 def section_sources(profile: Profile) -> dict[str, list[str]]:
@@ -283,5 +280,6 @@ def recommend(data: dict[str, Any], source: str | None, profile: Profile, qps: f
 
 def scenario_qps(data: dict[str, Any]) -> float | None:
     """The scenario's own request rate (``workload.arrival.rate_per_s``), None when it states a load fraction."""
+    refuse_closed_loop(data)
     rate = (data.get("workload") or {}).get("arrival", {}).get("rate_per_s")
     return None if rate is None else float(rate)

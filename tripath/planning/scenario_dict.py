@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from tripath.core.data_dirs import SCENARIOS_DIR
+from tripath.core.errors import InputError
 from tripath.simulator.scenario.scenario import Scenario, read_scenario_file, scenario_from_dict
 
 
@@ -66,8 +67,19 @@ def with_fields(data: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]
     return out
 
 
+def refuse_closed_loop(data: dict[str, Any]) -> None:
+    """Planning at a request rate cannot load a closed loop of users (its rate follows the simulated latency):
+    one InputError naming the field, before any run."""
+    arrival = (data.get("workload") or {}).get("arrival") or {}
+    if arrival.get("kind") == "closed":
+        raise InputError(None, "workload.arrival.kind",
+                         "'closed' (a closed loop of users) has no request rate to plan at: sizing for a rate "
+                         "(--qps) needs poisson, gamma, constant or trace arrivals")
+
+
 def with_rate(data: dict[str, Any], rate_per_s: float) -> dict[str, Any]:
     """Poisson/gamma arrivals at a fixed rate (load_fraction dropped): every candidate sees the same load."""
+    refuse_closed_loop(data)
     return with_fields(data, {"workload.arrival.load_fraction": None, "workload.arrival.rate_per_s": rate_per_s})
 
 

@@ -16,10 +16,12 @@ simulator counts and reports queries outside it instead of trusting them silentl
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import partial
 
 from tripath.core.errors import InputError
 from tripath.profile.codec import Section, json_field, note_field
+from tripath.profile.cost_table import CostTable
 from tripath.profile.fields import VALUE_SOURCES, Hook, check_number, count, number, text
 from tripath.profile.formulas import FORMULAS
 
@@ -70,7 +72,7 @@ class FitQuality(Section):
 class CostModel(Section):
     """A named formula with named coefficients, its inputs, the measured domain and fit quality."""
 
-    JSON_ORDER = ("formula", "inputs", "coefficients", "domain", "fit", "note")
+    JSON_ORDER = ("formula", "inputs", "coefficients", "domain", "table", "fit", "note")
 
     formula: str
     coefficients: dict[str, Coefficient]
@@ -78,6 +80,8 @@ class CostModel(Section):
     domain: dict[str, tuple[float, float]] = json_field(shape="a pair [lo, hi]")
     fit: FitQuality | None = None
     note: str = note_field()
+    # a table formula's grid (tripath/profile/cost_table.py); None for coefficient formulas
+    table: CostTable | None = json_field(default=None, omit=True)
     # Resolved once so evaluation in the simulator's hot path is one plain function call.
     _fn: Callable[..., float] = field(init=False, repr=False, compare=False)
     _values: dict[str, float] = field(init=False, repr=False, compare=False)
@@ -116,13 +120,15 @@ class CostModel(Section):
         object.__setattr__(self, "domain", domain)
         if self.fit is not None and not isinstance(self.fit, FitQuality):
             raise InputError(None, "fit", "must be a FitQuality or None")
-        object.__setattr__(self, "_fn", spec.fn)
+        if spec.table != (self.table is not None):
+            raise InputError(None, "table", f"formula {spec.name} {'needs' if spec.table else 'takes no'} table")
+        object.__setattr__(self, "_fn", partial(spec.fn, table=self.table) if spec.table else spec.fn)
         values = {name: self.coefficients[name].value for name in spec.coefficients}
         object.__setattr__(self, "_values", values)
 
     def __hash__(self) -> int:
         # Fields hold dicts (unhashable); equal models have equal formulas and values, so this agrees with ==.
-        return hash((self.formula, tuple(self._values.values())))
+        return hash((self.formula, tuple(self._values.values()), self.table))
 
     @staticmethod
     def _bounds(name: str, pair: object) -> tuple[float, float]:
@@ -145,6 +151,20 @@ class CostModel(Section):
     def values(self) -> dict[str, float]:
         """Plain coefficient values by name, so a hot loop can bind them once."""
         return dict(self._values)
+
+    def function(self) -> Callable[..., float]:
+        """The formula with its coefficients (or its table) bound: call it with the inputs by keyword."""
+        return partial(self._fn, **self._values)
+
+    def scaled(self, factor: float) -> CostModel:
+        """This model with every cost times ``factor`` (> 0): each coefficient, or each cell of its table.
+
+        Every formula is linear in its coefficients except paging's bandwidth, which divides (never scaled here).
+        """
+        if self.table is not None:
+            return replace(self, table=self.table.scaled(factor))
+        coefficients = {name: replace(c, value=c.value * factor) for name, c in self.coefficients.items()}
+        return replace(self, coefficients=coefficients)
 
 
 def cost_model_of(name: str, example: str = "") -> Hook:

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from tripath.profile.cost_table import decode_table_v1, prefill_table_v1
+
 
 def prefill_v1(*, new_tokens: float, context_tokens: float, c0: float, c_tok: float, c_attn: float) -> float:
     """One prefill chunk of T new tokens appended after C cached tokens, alone in an iteration.
@@ -83,6 +85,8 @@ class Formula:
     """A registered cost formula: its name, input names, coefficient names, and the function.
 
     ``positive`` names coefficients that divide and therefore must be > 0, not merely >= 0.
+    ``table``: the formula reads a measured grid (tripath/profile/cost_table.py, the cost model's ``table``)
+    instead of coefficients; it has none, and is never fitted.
     """
 
     name: str
@@ -90,6 +94,7 @@ class Formula:
     coefficients: tuple[str, ...]
     fn: Callable[..., float]
     positive: frozenset[str] = frozenset()
+    table: bool = False
 
 
 FORMULAS: dict[str, Formula] = {
@@ -102,6 +107,8 @@ FORMULAS: dict[str, Formula] = {
                 frozenset({"bandwidth_gbps"})),
         Formula("sp_merge_v1", ("context_tokens",), ("m0", "m_ctx"), sp_merge_v1),
         Formula("overhead_v1", ("sequences", "new_tokens"), ("o0", "o_seq", "o_tok"), overhead_v1),
+        Formula("prefill_table_v1", ("new_tokens", "context_tokens"), (), prefill_table_v1, table=True),
+        Formula("decode_table_v1", ("batch", "total_context"), (), decode_table_v1, table=True),
     )
 }
 

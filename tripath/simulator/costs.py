@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from functools import partial
 from typing import Any
 
 import numpy as np
@@ -102,8 +101,7 @@ class IterationCost:
         pre, dec = profile.costs["prefill"], profile.costs["decode"]
         (p_tok, p_ctx), (d_batch, d_ctx) = FORMULAS[pre.formula].inputs, FORMULAS[dec.formula].inputs
         # Coefficients bound once; the formulas are plain arithmetic, so decode accepts arrays of S.
-        pre_fn = partial(FORMULAS[pre.formula].fn, **pre.values())
-        dec_fn = partial(FORMULAS[dec.formula].fn, **dec.values())
+        pre_fn, dec_fn = pre.function(), dec.function()
 
         def prefill(new_tokens: Any, context_tokens: Any) -> Any:
             return pre_fn(**{p_tok: new_tokens, p_ctx: context_tokens})
@@ -115,7 +113,7 @@ class IterationCost:
         if "step_overhead" in profile.costs:
             ov = profile.costs["step_overhead"]
             o_seq_in, o_tok_in = FORMULAS[ov.formula].inputs
-            ov_fn = partial(FORMULAS[ov.formula].fn, **ov.values())
+            ov_fn = ov.function()
 
             def overhead(sequences: Any, new_tokens: Any) -> float:
                 return float(ov_fn(**{o_seq_in: sequences, o_tok_in: new_tokens}))

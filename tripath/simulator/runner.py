@@ -8,8 +8,8 @@ interval over the pooled requests (tripath/core/metrics.py: percentile_estimate)
 Where each number comes from: every latency is *simulated* on cost models whose kind is the
 profile's ``source`` (measured, fitted, projected, published or seed); the arrival rate is the
 scenario's (``rate_per_s``) or ``load_fraction`` x the saturation *estimate* of
-tripath/simulator/capacity.py; the KV budget is the profile's, or tp x cluster.device_memory_gib minus
-the model's weights.
+tripath/simulator/capacity.py, or none for a closed loop of users (its arrivals follow the finishes); the KV
+budget is the profile's, or tp x cluster.device_memory_gib minus the model's weights.
 
 The profile is read here, at the top: ``RunCosts.for_scenario`` (tripath/simulator/run_costs.py) converts it
 once per run into the costs and path parameters the loops and the paths use, and nothing below reads it; a
@@ -29,7 +29,7 @@ from tripath.core.errors import InputError
 from tripath.core.records import RunResult
 from tripath.profile.profile import Profile
 from tripath.simulator.capacity import Saturation, saturation
-from tripath.simulator.loop.cluster import ClusterConfig, simulate_requests
+from tripath.simulator.loop.cluster import ClosedLoop, ClusterConfig, simulate_requests
 from tripath.simulator.loop.replica import ReplicaConfig
 from tripath.simulator.loop.stepper_setup import loop_reason, stepper_setup
 from tripath.simulator.paths.capacity import path_saturation
@@ -84,6 +84,10 @@ def arrival_rate(scenario: Scenario, profile: Profile, config: ClusterConfig, co
     """(rate, where it comes from, saturation estimate or None) for the scenario's arrivals; ``costs``: the
     scenario's converted costs where the caller has them (else converted here when the paths need them)."""
     arrival = scenario.workload.arrival
+    closed = closed_loop(scenario)
+    if closed is not None:
+        return None, (f"closed loop, {closed.users} users (think time {closed.think_s:g} s): each sends its next "
+                      "request when its previous one ends"), None
     if arrival.kind == "trace":
         if arrival.rate_per_s is not None:
             return arrival.rate_per_s, "scenario workload.arrival.rate_per_s (the trace's arrivals paced to it)", None
@@ -106,24 +110,34 @@ def arrival_rate(scenario: Scenario, profile: Profile, config: ClusterConfig, co
     return rate, f"load_fraction {arrival.load_fraction} x saturation estimate ({where})", sat
 
 
+def closed_loop(scenario: Scenario) -> ClosedLoop | None:
+    """The scenario's closed loop of users (arrival kind = "closed"), or None for open-loop arrivals."""
+    arrival = scenario.workload.arrival
+    if arrival.kind != "closed":
+        return None
+    assert arrival.users is not None  # ArrivalSpec requires it for kind = "closed"
+    return ClosedLoop(arrival.users, arrival.think_s or 0.0)
+
+
 def replicate(scenario: Scenario, costs: RunCosts, config: ClusterConfig, rate: float | None,
               seed_sequence: np.random.SeedSequence, fast: bool = True,
               timeseries_interval_s: float | None = None) -> RunResult:
     """One replication: draw the workload from this seed sequence and serve it on the run's converted costs."""
     prefix = scenario.strategy.prefix_cache
     prefixes = None
+    closed = closed_loop(scenario)
     if prefix is None:
-        requests = generate_requests(scenario.workload, np.random.default_rng(seed_sequence), rate)
+        requests = generate_requests(scenario.workload, np.random.default_rng(seed_sequence), rate, closed_loop=True)
     else:
         requests, prefixes = generate_with_prefixes(scenario.workload, np.random.default_rng(seed_sequence), rate,
-                                                    prefix.block_tokens)
+                                                    prefix.block_tokens, closed_loop=True)
     setup = stepper_setup(scenario, costs, config.replicas, seed_sequence, timeseries_interval_s,
                           prefixes=prefixes)
     transforms = fast_transforms(costs) if setup is None else None
     if transforms is not None:  # compression / SP only: the fast replicas on the transformed cost model
         fast_config = transformed_config(config, transforms)
-        return simulate_requests(requests, fast_config, transforms.cost, fast=fast, sp=transforms.sp)
-    return simulate_requests(requests, config, costs.cost.fresh(), fast=fast, setup=setup)
+        return simulate_requests(requests, fast_config, transforms.cost, fast=fast, sp=transforms.sp, closed=closed)
+    return simulate_requests(requests, config, costs.cost.fresh(), fast=fast, setup=setup, closed=closed)
 
 
 def replicate_converting(scenario: Scenario, profile: Profile, config: ClusterConfig, rate: float | None,

@@ -102,10 +102,11 @@ def edit(base: str, profile: Profile) -> dict[str, Any]:
 
 def _arrival(workload: dict[str, Any], k: str) -> None:
     arrival = workload["arrival"]
-    kinds = ("poisson", "gamma", "constant", "trace")
+    kinds = ("poisson", "gamma", "constant", "trace", "closed")
     kind = st.selectbox("arrivals", kinds, **bind(k + "arrival", arrival["kind"], options=kinds),
                         help="gamma: bursty arrivals with the given inter-arrival CV (1 = Poisson); constant: evenly "
-                             "spaced, as a benchmark client sends")
+                             "spaced, as a benchmark client sends; closed: N users, each sending its next request "
+                             "when its previous one ends (a benchmark client's concurrency limit)")
     if kind == "trace":
         traces = sorted(SHIPPED_TRACES)
         current = arrival.get("trace", traces[0])
@@ -121,6 +122,21 @@ def _arrival(workload: dict[str, Any], k: str) -> None:
         workload["duration_s"] = st.number_input("replay the first ... of the trace (s)", 1.0, 86400.0,
                                                  **bind(k + "duration", float(workload.get("duration_s", 300.0))))
         return
+    if kind == "closed":
+        users = st.number_input("concurrent users", 1, 100_000, **bind(k + "users", int(arrival.get("users", 32))))
+        think = st.number_input("think time (s) after each response", 0.0, 3600.0,
+                                **bind(k + "think_s", float(arrival.get("think_s", 0.0))))
+        workload["arrival"] = {"kind": "closed", "users": int(users), **({"think_s": think} if think else {})}
+    else:
+        workload["arrival"] = _rated_arrival(arrival, kind, k)
+    requests = int(workload.get("requests", 200))
+    workload.pop("duration_s", None)
+    workload["requests"] = int(st.number_input("requests per replication", 1, 1_000_000,
+                                               **bind(k + "requests", requests)))
+
+
+def _rated_arrival(arrival: dict[str, Any], kind: str, k: str) -> dict[str, Any]:
+    """Poisson, gamma or constant arrivals at a rate or a load fraction."""
     modes = tuple(RATE_MODES)
     mode = st.radio("load given as", modes, horizontal=True, format_func=RATE_MODES.__getitem__,
                     **bind(k + "rate_mode", "load_fraction" if "load_fraction" in arrival else "rate_per_s",
@@ -134,11 +150,7 @@ def _arrival(workload: dict[str, Any], k: str) -> None:
     if kind == "gamma":
         new["cv"] = st.number_input("inter-arrival CV (burstiness; 1 = Poisson)", 0.01, 20.0,
                                     **bind(k + "cv", float(arrival.get("cv", 2.0))))
-    workload["arrival"] = new
-    requests = int(workload.get("requests", 200))
-    workload.pop("duration_s", None)
-    workload["requests"] = int(st.number_input("requests per replication", 1, 1_000_000,
-                                               **bind(k + "requests", requests)))
+    return new
 
 
 def _lengths(label: str, spec: dict[str, Any], k: str, column: str) -> dict[str, Any]:

@@ -5,6 +5,13 @@
 - Arrivals: one SimPy process walks the sorted RequestSpecs and fires each at exactly its
   arrival_s, with URGENT priority, so every arrival of an instant is routed before any replica
   handles an iteration boundary at that instant.
+- Closed loop (``ClosedLoop``, benchmark clients with a concurrency limit): the RequestSpecs' arrival_s are
+  ignored. Requests 0 .. users - 1 are sent at t = 0; each time a request ends (its last token, or rejection
+  at arrival) the next unsent one is sent think_s later, URGENT as above. A finish and the replica's next
+  admission happen in one step, so a request sent at that very instant (think_s = 0) joins that replica at
+  its next boundary (a sleeping replica wakes for it at once). The fast replicas cannot know such an
+  arrival ahead, so none of them watches for one: every run that an arrival could join may be cut by it.
+  Records carry the time each request was sent, so TTFT and E2E are measured from it.
 - Router: a request whose KV reservation ((prompt + output) * kv_bytes_per_token) exceeds a
   replica's whole KV capacity can never be served and is rejected at arrival. Any other goes to
   the replica with the fewest outstanding requests (routed, not yet finished; a request finishing
@@ -17,6 +24,7 @@ kv_capacity_tokens (all tiers). Without one they are the fast baseline Replicas.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 
@@ -45,21 +53,42 @@ class ClusterConfig:
             raise ValueError(f"replicas must be >= 1, got {self.replicas}")
 
 
+@dataclass(frozen=True)
+class ClosedLoop:
+    """Closed-loop load: ``users`` clients each keep one request in flight, sending the next ``think_s`` seconds
+    after the previous one ends (vLLM ``bench serve --max-concurrency``, inference-perf's concurrency load)."""
+
+    users: int
+    think_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.users < 1:
+            raise ValueError(f"users must be >= 1, got {self.users}")
+        if not (math.isfinite(self.think_s) and self.think_s >= 0.0):
+            raise ValueError(f"think_s must be >= 0, got {self.think_s}")
+
+
 class Cluster:
     """Replicas, router and arrivals on one clock; ``run()`` simulates until every request is done."""
 
     def __init__(self, requests: Sequence[RequestSpec], config: ClusterConfig, cost: IterationCost,
-                 fast: bool = True, setup: StepperSetup | None = None, sp: SpPhysics | None = None) -> None:
+                 fast: bool = True, setup: StepperSetup | None = None, sp: SpPhysics | None = None,
+                 closed: ClosedLoop | None = None) -> None:
         for before, after in zip(requests, requests[1:], strict=False):
-            if after.arrival_s < before.arrival_s:
+            if closed is None and after.arrival_s < before.arrival_s:
                 raise ValueError(f"requests must be sorted by arrival_s (request {after.request_id})")
         self.requests = requests
+        self.closed = closed
+        # when each request was sent: its arrival_s, or (closed loop) the instant its user sent it
+        self.sent_s = [math.nan if closed else r.arrival_s for r in requests]
+        self._unsent = 0  # closed loop: the next request no user has sent yet
         self.config = config
         self.cost = cost
         self.env = Clock()
         prompts, outputs = [r.prompt_tokens for r in requests], [r.output_tokens for r in requests]
         self.reject_reason: dict[int, str] = {}
-        self.next_arrival_s = requests[0].arrival_s if requests else float("inf")
+        # the next arrival to the cluster, for the fast path's runs; a closed loop's is not known ahead
+        self.next_arrival_s = requests[0].arrival_s if requests and closed is None else math.inf
         self.setup = setup
         self.sp = sp  # the fast replicas' SP physics (its cost is inside ``cost``): merge time and counts
         self.sampler: Sampler | None = None
@@ -86,7 +115,13 @@ class Cluster:
                              for i in range(config.replicas)]
             if setup.timeseries_interval_s is not None:
                 self.sampler = Sampler(self.env, self.replicas, setup.timeseries_interval_s, self._all_done)
-        self.env.process(self._arrivals())
+        if closed is None:
+            self.env.process(self._arrivals())
+        else:
+            self.ledger.on_finish = self._ended
+            self._unsent = min(closed.users, len(requests))
+            for index in range(self._unsent):
+                self._send_at(0.0, index)
 
     def _next_arrival(self) -> float:
         return self.next_arrival_s
@@ -99,6 +134,24 @@ class Cluster:
             self.next_arrival_s = requests[index + 1].arrival_s if index < last else float("inf")
             self._route(index)
 
+    def _send_at(self, when: float, index: int) -> None:
+        """Closed loop: a user sends request ``index`` at ``when`` (URGENT, as an open-loop arrival)."""
+        event = self.env.at(when, URGENT)
+        event.callbacks.append(lambda _: self._send(index))
+
+    def _send(self, index: int) -> None:
+        self.sent_s[index] = self.env.now
+        self._route(index)
+        if index in self.reject_reason:  # turned away at once: its user goes on to the next request
+            self._ended(index, self.env.now)
+
+    def _ended(self, request: int, when: float) -> None:
+        """Closed loop: ``request`` ended at ``when``; its user sends the next unsent request think_s later."""
+        assert self.closed is not None
+        if self._unsent < len(self.requests):
+            self._send_at(when + self.closed.think_s, self._unsent)
+            self._unsent += 1
+
     def _choice(self) -> Replica:
         """The replica the router would pick now: fewest outstanding, ties to the lowest index."""
         replicas = self.replicas
@@ -109,7 +162,10 @@ class Cluster:
         return best
 
     def _expects(self, index: int) -> bool:
-        """Whether replica ``index`` would receive a request arriving now (a hint for the fast path)."""
+        """Whether replica ``index`` would receive a request arriving now (a hint for the fast path); never in a
+        closed loop, whose next arrival is not known ahead (so every replica's open run may be cut)."""
+        if self.closed is not None:
+            return False
         return len(self.replicas) == 1 or self._choice().index == index
 
     def _all_done(self) -> bool:
@@ -189,22 +245,23 @@ class Cluster:
         ledger = self.ledger
         paths = isinstance(ledger, PathLedger)
         merges = None if paths else ledger.merge_s
+        sent = self.sent_s
         records = []
         for index, r in enumerate(self.requests):
             if index in self.reject_reason:
-                records.append(rejected_record(r.request_id, r.task, r.arrival_s, r.prompt_tokens,
+                records.append(rejected_record(r.request_id, r.task, sent[index], r.prompt_tokens,
                                                r.output_tokens, self.reject_reason[index]))
                 continue
             if paths:
                 records.append(RequestRecord(
-                    r.request_id, r.task, r.arrival_s, r.prompt_tokens, r.output_tokens, ledger.replica[index],
+                    r.request_id, r.task, sent[index], r.prompt_tokens, r.output_tokens, ledger.replica[index],
                     ledger.admitted[index], ledger.first_token[index], ledger.finish[index], COMPLETED, "",
                     ledger.draft_rounds[index], ledger.accepted[index], ledger.paging_s[index],
                     ledger.merge_s[index], ledger.preemptions[index],
                 ))
                 continue
             records.append(RequestRecord(
-                r.request_id, r.task, r.arrival_s, r.prompt_tokens, r.output_tokens, ledger.replica[index],
+                r.request_id, r.task, sent[index], r.prompt_tokens, r.output_tokens, ledger.replica[index],
                 ledger.admitted[index], ledger.first_token[index], ledger.finish[index], COMPLETED,
                 merge_s=0.0 if merges is None else merges[index],
             ))
@@ -225,9 +282,11 @@ def _work_ms(cost: IterationCost) -> Callable[[int, int], float]:
 
 
 def simulate_requests(requests: Sequence[RequestSpec], config: ClusterConfig, cost: IterationCost,
-                      fast: bool = True, setup: StepperSetup | None = None, sp: SpPhysics | None = None) -> RunResult:
+                      fast: bool = True, setup: StepperSetup | None = None, sp: SpPhysics | None = None,
+                      closed: ClosedLoop | None = None) -> RunResult:
     """Serve ``requests`` (sorted by arrival) on the cluster; one replication, deterministic.
 
     ``sp``: with fast replicas on an SP-transformed ``cost`` (tripath/simulator/paths/step.py: fast_transforms), the
-    SP physics inside it, so records carry merge time and the run counts SP extrapolations."""
-    return Cluster(requests, config, cost, fast, setup, sp).run()
+    SP physics inside it, so records carry merge time and the run counts SP extrapolations. ``closed``: send them
+    in request order from a closed loop of users instead of at their arrival_s."""
+    return Cluster(requests, config, cost, fast, setup, sp, closed).run()

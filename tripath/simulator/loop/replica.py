@@ -85,6 +85,14 @@ class Ledger:
         self.first_token = [float("nan")] * n
         self.finish = [float("nan")] * n
         self.merge_s = [0.0] * n if merge else None  # SP merge seconds over each request's iterations
+        # told of every finish (closed-loop arrivals: tripath/simulator/loop/cluster.py); None: nobody listens
+        self.on_finish: Callable[[int, float], None] | None = None
+
+    def finished(self, request: int, end: float) -> None:
+        """Record that ``request`` emitted its last token at ``end``, and tell whoever listens."""
+        self.finish[request] = end
+        if self.on_finish is not None:
+            self.on_finish(request, end)
 
 
 class Replica:
@@ -287,7 +295,7 @@ class Replica:
         self._context += grown
         while running and running[0][0] == now_iteration:
             _, request = heappop(running)
-            ledger.finish[request] = end
+            ledger.finished(request, end)
             self.kv_used -= ledger.reserve[request]
             self._context -= ledger.prompt[request] + ledger.output[request]
             self._offset.pop(request, None)

@@ -385,7 +385,7 @@ class Stepper:
                     s.reserved = s.context
             self.peak_tokens = max(self.peak_tokens, self.used)
         for s in done:
-            ledger.finish[s.request] = end
+            ledger.finished(s.request, end)
             self.running.remove(s)
             self.used -= s.reserved
             if self.prefix is not None:

@@ -84,6 +84,10 @@ class StreamLedger:
     def __len__(self) -> int:
         return len(self.prompt)
 
+    def finished(self, request: int, end: float) -> None:
+        """Ledger.finished: record the finish (logged in finish order for the flush)."""
+        self.finish[request] = end
+
     def drop(self, request: int) -> tuple[int, float, float, float]:
         """(replica, admitted, first token, finish) of a finished request, forgetting it."""
         for table in (self.prompt, self.output, self.reserve):

@@ -15,10 +15,16 @@ when they share every block before it too. Where the keys come from, the ``[work
 - ``share``: a per-task prefix share for synthetic workloads. The leading ``share.<task>`` fraction of each
   of that task's prompts is one of ``prefixes`` task-wide prefixes (drawn uniformly per request); the rest
   is the request's own.
+- ``cycle``: a benchmark client cycling a fixed list of ``prompts`` = N distinct prompts (inference-perf's
+  load generator): request i sends prompt i mod N, so its blocks are keyed by i mod N and its length is request
+  (i mod N)'s draw (the first N draws define the N prompts), and a repeat hits the cache entirely. Optionally
+  ``system_prompts`` = G groups with ``system_tokens`` = S (inference-perf's shared_prefix): prompt p starts
+  with its group's (p mod G) S-token system prompt, followed by its drawn length of its own tokens.
 
 Blocks past the shared part are keyed by the request (or conversation) alone, so they hit only where the same
 conversation comes back. The engine replays the same requests: the shared generator's prompt lengths are
-applied in tripath/simulator/scenario/workload.py's ``generate_arrays``.
+applied in tripath/simulator/scenario/workload.py's ``generate_arrays`` (and the cycle kind's, by
+``cycle_prompt_lengths``).
 """
 
 from __future__ import annotations
@@ -34,29 +40,39 @@ import numpy as np
 from tripath.core.errors import InputError
 from tripath.simulator.scenario.checks import at_least, check_kind, fail, only_for
 
-PREFIX_KINDS = ("trace", "shared", "share")
+PREFIX_KINDS = ("trace", "shared", "share", "cycle")
 MOONCAKE_BLOCK_TOKENS = 512  # the Mooncake trace's hash_ids are one id per 512-token block
-_TAG_TRACE, _TAG_SYSTEM, _TAG_CONVERSATION, _TAG_TASK, _TAG_OWN = 1, 2, 3, 4, 5
+_TAG_TRACE, _TAG_SYSTEM, _TAG_CONVERSATION, _TAG_TASK, _TAG_OWN, _TAG_CYCLE = 1, 2, 3, 4, 5, 6
 _FIELDS: dict[str, tuple[type, ...]] = {"kind": (str,), "system_prompts": (int,), "system_tokens": (int,),
                                         "users_per_prompt": (int,), "turns": (int,), "share": (dict,),
-                                        "prefixes": (int,)}
+                                        "prefixes": (int,), "prompts": (int,)}
 
 
 @dataclass(frozen=True)
 class PrefixWorkloadSpec:
-    kind: str  # "trace" | "shared" | "share"
-    system_prompts: int | None = None  # shared: distinct system prompts
-    system_tokens: int | None = None  # shared: tokens of each system prompt
+    kind: str  # "trace" | "shared" | "share" | "cycle"
+    system_prompts: int | None = None  # shared, cycle (optional): distinct system prompts
+    system_tokens: int | None = None  # shared, cycle (optional): tokens of each system prompt
     users_per_prompt: int | None = None  # shared: conversations per system prompt at a time
     turns: int | None = None  # shared: turns per conversation
     share: tuple[tuple[str, float], ...] = ()  # share: (task, leading fraction of its prompts shared)
     prefixes: int = 1  # share: distinct shared prefixes per task
+    prompts: int | None = None  # cycle: distinct prompts the client cycles through
 
     def __post_init__(self) -> None:
         check_kind(self.kind, PREFIX_KINDS)
         shared = ("shared",)
-        only_for(self, {"system_prompts": shared, "system_tokens": shared, "users_per_prompt": shared,
-                        "turns": shared})
+        only_for(self, {"system_prompts": (*shared, "cycle"), "system_tokens": (*shared, "cycle"),
+                        "users_per_prompt": shared, "turns": shared, "prompts": ("cycle",)})
+        if self.kind == "cycle":
+            if self.prompts is None:
+                fail("prompts", "required for kind = 'cycle' (the number of distinct prompts cycled)")
+            at_least("prompts", self.prompts, 1)
+            if (self.system_prompts is None) != (self.system_tokens is None):
+                fail("system_prompts" if self.system_prompts is None else "system_tokens",
+                     "give both system_prompts and system_tokens (shared-prefix groups), or neither")
+            at_least("system_prompts", self.system_prompts, 1)
+            at_least("system_tokens", self.system_tokens, 0)
         if self.kind == "shared":
             for name in ("system_prompts", "system_tokens", "users_per_prompt", "turns"):
                 if getattr(self, name) is None:
@@ -127,6 +143,14 @@ def shared_prompt_lengths(spec: PrefixWorkloadSpec, questions: np.ndarray, answe
     return prompts
 
 
+def cycle_prompt_lengths(spec: PrefixWorkloadSpec, drawn: np.ndarray) -> np.ndarray:
+    """Each request's prompt under the cycle kind: prompt i mod N's length, the (i mod N)-th draw (plus its
+    group's system prompt when there are groups), so a repeat is the same prompt token for token."""
+    assert spec.prompts is not None
+    own = drawn[np.arange(drawn.shape[0]) % spec.prompts]
+    return own + (spec.system_tokens or 0)
+
+
 @dataclass(frozen=True)
 class RequestPrefixes:
     """Per request, the keys of its prompt's full blocks (chain them for identities), and what they stand on."""
@@ -186,6 +210,12 @@ def request_prefixes(spec: PrefixWorkloadSpec | None, prompts: np.ndarray, picks
         return RequestPrefixes(block_tokens, _shared_keys(spec, full, block_tokens),
                                f"shared-prefix generator: {spec.system_prompts} system prompts of "
                                f"{spec.system_tokens} tokens x {spec.users_per_prompt} users x {spec.turns} turns")
+    if kind == "cycle":
+        assert spec.prompts is not None
+        groups = "" if spec.system_prompts is None else (f", {spec.system_prompts} shared system prompt(s) of "
+                                                           f"{spec.system_tokens} tokens")
+        return RequestPrefixes(block_tokens, _cycle_keys(spec, full, block_tokens),
+                               f"prompt cycle: request i sends prompt i mod {spec.prompts}{groups}")
     fractions = dict(spec.share)
     variants = rng.integers(0, spec.prefixes, size=n)
     keys_list = []
@@ -211,4 +241,17 @@ def _shared_keys(spec: PrefixWorkloadSpec, full: list[int], block_tokens: int) -
         prompt_id = slot // spec.users_per_prompt
         out.append(tuple(struct.pack("<3q", _TAG_SYSTEM, prompt_id, j) if j < system_blocks
                          else struct.pack("<3q", _TAG_CONVERSATION, conversation, j) for j in range(blocks)))
+    return tuple(out)
+
+
+def _cycle_keys(spec: PrefixWorkloadSpec, full: list[int], block_tokens: int) -> tuple[tuple[bytes, ...], ...]:
+    """Block keys of the cycle kind: prompt p = i mod N's own blocks, after its group's system-prompt blocks."""
+    assert spec.prompts is not None
+    system_blocks = (spec.system_tokens or 0) // block_tokens  # blocks wholly inside the system prompt
+    out = []
+    for i, blocks in enumerate(full):
+        prompt = i % spec.prompts
+        group = prompt % spec.system_prompts if spec.system_prompts else 0
+        out.append(tuple(struct.pack("<3q", _TAG_SYSTEM, group, j) if j < system_blocks
+                         else struct.pack("<3q", _TAG_CYCLE, prompt, j) for j in range(blocks)))
     return tuple(out)

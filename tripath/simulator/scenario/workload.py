@@ -14,19 +14,27 @@ import numpy as np
 from tripath.core.errors import InputError
 from tripath.core.limits import MAX_REQUESTS, MAX_TOKENS
 from tripath.core.request import RequestSpec
-from tripath.simulator.scenario.prefix_workload import RequestPrefixes, request_prefixes, shared_prompt_lengths
+from tripath.simulator.scenario.prefix_workload import (
+    RequestPrefixes,
+    cycle_prompt_lengths,
+    request_prefixes,
+    shared_prompt_lengths,
+)
 from tripath.simulator.scenario.scenario import ArrivalSpec, LengthSpec, WorkloadSpec
 from tripath.simulator.scenario.traces import Trace, load_trace
 
 # Poisson/gamma inter-arrivals are drawn in chunks; the stream is the same as one at a time.
 _CHUNK = 4096
+CLOSED_LOOP_REFUSED = ("'closed' (a closed loop of users) has no arrival times before the run, only "
+                       "`tripath simulate` (and what runs it) can send it; use poisson, gamma, constant or trace")
 
 
 def generate_requests(
-    workload: WorkloadSpec, rng: np.random.Generator, rate_per_s: float | None
+    workload: WorkloadSpec, rng: np.random.Generator, rate_per_s: float | None, closed_loop: bool = False
 ) -> list[RequestSpec]:
-    """Requests sorted by arrival. rate_per_s is the resolved rate for poisson/gamma; ignored for traces."""
-    arrivals, prompts, outputs, names, picks = generate_arrays(workload, rng, rate_per_s)
+    """Requests sorted by arrival. rate_per_s is the resolved rate for poisson/gamma; ignored for traces.
+    ``closed_loop``: see generate_arrays."""
+    arrivals, prompts, outputs, names, picks = generate_arrays(workload, rng, rate_per_s, closed_loop)
     return [
         RequestSpec(i, float(arrivals[i]), int(prompts[i]), int(outputs[i]), names[picks[i]])
         for i in range(arrivals.shape[0])
@@ -34,10 +42,11 @@ def generate_requests(
 
 
 def generate_with_prefixes(workload: WorkloadSpec, rng: np.random.Generator, rate_per_s: float | None,
-                           block_tokens: int) -> tuple[list[RequestSpec], RequestPrefixes]:
+                           block_tokens: int, closed_loop: bool = False
+                           ) -> tuple[list[RequestSpec], RequestPrefixes]:
     """generate_requests' requests (the same draws) and each one's prompt block keys for prefix caching; the
     keys draw from a fifth child of ``rng``, after the four generate_arrays spawns, so the requests stay the same."""
-    arrivals, prompts, outputs, names, picks = generate_arrays(workload, rng, rate_per_s)
+    arrivals, prompts, outputs, names, picks = generate_arrays(workload, rng, rate_per_s, closed_loop)
     requests = [RequestSpec(i, float(arrivals[i]), int(prompts[i]), int(outputs[i]), names[picks[i]])
                 for i in range(arrivals.shape[0])]
     trace_ids, trace_name = None, None
@@ -53,14 +62,23 @@ def generate_with_prefixes(workload: WorkloadSpec, rng: np.random.Generator, rat
 
 
 def generate_arrays(
-    workload: WorkloadSpec, rng: np.random.Generator, rate_per_s: float | None
+    workload: WorkloadSpec, rng: np.random.Generator, rate_per_s: float | None, closed_loop: bool = False
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str], np.ndarray]:
     """The same draws as generate_requests as arrays (arrival_s, prompt, output, task names, task index):
-    a million requests as arrays take ~32 MB instead of a list of objects (tripath/simulator/loop/streaming.py)."""
+    a million requests as arrays take ~32 MB instead of a list of objects (tripath/simulator/loop/streaming.py).
+
+    A closed loop's arrival times are decided during the run (tripath/simulator/loop/cluster.py ClosedLoop): its
+    arrival_s are all 0, and only a caller that sends them itself may ask for them (``closed_loop``); any other
+    is refused with one InputError, never handed placeholder times."""
     arrival_rng, prompt_rng, output_rng, task_rng = rng.spawn(4)
     arrival = workload.arrival
     rows: np.ndarray | None = None  # trace row of each request (trace replay only)
-    if arrival.kind == "trace":
+    if arrival.kind == "closed":
+        if not closed_loop:
+            raise InputError(None, "workload.arrival.kind", CLOSED_LOOP_REFUSED)
+        assert workload.requests is not None  # WorkloadSpec requires it for a closed loop
+        arrivals = np.zeros(workload.requests)
+    elif arrival.kind == "trace":
         trace = _arrival_trace(arrival)
         scale = trace_time_scale(workload, trace)
         rows = _replayed_rows(workload, trace, scale)
@@ -74,6 +92,8 @@ def generate_arrays(
     outputs = _lengths(workload.output_tokens, "output", n, output_rng, workload, rows)
     if workload.prefix is not None and workload.prefix.kind == "shared":  # the drawn lengths: question, answer
         prompts = shared_prompt_lengths(workload.prefix, prompts, outputs)
+    if workload.prefix is not None and workload.prefix.kind == "cycle":  # the first N draws are the N prompts
+        prompts = cycle_prompt_lengths(workload.prefix, prompts)
     names = [task for task, _ in workload.tasks]
     weights = np.array([weight for _, weight in workload.tasks])
     picks = np.zeros(n, dtype=np.int64)
@@ -99,6 +119,8 @@ def mean_lengths(workload: WorkloadSpec) -> tuple[float, float]:
     if shared is not None and shared.kind == "shared":  # turns equally often: (turns - 1) / 2 earlier turns each
         assert shared.system_tokens is not None and shared.turns is not None
         prompt = shared.system_tokens + prompt + (shared.turns - 1) / 2.0 * (prompt + output)
+    if shared is not None and shared.kind == "cycle":  # the N prompts are draws of the same distribution
+        prompt += shared.system_tokens or 0
     return prompt, output
 
 

@@ -13,7 +13,7 @@ from tripath.core.limits import MAX_REQUESTS, MAX_TOKENS
 from tripath.simulator.scenario.checks import at_least, at_most, check_kind, fail, only_for, positive
 from tripath.simulator.scenario.prefix_workload import PrefixWorkloadSpec
 
-ARRIVAL_KINDS = ("poisson", "gamma", "constant", "trace")
+ARRIVAL_KINDS = ("poisson", "gamma", "constant", "trace", "closed")
 LENGTH_KINDS = ("fixed", "uniform", "lognormal", "empirical", "trace")
 LENGTH_COLUMNS = ("prompt", "output")
 # the parameters each length kind requires (and no other kind accepts); "trace" takes none
@@ -22,7 +22,7 @@ LENGTH_PARAMS = {"fixed": ("value",), "uniform": ("low", "high"), "lognormal": (
 
 @dataclass(frozen=True)
 class ArrivalSpec:
-    kind: str  # "poisson" | "gamma" | "constant" (fixed gaps 1/rate, as load generators send) | "trace"
+    kind: str  # "poisson" | "gamma" | "constant" (fixed gaps 1/rate, as load generators send) | "trace" | "closed"
     # exactly one of rate_per_s / load_fraction for poisson, gamma, constant; for a trace, optional: the replayed
     # rows' mean rate, their inter-arrival times scaled to it (workload.trace_time_scale), instead of time_scale
     rate_per_s: float | None = None
@@ -30,12 +30,23 @@ class ArrivalSpec:
     cv: float | None = None  # gamma only: coefficient of variation of inter-arrival times (1 = poisson)
     trace: str | None = None  # trace only: a shipped trace name (e.g. "azure-conv-2023") or a path
     time_scale: float = 1.0  # trace only: inter-arrival times are multiplied by this
+    # closed only: concurrent users, each sending its next request think_s (default 0) after its previous one
+    # ends (completed or rejected), as benchmark clients with a concurrency limit do (vLLM bench serve
+    # --max-concurrency); arrival times are then decided during the run (tripath/simulator/loop/cluster.py)
+    users: int | None = None
+    think_s: float | None = None
 
     def __post_init__(self) -> None:
         check_kind(self.kind, ARRIVAL_KINDS)
         rated = ("poisson", "gamma", "constant")
         only_for(self, {"rate_per_s": (*rated, "trace"), "load_fraction": rated, "cv": ("gamma",),
-                        "trace": ("trace",)})
+                        "trace": ("trace",), "users": ("closed",), "think_s": ("closed",)})
+        if self.kind == "closed" and self.users is None:
+            fail("users", "required for kind = 'closed' (the number of concurrent users)")
+        at_least("users", self.users, 1)
+        at_most("users", self.users, MAX_REQUESTS)
+        if self.think_s is not None and not (math.isfinite(self.think_s) and self.think_s >= 0):
+            fail("think_s", f"must be >= 0 seconds, got {self.think_s}")
         positive("rate_per_s", self.rate_per_s)
         if self.load_fraction is not None and not (0.0 < self.load_fraction <= 2.0):
             fail("load_fraction", f"must be in (0, 2], got {self.load_fraction}")
@@ -120,6 +131,9 @@ class WorkloadSpec:
             fail("duration_s", f"{self.duration_s:g} s at {rate:g} req/s is more than {MAX_REQUESTS:,} requests")
         if self.requests is not None and self.duration_s is not None:
             fail("requests", "give requests or duration_s, not both")
+        if self.arrival.kind == "closed" and self.requests is None:
+            fail("requests", "a closed loop needs requests = N (how many requests its users send in a duration "
+                             "depends on the simulated latencies, so duration_s is not supported)")
         if self.arrival.kind != "trace" and self.requests is None and self.duration_s is None:
             fail("requests", "give requests or duration_s (only a trace replay may give neither)")
         for name, spec in (("prompt_tokens", self.prompt_tokens), ("output_tokens", self.output_tokens)):

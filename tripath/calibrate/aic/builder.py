@@ -1,0 +1,284 @@
+"""Building a GPU profile from aiconfigurator-core's measured kernel tables (source kind "published").
+
+A profile's step costs are grids the estimator answers point by point (tripath/profile/cost_table.py):
+
+- decode: batch B x context per sequence L (``DECODE_BATCHES`` x ``context_axis``);
+- prefill: chunk tokens T x cached context C (``PREFILL_TOKENS`` x ``context_axis``).
+
+The axes reach the model's context window (``max_position_embeddings``); between points the simulator
+interpolates, beyond them it extrapolates and counts it. Each table states the share of its summed time that the
+estimator read from measured kernel rows ("silicon") and what it computed otherwise (empirical formulas for
+norms and activations, "mixed" attention interpolated between measured shapes). Values are kept to 6 significant
+digits.
+
+The other sections come from where the published (Vidur) profiles take them, so the two sources differ only in
+their step costs: hardware, links and paging (tripath/calibrate/hardware.py), the KV budget (vLLM's 0.9 memory
+utilisation less the weights), KV compression (tripath/calibrate/published/compression.py, derived). Speculative
+decoding's round costs come from the same estimator (``speculative_from_estimator``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from tripath.calibrate.aic.estimator import PACKAGE, Estimator, EstimatorKey, read_config, time_by_source
+from tripath.calibrate.hardware import SPECS
+from tripath.calibrate.job import GPU_MEMORY_UTILISATION
+from tripath.calibrate.published.builder import paging_links
+from tripath.calibrate.published.compression import compression_sections
+from tripath.core.errors import InputError
+from tripath.profile.cost_model import CostModel
+from tripath.profile.cost_table import CostTable
+from tripath.profile.profile import MemoryBudget, ModelSpec, Profile, ProfileKey, Provenance
+
+CREATED_UTC = "2026-12-03T00:00:00Z"  # fixed, so rebuilding gives identical bytes
+COMMAND = "python scripts/make_aic_profiles.py"
+# Row axes are chosen from a dense scan of the estimator (``simplified_axis``): every batch up to 512, every chunk
+# size up to 8,192 tokens, then 2^(1/8) steps to the window; kept are the points between which linear
+# interpolation stays within ROW_TOLERANCE of every scanned value (GEMM tiles make costs jump at some sizes).
+MAX_BATCH = 512
+DENSE_PREFILL = 8192
+ROW_TOLERANCE = 0.004
+SIGNIFICANT = 6
+_WEIGHT_BYTES = {"fp16": 2, "fp8": 1}
+
+
+def context_axis(window: int, start: int = 16) -> tuple[int, ...]:
+    """0, then start x 2^(k/4) rounded, up to and including ``window``: attention is near linear in the context,
+    so a 2^(1/4) spacing keeps linear interpolation within a fraction of a percent of the estimator."""
+    return (0, *log_axis(start, window, 4))
+
+
+def log_axis(start: int, stop: int, steps_per_doubling: int) -> list[int]:
+    """start x 2^(k / steps_per_doubling), rounded and distinct, up to and including ``stop``."""
+    out: list[int] = []
+    k = 0
+    while (value := int(round(start * 2 ** (k / steps_per_doubling)))) < stop:
+        if not out or value > out[-1]:
+            out.append(value)
+        k += 1
+    return [*out, stop]
+
+
+def simplified_axis(xs: list[int], ys: list[float], tolerance: float) -> tuple[int, ...]:
+    """The fewest of ``xs`` (first and last kept) between which the straight line meets every (x, y) within
+    ``tolerance`` (relative): greedy, each segment extended while all the points it spans fit."""
+    x, y = np.asarray(xs, dtype=float), np.asarray(ys, dtype=float)
+    kept = [0]
+    start = 0
+    while start < len(xs) - 1:
+        end = start + 1
+        while end + 1 < len(xs):
+            span = slice(start, end + 2)
+            line = y[start] + (y[end + 1] - y[start]) * (x[span] - x[start]) / (x[end + 1] - x[start])
+            if np.max(np.abs(line - y[span]) / y[span]) > tolerance:
+                break
+            end += 1
+        kept.append(end)
+        start = end
+    return tuple(xs[i] for i in kept)
+
+
+def _sig(value: float) -> float:
+    return float(f"{value:.{SIGNIFICANT}g}")
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """The shapes tripath needs from an HF config.json (Llama-family dense decoders)."""
+
+    name: str
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    hidden: int
+    intermediate: int
+    vocab: int
+    window: int
+    tied: bool
+
+    @classmethod
+    def from_config(cls, name: str, model_dir: Path) -> Architecture:
+        config = read_config(model_dir)
+        where = str(model_dir / "config.json")
+
+        def field(key: str, default: object = None) -> int:
+            value = config.get(key, default)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InputError(where, key, f"must be an integer >= 1, got {value!r}")
+            return value
+
+        if config.get("num_local_experts") or config.get("num_experts"):
+            raise InputError(where, "num_experts", "mixture-of-experts models are not planned yet (dense only)")
+        heads, hidden = field("num_attention_heads"), field("hidden_size")
+        kv_heads = field("num_key_value_heads", heads)
+        head_dim = field("head_dim", hidden // heads)
+        if heads % kv_heads:
+            raise InputError(where, "num_key_value_heads", f"must divide num_attention_heads ({heads})")
+        return cls(name, field("num_hidden_layers"), heads, kv_heads, head_dim, hidden,
+                   field("intermediate_size"), field("vocab_size"), field("max_position_embeddings"),
+                   bool(config.get("tie_word_embeddings", False)))
+
+    def params(self) -> tuple[int, int]:
+        """(parameters in the decoder layers, parameters in the embeddings and LM head)."""
+        attention = self.hidden * self.head_dim * (self.heads * 2 + self.kv_heads * 2)  # q, o, k, v
+        mlp = 3 * self.hidden * self.intermediate  # gate, up, down
+        layer = attention + mlp + 2 * self.hidden  # two RMSNorms
+        embeddings = self.vocab * self.hidden * (1 if self.tied else 2) + self.hidden  # + final norm
+        return self.layers * layer, embeddings
+
+
+def model_section(arch: Architecture, weights: str, kv: str) -> ModelSpec:
+    """ModelSpec: fp8 weights quantize the decoder layers' linear weights (embeddings and LM head stay 16-bit,
+    as vLLM's fp8 checkpoints do); the KV cache's dtype sets dtype_bytes."""
+    layers, embeddings = arch.params()
+    weight_bytes = layers * _WEIGHT_BYTES[weights] + embeddings * 2
+    kv_bytes = _WEIGHT_BYTES[kv]
+    return ModelSpec(arch.name, arch.layers, arch.heads, arch.kv_heads, arch.head_dim, arch.hidden,
+                     layers + embeddings, kv_bytes, 2 * arch.layers * arch.kv_heads * arch.head_dim * kv_bytes,
+                     weight_bytes, f"HF config.json shapes; params counted from them; {weights} weights "
+                     f"(embeddings and LM head 16-bit), {kv} KV cache; context window {arch.window} tokens")
+
+
+def kv_budget(hardware: str, tp: int, weight_bytes: int) -> MemoryBudget | None:
+    """tp GPUs at vLLM's default 0.9 utilisation less the weights; None when the weights leave under 10 % of it."""
+    spec = SPECS[hardware]
+    usable = int(tp * spec.memory_bytes * GPU_MEMORY_UTILISATION)
+    budget = usable - weight_bytes
+    if budget < usable // 10:
+        return None
+    return MemoryBudget(budget, "derived", f"tp {tp} x {spec.memory_bytes} bytes x {GPU_MEMORY_UTILISATION} "
+                        "(vLLM's default utilisation) minus the weights")
+
+
+def _share_note(shares: Counter[str], total: float) -> str:
+    parts = ", ".join(f"{source} {ms / total:.1%}" for source, ms in shares.most_common())
+    return f"time by the estimator's provenance tag over the grid: {parts}"
+
+
+def decode_rows(est: Estimator, window: int) -> tuple[int, ...]:
+    """The batch axis: every batch to MAX_BATCH scanned at a 1,024-token context (or the window), simplified."""
+    batches = list(range(1, MAX_BATCH + 1))
+    return simplified_axis(batches, [est.decode(b, min(1024, window)) for b in batches], ROW_TOLERANCE)
+
+
+def prefill_rows(est: Estimator, window: int) -> tuple[int, ...]:
+    """The chunk axis: every size to DENSE_PREFILL (or the window), then 2^(1/8) steps, scanned with no cached
+    context, simplified."""
+    dense = list(range(1, min(DENSE_PREFILL, window) + 1))
+    tokens = dense + (log_axis(DENSE_PREFILL, window, 8)[1:] if window > DENSE_PREFILL else [])
+    return simplified_axis(tokens, [est.prefill(t, 0) for t in tokens], ROW_TOLERANCE)
+
+
+def grid_table(est: Estimator, ops: Callable[[int, int], list[tuple[str, float, str]]], rows: tuple[int, ...],
+               columns: tuple[int, ...]) -> CostTable:
+    """The estimator's iteration (the sum of ``ops(row, column)``) at every grid point, with the share of the
+    grid's time that came from measured kernel rows."""
+    shares: Counter[str] = Counter()
+    grid = []
+    for r in rows:
+        line = []
+        for c in columns:
+            step = ops(r, c)
+            shares.update(time_by_source(step))
+            line.append(_sig(sum(ms for _, ms, _ in step)))
+        grid.append(tuple(line))
+    total = sum(shares.values())
+    return CostTable(tuple(map(float, rows)), tuple(map(float, columns)), tuple(grid), "published",
+                     _sig(shares["silicon"] / total), f"{est.describe()}; {_share_note(shares, total)}")
+
+
+def decode_table(est: Estimator, window: int) -> CostModel:
+    """The decode cost model: the estimator's decode iteration on the (batch, context per sequence) grid."""
+    contexts, batches = context_axis(window), decode_rows(est, window)
+    table = grid_table(est, est.decode_ops, batches, contexts)
+    return CostModel("decode_table_v1", {}, ("batch", "total_context"),
+                     {"batch": (float(batches[0]), float(batches[-1])),
+                      "total_context": (0.0, float(batches[-1] * contexts[-1]))},
+                     None, "one decode iteration of B sequences of L = S / B cached tokens each, read from the "
+                     "table (rows B, columns L); the estimator's decode_step_latency(B, L, 1) at each grid point",
+                     table)
+
+
+def prefill_table(est: Estimator, window: int) -> CostModel:
+    """The prefill cost model: one chunk of T new tokens after C cached, on the (T, C) grid."""
+    tokens, contexts = prefill_rows(est, window), context_axis(window)
+    table = grid_table(est, est.prefill_ops, tokens, contexts)
+    return CostModel("prefill_table_v1", {}, ("new_tokens", "context_tokens"),
+                     {"new_tokens": (float(tokens[0]), float(tokens[-1])),
+                      "context_tokens": (0.0, float(contexts[-1]))},
+                     None, "one prefill chunk of T new tokens after C cached, alone in an iteration, read from the "
+                     "table (rows T, columns C); the estimator's predict_prefill_latency(1, C + T, C) at each point",
+                     table)
+
+
+def build_profile(model_name: str, model_dir: Path, hardware: str, tp: int, weights: str = "fp16",
+                  kv: str = "fp16", backend: str = "vllm", backend_version: str | None = None) -> Profile:
+    """One profile for (model, GPU, backend, TP, precision) from the estimator (module docstring).
+
+    An InputError when the model's weights do not fit ``tp`` GPUs with room for KV, or the estimator has no
+    tables for the combination.
+    """
+    arch = Architecture.from_config(model_name, model_dir)
+    spec = SPECS[hardware]
+    mspec = model_section(arch, weights, kv)
+    memory = kv_budget(hardware, tp, mspec.weight_bytes)
+    if memory is None:
+        raise InputError(str(model_dir), "tp", f"{model_name} ({mspec.weight_bytes / 1e9:.0f} GB of {weights} "
+                         f"weights) leaves under 10 % of {tp} x {spec.device_name} for KV")
+    est = Estimator(EstimatorKey(model_dir, hardware, backend, backend_version, tp, weights, kv))
+    try:
+        costs = {"prefill": prefill_table(est, arch.window), "decode": decode_table(est, arch.window)}
+    except Exception as exc:  # the estimator's own errors (missing tables, flops) are its package's classes
+        raise InputError(str(model_dir), "model", f"the estimator has no tables for {est.describe()}: "
+                         f"{str(exc).splitlines()[0][:300]}") from exc
+    commit = f"aic-{est.package_version}-{backend}-{est.backend_version}"
+    notes = (
+        f"Step costs from {PACKAGE} {est.package_version} (NVIDIA, Apache-2.0): kernel times measured with "
+        f"{backend} {est.backend_version} on {spec.device_name} (GEMM, attention, custom all-reduce and NCCL), "
+        "composed by its estimator into iterations (tripath/calibrate/aic/). Tables, not fits: "
+        "docs/aic_profiles.md.",
+        "Included by the estimator: every decoder layer's GEMMs, attention, the tensor-parallel all-reduces, "
+        "embedding and LM head. Not included: the scheduler's host work and sampling (no cited measurement, so "
+        "no request intake or step overhead term is added).",
+    )
+    profile = Profile(
+        key=ProfileKey(hardware, model_name, weights, tp, commit), source="published",
+        hardware=spec.hardware(f"Step costs from {PACKAGE}'s measured kernel tables for this GPU"), model=mspec,
+        memory=memory, costs=costs,
+        provenance=Provenance(f"{COMMAND} (tripath profile build)", commit, None, None, spec.device_name,
+                              CREATED_UTC),
+        paging=paging_links(hardware, mspec.kv_bytes_per_token), notes=notes)
+    return replace(profile, compression=compression_sections(profile))
+
+
+def profile_name(model_short: str, hardware: str, tp: int, weights: str, backend: str = "vllm") -> str:
+    """aic-MODEL[-tpN]-GPU[-fp8][-BACKEND]: the shipped file name (data/profiles/); vLLM's tables are the default."""
+    gpu = {"a100-80gb": "a100", "h100-sxm": "h100", "h200": "h200", "b200": "b200"}[hardware]
+    suffix = ("-fp8" if weights == "fp8" else "") + ("" if backend == "vllm" else f"-{backend}")
+    return f"aic-{model_short}{f'-tp{tp}' if tp > 1 else ''}-{gpu}{suffix}"
+
+
+def weight_read_floor_ms(profile: Profile) -> float:
+    """The least time a decode step can take: every GPU reads its share of the weights once at HBM peak."""
+    spec = SPECS[profile.key.hardware]
+    return profile.model.weight_bytes / profile.key.tp / (spec.memory_tbps * 1e12) * 1e3
+
+
+def grid_error(profile: Profile, est: Estimator, points: list[tuple[str, int, int]]) -> float:
+    """The largest relative difference between the profile and the estimator at (kind, a, b) points."""
+    worst = 0.0
+    for kind, a, b in points:
+        if kind == "decode":
+            mine, theirs = profile.decode_ms(a, a * b), est.decode(a, b)
+        else:
+            mine, theirs = profile.prefill_ms(a, b), est.prefill(a, b)
+        worst = max(worst, abs(mine - theirs) / theirs)
+    return worst if math.isfinite(worst) else float("inf")

@@ -1,0 +1,157 @@
+"""aiconfigurator-core's estimator, asked the questions a tripath profile needs, with where each answer came from.
+
+aiconfigurator-core (NVIDIA, Apache-2.0, pinned in pyproject's ``aic`` extra) ships kernel timings measured on
+real GPUs with real serving engines (vLLM, SGLang, TensorRT-LLM): GEMMs, context and generation attention,
+custom all-reduce and NCCL. Its Rust engine composes them into the latency of one serving iteration. This module
+is the only place that imports it; the simulator never does (profiles are built once, at build time).
+
+Questions asked (``Estimator``), all in ms for the whole tensor-parallel replica:
+- ``decode(B, L)``: one decode iteration of B sequences of L cached tokens each (``decode_step_latency(B, L, 1)``;
+  its context is isl + osl/2, so osl = 1 reads L).
+- ``prefill(T, C)``: one iteration that prefills a chunk of T new tokens after C cached ones
+  (``predict_prefill_latency(1, C + T, C)``: isl counts the cached prefix too).
+- ``mixed(T, B, L)``: a chunk of T prefill tokens (no cached context) beside B decodes of L tokens
+  (``mixed_step_latency``), used to check how well tripath composes mixed iterations from the two tables.
+- ``sources(...)``: the per-operation breakdown's provenance tags summed by time: ``silicon`` (the op's time was
+  read from a measured kernel table), ``empirical`` (an empirical formula: norms, activations, embeddings),
+  ``mixed``, ``sol`` (speed of light) and whatever else the package reports.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import Counter
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+from tripath.core.errors import InputError
+
+PACKAGE = "aiconfigurator-core"
+PINNED_VERSION = "0.12.0"  # pyproject's aic extra; every profile records the version it was built with
+# tripath's hardware key -> the estimator's system name (aiconfigurator_core/systems/*.yaml)
+SYSTEMS = {"a100-80gb": "a100_sxm", "h100-sxm": "h100_sxm", "h200": "h200_sxm", "b200": "b200_sxm"}
+BACKENDS = ("vllm", "sglang", "trtllm")
+# tripath's weight / KV precision names -> the estimator's quant modes (sdk/common.py GEMMQuantMode, ...)
+WEIGHT_MODES = {"fp16": "bfloat16", "fp8": "fp8"}
+KV_MODES = {"fp16": "bfloat16", "fp8": "fp8"}
+FMHA_MODES = {"fp16": "bfloat16", "fp8": "fp8"}
+
+
+def installed_version() -> str:
+    """The installed aiconfigurator-core's version; an InputError saying how to install it when absent."""
+    try:
+        return metadata.version(PACKAGE)
+    except metadata.PackageNotFoundError as exc:
+        raise InputError(None, "aiconfigurator-core", "not installed: building GPU profiles needs it "
+                         f"(pip install -e '.[aic]', which pins {PACKAGE}=={PINNED_VERSION})") from exc
+
+
+@dataclass(frozen=True)
+class EstimatorKey:
+    """What one estimator is compiled for."""
+
+    model_dir: Path  # a folder holding the model's HF config.json
+    hardware: str  # tripath's hardware key (SYSTEMS)
+    backend: str = "vllm"
+    backend_version: str | None = None  # None: the package's current version for that system and backend
+    tp: int = 1
+    weights: str = "fp16"
+    kv: str = "fp16"
+
+    def __post_init__(self) -> None:
+        if self.hardware not in SYSTEMS:
+            raise InputError(None, "hardware", f"must be one of {', '.join(SYSTEMS)}, got {self.hardware!r}")
+        if self.backend not in BACKENDS:
+            raise InputError(None, "backend", f"must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
+        if self.tp not in (1, 2, 4, 8):
+            raise InputError(None, "tp", f"must be 1, 2, 4 or 8, got {self.tp!r}")
+        if self.weights not in WEIGHT_MODES:
+            raise InputError(None, "weights", f"must be one of {', '.join(WEIGHT_MODES)}, got {self.weights!r}")
+        if self.kv not in KV_MODES:
+            raise InputError(None, "kv", f"must be one of {', '.join(KV_MODES)}, got {self.kv!r}")
+        config = self.model_dir / "config.json"
+        if not config.is_file():
+            raise InputError(str(config), "model", "no HF config.json there")
+
+    @property
+    def system(self) -> str:
+        return SYSTEMS[self.hardware]
+
+
+class Estimator:
+    """One compiled aiconfigurator-core engine and the questions of the module docstring."""
+
+    def __init__(self, key: EstimatorKey) -> None:
+        self.key = key
+        self.package_version = installed_version()
+        logging.getLogger("aiconfigurator_core").setLevel(logging.ERROR)
+        from aiconfigurator_core.sdk.engine import EngineHandle, compile_engine  # only when building
+
+        fp8 = key.weights == "fp8" or key.kv == "fp8"
+        try:
+            spec = compile_engine(str(key.model_dir), key.system, key.backend, key.backend_version, tp_size=key.tp,
+                                  gemm_quant_mode=WEIGHT_MODES[key.weights], kvcache_quant_mode=KV_MODES[key.kv],
+                                  fmha_quant_mode=FMHA_MODES["fp16"])
+        except (ValueError, KeyError, RuntimeError, FileNotFoundError) as exc:
+            raise InputError(str(key.model_dir), "model", f"aiconfigurator-core cannot compile it for {key.system}/"
+                             f"{key.backend} tp {key.tp}{' fp8' if fp8 else ''}: {exc}") from exc
+        self._engine = EngineHandle(spec)
+        self.backend_version = self._resolved_version()
+
+    def _resolved_version(self) -> str:
+        """The backend version the engine's tables come from (the slot's literal when none was asked)."""
+        if self.key.backend_version is not None:
+            return self.key.backend_version
+        from aiconfigurator_core.sdk.engine import _literal_backend_version
+
+        return str(_literal_backend_version(self.key.system, self.key.backend, None, None, None))
+
+    def decode(self, batch: int, context: int) -> float:
+        return float(self._engine.decode_step_latency(int(batch), max(int(context), 1), 1))
+
+    def prefill(self, tokens: int, context: int) -> float:
+        return float(self._engine.predict_prefill_latency(1, int(context) + int(tokens), int(context)))
+
+    def mixed(self, tokens: int, batch: int, context: int) -> float:
+        """A chunk of ``tokens`` prefill tokens (a whole prompt of that length) beside ``batch`` decodes of
+        ``context`` tokens. The estimator prices the decodes' attention at the prompt's length (its isl), so
+        this is asked with context == tokens, as its mixed steps assume."""
+        return float(self._engine.mixed_step_latency(int(tokens), int(batch), int(context), 1))
+
+    def decode_ops(self, batch: int, context: int) -> list[tuple[str, float, str]]:
+        """(operation, ms, provenance tag) of one decode iteration."""
+        return [(n, float(ms), str(src)) for n, ms, _, src in
+                self._engine.decode_step_per_op(int(batch), max(int(context), 1), 1)]
+
+    def prefill_ops(self, tokens: int, context: int) -> list[tuple[str, float, str]]:
+        """(operation, ms, provenance tag) of one prefill iteration (the context phase of a 1-token request)."""
+        ctx, _ = self._engine.run_static_per_op(batch_size=1, isl=int(context) + int(tokens), osl=1,
+                                                prefix=int(context))
+        return [(n, float(ms), str(src)) for n, ms, _, src in ctx]
+
+    def describe(self) -> str:
+        k = self.key
+        return (f"{PACKAGE} {self.package_version}, system {k.system}, backend {k.backend} {self.backend_version}, "
+                f"tp {k.tp}, weights {k.weights}, KV {k.kv}")
+
+
+def time_by_source(ops: list[tuple[str, float, str]]) -> Counter[str]:
+    """Milliseconds per provenance tag."""
+    out: Counter[str] = Counter()
+    for _, ms, source in ops:
+        out[source] += ms
+    return out
+
+
+def read_config(model_dir: Path) -> dict[str, object]:
+    """The model's HF config.json as a dict (an InputError naming the file when unreadable)."""
+    path = model_dir / "config.json"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputError(str(path), "config.json", f"unreadable: {exc}") from exc
+    if not isinstance(data, dict):
+        raise InputError(str(path), "config.json", "must be a JSON object")
+    return data
