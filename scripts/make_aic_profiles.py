@@ -6,7 +6,7 @@
 Every (model, GPU, TP, weights) of tripath/calibrate/aic/catalog.py that fits is built with the vLLM backend's
 current tables for that GPU; combinations whose weights leave under 10 % of memory for KV, or that the estimator
 has no tables for, are listed as skipped with the reason. Rebuilding gives byte-identical JSON (fixed dates, 6
-significant digits). data/profiles/aic-index.json lists what was built and skipped.
+significant digits). data/aic-profiles.json lists what was built and skipped.
 """
 
 from __future__ import annotations
@@ -18,23 +18,25 @@ from concurrent.futures import ProcessPoolExecutor
 
 from tqdm import tqdm
 
-from tripath.calibrate.aic.builder import build_profile, profile_name
-from tripath.calibrate.aic.catalog import combinations
+from tripath.calibrate.aic.builder import build_profile
 from tripath.core.atomic import write_text
-from tripath.core.data_dirs import PROFILES_DIR
+from tripath.core.data_dirs import DATA_DIR, PROFILES_DIR
 from tripath.core.errors import InputError
+from tripath.profile.catalog import MODELS, combinations, profile_name
 from tripath.profile.profile import save_profile
+
+INDEX = DATA_DIR / "aic-profiles.json"  # what was built, what was skipped and why
 
 
 def build_one(job: tuple[str, str, int, str]) -> tuple[str, str | None]:
     """(profile name, None when written or the reason it was skipped)."""
     model_name, gpu, tp, weights = job
-    from tripath.calibrate.aic.catalog import MODELS
+    from tripath.profile.catalog import draft_for
 
     model = MODELS[model_name]
     name = profile_name(model.short, gpu, tp, weights)
     try:
-        profile = build_profile(model.name, model.config_dir, gpu, tp, weights)
+        profile = build_profile(model.name, model.config_dir, gpu, tp, weights, draft=draft_for(model.name))
     except InputError as exc:
         return name, str(exc)
     save_profile(profile, PROFILES_DIR / f"{name}.json")
@@ -56,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 skipped[name] = reason
     if not args.only:
-        write_text(PROFILES_DIR / "aic-index.json", json.dumps({"built": sorted(built), "skipped": skipped},
+        write_text(INDEX, json.dumps({"built": sorted(built), "skipped": skipped},
                                                                  indent=1, sort_keys=True) + "\n")
     print(f"built {len(built)}, skipped {len(skipped)}")
     return 0

@@ -178,8 +178,8 @@ def _cmd_acceptance(args: argparse.Namespace) -> int:
 
 def _cmd_build(args: argparse.Namespace) -> int:
     from tripath.calibrate.aic.builder import build_profile, grid_error, weight_read_floor_ms
-    from tripath.calibrate.aic.catalog import MODELS
     from tripath.calibrate.aic.estimator import Estimator, EstimatorKey
+    from tripath.profile.catalog import MODELS, draft_for
     from tripath.profile.profile import save_profile
 
     preset = MODELS.get(args.model)
@@ -191,8 +191,9 @@ def _cmd_build(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.exists() and not args.replace:
         raise InputError(str(out), "--out", "exists; pass --replace to overwrite it")
+    draft = None if args.no_draft or preset is None else draft_for(preset.name)
     profile = build_profile(name, model_dir, args.gpu, args.tp, args.weights, args.kv, args.backend,
-                            args.backend_version)
+                            args.backend_version, draft)
     est = Estimator(EstimatorKey(model_dir, args.gpu, args.backend, args.backend_version, args.tp, args.weights,
                                  args.kv))
     window = int(profile.costs["prefill"].domain["context_tokens"][1])
@@ -305,6 +306,8 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
     build.add_argument("--backend", default="vllm", choices=("vllm", "sglang", "trtllm"))
     build.add_argument("--backend-version", help="default: the estimator's current version for that GPU")
     build.add_argument("--name", help="the profile key's model name (default: the preset's or the folder's)")
+    build.add_argument("--no-draft", action="store_true", help="no speculative section (a shipped model gets its "
+                       "catalogue draft priced from the same tables by default; a config folder gets none)")
     build.add_argument("--out", required=True, help="profile path to write")
     build.add_argument("--replace", action="store_true", help="overwrite an existing --out")
     build.add_argument("--json", action="store_true")

@@ -36,6 +36,13 @@ HF_REPOS = {
     "llama-3-70b": "meta-llama/Meta-Llama-3-70B",
     "llama-68m": "JackFram/llama-68m",
     "llama-160m": "JackFram/llama-160m",
+    # the aic profiles' models (tripath/calibrate/aic/catalog.py; their config.json under data/model_configs/)
+    "codellama-34b": "codellama/CodeLlama-34b-hf",
+    "llama-3.1-8b": "meta-llama/Llama-3.1-8B",
+    "llama-3.1-70b": "meta-llama/Llama-3.1-70B",
+    "llama-3.1-405b": "meta-llama/Llama-3.1-405B",
+    "qwen3-32b": "Qwen/Qwen3-32B",
+    "qwen3-0.6b": "Qwen/Qwen3-0.6B",
 }
 # vLLM's --kv-cache-dtype per compression mode: None where vLLM has no KV cache format of that kind
 KV_CACHE_DTYPES: dict[str, tuple[str | None, str]] = {

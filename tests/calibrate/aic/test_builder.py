@@ -13,21 +13,20 @@ from tripath.calibrate.aic.builder import (
     simplified_axis,
     weight_read_floor_ms,
 )
-from tripath.calibrate.aic.catalog import MODELS
 from tripath.calibrate.aic.estimator import Estimator, EstimatorKey
 from tripath.core.data_dirs import PROFILES_DIR
 from tripath.core.errors import InputError
+from tripath.profile.catalog import MODELS, draft_for
 from tripath.profile.profile import load_profile
 
 SHIPPED = sorted(PROFILES_DIR.glob("aic-*.json"))
-SHIPPED = [p for p in SHIPPED if p.name != "aic-index.json"]
 LLAMA2_70B = MODELS["llama-2-70b"]
 
 
 @pytest.fixture(scope="module")
 def h100_70b():
     est = Estimator(EstimatorKey(LLAMA2_70B.config_dir, "h100-sxm", tp=4))
-    return build_profile("llama-2-70b", LLAMA2_70B.config_dir, "h100-sxm", 4), est
+    return build_profile("llama-2-70b", LLAMA2_70B.config_dir, "h100-sxm", 4, draft=draft_for("llama-2-70b")), est
 
 
 def test_profile_agrees_with_the_estimator_within_2_percent_at_random_points(h100_70b):

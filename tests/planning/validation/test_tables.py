@@ -21,10 +21,13 @@ def test_a_stage_is_simulated_with_the_measured_runs_settings() -> None:
     general = STAGES[0]
     scenario = scenario_from_dict(stage_scenario(general), None)
     workload, batching = scenario.workload, scenario.batching
-    assert workload.arrival.kind == "constant" and workload.arrival.rate_per_s == 8.0 and workload.duration_s == 600
+    # inference-perf's "constant" load drew exponential gaps; it cycled 100 prompts, which vLLM V1 cached
+    assert workload.arrival.kind == "poisson" and workload.arrival.rate_per_s == 8.0 and workload.duration_s == 600
+    assert workload.prefix.kind == "cycle" and workload.prefix.prompts == 100
+    assert scenario.strategy.prefix_cache is not None and scenario.strategy.prefix_cache.block_tokens == 16
     assert (workload.prompt_tokens.low, workload.prompt_tokens.high) == (559, 589)  # measured prompt_len min, max
     assert workload.output_tokens.kind == "fixed" and workload.output_tokens.value == 248  # ignore_eos
-    assert (batching.max_batch_size, batching.max_batched_tokens, batching.preemption) == (128, 2048, "recompute")
+    assert (batching.policy, batching.max_batch_size, batching.max_batched_tokens) == ("chunked", 128, 2048)
     assert scenario.cluster.gpus == 4
     assert sum(s.overloaded for s in STAGES) == 1 and len(STAGES) == 6  # 4 workloads, 7 stages less the summary
 

@@ -28,14 +28,21 @@ from pathlib import Path
 import numpy as np
 
 from tripath.calibrate.aic.estimator import PACKAGE, Estimator, EstimatorKey, read_config, time_by_source
+from tripath.calibrate.fit import fit_formula
 from tripath.calibrate.hardware import SPECS
 from tripath.calibrate.job import GPU_MEMORY_UTILISATION
+from tripath.calibrate.published.acceptance import acceptance_for_pair
 from tripath.calibrate.published.builder import paging_links
 from tripath.calibrate.published.compression import compression_sections
+from tripath.calibrate.published.seqpar import LENGTHS as SP_LENGTHS
+from tripath.calibrate.published.seqpar import NETWORK_OF, build_sequence_parallel
+from tripath.calibrate.published.speculative import section_of, thinned
+from tripath.core.data_dirs import DATA_DIR
 from tripath.core.errors import InputError
-from tripath.profile.cost_model import CostModel
+from tripath.profile.cost_model import Coefficient, CostModel, FitQuality
 from tripath.profile.cost_table import CostTable
 from tripath.profile.profile import MemoryBudget, ModelSpec, Profile, ProfileKey, Provenance
+from tripath.profile.speculative import RoundCosts, Speculative, StepCurve
 
 CREATED_UTC = "2026-12-03T00:00:00Z"  # fixed, so rebuilding gives identical bytes
 COMMAND = "python scripts/make_aic_profiles.py"
@@ -46,6 +53,7 @@ MAX_BATCH = 512
 DENSE_PREFILL = 8192
 ROW_TOLERANCE = 0.004
 SIGNIFICANT = 6
+VIDUR_ROOT = DATA_DIR / "peer-data" / "vidur"  # Vidur's NCCL send/recv and all-reduce rows (MIT), for the SP ring
 _WEIGHT_BYTES = {"fp16": 2, "fp8": 1}
 
 
@@ -219,9 +227,57 @@ def prefill_table(est: Estimator, window: int) -> CostModel:
                      table)
 
 
+SPEC_TOKENS = 4096  # the verify pass's B (K+1) tokens the round-cost curves reach (batch 512 at K = 7)
+
+
+def step_curve(est: Estimator, model_name: str) -> StepCurve:
+    """A model's pass without attention by query tokens, and its decode attention per cached token, from the
+    estimator: what speculative decoding's draft steps and verify passes cost (a verify pass is one target pass
+    over B (K+1) tokens that reads each sequence's cached K/V once)."""
+    points = tuple((int(t), _sig(est.linear_ms(int(t)))) for t in thinned(np.arange(1, SPEC_TOKENS + 1)))
+    batch, short, long = 64, 1024, 4096
+    slope = (est.attention_ms(batch, long) - est.attention_ms(batch, short)) / (batch * (long - short))
+    attention = Coefficient(_sig(slope), "ms/token", "published",
+                            f"the estimator's decode attention kernel at batch {batch}, ({long} - {short}) cached "
+                            f"tokens per sequence: the time per cached token read ({est.describe()})")
+    return StepCurve(model_name, est.key.tp, points, attention, "published",
+                     f"{est.describe()}: one pass over T query tokens without the attention kernel (GEMMs, norms, "
+                     "all-reduces, embedding, LM head), at every T to 64, then 8 points per doubling")
+
+
+def speculative_from_estimator(target: Estimator, target_name: str, draft_name: str, draft_dir: Path,
+                               hardware: str) -> Speculative:
+    """The speculative section for ``target`` with ``draft_name`` at the target's TP (vLLM's default for a draft
+    model), its round costs both from the estimator's tables (tripath/calibrate/published/speculative.py
+    section_of turns them into the ratios the simulator reads)."""
+    key = target.key
+    draft = Estimator(EstimatorKey(draft_dir, hardware, key.backend, key.backend_version, key.tp, "fp16", key.kv))
+    rc = RoundCosts(step_curve(target, target_name), step_curve(draft, draft_name),
+                    f"pair {target_name}/{draft_name} at tp{key.tp} on {hardware}: verify_ms(B, K, S) = "
+                    "target(B (K+1)) + target attention x S; draft_ms(B, S) = draft(B) + draft attention x S")
+    return section_of(rc, f"{draft_name} (tp{key.tp})", f"{target_name}/{draft_name} on {hardware}")
+
+
+def ring_coefficients(profile: Profile) -> tuple[dict[str, float], FitQuality]:
+    """prefill_v1's c0, c_tok, c_attn fitted to the measured prefill table's rows with no cached context, from
+    1,024 tokens up: what the sequence-parallel ring model (tripath/calibrate/published/seqpar.py) splits into
+    linear work and attention pairs. Derived from the table, with the fit's error stated in the section's note."""
+    table = profile.costs["prefill"].table
+    assert table is not None
+    tokens = np.array([t for t in table.rows if t >= 1024], dtype=float)
+    observed = np.array([float(table.at(t, 0.0)) for t in tokens])
+    fit = fit_formula("prefill_v1", {"new_tokens": tokens, "context_tokens": np.zeros_like(tokens)}, observed,
+                      data="the profile's prefill table, no cached context, 1,024 tokens up")
+    return fit.coefficients, fit.quality
+
+
 def build_profile(model_name: str, model_dir: Path, hardware: str, tp: int, weights: str = "fp16",
-                  kv: str = "fp16", backend: str = "vllm", backend_version: str | None = None) -> Profile:
+                  kv: str = "fp16", backend: str = "vllm", backend_version: str | None = None,
+                  draft: tuple[str, Path, str, str] | None = None) -> Profile:
     """One profile for (model, GPU, backend, TP, precision) from the estimator (module docstring).
+
+    ``draft``: (draft model name, its config folder, the acceptance pair, why that table) to price speculative
+    decoding for; None leaves the profile without a speculative section.
 
     An InputError when the model's weights do not fit ``tp`` GPUs with room for KV, or the estimator has no
     tables for the combination.
@@ -249,21 +305,39 @@ def build_profile(model_name: str, model_dir: Path, hardware: str, tp: int, weig
         "embedding and LM head. Not included: the scheduler's host work and sampling (no cited measurement, so "
         "no request intake or step overhead term is added).",
     )
+    speculative, acceptance = None, {}
+    if draft is not None:
+        draft_name, draft_dir, pair, why = draft
+        try:
+            speculative = speculative_from_estimator(est, model_name, draft_name, draft_dir, hardware)
+        except Exception as exc:  # the estimator's own errors: no tables for the draft's shapes on this GPU
+            notes = (*notes, f"No speculative section: the estimator has no tables for the draft {draft_name} "
+                     f"on {spec.device_name} ({str(exc).splitlines()[0][:200]}).")
+        else:
+            acceptance = acceptance_for_pair(pair)
+            notes = (*notes, f"Speculative decoding priced for the draft {draft_name} at tp {tp} from the same "
+                     f"tables; acceptance from {pair}: {why}.")
     profile = Profile(
         key=ProfileKey(hardware, model_name, weights, tp, commit), source="published",
+        speculative=speculative, acceptance=acceptance,
         hardware=spec.hardware(f"Step costs from {PACKAGE}'s measured kernel tables for this GPU"), model=mspec,
         memory=memory, costs=costs,
         provenance=Provenance(f"{COMMAND} (tripath profile build)", commit, None, None, spec.device_name,
                               CREATED_UTC),
         paging=paging_links(hardware, mspec.kv_bytes_per_token), notes=notes)
-    return replace(profile, compression=compression_sections(profile))
-
-
-def profile_name(model_short: str, hardware: str, tp: int, weights: str, backend: str = "vllm") -> str:
-    """aic-MODEL[-tpN]-GPU[-fp8][-BACKEND]: the shipped file name (data/profiles/); vLLM's tables are the default."""
-    gpu = {"a100-80gb": "a100", "h100-sxm": "h100", "h200": "h200", "b200": "b200"}[hardware]
-    suffix = ("-fp8" if weights == "fp8" else "") + ("" if backend == "vllm" else f"-{backend}")
-    return f"aic-{model_short}{f'-tp{tp}' if tp > 1 else ''}-{gpu}{suffix}"
+    profile = replace(profile, compression=compression_sections(profile))
+    if hardware not in NETWORK_OF:
+        return replace(profile, notes=(*profile.notes, f"No sequence-parallel section: no NCCL send/recv rows for "
+                                       f"{spec.device_name} (Vidur measured DGX A100 and H100 only)."))
+    coefficients, quality = ring_coefficients(profile)
+    window = int(profile.costs["prefill"].domain["context_tokens"][1])
+    lengths = tuple(n for n in SP_LENGTHS if n < window) + (window,)  # no prompt outgrows the window
+    built = build_sequence_parallel(VIDUR_ROOT, profile, lengths=lengths, coefficients=coefficients)
+    fit_note = (f"ring model's c0 {coefficients['c0']:.4g} ms, c_tok {coefficients['c_tok']:.4g} ms/token, c_attn "
+                f"{coefficients['c_attn']:.4g} ms/pair fitted to the measured prefill table (MAPE "
+                f"{quality.train_mape:.1%}, worst {quality.max_ape:.1%})")
+    sections = {d: replace(sec, note=f"{sec.note} {fit_note}.") for d, sec in built.sections.items()}
+    return replace(profile, sequence_parallel=sections)
 
 
 def weight_read_floor_ms(profile: Profile) -> float:

@@ -23,6 +23,7 @@ import json
 import logging
 from collections import Counter
 from dataclasses import dataclass
+from functools import cache
 from importlib import metadata
 from pathlib import Path
 
@@ -125,16 +126,45 @@ class Estimator:
         return [(n, float(ms), str(src)) for n, ms, _, src in
                 self._engine.decode_step_per_op(int(batch), max(int(context), 1), 1)]
 
+    def linear_ms(self, tokens: int) -> float:
+        """One pass over ``tokens`` query tokens without attention (GEMMs, norms, all-reduces, embedding, LM
+        head): a decode iteration of that many one-token sequences less its attention kernel."""
+        return sum(ms for name, ms, _ in self.decode_ops(tokens, 1) if "attention" not in name)
+
+    def attention_ms(self, batch: int, context: int) -> float:
+        """The decode attention kernel alone: ``batch`` sequences of ``context`` cached tokens."""
+        return sum(ms for name, ms, _ in self.decode_ops(batch, context) if "attention" in name)
+
     def prefill_ops(self, tokens: int, context: int) -> list[tuple[str, float, str]]:
         """(operation, ms, provenance tag) of one prefill iteration (the context phase of a 1-token request)."""
         ctx, _ = self._engine.run_static_per_op(batch_size=1, isl=int(context) + int(tokens), osl=1,
                                                 prefix=int(context))
         return [(n, float(ms), str(src)) for n, ms, _, src in ctx]
 
+    def static(self, batch: int, isl: int, osl: int) -> tuple[float, float]:
+        """The estimator's own static answer for a batch of ``batch`` identical requests, (TTFT, TPOT) in ms: the
+        batch's context phase, and its generation phase per output token after the first
+        (``run_static`` -> (context_ms, generation_ms, total_ms))."""
+        context_ms, generation_ms, _ = self._engine.run_static(batch_size=int(batch), isl=int(isl), osl=int(osl))
+        return float(context_ms), float(generation_ms) / max(1, osl - 1)
+
     def describe(self) -> str:
         k = self.key
         return (f"{PACKAGE} {self.package_version}, system {k.system}, backend {k.backend} {self.backend_version}, "
                 f"tp {k.tp}, weights {k.weights}, KV {k.kv}")
+
+
+@cache
+def compiled(model_dir: Path, hardware: str, backend: str, tp: int, weights: str, version: str) -> Estimator:
+    """An estimator for a measured run's settings, compiled once per process: with the run's backend version when
+    the package accepts it (only its current / previous / next slots are queryable), else its current one
+    (``backend_version`` says which)."""
+    if version:
+        try:
+            return Estimator(EstimatorKey(model_dir, hardware, backend, version, tp, weights))
+        except InputError:
+            pass
+    return Estimator(EstimatorKey(model_dir, hardware, backend, None, tp, weights))
 
 
 def time_by_source(ops: list[tuple[str, float, str]]) -> Counter[str]:

@@ -156,17 +156,19 @@ class Shapes:
     c_attn: float
 
     @classmethod
-    def of(cls, profile: Profile) -> Shapes:
+    def of(cls, profile: Profile, coefficients: dict[str, float] | None = None) -> Shapes:
+        """``coefficients``: c0, c_tok, c_attn when the profile's prefill is not prefill_v1 (a measured table: the
+        caller derives them from it, tripath/calibrate/aic/builder.py)."""
         model, tp = profile.model, profile.key.tp
         if model.heads % tp or model.kv_heads % tp:
             raise InputError(None, "key.tp", f"tp {tp} does not divide heads {model.heads} / kv_heads {model.kv_heads}")
         prefill = profile.costs.get("prefill")
-        if prefill is None or prefill.formula != "prefill_v1":
+        if coefficients is None and (prefill is None or prefill.formula != "prefill_v1"):
             raise InputError(None, "costs.prefill", "ring prefill needs the prefill_v1 coefficients c0, c_tok, c_attn")
         if profile.key.hardware not in SPECS or profile.key.hardware not in NETWORK_OF:
             raise InputError(None, "key.hardware", f"no Vidur network data for {profile.key.hardware!r}; known: "
                              f"{', '.join(NETWORK_OF)}")
-        values = prefill.values()
+        values = coefficients if coefficients is not None else prefill.values()
         return cls(model.layers, model.heads / tp, model.head_dim, model.kv_bytes_per_token / model.layers / tp,
                    model.dtype_bytes, SPECS[profile.key.hardware].memory_tbps * 1e9, values["c0"], values["c_tok"],
                    values["c_attn"])
@@ -221,11 +223,12 @@ class RingPrefill:
         return self.one_ms / self.sp_ms
 
 
-def ring_prefill(profile: Profile, degree: int, tokens: int, send_recv: NcclTable) -> RingPrefill:
+def ring_prefill(profile: Profile, degree: int, tokens: int, send_recv: NcclTable,
+                 shapes: Shapes | None = None) -> RingPrefill:
     """The zigzag ring prefill of one ``tokens`` prompt on ``degree`` ranks (module docstring)."""
     if degree < 2:
         raise ValueError(f"degree must be >= 2, got {degree}")
-    s = Shapes.of(profile)
+    s = shapes or Shapes.of(profile)
     per_pair = s.c_attn / s.layers
     chunk = tokens / (2 * degree)
     first = per_pair * (2 * chunk * chunk + chunk)
@@ -235,14 +238,16 @@ def ring_prefill(profile: Profile, degree: int, tokens: int, send_recv: NcclTabl
     steps = [max(first, transfer)] + [max(attention + merge, transfer)] * (degree - 2) + [attention + merge]
     exposed = max(0.0, transfer - first) + (degree - 2) * max(0.0, transfer - attention - merge)
     sp_ms = s.c0 + s.c_tok * tokens / degree + s.layers * sum(steps)
-    one_ms = profile.costs["prefill"].evaluate(new_tokens=tokens, context_tokens=0)
+    # one replica's prefill on the same linear model the ring splits (prefill_v1 at the shapes' coefficients), so
+    # the speedup measures the ring alone: with a measured table, its difference from the fit is not ring gain
+    one_ms = s.c0 + s.c_tok * tokens + s.c_attn * tokens * (tokens + 1.0) / 2.0
     return RingPrefill(tokens, degree, one_ms, sp_ms, s.c0, attention, first, transfer, merge,
                        s.layers * exposed, s.layers * (degree - 1) * merge)
 
 
-def decode_row(profile: Profile, batch: int, all_reduce: NcclTable) -> SpDecodeRow:
+def decode_row(profile: Profile, batch: int, all_reduce: NcclTable, shapes: Shapes | None = None) -> SpDecodeRow:
     """One decode step of ``batch`` sequences with the KV sharded over the table's GPUs (module docstring)."""
-    s = Shapes.of(profile)
+    s = shapes or Shapes.of(profile)
     rows = batch * s.heads  # (sequence, head) pairs on one GPU
     per_layer = all_reduce.ms_at(rows * ACC_BYTES) + all_reduce.ms_at(rows * (s.head_dim + 1) * ACC_BYTES)
     comm = s.layers * per_layer + all_reduce.ms_at(batch * TOKEN_BYTES)
@@ -280,12 +285,13 @@ def _note(profile: Profile, degree: int, send_recv: NcclTable, all_reduce: NcclT
     where = ("inside one 8-GPU DGX node (NVLink)" if gpus <= NODE_GPUS
              else f"over {gpus // NODE_GPUS} DGX nodes (the ring's slowest hop and the decode all-reduce cross nodes)")
     prefill = profile.costs["prefill"]
-    attention = prefill.coefficients["c_attn"]
+    attention_source = prefill.coefficients["c_attn"].source if "c_attn" in prefill.coefficients else (
+        "derived from the measured prefill table")
     return (
         f"DERIVED, not measured: SP degree {degree} = {degree} ranks of tp {profile.key.tp} ({gpus} GPUs) {where}"
         f"{_substituted(profile.key.hardware)}. "
         f"Prefill rows: zigzag ring attention (tripath/calibrate/published/seqpar.py): per layer and step, the "
-        f"profile's c_attn ({attention.source}) per query-key pair / {s.layers} layers, overlapped with the K/V "
+        f"profile's c_attn ({attention_source}) per query-key pair / {s.layers} layers, overlapped with the K/V "
         f"send/recv of N/P tokens ({s.kv_bytes_per_token_layer:.0f} bytes per token, layer and GPU) priced from "
         f"PUBLISHED Vidur NCCL medians: {send_recv.label()}, {send_recv.range_note()}; linear layers c_tok on N/P "
         f"tokens, c0 once. merge_ms = exposed transfer + log-sum-exp merges (bytes over the "
@@ -300,9 +306,11 @@ def _note(profile: Profile, degree: int, send_recv: NcclTable, all_reduce: NcclT
 
 
 def build_sequence_parallel(root: Path, profile: Profile, degrees: tuple[int, ...] = DEGREES,
-                            lengths: tuple[int, ...] = LENGTHS, batches: tuple[int, ...] = BATCHES) -> SpBuild:
-    """SP sections of the profile at each degree whose NCCL rows exist in the Vidur data under ``root``."""
-    shapes = Shapes.of(profile)
+                            lengths: tuple[int, ...] = LENGTHS, batches: tuple[int, ...] = BATCHES,
+                            coefficients: dict[str, float] | None = None) -> SpBuild:
+    """SP sections of the profile at each degree whose NCCL rows exist in the Vidur data under ``root``
+    (``coefficients``: as ``Shapes.of``)."""
+    shapes = Shapes.of(profile, coefficients)
     sections, omitted, prefill = {}, {}, {}
     for degree in degrees:
         send_recv, all_reduce = tables_for(root, profile, degree)
@@ -311,9 +319,9 @@ def build_sequence_parallel(root: Path, profile: Profile, degrees: tuple[int, ..
                                f"{profile.key.tp * degree} GPUs on {profile.key.hardware} (tp {profile.key.tp} x P "
                                f"{degree}) in {NETWORK_OF[profile.key.hardware]}_dgx")
             continue
-        ring = tuple(ring_prefill(profile, degree, n, send_recv) for n in lengths)
+        ring = tuple(ring_prefill(profile, degree, n, send_recv, shapes) for n in lengths)
         rows = tuple(SpRow(r.tokens, _sig(r.speedup), _sig(r.overhead_ms)) for r in ring)
-        decode = tuple(decode_row(profile, b, all_reduce) for b in batches)
+        decode = tuple(decode_row(profile, b, all_reduce, shapes) for b in batches)
         sections[degree] = SequenceParallel(degree, rows, None, "derived",
                                             _note(profile, degree, send_recv, all_reduce, shapes), decode_rows=decode)
         prefill[degree] = ring

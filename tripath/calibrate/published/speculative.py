@@ -271,9 +271,15 @@ def round_costs(root: Path, pair: str, gpu: str, reference: Profile) -> RoundCos
 
 def speculative_section(root: Path, pair: str, gpu: str, reference: Profile, k: int = 4,
                         context_tokens: int = 2048) -> Speculative:
-    """The Speculative section of ``pair`` on ``gpu`` with its round_costs; the scalar ratios are its batch-1
-    values for one sequence of ``context_tokens`` (the adaptive controller and break-even read those)."""
-    rc = round_costs(root, pair, gpu, reference)
+    """The Speculative section of ``pair`` on ``gpu`` with its round_costs (``section_of``)."""
+    p = pair_named(pair)
+    return section_of(round_costs(root, pair, gpu, reference), f"{p.draft} (tp{p.tp})", f"{pair} on {gpu}", k,
+                      context_tokens)
+
+
+def section_of(rc: RoundCosts, draft_model: str, what: str, k: int = 4, context_tokens: int = 2048) -> Speculative:
+    """The Speculative section pricing rounds by ``rc``; the scalar ratios are its batch-1 values for one sequence
+    of ``context_tokens`` (the adaptive controller and break-even read those)."""
     s = context_tokens + 1.0  # decode_v1's total context: the cached tokens and the new one
     at = f"batch 1, {context_tokens} cached tokens, from speculative.round_costs"
     ratio = lambda value, what: Coefficient(float(f"{value:.6g}"), "ratio", "derived", f"{what} at {at}")  # noqa: E731
@@ -284,11 +290,10 @@ def speculative_section(root: Path, pair: str, gpu: str, reference: Profile, k: 
     r = Coefficient(float(f"{prefill:.6g}"), "ratio", "derived",
                     f"the draft's non-attention prompt work / the target's for a {context_tokens}-token prompt "
                     "(round_costs' curves at that T less their one-token time; prefill attention left out)")
-    p = pair_named(pair)
     return Speculative(
-        draft_model=f"{p.draft} (tp{p.tp})", k=k, cost_ratio=ratio(rc.cost_ratio(1, s), "c(B, S)"),
+        draft_model=draft_model, k=k, cost_ratio=ratio(rc.cost_ratio(1, s), "c(B, S)"),
         verify_cost_ratio=ratio(rc.verify_ratio(k, 1, s), f"v({k}, B, S)"), fit=None,
-        note=(f"{pair} on {gpu}: round costs by batch and context (round_costs); the scalar ratios are their "
+        note=(f"{what}: round costs by batch and context (round_costs); the scalar ratios are their "
               f"batch-1 values at {context_tokens} cached tokens. Acceptance is the profile's acceptance table."),
         verify_by_k=by_k, draft_prefill_ratio=r, round_costs=rc)
 

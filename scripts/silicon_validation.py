@@ -1,0 +1,85 @@
+"""tripath and aiconfigurator-core's estimator against the package's silicon sample (measured agg serving runs).
+
+    .venv/bin/python scripts/silicon_validation.py            # simulate every covered row, print the MAPE table
+    .venv/bin/python scripts/silicon_validation.py --write    # and write data/validation/silicon_rows.csv and
+                                                              # the generated block of docs/silicon_validation.md
+
+The method is tripath/planning/validation/silicon.py's docstring; tests/planning/validation/test_silicon.py
+recomputes a sample of rows and the doc's table and fails when either is stale. About 10 minutes on 2 processes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+from tqdm import tqdm
+
+from tripath.calibrate.aic.estimator import compiled
+from tripath.planning.validation.silicon import (
+    ROWS_CSV,
+    EstimatorAnswer,
+    SiliconRow,
+    evaluate,
+    load_rows,
+    mape_table,
+    requests_for,
+    write_results,
+)
+
+DOC = Path(__file__).resolve().parents[1] / "docs" / "silicon_validation.md"
+START, END = "<!-- generated -->", "<!-- end generated -->"
+
+
+def with_block(text: str, block: str) -> str:
+    """``text`` with the part between START and END replaced by ``block`` (a SystemExit when a marker is missing)."""
+    head, found, rest = text.partition(START)
+    _, found_end, tail = rest.partition(END)
+    if not (found and found_end):
+        raise SystemExit(f"{DOC}: markers {START!r} and {END!r} not found")
+    return f"{head}{START}\n{block}\n{END}{tail}"
+
+
+def estimator_answer(row: SiliconRow) -> EstimatorAnswer:
+    """The estimator's static answer for the row (tripath/planning/validation/silicon.py's docstring)."""
+    from tripath.profile.catalog import MODELS
+
+    est = compiled(MODELS[row.model].config_dir, row.hardware, row.backend, row.tp, row.weights, row.backend_version)
+    ttft, tpot = est.static(row.concurrency, row.isl, row.osl)
+    return EstimatorAnswer(est.backend_version, ttft, tpot)
+
+
+def evaluate_row(row: SiliconRow) -> dict[str, str]:
+    """The row's output line: tripath's simulation beside the estimator's answer."""
+    return evaluate(row, estimator_answer(row))
+
+
+def cost(row: SiliconRow) -> int:
+    """Output tokens simulated for the row: the longest first, so two processes finish together."""
+    return requests_for(row.concurrency) * row.osl
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--write", action="store_true", help=f"write {ROWS_CSV.name} and {DOC.name}'s table")
+    parser.add_argument("--jobs", type=int, default=2, help="processes (default 2)")
+    args = parser.parse_args(argv)
+    rows = load_rows()
+    order = sorted(rows, key=cost, reverse=True)
+    with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+        answers = tqdm(pool.map(evaluate_row, order), total=len(order), desc="silicon rows", unit="row")
+        done = dict(zip((r.id for r in order), answers, strict=True))
+    results = [done[r.id] for r in rows]
+    table = mape_table(results)
+    print(table)
+    if args.write:
+        write_results(results)
+        DOC.write_text(with_block(DOC.read_text(encoding="utf-8"), table), encoding="utf-8")
+        print(f"wrote {ROWS_CSV} and {DOC}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

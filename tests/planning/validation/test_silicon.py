@@ -1,0 +1,93 @@
+"""data/validation/silicon_rows.csv and docs/silicon_validation.md are what the code gives: a sample of rows and the
+doc's MAPE table are recomputed here (a stale file fails), with a check that the selection and the simulation
+are what the method says."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+pytest.importorskip("aiconfigurator_core")  # the silicon sample ships inside it (the test extra installs it)
+
+from tests.helpers import load_script  # noqa: E402
+from tripath.planning.validation.silicon import (  # noqa: E402
+    SiliconRow,
+    load_rows,
+    mape_table,
+    read_results,
+    requests_for,
+    row_scenario,
+    shipped_profile,
+    simulate_row,
+)
+from tripath.simulator.scenario.scenario import scenario_from_dict  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def rows() -> list[SiliconRow]:
+    return load_rows()
+
+
+def cheapest_per_group(rows: list[SiliconRow]) -> list[SiliconRow]:
+    """The row with the fewest simulated output tokens in each (system, backend, model): a deterministic sample
+    that touches every profile family and backend in seconds."""
+    picked: dict[tuple[str, str, str], SiliconRow] = {}
+    for row in rows:
+        best = picked.get(row.group)
+        if best is None or (requests_for(row.concurrency) * row.osl, row.id) < (
+                requests_for(best.concurrency) * best.osl, best.id):
+            picked[row.group] = row
+    return [picked[g] for g in sorted(picked)]
+
+
+def test_the_selection_is_the_covered_agg_rows(rows: list[SiliconRow]) -> None:
+    assert len(rows) == 409 and len({r.id for r in rows}) == len(rows)
+    assert {r.system for r in rows} == {"h100_sxm", "h200_sxm", "b200_sxm"}
+    assert {r.backend for r in rows} == {"vllm", "sglang"}
+    assert all(r.gemm_quant_mode in ("", "fp8", "fp8_block") for r in rows)  # no NVFP4
+    by_id = {r.id: r for r in rows}
+    block = next(r for r in rows if r.gemm_quant_mode == "fp8_block")
+    assert block.weights == "fp8" and block.profile.endswith("-fp8-sglang")
+    written = read_results()
+    assert [w["id"] for w in written] == [r.id for r in rows]
+    assert all(by_id[w["id"]].profile == w["profile"] for w in written)
+
+
+def test_a_row_is_a_closed_loop_of_its_concurrency_with_fixed_lengths(rows: list[SiliconRow]) -> None:
+    row = max(rows, key=lambda r: r.concurrency)
+    scenario = scenario_from_dict(row_scenario(row), None)
+    workload, batching = scenario.workload, scenario.batching
+    assert workload.arrival.kind == "closed" and workload.arrival.users == row.concurrency
+    assert workload.requests == requests_for(row.concurrency) == 4 * row.concurrency
+    assert workload.prompt_tokens.value == row.isl and workload.output_tokens.value == row.osl
+    assert (batching.policy, batching.preemption, batching.max_batched_tokens) == ("chunked", "recompute", 8192)
+    assert batching.max_batch_size >= row.concurrency and scenario.cluster.gpus == row.tp
+    assert requests_for(1) == 40
+
+
+def test_sampled_rows_recompute_to_the_written_csv(rows: list[SiliconRow]) -> None:
+    written = {w["id"]: w for w in read_results()}
+    sample = cheapest_per_group(rows)
+    assert len(sample) == 7
+    script = load_script("scripts/silicon_validation.py")
+    for row in sample:
+        assert script.evaluate_row(row) == written[row.id], f"{row.id}: run scripts/silicon_validation.py --write"
+
+
+def test_the_doc_holds_the_table_the_csv_gives() -> None:
+    script = load_script("scripts/silicon_validation.py")
+    text = script.DOC.read_text(encoding="utf-8")
+    block = text.split(script.START, 1)[1].split(script.END, 1)[0].strip("\n")
+    assert block == mape_table(read_results()), "docs/silicon_validation.md is stale: rerun with --write"
+
+
+def test_one_user_waits_at_least_a_batch_one_decode_step_per_token(rows: list[SiliconRow]) -> None:
+    row = replace(min(rows, key=lambda r: (r.osl, r.id)), concurrency=1)
+    profile = shipped_profile(row.profile)
+    sim = simulate_row(row, profile)
+    assert sim.requests == requests_for(1) - 1
+    # the shortest context it decodes at; 1e-4 slack: the simulator composes the iteration from its own cost
+    # model (tripath/simulator/costs.py), which agrees with the profile's point value to a few parts per million
+    assert sim.tpot_mean >= profile.decode_ms(1, row.isl) * (1 - 1e-4)
+    assert sim.ttft_mean >= profile.prefill_ms(row.isl, 0) * (1 - 1e-4)  # a lone prompt, nothing queued ahead

@@ -1,0 +1,252 @@
+"""aiconfigurator-core's silicon sample against tripath and against the estimator's own static prediction.
+
+``systems/silicon_sample.csv`` in the installed aiconfigurator-core (Apache-2.0, read where it is installed, never
+copied) holds end-to-end serving measurements at a fixed client concurrency: ``batch_size`` users each send the
+next request when the previous one ends, prompts of ``isl`` tokens, ``osl`` output tokens, one replica of
+``tp_size`` GPUs. ``silicon_ttft_ms`` / ``silicon_tpot_ms`` are the benchmark client's *means* (NVIDIA's tooling
+that fills these columns writes ``metrics["mean_ttft"] * 1000`` and ``metrics["mean_tpot"] * 1000``; TPOT per
+request is (E2E - TTFT) / (output - 1), averaged over requests).
+
+Selected: ``mode == "agg"`` rows of the dense models tripath ships (``MODELS``), on H100 SXM / H200 / B200
+(``SYSTEMS``), served by vLLM or SGLang, with 16-bit or fp8 weights (NVFP4 rows and MoE models are skipped).
+
+Each row is answered twice, and neither answer is adjusted to the measurement:
+
+- tripath: the row's aic profile (``profile_name``), a closed loop of ``users = concurrency``, fixed lengths,
+  chunked batching with recompute preemption (vLLM V1 and SGLang both chunk prefills and preempt by recompute),
+  ``max_batched_tokens`` 8,192 (vLLM V1's API-server default on GPUs of 70 GiB or more, SGLang's
+  ``chunked_prefill_size`` on 80-160 GB GPUs) and ``max_batch_size`` max(256, concurrency) so the batch never
+  caps the load. ``requests_for`` requests; the first ``concurrency`` (sent together at t = 0) are warm-up and
+  dropped. TTFT counts from the send, TPOT is per request (finish - first token) / (osl - 1), both averaged.
+- the estimator: ``run_static(batch_size=concurrency, isl, osl)`` -> (context_ms, generation_ms, total): TTFT =
+  context_ms (the whole batch prefilled together), TPOT = generation_ms / (osl - 1). It is compiled with the
+  row's backend version when the package accepts it, else its current version for that system and backend
+  (``estimator_version`` in the output says which).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+
+from tripath.core.data_dirs import DATA_DIR, PROFILES_DIR
+from tripath.core.errors import InputError
+from tripath.profile.catalog import MODELS, profile_name
+from tripath.profile.profile import Profile, load_profile
+from tripath.simulator.runner import simulate
+from tripath.simulator.scenario.scenario import scenario_from_dict
+
+ROWS_CSV = DATA_DIR / "validation" / "silicon_rows.csv"
+# the silicon sample's model_path -> (tripath model, weights when gemm_quant_mode is empty: the checkpoint's own)
+MODEL_PATHS = {
+    "meta-llama/Llama-3.1-70B": ("llama-3.1-70b", "fp16"),
+    "meta-llama/Llama-3.1-8B-Instruct": ("llama-3.1-8b", "fp16"),
+    "nvidia/Llama-3.1-8B-Instruct-FP8": ("llama-3.1-8b", "fp8"),
+    "Qwen/Qwen3-32B": ("qwen3-32b", "fp16"),
+}
+SYSTEMS = {"h100_sxm": "h100-sxm", "h200_sxm": "h200", "b200_sxm": "b200"}
+BACKENDS = ("vllm", "sglang")
+# gemm_quant_mode -> tripath weights; fp8_block (block-scaled fp8) moves the same bytes as per-tensor fp8
+QUANT_MODES = {"fp8": "fp8", "fp8_block": "fp8"}
+MAX_BATCHED_TOKENS = 8192
+MIN_REQUESTS = 40
+SIGNIFICANT = 6
+COLUMNS = ("id", "system", "backend", "backend_version", "model_path", "gemm_quant_mode", "tp", "concurrency",
+           "isl", "osl", "profile", "requests", "silicon_ttft_ms", "silicon_tpot_ms", "tripath_ttft_ms",
+           "tripath_ttft_median_ms", "tripath_tpot_ms", "estimator_version", "estimator_ttft_ms",
+           "estimator_tpot_ms", "tripath_ttft_err", "tripath_tpot_err", "estimator_ttft_err", "estimator_tpot_err")
+
+
+def silicon_csv() -> Path:
+    """The installed aiconfigurator-core's silicon sample (an InputError when the package is not installed)."""
+    try:
+        root = resources.files("aiconfigurator_core")
+    except ModuleNotFoundError as exc:
+        raise InputError(None, "aiconfigurator-core", "not installed (pip install -e '.[test]')") from exc
+    return Path(str(root / "systems" / "silicon_sample.csv"))
+
+
+@dataclass(frozen=True)
+class SiliconRow:
+    """One measured agg run and what tripath serves it with."""
+
+    id: str
+    system: str
+    backend: str
+    backend_version: str  # "" when the sample does not say
+    model_path: str
+    gemm_quant_mode: str  # "" when the checkpoint's own (16-bit) weights
+    tp: int
+    concurrency: int  # the sample's batch_size: concurrent client users
+    isl: int
+    osl: int
+    ttft_ms: float  # measured means
+    tpot_ms: float
+
+    @property
+    def model(self) -> str:
+        return MODEL_PATHS[self.model_path][0]
+
+    @property
+    def hardware(self) -> str:
+        return SYSTEMS[self.system]
+
+    @property
+    def weights(self) -> str:
+        return QUANT_MODES.get(self.gemm_quant_mode, MODEL_PATHS[self.model_path][1])
+
+    @property
+    def group(self) -> tuple[str, str, str]:
+        """(system, backend, model) of the doc's table."""
+        return self.system, self.backend, self.model
+
+    @property
+    def profile(self) -> str:
+        return profile_name(MODELS[self.model].short, self.hardware, self.tp, self.weights, self.backend)
+
+
+def _covered(raw: dict[str, str]) -> bool:
+    quant = raw["gemm_quant_mode"]
+    return (raw["mode"] == "agg" and raw["model_path"] in MODEL_PATHS and raw["system"] in SYSTEMS
+            and raw["backend"] in BACKENDS and (quant == "" or quant in QUANT_MODES))
+
+
+def load_rows(path: Path | None = None) -> list[SiliconRow]:
+    """Every covered row of the silicon sample (module docstring), in file order."""
+    with (path or silicon_csv()).open(newline="", encoding="utf-8") as f:
+        raws = [r for r in csv.DictReader(f) if _covered(r)]
+    return [SiliconRow(r["id"], r["system"], r["backend"], r["backend_version"], r["model_path"],
+                       r["gemm_quant_mode"], int(float(r["tp_size"])), int(float(r["batch_size"])), int(r["isl"]),
+                       int(r["osl"]), float(r["silicon_ttft_ms"]), float(r["silicon_tpot_ms"])) for r in raws]
+
+
+def requests_for(concurrency: int) -> int:
+    """4 x concurrency, at least MIN_REQUESTS: the first ``concurrency`` are warm-up, the rest steady state."""
+    return max(MIN_REQUESTS, 4 * concurrency)
+
+
+def row_scenario(row: SiliconRow) -> dict[str, object]:
+    """The row as a scenario (a parsed-TOML dict): closed loop, fixed lengths, one replica of tp GPUs."""
+    return {
+        "name": f"silicon-{row.id}",
+        "description": f"aiconfigurator-core silicon sample row {row.id}",
+        "workload": {"requests": requests_for(row.concurrency),
+                     "arrival": {"kind": "closed", "users": row.concurrency},
+                     "tasks": {"dialogue": 1.0},
+                     "prompt_tokens": {"kind": "fixed", "value": row.isl},
+                     "output_tokens": {"kind": "fixed", "value": row.osl}},
+        "cluster": {"gpus": row.tp},
+        "batching": {"policy": "chunked", "preemption": "recompute", "max_batch_size": max(256, row.concurrency),
+                     "max_batched_tokens": MAX_BATCHED_TOKENS},
+    }
+
+
+@dataclass(frozen=True)
+class Simulated:
+    """tripath's steady-state answer for one row (ms)."""
+
+    ttft_mean: float
+    ttft_median: float
+    tpot_mean: float
+    requests: int  # measured requests (after warm-up)
+
+
+def simulate_row(row: SiliconRow, profile: Profile, seed: int = 0) -> Simulated:
+    """Simulate the row on ``profile``; requests sent in the warm-up (id < concurrency) are dropped."""
+    result = simulate(scenario_from_dict(row_scenario(row), None), profile, seed=seed)
+    records = [r for r in result.runs[0].records if r.completed and r.request_id >= row.concurrency]
+    if not records:
+        raise InputError(row.id, "requests", "no request completed after the warm-up")
+    ttft = np.array([(r.first_token_s - r.arrival_s) * 1e3 for r in records])
+    tpot = np.array([(r.finish_s - r.first_token_s) * 1e3 / max(1, r.output_tokens - 1) for r in records])
+    return Simulated(float(ttft.mean()), float(np.median(ttft)), float(tpot.mean()), len(records))
+
+
+@cache
+def shipped_profile(name: str) -> Profile:
+    """A shipped profile, read once per process."""
+    return load_profile(PROFILES_DIR / f"{name}.json")
+
+
+def _fmt(value: float | int | str) -> str:
+    return f"{value:.{SIGNIFICANT}g}" if isinstance(value, float) else str(value)
+
+
+def relative_error(predicted: float, measured: float) -> float:
+    """predicted / measured - 1."""
+    return predicted / measured - 1.0
+
+
+@dataclass(frozen=True)
+class EstimatorAnswer:
+    """The estimator's static answer for a row (ms) and the backend version its tables came from; computed by the
+    caller (scripts/silicon_validation.py), which may import the estimator: the planning layer does not."""
+
+    version: str
+    ttft_ms: float
+    tpot_ms: float
+
+
+def evaluate(row: SiliconRow, estimator: EstimatorAnswer) -> dict[str, str]:
+    """One output row (``COLUMNS``, values as written to the CSV) for a silicon row."""
+    sim = simulate_row(row, shipped_profile(row.profile))
+    est_ttft, est_tpot = estimator.ttft_ms, estimator.tpot_ms
+    values: dict[str, float | int | str] = {
+        "id": row.id, "system": row.system, "backend": row.backend, "backend_version": row.backend_version,
+        "model_path": row.model_path, "gemm_quant_mode": row.gemm_quant_mode, "tp": row.tp,
+        "concurrency": row.concurrency, "isl": row.isl, "osl": row.osl, "profile": row.profile,
+        "requests": sim.requests, "silicon_ttft_ms": row.ttft_ms, "silicon_tpot_ms": row.tpot_ms,
+        "tripath_ttft_ms": sim.ttft_mean, "tripath_ttft_median_ms": sim.ttft_median, "tripath_tpot_ms": sim.tpot_mean,
+        "estimator_version": estimator.version, "estimator_ttft_ms": est_ttft, "estimator_tpot_ms": est_tpot,
+        "tripath_ttft_err": relative_error(sim.ttft_mean, row.ttft_ms),
+        "tripath_tpot_err": relative_error(sim.tpot_mean, row.tpot_ms),
+        "estimator_ttft_err": relative_error(est_ttft, row.ttft_ms),
+        "estimator_tpot_err": relative_error(est_tpot, row.tpot_ms),
+    }
+    return {k: _fmt(values[k]) for k in COLUMNS}
+
+
+def read_results(path: Path = ROWS_CSV) -> list[dict[str, str]]:
+    """The written per-row results."""
+    with path.open(newline="", encoding="utf-8") as f:
+        return list(csv.DictReader(f))
+
+
+def write_results(rows: Iterable[dict[str, str]], path: Path = ROWS_CSV) -> None:
+    """The per-row results as CSV (``COLUMNS``), one line per silicon id."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=COLUMNS, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def _mape(rows: list[dict[str, str]], column: str) -> float:
+    return float(np.mean([abs(float(r[column])) for r in rows]))
+
+
+def mape_table(results: list[dict[str, str]]) -> str:
+    """TTFT and TPOT MAPE per (system, backend, model) for tripath and the estimator, then over all rows."""
+    groups: dict[tuple[str, str, str], list[dict[str, str]]] = {}
+    for r in results:
+        model = MODEL_PATHS[r["model_path"]][0]
+        groups.setdefault((r["system"], r["backend"], model), []).append(r)
+    lines = ["| system | backend | model | rows | tripath TTFT MAPE | estimator TTFT MAPE | tripath TPOT MAPE "
+             "| estimator TPOT MAPE |", "|---|---|---|---|---|---|---|---|"]
+    labelled = [*sorted(groups.items()), (("all", "", ""), results)]
+    for (system, backend, model), rows in labelled:
+        cells = [_pct(_mape(rows, c)) for c in ("tripath_ttft_err", "estimator_ttft_err", "tripath_tpot_err",
+                                                  "estimator_tpot_err")]
+        lines.append(f"| {system} | {backend} | {model} | {len(rows)} | {' | '.join(cells)} |")
+    return "\n".join(lines)
+
+
+def _pct(x: float) -> str:
+    return f"{x:.0%}" if math.isfinite(x) else "n/a"
