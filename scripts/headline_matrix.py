@@ -1,4 +1,4 @@
-"""The seed's decision matrix recomputed on the published A100/H100 profiles of LLaMA-2-70B and Llama-3-70B.
+"""The seed's decision matrix recomputed on the measured-kernel A100/H100 profiles of LLaMA-2-70B and Llama-3.1-70B.
 
     .venv/bin/python scripts/headline_matrix.py            # print the markdown table (a few minutes on 2 cores)
     .venv/bin/python scripts/headline_matrix.py --write    # and rewrite docs/planning.md's generated block
@@ -19,8 +19,8 @@ from tripath.profile.profile import resolve_profile
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "planning.md"
 START, END = "<!-- headline -->", "<!-- end headline -->"
-PROFILES = ("published-llama2-70b-tp2-a100", "published-llama2-70b-tp2-h100", "published-llama3-70b-tp4-a100",
-            "projected-llama3-70b-tp4-h100")
+PROFILES = ("aic-llama2-70b-tp2-a100", "aic-llama2-70b-tp2-h100", "aic-llama3.1-70b-tp4-a100",
+            "aic-llama3.1-70b-tp4-h100")
 
 
 def render(workers: int) -> str:

@@ -60,6 +60,13 @@ def format_show(profile: Profile) -> str:
         lines.append(f"costs.{name}: {cost['formula']}({', '.join(cost['inputs'])}) -> ms")
         for cname, c in cost["coefficients"].items():
             lines.append(f"  {cname} = {c['value']:.6g} {c['unit']} [{c['source']}] {c['note']}")
+        table = cost.get("table")
+        if table is not None:
+            share = "" if table.get("measured_share") is None else f", {table['measured_share']:.1%} of its time " \
+                "from measured kernel rows"
+            lines.append(f"  table: {len(table['rows'])} x {len(table['columns'])} points (rows {table['rows'][0]:g}-"
+                         f"{table['rows'][-1]:g}, columns {table['columns'][0]:g}-{table['columns'][-1]:g}) "
+                         f"[{table['source']}]{share}; {table['note']}")
         domain = ", ".join(f"{k} in [{lo:g}, {hi:g}]" for k, (lo, hi) in cost["domain"].items())
         lines += [f"  domain: {domain}", f"  fit: {_fit_text(cost['fit'])}"]
     for link, page in d["paging"].items():

@@ -95,3 +95,17 @@ def test_unknown_hardware_and_missing_config_name_the_field(tmp_path: Path):
         EstimatorKey(LLAMA2_70B.config_dir, "tpu-v5")
     with pytest.raises(InputError, match="config.json"):
         EstimatorKey(tmp_path, "h100-sxm")
+
+
+def test_speculation_pays_at_batch_1_and_costs_at_high_batch_on_the_h100_70b_profile():
+    from tripath.calibrate.published.speculative import breakeven_batch, round_table
+
+    profile = load_profile(PROFILES_DIR / "aic-llama2-70b-tp4-h100.json")
+    assert profile.speculative is not None and profile.speculative.round_costs is not None
+    rc, a = profile.speculative.round_costs, profile.acceptance["dialogue"].mean
+    (_, _, _, one), (_, _, _, many) = round_table(rc, (1, 256), 1024, 4, a)
+    assert one > 1.0 > many  # the verify pass over B (K + 1) tokens turns compute-bound as the batch grows
+    crossing = breakeven_batch(rc, 1024, 4, a)
+    assert crossing is not None and 1 < crossing < 256
+    # the draft's step is a fraction of the target's, both from the same tables
+    assert 0.05 < rc.cost_ratio(1, 1025) < 0.5

@@ -258,6 +258,29 @@ def speculative_from_estimator(target: Estimator, target_name: str, draft_name: 
     return section_of(rc, f"{draft_name} (tp{key.tp})", f"{target_name}/{draft_name} on {hardware}")
 
 
+FP8_POINTS = ((16, 1024), (64, 4096), (128, 16384))  # (batch, context) where fp8 KV attention is compared
+
+
+def fp8_attention(profile: Profile, est: Estimator, model_dir: Path) -> Profile:
+    """The fp8 compression mode's decode attention from the estimator's measured fp8-KV attention kernels (the
+    mean ratio to 16-bit KV over ``FP8_POINTS``), where it has them; else the derived ratio stays, and a note
+    says why."""
+    key = est.key
+    try:
+        fp8 = Estimator(EstimatorKey(model_dir, key.hardware, key.backend, key.backend_version, key.tp, key.weights,
+                                     "fp8"))
+        ratios = [fp8.attention_ms(b, c) / est.attention_ms(b, c) for b, c in FP8_POINTS]
+    except Exception as exc:  # the estimator's own errors: no fp8-KV attention table for this GPU and head size
+        return replace(profile, notes=(*profile.notes, "KV compression fp8: decode attention derived (the estimator "
+                                       f"has no fp8-KV attention table here: {str(exc).splitlines()[0][:160]})."))
+    mode = profile.compression["fp8"]
+    ratio = Coefficient(_sig(sum(ratios) / len(ratios)), "attention_ratio", "published",
+                        "decode attention reading fp8 KV / reading 16-bit KV, the estimator's measured generation-"
+                        f"attention kernels, mean over (batch, context) {list(FP8_POINTS)}: "
+                        f"{', '.join(f'{r:.3f}' for r in ratios)} ({fp8.describe()})")
+    return replace(profile, compression={**profile.compression, "fp8": replace(mode, decode_overhead_ratio=ratio)})
+
+
 def ring_coefficients(profile: Profile) -> tuple[dict[str, float], FitQuality]:
     """prefill_v1's c0, c_tok, c_attn fitted to the measured prefill table's rows with no cached context, from
     1,024 tokens up: what the sequence-parallel ring model (tripath/calibrate/published/seqpar.py) splits into
@@ -325,7 +348,7 @@ def build_profile(model_name: str, model_dir: Path, hardware: str, tp: int, weig
         provenance=Provenance(f"{COMMAND} (tripath profile build)", commit, None, None, spec.device_name,
                               CREATED_UTC),
         paging=paging_links(hardware, mspec.kv_bytes_per_token), notes=notes)
-    profile = replace(profile, compression=compression_sections(profile))
+    profile = fp8_attention(replace(profile, compression=compression_sections(profile)), est, model_dir)
     if hardware not in NETWORK_OF:
         return replace(profile, notes=(*profile.notes, f"No sequence-parallel section: no NCCL send/recv rows for "
                                        f"{spec.device_name} (Vidur measured DGX A100 and H100 only)."))
