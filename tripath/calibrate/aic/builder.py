@@ -36,7 +36,7 @@ from tripath.calibrate.published.builder import paging_links
 from tripath.calibrate.published.compression import compression_sections
 from tripath.calibrate.published.seqpar import LENGTHS as SP_LENGTHS
 from tripath.calibrate.published.seqpar import NETWORK_OF, build_sequence_parallel
-from tripath.calibrate.published.speculative import section_of, thinned
+from tripath.calibrate.published.speculative import monotone, section_of, thinned
 from tripath.core.data_dirs import DATA_DIR
 from tripath.core.errors import InputError
 from tripath.profile.cost_model import Coefficient, CostModel, FitQuality
@@ -234,7 +234,9 @@ def step_curve(est: Estimator, model_name: str) -> StepCurve:
     """A model's pass without attention by query tokens, and its decode attention per cached token, from the
     estimator: what speculative decoding's draft steps and verify passes cost (a verify pass is one target pass
     over B (K+1) tokens that reads each sequence's cached K/V once)."""
-    points = tuple((int(t), _sig(est.linear_ms(int(t)))) for t in thinned(np.arange(1, SPEC_TOKENS + 1)))
+    # the running maximum, as for the Vidur curves: a pass over more tokens never costs less, and the estimator's
+    # GEMM rows dip by a fraction of a per cent between neighbouring small token counts
+    points = monotone([(int(t), est.linear_ms(int(t))) for t in thinned(np.arange(1, SPEC_TOKENS + 1))])
     batch, short, long = 64, 1024, 4096
     slope = (est.attention_ms(batch, long) - est.attention_ms(batch, short)) / (batch * (long - short))
     attention = Coefficient(_sig(slope), "ms/token", "published",
@@ -242,7 +244,7 @@ def step_curve(est: Estimator, model_name: str) -> StepCurve:
                             f"tokens per sequence: the time per cached token read ({est.describe()})")
     return StepCurve(model_name, est.key.tp, points, attention, "published",
                      f"{est.describe()}: one pass over T query tokens without the attention kernel (GEMMs, norms, "
-                     "all-reduces, embedding, LM head), at every T to 64, then 8 points per doubling")
+                     "all-reduces, embedding, LM head), at every T to 64, then 8 points per doubling; running maximum")
 
 
 def speculative_from_estimator(target: Estimator, target_name: str, draft_name: str, draft_dir: Path,
