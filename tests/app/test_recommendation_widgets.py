@@ -130,3 +130,11 @@ def test_pareto_points_and_front() -> None:
     fig = pareto.figure(list(pts.values()), "ttft", "cost", 1000.0, "simulated on a 'published' profile")
     ax = fig.axes[0]
     assert ax.get_xlabel() == "TTFT P99 (s)" and ax.get_ylabel() == "cost (USD per hour)"
+
+
+def test_profiles_are_offered_measured_kernels_first():
+    from tripath.app.widgets.recommend_form import ordered_profiles
+
+    names = ["cpu-tiny", "projected-llama3-8b-h100", "published-llama2-7b-a100", "aic-llama2-7b-a100", "seed-x"]
+    assert ordered_profiles(names) == ["aic-llama2-7b-a100", "published-llama2-7b-a100", "projected-llama3-8b-h100",
+                                       "cpu-tiny", "seed-x"]

@@ -31,7 +31,7 @@ REPLAYS = {
 }
 DISTRIBUTION = "distribution"
 WORKLOAD_LABELS = {**TRACES, **REPLAYS, DISTRIBUTION: "a length distribution: uniform prompts, lognormal outputs"}
-PROFILE_PREFIXES = ("published-", "projected-")
+PROFILE_PREFIXES = ("aic-", "published-", "projected-")  # measured kernel tables first, then the older GPU sources
 
 
 @dataclass(frozen=True)
@@ -64,8 +64,9 @@ def profile_label(name: str, key: Any, source: str) -> str:
 
 
 def ordered_profiles(names: list[str]) -> list[str]:
-    """The GPU profiles with published or projected numbers first (as listed), then the others."""
-    gpu = [n for n in names if n.startswith(PROFILE_PREFIXES)]
+    """The GPU profiles first, by source (measured kernel tables, then Vidur's, then projections; each as listed),
+    then the others."""
+    gpu = [n for prefix in PROFILE_PREFIXES for n in names if n.startswith(prefix)]
     return gpu + [n for n in names if n not in gpu]
 
 
