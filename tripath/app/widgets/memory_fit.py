@@ -39,7 +39,7 @@ def request_lengths(data: dict[str, Any], source: str | None) -> dict[str, float
     scenario = build(with_requests(data, SAMPLE), source)
     prompt, output = mean_lengths(scenario.workload)
     rate = scenario.workload.arrival.rate_per_s or 1.0
-    # lengths only: a closed loop's placeholder arrival times are never read here
+    # lengths only: a closed loop's arrival times (all 0 until the run sends them) are never read here
     _, prompts, outputs, _, _ = generate_arrays(scenario.workload, np.random.default_rng(0), rate, closed_loop=True)
     total = np.asarray(prompts, dtype=float) + np.asarray(outputs, dtype=float)
     return {"mean_prompt": prompt, "mean_output": output,

@@ -69,7 +69,7 @@ def generate_arrays(
 
     A closed loop's arrival times are decided during the run (tripath/simulator/loop/cluster.py ClosedLoop): its
     arrival_s are all 0, and only a caller that sends them itself may ask for them (``closed_loop``); any other
-    is refused with one InputError, never handed placeholder times."""
+    is refused with one InputError, never handed those zeros as times."""
     arrival_rng, prompt_rng, output_rng, task_rng = rng.spawn(4)
     arrival = workload.arrival
     rows: np.ndarray | None = None  # trace row of each request (trace replay only)
