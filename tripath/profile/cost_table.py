@@ -42,15 +42,6 @@ def _axis(field_name: str, values: object) -> tuple[float, ...]:
     return out
 
 
-def _extended(x: Any, xs: np.ndarray, ys: np.ndarray) -> Any:
-    """Piecewise-linear ys(x) through (xs, ys), continued beyond both ends by the end segments' lines."""
-    y = np.interp(x, xs, ys)
-    lo, hi = xs[0], xs[-1]
-    slope_lo = (ys[1] - ys[0]) / (xs[1] - xs[0])
-    slope_hi = (ys[-1] - ys[-2]) / (xs[-1] - xs[-2])
-    return y + np.minimum(x - lo, 0.0) * slope_lo + np.maximum(x - hi, 0.0) * slope_hi
-
-
 @dataclass(frozen=True)
 class CostTable(Section):
     """Milliseconds of one iteration on a (rows x columns) grid; what each axis means is the formula's.
@@ -66,9 +57,13 @@ class CostTable(Section):
     source: str = json_field(text(allowed=VALUE_SOURCES))
     measured_share: float | None = json_field(number(high=1.0), default=None)
     note: str = note_field()
-    _rows: np.ndarray = field(init=False, repr=False, compare=False)
+    # each row's segment slopes (ms per column unit), as tuples for the scalar path and arrays for numpy columns
+    _slopes: tuple[tuple[float, ...], ...] = field(init=False, repr=False, compare=False)
     _cols: np.ndarray = field(init=False, repr=False, compare=False)
-    _ms: np.ndarray = field(init=False, repr=False, compare=False)
+    _slope_array: np.ndarray = field(init=False, repr=False, compare=False)
+    # row value -> the grid's line at that row (values, slopes; floats and arrays): a run asks few distinct rows
+    _lines: dict[float, tuple[tuple[float, ...], tuple[float, ...], np.ndarray, np.ndarray]] = field(
+        init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -82,9 +77,13 @@ class CostTable(Section):
             for j, value in enumerate(row):
                 check_number(f"ms[{i}][{j}]", value, positive=True)
         object.__setattr__(self, "ms", grid)
-        object.__setattr__(self, "_rows", np.array(self.rows, dtype=float))
-        object.__setattr__(self, "_cols", np.array(self.columns, dtype=float))
-        object.__setattr__(self, "_ms", np.array(grid, dtype=float))
+        cols = self.columns
+        slopes = tuple(tuple((row[j + 1] - row[j]) / (cols[j + 1] - cols[j]) for j in range(len(cols) - 1))
+                       for row in grid)
+        object.__setattr__(self, "_slopes", slopes)
+        object.__setattr__(self, "_cols", np.array(cols, dtype=float))
+        object.__setattr__(self, "_slope_array", np.array(slopes, dtype=float))
+        object.__setattr__(self, "_lines", {})
 
     def __hash__(self) -> int:
         return hash((self.rows, self.columns, self.ms))
@@ -94,19 +93,43 @@ class CostTable(Section):
         return CostTable(self.rows, self.columns, tuple(tuple(v * factor for v in row) for row in self.ms),
                          self.source, self.measured_share, self.note)
 
+    def line(self, row: float) -> tuple[tuple[float, ...], tuple[float, ...], np.ndarray, np.ndarray]:
+        """The grid read at one row value: the values at every column and the slopes between them, blended
+        linearly between the two rows that bracket it (beyond the ends, the end rows' line continues); kept per
+        row value, since a run asks a few hundred distinct batches or chunk sizes millions of times."""
+        found = self._lines.get(row)
+        if found is not None:
+            return found
+        rows, grid, slopes = self.rows, self.ms, self._slopes
+        i = min(max(bisect.bisect_right(rows, row) - 1, 0), len(rows) - 2)
+        w = (row - rows[i]) / (rows[i + 1] - rows[i])
+        values = tuple(a + w * (b - a) for a, b in zip(grid[i], grid[i + 1], strict=True))
+        steep = tuple(a + w * (b - a) for a, b in zip(slopes[i], slopes[i + 1], strict=True))
+        found = (values, steep, np.array(values), np.array(steep))
+        if len(self._lines) < 65536:  # bounded: a pathological caller cannot grow it without end
+            self._lines[row] = found
+        return found
+
     def at(self, row: float, column: Any) -> Any:
-        """The interpolated cost at one row value and a column value or numpy array of them (ms)."""
-        if np.ndim(row) > 0:  # an array of rows: one at a time (only calibration plots ask this)
-            rows = np.asarray(row, dtype=float)
-            cols = np.broadcast_to(np.asarray(column, dtype=float), rows.shape)
-            return np.array([self.at(float(r), c) for r, c in zip(rows.ravel(), cols.ravel(), strict=True)]
-                            ).reshape(rows.shape)
-        xs = self._rows
-        i = min(max(bisect.bisect_right(self.rows, row) - 1, 0), len(self.rows) - 2)
-        w = (row - xs[i]) / (xs[i + 1] - xs[i])  # outside [rows[0], rows[-1]]: the end segment's line
-        below = _extended(column, self._cols, self._ms[i])
-        above = _extended(column, self._cols, self._ms[i + 1])
-        return below + w * (above - below)
+        """The interpolated cost at one row value and a column value or numpy array of them (ms).
+
+        The row's line (``line``: the two bracketing rows blended), then along the columns y_j + (c - c_j) *
+        slope_j on the segment j holding c (the first or last segment beyond the ends, so its line continues).
+        A scalar column is priced in plain floats and an array elementwise in numpy with the same operations, so
+        an element of an array result equals the scalar result bit for bit (the simulator's fast path relies on
+        it: tripath/simulator/costs.py decode_one_s).
+        """
+        if isinstance(row, np.ndarray) and row.ndim > 0:  # an array of rows: one at a time (calibration plots)
+            cols = np.broadcast_to(np.asarray(column, dtype=float), row.shape)
+            return np.array([self.at(float(r), c) for r, c in zip(row.ravel(), cols.ravel(), strict=True)]
+                            ).reshape(row.shape)
+        values, slopes, value_array, slope_array = self.line(float(row))
+        if isinstance(column, np.ndarray):
+            j = np.clip(np.searchsorted(self._cols, column, side="right") - 1, 0, len(self.columns) - 2)
+            return value_array[j] + (column - self._cols[j]) * slope_array[j]
+        cols = self.columns
+        j = min(max(bisect.bisect_right(cols, column) - 1, 0), len(cols) - 2)
+        return values[j] + (column - cols[j]) * slopes[j]
 
 
 def prefill_table_v1(*, new_tokens: Any, context_tokens: Any, table: CostTable) -> Any:
@@ -121,6 +144,6 @@ def decode_table_v1(*, batch: Any, total_context: Any, table: CostTable) -> Any:
     their mean. Decode attention reads every cached key once, so its time follows the sum S to first order
     (kernels that split work per sequence differ from that by the imbalance, which the grid does not see).
     """
-    per_sequence = total_context / (batch if np.ndim(batch) > 0 else max(batch, 1))
+    per_sequence = total_context / (batch if isinstance(batch, np.ndarray) else max(batch, 1))
     return table.at(batch, per_sequence)
 

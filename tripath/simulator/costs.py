@@ -125,6 +125,12 @@ class IterationCost:
 
             def decode(batch: Any, total_context: Any) -> Any:
                 return d0 + d_seq * batch + d_ctx_ms * total_context
+        elif dec.formula == "decode_table_v1" and dec.table is not None:
+            # decode_table_v1's expression without the keyword plumbing (the same floats: one call to table.at)
+            at = dec.table.at
+
+            def decode(batch: Any, total_context: Any) -> Any:
+                return at(batch, total_context / (batch if isinstance(batch, np.ndarray) else max(batch, 1)))
         elif dec.formula == "decode_v2":
             # decode_v2's expression, operation for operation (bit for bit with profile.decode_ms)
             d0, d_multi, d_seq, d_ctx_ms = (dec.values()[k] for k in ("d0", "d_multi", "d_seq", "d_ctx"))
