@@ -13,19 +13,11 @@ import argparse
 import sys
 from pathlib import Path
 
+from tripath.planning.validation.doc_block import replace_block
 from tripath.planning.validation.tables import render_tables
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "gpu_validation.md"
 START, END = "<!-- generated -->", "<!-- end generated -->"
-
-
-def replace_block(text: str, block: str) -> str:
-    """``text`` with its generated block replaced by ``block``."""
-    head, sep, rest = text.partition(START)
-    _, sep2, tail = rest.partition(END)
-    if not sep or not sep2:
-        raise SystemExit(f"{DOC}: markers {START!r} and {END!r} not found")
-    return f"{head}{START}\n{block}\n{END}{tail}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -35,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     block = render_tables()
     print(block)
     if args.write:
-        DOC.write_text(replace_block(DOC.read_text(encoding="utf-8"), block), encoding="utf-8")
+        DOC.write_text(replace_block(DOC, DOC.read_text(encoding="utf-8"), block, START, END), encoding="utf-8")
         print(f"wrote {DOC}", file=sys.stderr)
     return 0
 

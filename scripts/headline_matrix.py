@@ -15,6 +15,7 @@ from pathlib import Path
 
 from tripath.planning.executor import make_executor
 from tripath.planning.matrix import decision_matrix
+from tripath.planning.validation.doc_block import replace_block
 from tripath.profile.profile import resolve_profile
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "planning.md"
@@ -49,12 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     block = render(args.workers)
     print(block)
     if args.write:
-        text = DOC.read_text(encoding="utf-8")
-        head, sep, rest = text.partition(START)
-        _, sep2, tail = rest.partition(END)
-        if not sep or not sep2:
-            raise SystemExit(f"{DOC}: markers {START!r} and {END!r} not found")
-        DOC.write_text(f"{head}{START}\n{block}\n{END}{tail}", encoding="utf-8")
+        DOC.write_text(replace_block(DOC, DOC.read_text(encoding="utf-8"), block, START, END), encoding="utf-8")
         print(f"wrote {DOC}", file=sys.stderr)
     return 0
 

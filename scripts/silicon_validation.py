@@ -18,6 +18,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from tripath.calibrate.aic.estimator import compiled
+from tripath.planning.validation.doc_block import replace_block
 from tripath.planning.validation.silicon import (
     ROWS_CSV,
     EstimatorAnswer,
@@ -31,15 +32,6 @@ from tripath.planning.validation.silicon import (
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "silicon_validation.md"
 START, END = "<!-- generated -->", "<!-- end generated -->"
-
-
-def with_block(text: str, block: str) -> str:
-    """``text`` with the part between START and END replaced by ``block`` (a SystemExit when a marker is missing)."""
-    head, found, rest = text.partition(START)
-    _, found_end, tail = rest.partition(END)
-    if not (found and found_end):
-        raise SystemExit(f"{DOC}: markers {START!r} and {END!r} not found")
-    return f"{head}{START}\n{block}\n{END}{tail}"
 
 
 def estimator_answer(row: SiliconRow) -> EstimatorAnswer:
@@ -76,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     print(table)
     if args.write:
         write_results(results)
-        DOC.write_text(with_block(DOC.read_text(encoding="utf-8"), table), encoding="utf-8")
+        DOC.write_text(replace_block(DOC, DOC.read_text(encoding="utf-8"), table, START, END), encoding="utf-8")
         print(f"wrote {ROWS_CSV} and {DOC}", file=sys.stderr)
     return 0
 

@@ -57,10 +57,9 @@ class CostTable(Section):
     source: str = json_field(text(allowed=VALUE_SOURCES))
     measured_share: float | None = json_field(number(high=1.0), default=None)
     note: str = note_field()
-    # each row's segment slopes (ms per column unit), as tuples for the scalar path and arrays for numpy columns
+    # each row's segment slopes (ms per column unit), and the columns as an array for numpy queries
     _slopes: tuple[tuple[float, ...], ...] = field(init=False, repr=False, compare=False)
     _cols: np.ndarray = field(init=False, repr=False, compare=False)
-    _slope_array: np.ndarray = field(init=False, repr=False, compare=False)
     # row value -> the grid's line at that row (values, slopes; floats and arrays): a run asks few distinct rows
     _lines: dict[float, tuple[tuple[float, ...], tuple[float, ...], np.ndarray, np.ndarray]] = field(
         init=False, repr=False, compare=False)
@@ -82,7 +81,6 @@ class CostTable(Section):
                        for row in grid)
         object.__setattr__(self, "_slopes", slopes)
         object.__setattr__(self, "_cols", np.array(cols, dtype=float))
-        object.__setattr__(self, "_slope_array", np.array(slopes, dtype=float))
         object.__setattr__(self, "_lines", {})
 
     def __hash__(self) -> int:

@@ -32,7 +32,7 @@ from tripath.calibrate.fit import fit_formula
 from tripath.calibrate.hardware import SPECS
 from tripath.calibrate.job import GPU_MEMORY_UTILISATION
 from tripath.calibrate.published.acceptance import acceptance_for_pair
-from tripath.calibrate.published.builder import paging_links
+from tripath.calibrate.published.builder import kv_budget, paging_links
 from tripath.calibrate.published.compression import compression_sections
 from tripath.calibrate.published.seqpar import LENGTHS as SP_LENGTHS
 from tripath.calibrate.published.seqpar import NETWORK_OF, build_sequence_parallel
@@ -155,15 +155,11 @@ def model_section(arch: Architecture, weights: str, kv: str) -> ModelSpec:
                      f"(embeddings and LM head 16-bit), {kv} KV cache; context window {arch.window} tokens")
 
 
-def kv_budget(hardware: str, tp: int, weight_bytes: int) -> MemoryBudget | None:
-    """tp GPUs at vLLM's default 0.9 utilisation less the weights; None when the weights leave under 10 % of it."""
-    spec = SPECS[hardware]
-    usable = int(tp * spec.memory_bytes * GPU_MEMORY_UTILISATION)
-    budget = usable - weight_bytes
-    if budget < usable // 10:
-        return None
-    return MemoryBudget(budget, "derived", f"tp {tp} x {spec.memory_bytes} bytes x {GPU_MEMORY_UTILISATION} "
-                        "(vLLM's default utilisation) minus the weights")
+def kv_room(hardware: str, tp: int, weight_bytes: int, weights: str) -> MemoryBudget | None:
+    """The replica's KV budget (the published profiles' rule, published.builder ``kv_budget``); None when the
+    weights leave under 10 % of the usable memory for KV (the profile is not built)."""
+    usable = int(tp * SPECS[hardware].memory_bytes * GPU_MEMORY_UTILISATION)
+    return kv_budget(hardware, tp, weight_bytes, weights) if usable - weight_bytes >= usable // 10 else None
 
 
 def _share_note(shares: Counter[str], total: float) -> str:
@@ -310,7 +306,7 @@ def build_profile(model_name: str, model_dir: Path, hardware: str, tp: int, weig
     arch = Architecture.from_config(model_name, model_dir)
     spec = SPECS[hardware]
     mspec = model_section(arch, weights, kv)
-    memory = kv_budget(hardware, tp, mspec.weight_bytes)
+    memory = kv_room(hardware, tp, mspec.weight_bytes, weights)
     if memory is None:
         raise InputError(str(model_dir), "tp", f"{model_name} ({mspec.weight_bytes / 1e9:.0f} GB of {weights} "
                          f"weights) leaves under 10 % of {tp} x {spec.device_name} for KV")

@@ -37,7 +37,8 @@ BACKENDS = ("vllm", "sglang", "trtllm")
 # tripath's weight / KV precision names -> the estimator's quant modes (sdk/common.py GEMMQuantMode, ...)
 WEIGHT_MODES = {"fp16": "bfloat16", "fp8": "fp8"}
 KV_MODES = {"fp16": "bfloat16", "fp8": "fp8"}
-FMHA_MODES = {"fp16": "bfloat16", "fp8": "fp8"}
+# attention computes in 16-bit even over an fp8 KV cache: the package has no fp8 context-attention table for vLLM
+FMHA_MODE = "bfloat16"
 
 
 def installed_version() -> str:
@@ -94,7 +95,7 @@ class Estimator:
         try:
             spec = compile_engine(str(key.model_dir), key.system, key.backend, key.backend_version, tp_size=key.tp,
                                   gemm_quant_mode=WEIGHT_MODES[key.weights], kvcache_quant_mode=KV_MODES[key.kv],
-                                  fmha_quant_mode=FMHA_MODES["fp16"])
+                                  fmha_quant_mode=FMHA_MODE)
         except (ValueError, KeyError, RuntimeError, FileNotFoundError) as exc:
             raise InputError(str(key.model_dir), "model", f"aiconfigurator-core cannot compile it for {key.system}/"
                              f"{key.backend} tp {key.tp}{' fp8' if fp8 else ''}: {exc}") from exc

@@ -110,12 +110,12 @@ def model_spec(model: str) -> ModelSpec:
                      "params counted from the layer shapes; fp16 weights")
 
 
-def kv_budget(gpu: str, tp: int, weight_bytes: int) -> MemoryBudget:
-    """tp GPUs' memory at vLLM's default utilisation, less the fp16 weights."""
+def kv_budget(gpu: str, tp: int, weight_bytes: int, weights: str = "fp16") -> MemoryBudget:
+    """tp GPUs' memory at vLLM's default utilisation, less the weights (``weights``: their precision, for the note)."""
     spec = SPECS[gpu]
     budget = int(tp * spec.memory_bytes * GPU_MEMORY_UTILISATION) - weight_bytes
     return MemoryBudget(budget, "derived", f"tp {tp} x {spec.memory_bytes} bytes x {GPU_MEMORY_UTILISATION} "
-                        "(vLLM's default utilisation) minus fp16 weights")
+                        f"(vLLM's default utilisation) minus {weights} weights")
 
 
 def paging_links(gpu: str, kv_bytes_per_token: int) -> dict[str, PagingLink]:
