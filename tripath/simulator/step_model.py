@@ -138,7 +138,23 @@ class StepModel(Protocol):
 
 
 class BaselineStep:
-    """No optimization path: one token per decode, costs from IterationCost exactly as replica.py uses them."""
+    """No optimization path: one token per decode, costs from IterationCost exactly as replica.py uses them.
+
+    ``deterministic``: an iteration is a pure function of what the loop passes (no random draw, no state carried
+    to the next iteration but the cost counters and the live tokens ``ran_decodes`` sets), and a decode-only one
+    costs ``cost.decode_one_s`` at the priced S, one token per sequence. The loop may then advance a run of
+    decode-only iterations of a fixed batch at once (tripath/simulator/loop/stepper.py, fast-forward): their costs
+    from ``cost.decode_s`` over the run's S values (tripath/simulator/loop/run.py), their merge time from
+    ``decode_merge_s``, their accounting from ``ran_decodes``. A subclass that overrides ``step`` is not
+    deterministic unless it says so in its own body (its step may draw, emit more tokens or keep state).
+    """
+
+    deterministic = True
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        if "step" in cls.__dict__ and "deterministic" not in cls.__dict__:
+            cls.deterministic = False
 
     def __init__(self, cost: IterationCost, kv_bytes_per_token: int, kv_capacity_bytes: int, gpus: int = 1) -> None:
         self.cost = cost
@@ -166,6 +182,18 @@ class BaselineStep:
             seconds = self.cost.decode_one_s(batch, context)
             self.cost.count_decodes(batch, context, 1)
         return StepResult(float(seconds), ones(batch))
+
+    def decode_merge_s(self, batch: int, total_contexts: np.ndarray) -> np.ndarray | None:
+        """The merge seconds ``step`` reports for decode-only iterations of ``batch`` sequences, one per Σ context
+        in ``total_contexts`` (elementwise the same floats); None where it reports none (no merge here)."""
+        return None
+
+    def ran_decodes(self, batch: int, total_context: int, longest: int, iterations: int) -> None:
+        """Account for ``iterations`` decode-only iterations of a fixed batch advanced at once, from Σ contexts
+        ``total_context`` and longest context ``longest``, as ``step`` would have one by one: the decode queries
+        (IterationCost.count_run, the padded keys where the cost pads) and the live tokens of the last one."""
+        self.cost.count_run(batch, total_context, longest, iterations)
+        self._live = total_context + batch * (iterations - 1)
 
     def _chunked_s(self, prefills: Sequence[PrefillChunk], batch: int, context: int) -> float:
         """A mixed iteration where some chunks continue a prompt: each adds prefill(T, ctx) - prefill(0, 0)."""

@@ -10,13 +10,18 @@ float the reference reaches by repeated ``now + cost``.
 
 A run can be cut short: when a request is routed to its replica mid-run, it ends at its first
 boundary at or after that instant (``cut``), exactly where the reference would admit the request.
+``wait`` is how a replica's process sits out a run that the router may interrupt.
 """
 
 from __future__ import annotations
 
+from collections.abc import Generator
+
 import numpy as np
+import simpy
 
 from tripath.simulator.costs import IterationCost
+from tripath.simulator.loop.clock import Clock
 
 
 class Run:
@@ -78,3 +83,12 @@ class Run:
         index = int(self._bounds.searchsorted(now))
         self.iterations = self._offset + index + 1
         self.end = float(self._bounds[index])
+
+    def wait(self, env: Clock) -> Generator[simpy.Event, None, None]:
+        """Wait for the run's end; when a request routed here interrupts the waiting process, cut the run at that
+        instant (``cut``) and wait for the boundary it now ends at."""
+        try:
+            yield env.at(self.end)
+        except simpy.Interrupt:  # a request was routed here mid-run: stop where it can join
+            self.cut(env.now)
+            yield env.at(self.end)

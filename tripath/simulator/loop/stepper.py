@@ -19,6 +19,24 @@ With the continuous policy, preemption "none" and BaselineStep, this loop perfor
 admissions and the same float operations as replica.py's reference process, so its records are
 bit for bit the fast path's (tests/simulator/loop/test_stepper_equivalence.py).
 
+Fast-forward (StepperConfig.fast_forward, on by default): when nothing is queued and every running sequence
+decodes, the policy has nothing to schedule (BatchPolicy), so with preemption "none" (nothing is ever evicted)
+and no prefix cache the next iterations are decodes of the same batch until the first finish or until a request
+is routed here. With a deterministic step model (BaselineStep.deterministic: the baseline and the compression /
+sequence-parallel transformed ones; never speculation or tiering, which draw or keep tier state per iteration)
+such a stretch is advanced in one SimPy event, as replica.py's fast path does: boundaries are a cumulative sum
+of the same per-iteration costs (tripath/simulator/loop/run.py), the run ends at the first finish, and a request
+routed here mid-run interrupts it, cutting it at the first boundary at or after that instant — where the
+iteration-by-iteration loop would admit it. Per-request sums (merge time) are added iteration by iteration in
+order, counters and ``runs`` advance by the run's iterations, so records and replica stats are bit for bit those
+of the loop without it (tests/simulator/loop/test_stepper_fast_forward.py). Not with time series (a sample
+could fall inside a run and read the live tokens of an iteration not yet stepped), and not when someone listens
+to finishes (``Ledger.on_finish``: a closed loop's users, tripath/simulator/loop/cluster.py). A user may then send
+a request at the very instant of a finish, routed while that instant's iteration boundaries are being handled
+one replica after another: whether it sees a replica's boundary at that instant as passed (and which replicas
+have retired their finishes) follows SimPy's order of same-instant events, which a run's single event does not
+keep — replica.py's fast path differs from its reference there when boundaries tie exactly.
+
 Beside the Stepper: its bookkeeping (PathLedger per request, SeqState per sequence), the contract a
 batching policy meets (BatchPolicy), and how a cluster configures its Steppers (StepperConfig: preemption
 and swap cost; StepperSetup: per-replica physics and policy).
@@ -29,16 +47,26 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Callable, Generator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
+import numpy as np
 import simpy
 
 from tripath.simulator.loop.clock import Clock
 from tripath.simulator.loop.replica import Ledger
+from tripath.simulator.loop.run import Run
 from tripath.simulator.paths.prefix import PrefixCache, PrefixSetup
 from tripath.simulator.scenario.scenario import PREEMPTION_MODES
-from tripath.simulator.step_model import DecodeBatch, PrefillChunk, StepModel, StepResult
+from tripath.simulator.step_model import BaselineStep, DecodeBatch, PrefillChunk, StepModel, StepResult
+
+# Fast-forward a stretch only when it is at least this many iterations: a run's numpy calls and bookkeeping cost
+# about what 3-5 plain iterations do (~14 us each on bench_chunked's case), so shorter stretches are stepped one by
+# one (either way the records are the same).
+_MIN_RUN = 4
+# Iterations evaluated ahead at once: a request routed here mid-run wastes at most this many; a stretch longer
+# than this ends after it and the next run continues with the same floats.
+_HORIZON = 2048
 
 
 class PathLedger(Ledger):
@@ -90,7 +118,11 @@ Chunks = dict[SeqState, int]  # an iteration's prefill chunks: tokens per sequen
 
 class BatchPolicy(Protocol):
     """Which waiting requests join at an iteration boundary, and each prefill chunk
-    (tripath/simulator/loop/batching.py has the policies)."""
+    (tripath/simulator/loop/batching.py has the policies).
+
+    With nothing queued and every running sequence decoding, ``schedule`` must return no chunks and change
+    nothing: fast-forward skips calling it at the boundaries inside a run (module docstring).
+    """
 
     def schedule(self, stepper: Stepper, now: float) -> Chunks:
         """Admit through ``stepper.admit_fcfs`` and return this iteration's prefill chunks."""
@@ -107,10 +139,13 @@ class BatchPolicy(Protocol):
 
 @dataclass(frozen=True)
 class StepperConfig:
-    """What the loop needs besides the policy: preemption mode and the cost of swapping KV bytes."""
+    """What the loop needs besides the policy: preemption mode, the cost of swapping KV bytes, and whether
+    decode-only stretches may be advanced in one event where that is exact (module docstring: fast-forward;
+    off, every iteration is its own event: the reference the tests compare it with)."""
 
     preemption: str = "none"
     swap_s: Callable[[int], float] | None = None  # seconds to move this many KV bytes one way (swap only)
+    fast_forward: bool = True
 
     def __post_init__(self) -> None:
         if self.preemption not in PREEMPTION_MODES:
@@ -134,6 +169,8 @@ class StepperSetup:
         interval = self.timeseries_interval_s
         if interval is not None and not (math.isfinite(interval) and interval > 0):
             raise ValueError(f"timeseries_interval_s must be > 0, got {interval}")
+        if interval is not None and self.config.fast_forward:  # samples read state between any two boundaries
+            object.__setattr__(self, "config", replace(self.config, fast_forward=False))
 
     def task_indexes(self, tasks: Sequence[str]) -> list[int]:
         index = {name: i for i, name in enumerate(self.task_names)}
@@ -177,6 +214,15 @@ class Stepper:
         self._admit_count = 0
         self._busy_since: float | None = None
         self._wakeup: simpy.Event | None = None
+        # fast-forward: the model whose decode-only stretches may be advanced at once (None: never), the run in
+        # progress (while a routed request may cut it), and how many runs and iterations it advanced
+        exact = self.config.fast_forward and self.reserve_output and prefix is None
+        self._runs: BaselineStep | None = None
+        if exact and isinstance(model, BaselineStep) and model.deterministic:
+            self._runs = model
+        self._run: Run | None = None
+        self.forward_runs = 0
+        self.forwarded = 0
         self._process = env.process(self._serve())
 
     @property
@@ -206,6 +252,9 @@ class Stepper:
         if self._wakeup is not None:
             self._wakeup.succeed()  # at this instant, after the arrivals (URGENT) of the same instant
             self._wakeup = None
+        elif self._run is not None:
+            self._run = None
+            self._process.interrupt()  # URGENT: the run stops at its first boundary at or after now
 
     # ---- admission, used by the policies -------------------------------------------------------
 
@@ -281,6 +330,11 @@ class Stepper:
             if not self.running and not self.queue:
                 yield from self._idle(math.inf)
             start = env.now
+            if self._runs is not None and not self.queue and self.ledger.on_finish is None:
+                stretch = self._decode_stretch()
+                if stretch >= _MIN_RUN:
+                    yield from self._fast_forward(start, stretch)
+                    continue
             swap_s = self._preempt() if not self.reserve_output else 0.0
             prefills = policy.schedule(self, start)
             if not self.running:
@@ -329,6 +383,58 @@ class Stepper:
                 live += s.prefilled
         batch = DecodeBatch(requests, tasks, contexts, remaining, total)
         return decodes, self.model.step(chunks, batch, live + total)
+
+    def _decode_stretch(self) -> int:
+        """Iterations to the first finish when every running sequence decodes (0 when one still prefills).
+
+        Looked for from the end: a sequence still prefilling is most often among the latest admitted.
+        """
+        stretch = 1 << 62
+        for s in reversed(self.running):
+            if s.prefilled < s.target:
+                return 0
+            stretch = min(stretch, s.output - s.emitted)
+        return stretch
+
+    def _fast_forward(self, start: float, stretch: int) -> Generator[simpy.Event, None, None]:
+        """Advance the decode-only iterations up to the first finish (``stretch`` away) in one event, or fewer
+        when a request is routed here meanwhile (module docstring), then book them as one by one."""
+        model = self._runs
+        assert model is not None
+        decodes = list(self.running)
+        batch = len(decodes)
+        contexts = [s.prompt + s.emitted for s in decodes]
+        total = sum(contexts)
+        longest = max(contexts) if model.cost.block_tokens is not None else 0
+        run = Run(start, batch, total, longest)
+        run.add_decodes(model.cost, min(stretch, _HORIZON), math.inf)
+        self.batch_size = batch
+        self._run = run
+        yield from run.wait(self.env)
+        self._run = None
+        n = run.iterations
+        self.runs += n  # one per iteration, as without fast-forward: ReplicaStats do not depend on it
+        self._iteration += n
+        self.forward_runs += 1
+        self.forwarded += n
+        model.ran_decodes(batch, total, longest, n)
+        merges = model.decode_merge_s(batch, np.arange(total, total + batch * n, batch))
+        if merges is not None:
+            self._book_merges(decodes, merges)
+        for s in decodes:
+            s.emitted += n
+        self._retire([s for s in decodes if s.emitted >= s.output], run.end)
+
+    def _book_merges(self, decodes: list[SeqState], merges: np.ndarray) -> None:
+        """Add each iteration's merge seconds to every sequence in it, one addition per iteration in order, as
+        ``_complete`` does: np.add.accumulate adds left to right, so each sum is the same float (adding a 0.0 that
+        ``_complete`` skips changes nothing: the sums start at +0.0)."""
+        merge_s = self.ledger.merge_s
+        table = np.empty((len(decodes), len(merges) + 1))
+        table[:, 0] = [merge_s[s.request] for s in decodes]
+        table[:, 1:] = merges
+        for s, total in zip(decodes, np.add.accumulate(table, axis=1)[:, -1].tolist(), strict=True):
+            merge_s[s.request] = total
 
     def _idle(self, until: float) -> Generator[simpy.Event, None, None]:
         """Wait for a routed request (or, for a wait window, until ``until``), not busy meanwhile."""
@@ -384,6 +490,11 @@ class Stepper:
                     self.used += s.context - s.reserved
                     s.reserved = s.context
             self.peak_tokens = max(self.peak_tokens, self.used)
+        self._retire(done, end)
+
+    def _retire(self, done: list[SeqState], end: float) -> None:
+        """The sequences that emitted their last token at ``end`` leave: their KV is freed, the policy told."""
+        ledger = self.ledger
         for s in done:
             ledger.finished(s.request, end)
             self.running.remove(s)

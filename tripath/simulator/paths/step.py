@@ -104,6 +104,8 @@ class TransformedStep(BaselineStep):
     """Compression and/or SP alone: the baseline's iteration, operation for operation, on the transformed
     cost model (so a fast path given the same model gives the same records), plus the merge time."""
 
+    deterministic = True  # a transformed cost model: no draw, no state (BaselineStep.deterministic)
+
     def __init__(self, transforms: Transforms) -> None:
         super().__init__(transforms.cost, transforms.kv_bytes_per_token, transforms.kv_capacity_bytes,
                          transforms.gpus)
@@ -115,6 +117,11 @@ class TransformedStep(BaselineStep):
         result = super().step(prefills, decodes, live_tokens)
         result.merge_s = sum(self.transforms.merge_ms(prefills, decodes)) / 1000.0
         return result
+
+    def decode_merge_s(self, batch: int, total_contexts: np.ndarray) -> np.ndarray | None:
+        """``step``'s merge_s of decode-only iterations at these Σ contexts (SP's decode merge; None without SP)."""
+        sp = self.transforms.sp
+        return None if sp is None else sp.decode_merge_array(total_contexts, batch) / 1000.0
 
     def extrapolations(self) -> Extrapolations:
         return self.cost.extrapolations().with_sp(*self.transforms.sp_extrapolations())
