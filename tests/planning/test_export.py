@@ -1,106 +1,366 @@
-"""The vLLM suggestion (hand-checked commands), scenario.toml round trips, and the export folder."""
+"""The serving suggestions carry exactly what was simulated (vLLM and SGLang), scenario.toml round trips, and the
+export folder.
+
+The central test parses each exported command back into flags and environment variables and checks every one
+against the scenario the simulator builds for the candidate (``scenario_from_dict`` on ``Candidate.apply``) and
+the simulator's own record of the resolved path parameters (tripath/simulator/paths/provenance.py
+``strategies``), never against export.py's own reading: a flag with no simulated setting, or with another value,
+fails it.
+"""
 
 from __future__ import annotations
 
 import json
+import shlex
 import tomllib
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
 from tripath.core.data_dirs import SCENARIOS_DIR
 from tripath.planning.candidates import Candidate, by_names
-from tripath.planning.export import recommended_suggestion, scenario_toml, vllm_suggestion, write_export
-from tripath.planning.scenario_dict import load_scenario_dict
-from tripath.profile.profile import resolve_profile
+from tripath.planning.export import (
+    HF_REPOS,
+    NO_MATCH,
+    Suggestion,
+    recommended_sglang,
+    recommended_suggestion,
+    scenario_toml,
+    sglang_suggestion,
+    vllm_suggestion,
+    write_export,
+)
+from tripath.planning.scenario_dict import load_scenario_dict, with_fields
+from tripath.profile.profile import Profile, resolve_profile
+from tripath.simulator.paths.provenance import strategies
+from tripath.simulator.scenario.scenario import Scenario, scenario_from_dict
 
 PROFILE = "published-llama3-70b-tp4-a100"
+AIC = "aic-llama3.1-70b-tp4-h100"  # an aic profile: its draft "llama-3.1-8b (tp4)" is a real checkpoint
+HYPOTHETICAL_DRAFT = "published-llama3-8b-a100"  # its draft is a stand-in no repository holds
+# the Hugging Face repositories of the aic profile's models, read off huggingface.co (not off export.py)
+AIC_MODEL, AIC_DRAFT = "meta-llama/Llama-3.1-70B", {"llama-3.1-8b (tp4)": "meta-llama/Llama-3.1-8B"}
 HEAD = ("vllm serve meta-llama/Meta-Llama-3-70B \\\n    --tensor-parallel-size 4 \\\n    --max-num-seqs 64 \\\n"
         "    --max-num-batched-tokens 8192")
+KINDS = ("baseline", "speculative", "tiered", "sequence_parallel", "compression:fp8", "compression:int8",
+         "compression:int4", "prefix_cache", "prefix_cache+tiered", "speculative+tiered")
+ENGINES: dict[str, Callable[..., Suggestion]] = {"vllm": vllm_suggestion, "sglang": sglang_suggestion}
 
 
 @pytest.fixture(scope="module")
-def setup():
+def setup() -> tuple[Profile, dict[str, Any]]:
     data, _ = load_scenario_dict("default")
     return resolve_profile(PROFILE), data
 
 
-def _one(profile, name):
+@pytest.fixture(scope="module")
+def aic() -> Profile:
+    return resolve_profile(AIC)
+
+
+def _one(profile: Profile, name: str) -> Candidate:
     return by_names(profile, [name])[0]
 
 
-def test_baseline_command_is_tp_and_the_scenarios_batching(setup):
+def parsed(suggestion: Suggestion) -> tuple[str, dict[str, str], dict[str, str | None]]:
+    """(model, environment, flags) read back from the command line as a shell would split it."""
+    words = shlex.split(suggestion.command().replace("\\\n", " "))
+    env = {}
+    while "=" in words[0] and not words[0].startswith("-"):
+        name, _, value = words.pop(0).partition("=")
+        env[name] = value
+    launch = len(suggestion.LAUNCH)
+    assert tuple(words[:launch]) == suggestion.LAUNCH
+    model, rest = words[launch], words[launch + 1:]
+    flags: dict[str, str | None] = {}
+    while rest:
+        name = rest.pop(0)
+        assert name.startswith("--") and name not in flags, name
+        flags[name] = rest.pop(0) if rest and not rest[0].startswith("--") else None
+    return model, env, flags
+
+
+# --- the oracle: what the simulator ran ---------------------------------------------------------------------
+class Ran:
+    """The simulated scenario of one candidate and the simulator's record of its resolved path parameters."""
+
+    def __init__(self, profile: Profile, data: dict[str, Any], candidate: Candidate) -> None:
+        self.profile = profile
+        self.scenario: Scenario = scenario_from_dict(candidate.apply(data), None)
+        record = strategies(self.scenario, profile)
+        self.on = set(record["on"])
+        self.params = {name: record[name]["parameters"] for name in record["on"]}
+
+    @property
+    def tp(self) -> int:
+        return int(self.profile.key.tp)
+
+    def p(self, path: str, key: str) -> Any:
+        return self.params[path][key]
+
+    def draft_repo(self) -> str | None:
+        return AIC_DRAFT.get(self.p("speculative", "draft_model"))
+
+
+def _check_vllm(ran: Ran, env: dict[str, str], flags: dict[str, str | None]) -> None:
+    b, tiers = ran.scenario.batching, {"prefix_cache", "tiered"} <= ran.on
+    checks: dict[str, Callable[[str | None], bool]] = {
+        "--tensor-parallel-size": lambda v: v == str(ran.tp),
+        "--max-num-seqs": lambda v: v == str(b.max_batch_size),
+        "--max-num-batched-tokens": lambda v: b.policy in ("continuous", "chunked") and v == str(b.max_batched_tokens),
+        "--enable-chunked-prefill": lambda v: b.policy == "chunked" and v is None,
+        "--no-enable-prefix-caching": lambda v: "prefix_cache" not in ran.on and v is None,
+        "--enable-prefix-caching": lambda v: "prefix_cache" in ran.on and v is None,
+        "--block-size": lambda v: "prefix_cache" in ran.on and v == str(ran.p("prefix_cache", "block_tokens")),
+        "--kv-cache-dtype": lambda v: "compression" in ran.on and ran.p("compression", "mode") == "fp8" and v == "fp8",
+        "--speculative-config": lambda v: _speculative_config(ran, json.loads(v or "")),
+        "--kv-transfer-config": lambda v: tiers and json.loads(v or "")["kv_connector"] == "LMCacheConnectorV1",
+    }
+    for name, value in flags.items():
+        assert name in checks, f"{name} exported, but it is no simulated setting"
+        assert checks[name](value), f"{name} {value}: not the simulated value"
+    env_checks: dict[str, Callable[[str], bool]] = {
+        "LMCACHE_CHUNK_SIZE": lambda v: tiers and v == str(ran.p("prefix_cache", "block_tokens")),
+        "LMCACHE_LOCAL_CPU": lambda v: tiers and v == "True",
+        "LMCACHE_MAX_LOCAL_CPU_SIZE": lambda v: tiers and _close(v, ran.p("tiered", "host_capacity_gib") / ran.tp),
+        "LMCACHE_LOCAL_DISK": lambda v: tiers and ran.p("tiered", "ssd_capacity_gib") > 0 and v.startswith("file://"),
+        "LMCACHE_MAX_LOCAL_DISK_SIZE": lambda v: tiers and _close(v, ran.p("tiered", "ssd_capacity_gib") / ran.tp),
+    }
+    for name, value in env.items():
+        assert name in env_checks, f"{name} exported, but it is no simulated setting"
+        assert env_checks[name](value), f"{name}={value}: not the simulated value"
+
+
+def _speculative_config(ran: Ran, config: dict[str, Any]) -> bool:
+    if "speculative" not in ran.on or config["num_speculative_tokens"] != ran.p("speculative", "k"):
+        return False
+    if ran.p("speculative", "proposer") == "prompt_lookup":
+        return config == {"method": "ngram", "num_speculative_tokens": ran.p("speculative", "k")}
+    return config == {"method": "draft_model", "model": ran.draft_repo(),
+                      "num_speculative_tokens": ran.p("speculative", "k")}
+
+
+def _close(value: str, gib: float) -> bool:
+    return abs(float(value) - gib) < 1e-3
+
+
+def _check_sglang(ran: Ran, env: dict[str, str], flags: dict[str, str | None]) -> None:
+    b, tiers = ran.scenario.batching, {"prefix_cache", "tiered"} <= ran.on
+    drafted = "speculative" in ran.on and ran.p("speculative", "proposer") == "draft" and ran.draft_repo() is not None
+    k = ran.p("speculative", "k") if drafted else None
+    checks: dict[str, Callable[[str | None], bool]] = {
+        "--tp-size": lambda v: v == str(ran.tp),
+        "--max-running-requests": lambda v: v == str(b.max_batch_size),
+        "--chunked-prefill-size": lambda v: b.policy == "chunked" and v == str(b.max_batched_tokens),
+        "--enable-mixed-chunk": lambda v: b.policy == "chunked" and v is None,
+        "--disable-radix-cache": lambda v: "prefix_cache" not in ran.on and v is None,
+        "--page-size": lambda v: "prefix_cache" in ran.on and v == str(ran.p("prefix_cache", "block_tokens")),
+        "--kv-cache-dtype": lambda v: "compression" in ran.on and ran.p("compression", "mode") == "fp8"
+        and v == "fp8_e4m3",
+        "--speculative-algorithm": lambda v: drafted and v == "STANDALONE",
+        "--speculative-draft-model-path": lambda v: drafted and v == ran.draft_repo(),
+        "--speculative-num-steps": lambda v: drafted and v == str(k),
+        "--speculative-eagle-topk": lambda v: drafted and v == "1",
+        "--speculative-num-draft-tokens": lambda v: drafted and v == str((k or 0) + 1),
+        "--enable-hierarchical-cache": lambda v: tiers and v is None,
+        "--hicache-size": lambda v: tiers and int(v or "") == int(ran.p("tiered", "host_capacity_gib") // ran.tp),
+    }
+    assert env == {}
+    for name, value in flags.items():
+        assert name in checks, f"{name} exported, but it is no simulated setting"
+        assert checks[name](value), f"{name} {value}: not the simulated value"
+
+
+# what each engine must carry when it was simulated (the other half: nothing simulated is silently dropped)
+def _required(ran: Ran, engine: str) -> set[str]:
+    b, vllm = ran.scenario.batching, engine == "vllm"
+    need = {"--tensor-parallel-size", "--max-num-seqs"} if vllm else {"--tp-size", "--max-running-requests"}
+    if b.policy == "chunked":
+        need |= {"--max-num-batched-tokens", "--enable-chunked-prefill"} if vllm else {"--chunked-prefill-size",
+                                                                                       "--enable-mixed-chunk"}
+    if "prefix_cache" not in ran.on:
+        need.add("--no-enable-prefix-caching" if vllm else "--disable-radix-cache")
+    elif {"prefix_cache", "tiered"} <= ran.on:
+        need.add("--kv-transfer-config" if vllm else "--enable-hierarchical-cache")
+    if "compression" in ran.on and ran.p("compression", "mode") == "fp8":
+        need.add("--kv-cache-dtype")
+    if "speculative" in ran.on and ran.draft_repo() is not None:
+        need.add("--speculative-config" if vllm else "--speculative-draft-model-path")
+    return need
+
+
+def _unmatched(ran: Ran) -> list[str]:
+    """The simulated settings no engine serves as simulated: each must be a "no served feature matches" note."""
+    out = []
+    if ran.scenario.batching.policy == "continuous":
+        out.append("batching.policy 'continuous'")
+    if "sequence_parallel" in ran.on:
+        out.append("sequence_parallel")
+    if "tiered" in ran.on:
+        out.append("tiered" if "prefix_cache" not in ran.on else "the live-KV part of tiered")
+    if "compression" in ran.on and ran.p("compression", "mode") != "fp8":
+        out.append(f"compression.mode {ran.p('compression', 'mode')!r}")
+    return out
+
+
+@pytest.mark.parametrize("engine", sorted(ENGINES))
+@pytest.mark.parametrize("policy", ["continuous", "chunked"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_exported_flag_is_a_simulated_setting_with_its_value(setup, aic, engine, policy, kind):
+    _, data = setup
+    data = with_fields(data, {"batching.policy": policy})
+    candidate = _one(aic, kind)
+    ran = Ran(aic, data, candidate)
+    suggestion = ENGINES[engine](aic, data, candidate, 3)
+    model, env, flags = parsed(suggestion)
+    assert model == AIC_MODEL
+    (_check_vllm if engine == "vllm" else _check_sglang)(ran, env, flags)
+    assert _required(ran, engine) <= set(flags), "a simulated setting the engine has is missing"
+    # the parsed command is the settings' own list: each with where its value comes from
+    assert {s.name for s in suggestion.settings} == set(flags) | set(env)
+    assert all(s.source and s.verified for s in suggestion.settings)
+    for what in _unmatched(ran):
+        assert any(n.startswith(f"{NO_MATCH} {what}") for n in suggestion.notes), what
+
+
+def test_baseline_commands_by_hand(setup):
     profile, data = setup
     s = vllm_suggestion(profile, data, _one(profile, "baseline"), 7)
-    # profile key.tp = 4; default.toml batching: max_batch_size 64, max_batched_tokens 8192
-    assert s.command() == HEAD
+    # profile key.tp = 4; default.toml batching: max_batch_size 64, max_batched_tokens 8192; no prefix cache
+    assert s.command() == HEAD + " \\\n    --no-enable-prefix-caching"
     sources = {x.name: x.source for x in s.settings}
-    assert sources == {"--tensor-parallel-size": "profile key.tp",
-                       "--max-num-seqs": "scenario batching.max_batch_size",
-                       "--max-num-batched-tokens": "scenario batching.max_batched_tokens"}
+    assert sources["--tensor-parallel-size"] == "profile key.tp"
+    assert sources["--max-num-seqs"] == "scenario batching.max_batch_size"
+    assert sources["--max-num-batched-tokens"].startswith("scenario batching.max_batched_tokens")
     text = s.text()
-    assert text.startswith("# vLLM SUGGESTION") and "run 7 replica(s)" in text and text.endswith(HEAD + "\n")
+    assert text.startswith("# vLLM SUGGESTION") and "run 7 replica(s)" in text
+    assert text.endswith(HEAD + " \\\n    --no-enable-prefix-caching\n")
+    assert "# candidate: baseline" in text  # the app's test reads this line
+    g = sglang_suggestion(profile, data, _one(profile, "baseline"), 7)
+    assert g.command() == ("python -m sglang.launch_server --model-path meta-llama/Meta-Llama-3-70B \\\n"
+                           "    --tp-size 4 \\\n    --max-running-requests 64 \\\n    --disable-radix-cache")
+    assert g.text().startswith("# SGLang SUGGESTION")
+    assert s.to_dict()["engine"] == "vllm" and g.to_dict()["engine"] == "sglang"
 
 
-def test_speculative_config_names_the_profiles_draft_and_k(setup):
+def test_chunked_policy_by_hand(setup):
     profile, data = setup
-    s = vllm_suggestion(profile, data, _one(profile, "speculative"))
-    # the profile's speculative.draft_model is "llama-3-8b (tp4)", its k is 4
-    assert s.command() == HEAD + (' \\\n    --speculative-config \'{"model": "meta-llama/Meta-Llama-3-8B", '
-                                  '"num_speculative_tokens": 4, "method": "draft_model"}\'')
+    chunked = with_fields(data, {"batching.policy": "chunked"})
+    s = vllm_suggestion(profile, chunked, _one(profile, "baseline"))
+    assert s.command() == HEAD + " \\\n    --enable-chunked-prefill \\\n    --no-enable-prefix-caching"
+    assert not any("'continuous'" in n for n in s.notes)
+    g = sglang_suggestion(profile, chunked, _one(profile, "baseline"))
+    assert parsed(g)[2] == {"--tp-size": "4", "--max-running-requests": "64", "--chunked-prefill-size": "8192",
+                            "--enable-mixed-chunk": None, "--disable-radix-cache": None}
+
+
+def test_speculative_names_the_real_draft_and_the_simulated_k(aic, setup):
+    _, data = setup
+    s = vllm_suggestion(aic, data, _one(aic, "speculative"))
+    # the aic profile's speculative.draft_model is "llama-3.1-8b (tp4)", its k is 4
+    assert json.loads(parsed(s)[2]["--speculative-config"]) == {
+        "method": "draft_model", "model": "meta-llama/Llama-3.1-8B", "num_speculative_tokens": 4}
     spec = next(x for x in s.settings if x.name == "--speculative-config")
-    assert "profile speculative.draft_model 'llama-3-8b (tp4)'" in spec.source
-    assert "profile speculative.k" in spec.source
-    own = vllm_suggestion(profile, data, Candidate("speculative", {"speculative": {"k": 2}}))
-    spec = next(x for x in own.settings if x.name == "--speculative-config")
-    assert json.loads(spec.value)["num_speculative_tokens"] == 2 and "candidate speculative.k" in spec.source
+    assert "profile speculative.draft_model 'llama-3.1-8b'" in spec.source and "profile speculative.k" in spec.source
+    own = Candidate("speculative", {"speculative": {"k": 2}})
+    assert json.loads(parsed(vllm_suggestion(aic, data, own))[2]["--speculative-config"])[
+        "num_speculative_tokens"] == 2
+    flags = parsed(sglang_suggestion(aic, data, own))[2]
+    assert (flags["--speculative-num-steps"], flags["--speculative-num-draft-tokens"]) == ("2", "3")
 
 
-def test_prefix_caching_is_a_bare_flag_and_affinity_is_the_routers_job(setup):
+def test_a_hypothetical_draft_gets_no_speculative_flag(setup):
+    _, data = setup
+    profile = resolve_profile(HYPOTHETICAL_DRAFT)
+    draft = profile.speculative.draft_model
+    assert draft.startswith("hypothetical-") and draft.split(" (")[0] not in HF_REPOS
+    for engine, make in ENGINES.items():
+        s = make(profile, data, _one(profile, "speculative"))
+        assert not any(name.startswith("--speculative") for name in parsed(s)[2]), engine
+        assert any(n.startswith(f"{NO_MATCH} the simulated draft") and "hypothetical stand-in" in n
+                   for n in s.notes), engine
+
+
+def test_adaptive_k_exports_the_simulated_maximum(aic, setup):
+    _, data = setup
+    adaptive = Candidate("speculative", {"speculative": {"k": 5, "adaptive": True}})
+    s = vllm_suggestion(aic, data, adaptive)
+    assert json.loads(parsed(s)[2]["--speculative-config"])["num_speculative_tokens"] == 5
+    assert any(n.startswith(f"{NO_MATCH} adaptive K") and "at most 5" in n for n in s.notes)
+
+
+def test_prompt_lookup_is_ngram_in_vllm_and_unmatched_in_sglang(aic, setup):
+    _, data = setup
+    lookup = Candidate("speculative", {"speculative": {"proposer": "prompt_lookup", "k": 3}})
+    assert json.loads(parsed(vllm_suggestion(aic, data, lookup))[2]["--speculative-config"]) == {
+        "method": "ngram", "num_speculative_tokens": 3}
+    g = sglang_suggestion(aic, data, lookup)
+    assert not any(name.startswith("--speculative") for name in parsed(g)[2])
+    assert any(n.startswith(f"{NO_MATCH} proposer 'prompt_lookup'") for n in g.notes)
+
+
+def test_prefix_block_size_is_exported_only_where_vllm_takes_it(aic, setup):
+    _, data = setup
+    default = vllm_suggestion(aic, data, _one(aic, "prefix_cache"))  # 512-token blocks: above vLLM's 256
+    assert "--block-size" not in parsed(default)[2]
+    assert any(n.startswith(f"{NO_MATCH} prefix_cache.block_tokens 512") for n in default.notes)
+    small = Candidate("prefix_cache", {"prefix_cache": {"block_tokens": 16}})
+    assert parsed(vllm_suggestion(aic, data, small))[2]["--block-size"] == "16"
+    assert parsed(sglang_suggestion(aic, data, small))[2]["--page-size"] == "16"
+
+
+def test_affinity_routing_is_the_routers_job(setup):
     profile, data = setup
     s = vllm_suggestion(profile, data, _one(profile, "prefix_cache"), 3)
-    assert s.command() == HEAD + " \\\n    --enable-prefix-caching"
-    flag = next(x for x in s.settings if x.name == "--enable-prefix-caching")
-    assert flag.value is None and "512-token blocks" in flag.source  # the candidate's default block_tokens
     assert any("router" in note for note in s.notes)
     alone = vllm_suggestion(profile, data, _one(profile, "prefix_cache"), 1)
     assert not any("router" in note for note in alone.notes)  # one replica: nothing to route
-    base = vllm_suggestion(profile, data, _one(profile, "baseline"), 3)
-    assert any("--no-enable-prefix-caching" in note for note in base.notes)
 
 
-def test_tiered_and_sequence_parallel_give_lmcache_and_context_parallel(setup):
+def test_plain_tiered_exports_no_offload(aic, setup):
+    _, data = setup
+    for make in ENGINES.values():
+        s = make(aic, data, _one(aic, "tiered"))
+        model, env, flags = parsed(s)
+        assert env == {} and not ({"--kv-transfer-config", "--enable-hierarchical-cache", "--kv-offloading-backend",
+                                   "--kv-offloading-size", "--cpu-offload-gb"} & set(flags))
+        assert any(n.startswith(f"{NO_MATCH} tiered") and "LIVE KV" in n for n in s.notes)
+
+
+def test_prefix_cache_tiered_sizes_per_rank_by_hand(aic, setup):
+    _, data = setup
+    # the aic profile: host memory 256 GiB, tp 4 -> 64 GiB per rank; a 48 GiB host tier -> 12 GiB per rank
+    small = Candidate("prefix_cache+tiered", {"prefix_cache": {}, "tiered": {"host_capacity_gib": 48.0,
+                                                                             "ssd_capacity_gib": 0.0}})
+    _, env, flags = parsed(vllm_suggestion(aic, data, small))
+    assert env == {"LMCACHE_CHUNK_SIZE": "512", "LMCACHE_LOCAL_CPU": "True", "LMCACHE_MAX_LOCAL_CPU_SIZE": "12"}
+    assert parsed(sglang_suggestion(aic, data, small))[2]["--hicache-size"] == "12"
+    _, env, _ = parsed(vllm_suggestion(aic, data, _one(aic, "prefix_cache+tiered")))
+    assert env["LMCACHE_MAX_LOCAL_CPU_SIZE"] == "64" and "LMCACHE_MAX_LOCAL_DISK_SIZE" in env
+
+
+def test_windowed_policies_and_preemption_are_notes(setup):
     profile, data = setup
-    s = vllm_suggestion(profile, data, _one(profile, "sequence_parallel+tiered"), 3)
-    # host tier: the profile's hardware.host_memory_bytes 137438953472 B = 128 GiB; page = tiered.chunk_tokens 256
-    assert s.command() == (
-        "LMCACHE_LOCAL_CPU=True LMCACHE_MAX_LOCAL_CPU_SIZE=128 LMCACHE_CHUNK_SIZE=256 " + HEAD
-        + " \\\n    --prefill-context-parallel-size 2"
-        + " \\\n    --kv-transfer-config '{\"kv_connector\":\"LMCacheConnectorV1\",\"kv_role\":\"kv_both\"}'")
-    by = {x.name: x for x in s.settings}
-    assert not by["--prefill-context-parallel-size"].verified and by["--kv-transfer-config"].verified
-    assert "profile hardware.host_memory_bytes" in by["LMCACHE_MAX_LOCAL_CPU_SIZE"].source
-    text = s.text()
-    assert "NOT verified" in text and "--decode-context-parallel-size" in text and "SSD tier" in text
-    small = vllm_suggestion(profile, data, Candidate("tiered", {"tiered": {"host_capacity_gib": 48.0}}))
-    assert "LMCACHE_MAX_LOCAL_CPU_SIZE=48 " in small.command()
-
-
-@pytest.mark.parametrize(("mode", "dtype"), [("fp8", "fp8"), ("int8", "fp8"), ("int4", None)])
-def test_compression_maps_to_kv_cache_dtype_or_says_there_is_none(setup, mode, dtype):
-    profile, data = setup
-    s = vllm_suggestion(profile, data, _one(profile, f"compression:{mode}"))
-    flags = {x.name: x.value for x in s.settings}
-    assert flags.get("--kv-cache-dtype") == dtype
-    if dtype is None:
-        assert any("no int4 KV cache" in n for n in s.notes)
+    dynamic = with_fields(data, {"batching.policy": "dynamic", "batching.max_wait_ms": 5.0,
+                                 "batching.preemption": "swap"})
+    for engine, make in ENGINES.items():
+        s = make(profile, dynamic, _one(profile, "baseline"))
+        flags = parsed(s)[2]
+        assert not {"--max-num-batched-tokens", "--enable-chunked-prefill", "--chunked-prefill-size"} & set(flags)
+        assert any(n.startswith(f"{NO_MATCH} batching.policy 'dynamic'") for n in s.notes), engine
+        assert any(n.startswith(f"{NO_MATCH} batching.preemption 'swap'") for n in s.notes), engine
+    recompute = with_fields(data, {"batching.preemption": "recompute"})
+    notes = vllm_suggestion(profile, recompute, _one(profile, "baseline")).notes
+    assert not any("preemption" in n and n.startswith(NO_MATCH) for n in notes)
 
 
 def test_absent_batching_takes_the_simulators_defaults(setup):
     profile, data = setup
     bare = {k: v for k, v in data.items() if k != "batching"}
-    s = vllm_suggestion(profile, bare, _one(profile, "baseline"))
-    by = {x.name: x for x in s.settings}
-    assert by["--max-num-seqs"].value == "256" and "default" in by["--max-num-seqs"].source
+    for engine, flag in (("vllm", "--max-num-seqs"), ("sglang", "--max-running-requests")):
+        by = {x.name: x for x in ENGINES[engine](profile, bare, _one(profile, "baseline")).settings}
+        assert by[flag].value == "256" and "default" in by[flag].source
 
 
 @pytest.mark.parametrize("path", sorted(SCENARIOS_DIR.glob("*.toml")), ids=lambda p: p.stem)
@@ -117,11 +377,28 @@ def test_scenario_toml_quotes_odd_keys_and_inline_values():
 def test_write_export_and_the_closest_when_none_meets(setup, tmp_path):
     profile, data = setup
     rec = {"recommended": None, "closest": {"candidate": "speculative", "replicas": None, "searched_replicas": 8}}
-    s = recommended_suggestion(rec, profile, data)
+    s, g = recommended_suggestion(rec, profile, data), recommended_sglang(rec, profile, data)
     assert s is not None and s.replicas == 8 and "MISSES the SLA" in s.candidate
-    assert recommended_suggestion({"recommended": None, "closest": None}, profile, data) is None
-    written = write_export(tmp_path / "out", data, {"meets_sla": False}, s)
-    assert [p.name for p in written] == ["scenario.toml", "recommendation.json", "vllm.txt"]
+    assert g is not None and g.replicas == 8 and "MISSES the SLA" in g.candidate
+    none = {"recommended": None, "closest": None}
+    assert recommended_suggestion(none, profile, data) is None and recommended_sglang(none, profile, data) is None
+    written = write_export(tmp_path / "out", data, {"meets_sla": False}, s, sglang=g)
+    assert [p.name for p in written] == ["scenario.toml", "recommendation.json", "vllm.txt", "sglang.txt"]
     assert tomllib.loads((tmp_path / "out" / "scenario.toml").read_text()) == data
     assert json.loads((tmp_path / "out" / "recommendation.json").read_text()) == {"meets_sla": False}
     assert (tmp_path / "out" / "vllm.txt").read_text() == s.text()
+    assert (tmp_path / "out" / "sglang.txt").read_text() == g.text()
+    best = {"recommended": {"candidate": "baseline", "replicas": 2}, "closest": None}
+    met = recommended_sglang(best, profile, data)
+    assert met is not None and met.candidate == "baseline" and met.replicas == 2
+    only = write_export(tmp_path / "old", data, {}, recommended_suggestion(best, profile, data))  # the old call
+    assert [p.name for p in only] == ["scenario.toml", "recommendation.json", "vllm.txt"]
+
+
+def test_a_summary_with_its_layout_is_exported_on_that_profile(setup):
+    profile, data = setup  # PROFILE is a Llama-3-70B profile; the layout names the aic Llama-3.1-70B one
+    rec = {"recommended": {"candidate": "baseline", "replicas": 2, "layout": {"profile": AIC, "tp": 4}},
+           "closest": None}
+    for make in (recommended_suggestion, recommended_sglang):
+        s = make(rec, profile, data)
+        assert s is not None and s.model == AIC_MODEL

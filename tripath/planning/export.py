@@ -1,34 +1,42 @@
-"""A recommendation kept as files, and its serving settings as a vLLM command line (a suggestion).
+"""A recommendation kept as files, and its serving settings as vLLM and SGLang command lines (suggestions).
 
-``vllm_suggestion`` turns one candidate (its ``[strategy.*]`` tables), the scenario's batching and the profile
-into ``vllm serve`` flags; every flag and environment variable carries where its value comes from (the
-candidate's settings, the scenario, or the profile) and each line says whether its flag name was checked
-against vLLM's documentation (docs/planning.md lists the pages). Where vLLM has no equivalent of a simulated
-setting (an int4 KV cache), the output says so instead of a flag. It is a starting point to measure, not a
-tested configuration: vLLM's scheduler, kernels and memory accounting are not the simulator's.
+The rule: a command carries exactly what was simulated, nothing else. ``Simulated.of`` builds the candidate's
+scenario the way the simulator does (its ``[strategy.*]`` tables applied to the scenario dict, every default
+resolved, tripath/planning/scenario_dict.py ``build``); ``vllm_suggestion`` and ``sglang_suggestion`` turn
+each simulated setting into a flag only where the engine has a feature that does the same thing, with the
+simulated value. Where it has none (the simulated whole-prompt prefill, paging of live KV, sequence
+parallelism, an int8 or int4 KV cache, a draft model no checkpoint exists for, ...), the output says "no
+served feature matches" and why, instead of a flag. Each flag and environment variable keeps where its value
+comes from (the candidate, the scenario, the profile) and whether its name was checked against the engine's
+documentation or source (docs/planning.md lists what was read). A command is a starting point to measure,
+not a tested configuration: the engines' schedulers, kernels and memory accounting are not the simulator's.
 
 ``write_export`` writes a folder: scenario.toml (the scenario as recommended: the request rate and any
 request-count override applied, so ``tripath recommend DIR/scenario.toml`` reruns it), recommendation.json
-(what ``tripath recommend --json`` prints) and vllm.txt (the suggestion), each file atomically.
+(what ``tripath recommend --json`` prints), vllm.txt and sglang.txt (the suggestions), each file atomically.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import re
 import shlex
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, TypeVar
 
 from tripath.core.atomic import writing_dir
 from tripath.planning.candidates import Candidate, by_names
-from tripath.profile.profile import Profile
-from tripath.simulator.scenario.scenario import BatchingSpec
-from tripath.simulator.scenario.strategy import GIB, HOST_SSD, PrefixCacheSpec, SpeculativeSpec, TieredSpec
+from tripath.planning.scenario_dict import build
+from tripath.profile.profile import Profile, resolve_profile
+from tripath.simulator.scenario.scenario import Scenario
+from tripath.simulator.scenario.strategy import GIB, HOST_SSD, SpeculativeSpec, TieredSpec
 
 # Hugging Face repositories of the models the shipped profiles name (the same repositories as
-# tripath/calibrate/published/speculative.py ARCHS cites for their shapes); a name not here is printed as it is
+# tripath/calibrate/published/speculative.py ARCHS cites for their shapes). A target not here is printed as the
+# profile names it; a DRAFT not here gets no speculative flag (a draft is served only from a real checkpoint)
 HF_REPOS = {
     "llama-2-7b": "meta-llama/Llama-2-7b-hf",
     "llama-2-70b": "meta-llama/Llama-2-70b-hf",
@@ -44,23 +52,22 @@ HF_REPOS = {
     "qwen3-32b": "Qwen/Qwen3-32B",
     "qwen3-0.6b": "Qwen/Qwen3-0.6B",
 }
-# vLLM's --kv-cache-dtype per compression mode: None where vLLM has no KV cache format of that kind
-KV_CACHE_DTYPES: dict[str, tuple[str | None, str]] = {
-    "fp8": ("fp8", "the same format (1 byte per element)"),
-    "int8": ("fp8", "vLLM has no int8 KV cache; fp8 stores the same 1 byte per element, but its accuracy and "
-                    "kernels are fp8's, not the simulated int8's"),
-    "int4": (None, "vLLM has no int4 KV cache dtype (--kv-cache-dtype takes auto, fp8, fp8_e4m3, fp8_e5m2): "
-                   "no flag; without it vLLM keeps the model's dtype"),
-}
+# how tripath/calibrate/published/speculative.py names a draft shape no released checkpoint has
+HYPOTHETICAL = "hypothetical-"
+NO_MATCH = "no served feature matches"
+# the compression modes an engine's KV cache dtype stores exactly: tripath's fp8 is E4M3, one byte per element
+# with per-tensor scales (tripath/calibrate/published/compression.py), vLLM's "fp8" (its E4M3) and SGLang's
+# "fp8_e4m3"; int8 and int4 (8 or 4 bits + a scale and zero per group) are no engine's KV cache format
+KV_CACHE_DTYPES = {"fp8": {"vllm": "fp8", "sglang": "fp8_e4m3"}}  # mode -> engine -> its --kv-cache-dtype
+VLLM_BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)  # vllm/config/cache.py BlockSize
 LMCACHE_CONNECTOR = {"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"}
-HEADER = ("# vLLM SUGGESTION, not a tested configuration: the recommended candidate's settings as vLLM flags.\n"
-          "# Measure it on your deployment; vLLM's scheduler and memory accounting are not the simulator's.")
+WINDOWED = ("static", "dynamic", "adaptive")  # batch formation no iteration-level engine has
 
 
 @dataclasses.dataclass(frozen=True)
 class Setting:
     """One flag (``--name value``) or environment variable (``NAME=value``), where its value comes from, and
-    whether its name was checked in vLLM's (or LMCache's) documentation."""
+    whether its name was checked in the engine's (or LMCache's) documentation or source."""
 
     name: str
     value: str | None  # None: a bare flag (--enable-prefix-caching); with ``env``, never
@@ -74,8 +81,14 @@ class Setting:
 
 
 @dataclasses.dataclass(frozen=True)
-class VllmSuggestion:
-    """``vllm serve MODEL`` with flags and environment, for one replica of ``candidate``."""
+class Suggestion:
+    """A serving command for one replica of ``candidate``: the launcher, the model, flags and environment.
+    Subclasses name the engine (``ENGINE``, ``KEY``) and how it is launched (``LAUNCH``: the words before the
+    model)."""
+
+    ENGINE: ClassVar[str] = ""
+    KEY: ClassVar[str] = ""
+    LAUNCH: ClassVar[tuple[str, ...]] = ()
 
     candidate: str
     model: str
@@ -85,137 +98,424 @@ class VllmSuggestion:
     notes: tuple[str, ...] = dataclasses.field(default_factory=tuple)
 
     def command(self) -> str:
-        """The shell command: environment assignments, ``vllm serve MODEL``, then the flags, one per line."""
+        """The shell command: environment assignments, the launcher and the model, then the flags, one per line."""
         env = [f"{s.name}={shlex.quote(s.value or '')}" for s in self.settings if s.env]
-        head = " ".join([*env, "vllm", "serve", shlex.quote(self.model)])
+        head = " ".join([*env, *self.LAUNCH, shlex.quote(self.model)])
         flags = [f"{s.name}" + ("" if s.value is None else f" {shlex.quote(s.value)}")
                  for s in self.settings if not s.env]
         return " \\\n    ".join([head, *flags])
 
     def text(self) -> str:
         """The header, one comment line per setting (where it comes from), the notes, then the command."""
-        lines = [HEADER, f"# candidate: {self.candidate}" + (
-            "" if self.replicas is None else f"; run {self.replicas} replica(s) of this command behind a load "
-                                             f"balancer (the plan's replica count)")]
+        lines = [f"# {self.ENGINE} SUGGESTION, not a tested configuration: the recommended candidate's SIMULATED "
+                 f"settings as {self.ENGINE} flags; what {self.ENGINE} cannot do as simulated is a note, not a flag.",
+                 f"# Measure it on your deployment; {self.ENGINE}'s scheduler and memory accounting are not the "
+                 "simulator's.",
+                 f"# candidate: {self.candidate}" + (
+                     "" if self.replicas is None else f"; run {self.replicas} replica(s) of this command behind a "
+                                                      f"load balancer (the plan's replica count)")]
         lines.append(f"#   MODEL {self.model}: {self.model_source}")
         for s in self.settings:
-            check = "" if s.verified else " [flag name NOT verified in vLLM's docs]"
+            check = "" if s.verified else f" [name NOT verified in {self.ENGINE}'s docs]"
             shown = s.name if s.value is None else f"{s.name}{'=' if s.env else ' '}{s.value}"
             lines.append(f"#   {shown}: {s.source}{check}")
         lines += [f"# note: {n}" for n in self.notes]
         return "\n".join([*lines, self.command()]) + "\n"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"label": "suggestion", "candidate": self.candidate, "model": self.model,
+        return {"label": "suggestion", "engine": self.KEY, "candidate": self.candidate, "model": self.model,
                 "model_source": self.model_source, "replicas": self.replicas,
                 "settings": [s.to_dict() for s in self.settings], "notes": list(self.notes),
                 "command": self.command()}
 
 
+class VllmSuggestion(Suggestion):
+    """``vllm serve MODEL`` with flags and environment."""
+
+    ENGINE = "vLLM"
+    KEY = "vllm"
+    LAUNCH = ("vllm", "serve")
+
+
+class SglangSuggestion(Suggestion):
+    """``python -m sglang.launch_server --model-path MODEL`` with flags."""
+
+    ENGINE = "SGLang"
+    KEY = "sglang"
+    LAUNCH = ("python", "-m", "sglang.launch_server", "--model-path")
+
+
+S = TypeVar("S", bound=Suggestion)
+
+
+@dataclasses.dataclass(frozen=True)
+class Draft:
+    """The profile's draft model as an engine would load it: its Hugging Face repository (None: there is none to
+    serve) and the TP it was priced at (None: the profile does not say)."""
+
+    name: str
+    repo: str | None
+    tp: int | None
+
+    def why_none(self) -> str:
+        """Why no speculative flag can name this draft (for a draft with no repository)."""
+        kind = ("is a hypothetical stand-in (tripath/calibrate/published/speculative.py: a shape no released "
+                "checkpoint has), so no repository holds it" if self.name.startswith(HYPOTHETICAL) else
+                "names no checkpoint whose Hugging Face repository tripath knows (export.py HF_REPOS)")
+        return (f"{NO_MATCH} the simulated draft: the profile's speculative.draft_model {self.name!r} {kind}; the "
+                "simulated costs and acceptance are that draft's, and another draft costs and accepts differently, "
+                "so no speculative flag is exported (calibrate a profile with the draft you will serve)")
+
+
+@dataclasses.dataclass(frozen=True)
+class Simulated:
+    """What one candidate's simulation ran with: its scenario built as the simulator builds it and the profile.
+    ``given``: the [batching] keys the scenario sets itself (the rest are the simulator's defaults)."""
+
+    scenario: Scenario
+    profile: Profile
+    given: frozenset[str]
+
+    @classmethod
+    def of(cls, profile: Profile, data: dict[str, Any], candidate: Candidate) -> Simulated:
+        """The candidate's scenario (``Candidate.apply``, then the scenario reader) on ``profile``."""
+        return cls(build(candidate.apply(data), None), profile, frozenset(data.get("batching") or ()))
+
+    @property
+    def tp(self) -> int:
+        return int(self.profile.key.tp)
+
+    def batching_source(self, key: str) -> str:
+        return f"scenario batching.{key}" if key in self.given else f"the simulator's default batching.{key}"
+
+    def speculative_k(self, spec: SpeculativeSpec) -> tuple[int, str]:
+        """K as the simulator resolves it (tripath/simulator/paths/speculative.py: the candidate's, else the
+        profile's) and where it comes from; with adaptive K it is the most the controller proposes."""
+        if spec.k is not None:
+            return spec.k, "candidate speculative.k"
+        section = self.profile.speculative
+        if section is None:  # check_against_profile refuses a speculative run without the section
+            raise ValueError(f"profile {self.profile.key_str()} has no speculative section")
+        return int(section.k), "profile speculative.k"
+
+    def draft(self) -> Draft:
+        """The profile's draft, "name (tpN)" as the profiles write it."""
+        section = self.profile.speculative
+        base, tp = _name_and_tp("" if section is None else section.draft_model)
+        return Draft(base, HF_REPOS.get(base), tp)
+
+    def tiers_gib(self, spec: TieredSpec) -> tuple[float, str, float, str]:
+        """(host GiB, its source, SSD GiB, its source) of one replica as the simulator sizes them
+        (tripath/simulator/paths/tiered.py TierPhysics): no SSD tier without the profile's host_ssd link."""
+        hw = self.profile.hardware
+        host, host_from = ((hw.host_memory_bytes / GIB, "profile hardware.host_memory_bytes")
+                           if spec.host_capacity_gib is None else (spec.host_capacity_gib, "candidate tiered"
+                                                                                        ".host_capacity_gib"))
+        if HOST_SSD not in self.profile.paging:
+            return host, host_from, 0.0, f"no SSD tier: the profile has no paging.{HOST_SSD} link"
+        ssd, ssd_from = ((hw.ssd_bytes / GIB, "profile hardware.ssd_bytes") if spec.ssd_capacity_gib is None
+                         else (spec.ssd_capacity_gib, "candidate tiered.ssd_capacity_gib"))
+        return host, host_from, ssd, ssd_from
+
+
+def _name_and_tp(name: str) -> tuple[str, int | None]:
+    """A profile's model name without its "(tpN)" (or other parenthesised) suffix, and N where it says one."""
+    match = re.match(r"^(.*?)\s*(?:\((?:tp(\d+)|.*)\))?\s*$", name)
+    assert match is not None  # every part of the pattern is optional
+    return match.group(1), None if match.group(2) is None else int(match.group(2))
+
+
 def _hf(name: str) -> tuple[str, str]:
-    """(the name vLLM loads, why): the Hugging Face repository where one is known, else the profile's name."""
-    base = re.sub(r"\s*\(.*\)\s*$", "", name)
+    """(the name the engine loads, why): the Hugging Face repository where one is known, else the profile's name."""
+    base = _name_and_tp(name)[0]
     repo = HF_REPOS.get(base)
     if repo is None:
         return base, "no Hugging Face repository known for it: replace with your checkpoint's path"
     return repo, f"the Hugging Face repository of {base!r}"
 
 
+def _json(value: dict[str, Any]) -> str:
+    return json.dumps(value, separators=(", ", ": "))
+
+
+def _gib(value: float) -> str:
+    """GiB to the MiB (3 decimals), trailing zeros dropped: 64, 894.07."""
+    return f"{value:.3f}".rstrip("0").rstrip(".")
+
+
+# --- what no engine does as simulated: the same notes for both -----------------------------------------------
+def _batching_notes(sim: Simulated, engine: str, seqs_flag: str) -> list[str]:
+    """The simulated batch formation and preemption where ``engine`` has no setting that does the same
+    (``seqs_flag``: its flag for the most sequences in a batch)."""
+    b, notes = sim.scenario.batching, []
+    if b.policy in WINDOWED:
+        notes.append(f"{NO_MATCH} batching.policy {b.policy!r}: the simulation formed batches outside the engine "
+                     f"(a Triton-style {'AIMD-steered ' if b.policy == 'adaptive' else ''}batcher with a "
+                     f"{b.max_wait_ms:g} ms window, no token budget); {engine} admits requests at every iteration. "
+                     f"{seqs_flag} carries batching.max_batch_size (the simulated maximum), and no token budget "
+                     "is exported (none was simulated)")
+    if b.preemption == "none":
+        notes.append(f"{NO_MATCH} batching.preemption 'none': each simulated request reserved its prompt and its "
+                     f"whole output's KV at admission and was never preempted; {engine} allocates KV as tokens are "
+                     "written and preempts (recomputes) a request when the cache is full, so it can admit more "
+                     "requests than the simulation did")
+    elif b.preemption == "swap":
+        notes.append(f"{NO_MATCH} batching.preemption 'swap' (a preempted request's KV copied to host memory): "
+                     f"{engine} preempts by recomputing (vLLM V1 has no swap space)")
+    else:
+        notes.append(f"batching.preemption 'recompute' is {engine}'s own default (no flag)")
+    return notes
+
+
+def _path_notes(sim: Simulated, engine: str) -> list[str]:
+    """The simulated paths ``engine`` has no feature for: sequence parallelism, live-KV paging, int KV caches."""
+    strategy, notes = sim.scenario.strategy, []
+    sp = strategy.sequence_parallel
+    if sp is not None:
+        notes.append(
+            f"{NO_MATCH} sequence_parallel degree {sp.degree}: the simulated replica spans tp {sim.tp} x "
+            f"{sp.degree} = {sim.tp * sp.degree} GPUs, splitting each prompt's prefill (ring attention) and its KV "
+            f"over {sp.degree} ranks. vLLM's --decode-context-parallel-size shards the KV inside the "
+            "tensor-parallel group (adds no GPUs) and its --prefill-context-parallel-size is documented for vLLM "
+            "Ascend; SGLang's context parallelism is for DeepSeek's sparse attention: none is this split, so no "
+            f"context-parallel flag is exported and {engine} would serve this replica on tp {sim.tp} only")
+    tiered = strategy.tiered
+    if tiered is not None:
+        host, _, ssd, _ = sim.tiers_gib(tiered)
+        tiers = f"host memory ({host:,.0f} GiB)" + ("" if ssd <= 0 else f" and SSD ({ssd:,.0f} GiB)")
+        if strategy.prefix_cache is None:
+            notes.append(
+                f"{NO_MATCH} tiered: the simulation paged LIVE KV to {tiers} and back every decode step "
+                f"({tiered.chunk_tokens}-token pages), so sequences whose KV does not fit the GPU keep decoding. "
+                f"{engine} keeps live KV on the GPU and preempts when it is full; its CPU offload (vLLM's "
+                "--kv-offloading-backend or LMCache, SGLang's --enable-hierarchical-cache) keeps KV for REUSE by "
+                "later requests, which this candidate did not simulate: no offload flag is exported. Its numbers "
+                "hold only where the peak live KV fits the GPU (then nothing was paged)")
+        else:
+            notes.append(
+                f"{NO_MATCH} the live-KV part of tiered: besides keeping evicted prefix blocks in {tiers} (exported "
+                f"as {engine}'s offload), the simulation also paged running sequences' KV beyond the GPU every "
+                f"decode step ({tiered.chunk_tokens}-token pages); {engine} preempts instead, so the numbers hold "
+                "where the peak live KV fits the GPU")
+    comp = strategy.compression
+    if comp is not None and comp.mode not in KV_CACHE_DTYPES:
+        notes.append(f"{NO_MATCH} compression.mode {comp.mode!r}: neither vLLM (--kv-cache-dtype auto, bfloat16, "
+                     "fp8, fp8_e4m3, fp8_e5m2) nor SGLang (auto, bf16, fp8_e5m2, fp8_e4m3, fp4_e2m1) stores an "
+                     f"{comp.mode} KV cache; an fp8 cache has other bytes per token and another accuracy cost, so "
+                     "no --kv-cache-dtype is exported and the served cache keeps the model's dtype")
+    return notes
+
+
+def _routing_note(sim: Simulated, replicas: int | None) -> list[str]:
+    spec = sim.scenario.strategy.prefix_cache
+    if spec is None or spec.routing != "affinity" or (replicas or 1) <= 1:
+        return []
+    return ["prefix_cache.routing 'affinity': the simulated replicas take a request where its prefix is cached; "
+            "that is the router's job in front of the replicas (a KV-aware router such as llm-d's, Dynamo's or "
+            "SGLang's router), not a serve flag"]
+
+
+def _speculative_notes(sim: Simulated, spec: SpeculativeSpec, k: int, engine: str) -> list[str]:
+    draft = sim.draft()
+    notes = []
+    if spec.adaptive:
+        own = (" (its --speculative-adaptive steers by its own rule, not the simulated controller)"
+               if engine == "SGLang" else "")
+        notes.append(f"{NO_MATCH} adaptive K: the simulator chose K per sequence from its acceptance, at most {k}, "
+                     f"and fell back to plain decoding where speculation did not pay; {engine}'s number of "
+                     f"speculative tokens is fixed{own}, so the simulated maximum {k} is exported")
+    if spec.proposer == "draft" and draft.tp is not None and draft.tp != sim.tp:
+        notes.append(f"the profile priced the draft at tp {draft.tp} and the target at tp {sim.tp}")
+    return notes
+
+
+def _assemble(kind: type[S], sim: Simulated, candidate: str, replicas: int | None, settings: list[Setting],
+              notes: list[str], speculative: Callable[[Simulated, SpeculativeSpec, list[str]], list[Setting]]) -> S:
+    """What both engines add the same way after their batching and prefix settings: the KV cache dtype where it
+    is the simulated format, the speculative flags (``speculative``: the engine's), the paths no engine serves
+    as simulated, the routing note, and the model."""
+    strategy = sim.scenario.strategy
+    comp = strategy.compression
+    if comp is not None and comp.mode in KV_CACHE_DTYPES:
+        settings.append(Setting("--kv-cache-dtype", KV_CACHE_DTYPES[comp.mode][kind.KEY],
+                                f"candidate compression.mode {comp.mode!r}: E4M3, one byte per element with "
+                                "per-tensor scales, as simulated"))
+    if strategy.speculative is not None:
+        settings += speculative(sim, strategy.speculative, notes)
+    notes += _path_notes(sim, kind.ENGINE) + _routing_note(sim, replicas)
+    name = sim.profile.model.name
+    model, why = _hf(name)
+    return kind(candidate, model, f"profile model.name {name!r}: {why}", replicas, tuple(settings), tuple(notes))
+
+
+# --- vLLM ---------------------------------------------------------------------------------------------------
 def vllm_suggestion(profile: Profile, data: dict[str, Any], candidate: Candidate,
                     replicas: int | None = None) -> VllmSuggestion:
-    """The vLLM flags for one replica of ``candidate`` on ``profile`` with the scenario's batching."""
-    model, why = _hf(profile.model.name)
-    batching = data.get("batching") or {}
-    default = BatchingSpec()
-    settings = [Setting("--tensor-parallel-size", str(int(profile.key.tp)), "profile key.tp")]
+    """The vLLM (V1) flags for one replica of ``candidate`` on ``profile`` with the scenario's batching: exactly
+    the simulated settings vLLM has, each with its simulated value; the rest as notes (module docstring)."""
+    sim = Simulated.of(profile, data, candidate)
+    b = sim.scenario.batching
+    settings = [Setting("--tensor-parallel-size", str(sim.tp), "profile key.tp"),
+                Setting("--max-num-seqs", str(b.max_batch_size), sim.batching_source("max_batch_size"))]
+    notes = _batching_notes(sim, "vLLM", "--max-num-seqs")
+    if b.policy in ("continuous", "chunked"):
+        settings.append(Setting("--max-num-batched-tokens", str(b.max_batched_tokens),
+                                sim.batching_source("max_batched_tokens") + ": the simulated per-iteration token "
+                                "budget"))
+    if b.policy == "chunked":
+        settings.append(Setting("--enable-chunked-prefill", None,
+                                "scenario batching.policy 'chunked': every decode takes one token of the budget, "
+                                "then prompts take chunks of the rest (Sarathi-Serve; vLLM V1's scheduler)"))
+    elif b.policy == "continuous":
+        notes.append(f"{NO_MATCH} batching.policy 'continuous': the simulation prefilled each admitted prompt "
+                     f"whole within the {b.max_batched_tokens}-token budget (the first always admitted, strict "
+                     "FCFS). vLLM V1 chunks long prompts; its --no-enable-chunked-prefill needs "
+                     "--max-num-batched-tokens >= --max-model-len and lets later requests pass one that does not "
+                     "fit, so it is not the simulated rule either. Served, prefill is chunked: rerun the scenario "
+                     "with batching.policy = \"chunked\" for numbers that match")
+    settings += _vllm_prefix(sim, notes)
+    return _assemble(VllmSuggestion, sim, candidate.name, replicas, settings, notes, _vllm_speculative)
 
-    def from_batching(flag: str, key: str) -> None:
-        value = batching.get(key)
-        where = f"scenario batching.{key}" if value is not None else f"the simulator's default batching.{key}"
-        settings.append(Setting(flag, str(int(getattr(default, key) if value is None else value)), where))
 
-    from_batching("--max-num-seqs", "max_batch_size")
-    from_batching("--max-num-batched-tokens", "max_batched_tokens")
-    notes: list[str] = []
-    strategy = candidate.strategy
-    if "speculative" in strategy:
-        settings.append(_speculative(profile, strategy["speculative"], notes))
-    if "compression" in strategy:
-        mode = str(strategy["compression"].get("mode"))
-        dtype, remark = KV_CACHE_DTYPES.get(mode, (None, f"no vLLM KV cache dtype known for mode {mode!r}: no flag"))
-        if dtype is not None:
-            settings.append(Setting("--kv-cache-dtype", dtype, f"candidate compression.mode {mode!r}: {remark}"))
-        else:
-            notes.append(f"compression.mode {mode!r}: {remark}")
-    if "sequence_parallel" in strategy:
-        degree = int(strategy["sequence_parallel"].get("degree", 2))
-        settings.append(Setting(
-            "--prefill-context-parallel-size", str(degree),
-            f"candidate sequence_parallel.degree: the simulated replica spans tp x {degree} GPUs and splits each "
-            f"prompt's prefill and KV over {degree} ranks; the flag is documented for vLLM Ascend (world size tp x "
-            f"prefill CP), its support on GPUs is not verified", verified=False))
-        notes.append("--decode-context-parallel-size is vLLM's decode-side context parallelism, but it shards the "
-                     "KV inside the tensor-parallel group (tp % dcp == 0) and adds no GPUs, so it is not the "
-                     "simulated split: not emitted")
-    if "tiered" in strategy:
-        settings += _tiered(profile, strategy["tiered"], notes)
-    if "prefix_cache" in strategy:
-        table = strategy["prefix_cache"]
-        block = int(table.get("block_tokens", PrefixCacheSpec.block_tokens))
-        settings.append(Setting("--enable-prefix-caching", None,
-                                f"candidate prefix_cache: automatic prefix caching; the simulation cached "
-                                f"{block}-token blocks; vLLM hashes its own --block-size blocks (16 tokens by "
-                                f"default), so it can also reuse shorter shared prefixes"))
-        if table.get("routing", PrefixCacheSpec.routing) == "affinity" and (replicas or 1) > 1:
-            notes.append("prefix_cache.routing 'affinity': the simulated replicas take a request where its prefix "
-                         "is cached; that is the router's job in front of the vllm serve replicas (a KV-aware router "
-                         "such as llm-d's or Dynamo's), not a vllm serve flag")
+def _vllm_prefix(sim: Simulated, notes: list[str]) -> list[Setting]:
+    """Prefix caching on or off as simulated (vLLM V1 turns it on by default), its block size, and the offload
+    of evicted prefix blocks when the candidate tiers them."""
+    spec = sim.scenario.strategy.prefix_cache
+    if spec is None:
+        return [Setting("--no-enable-prefix-caching", None,
+                        "the candidate has no prefix_cache: the simulation reused no prefixes, and vLLM V1 caches "
+                        "them by default")]
+    out = [Setting("--enable-prefix-caching", None, "candidate prefix_cache: automatic prefix caching")]
+    if spec.block_tokens in VLLM_BLOCK_SIZES:
+        out.append(Setting("--block-size", str(spec.block_tokens),
+                           "candidate prefix_cache.block_tokens: the simulated cache block (hits are whole blocks)"))
     else:
-        notes.append("vLLM turns automatic prefix caching on by default; the simulation of this candidate reused "
-                     "no prefixes, so its numbers hold with --no-enable-prefix-caching and caching can only help")
-    notes.append("--cpu-offload-gb offloads model WEIGHTS to host memory (not the KV cache); no candidate "
-                 "simulates that, so it is not emitted")
-    return VllmSuggestion(candidate.name, model, f"profile model.name {profile.model.name!r}: {why}", replicas,
-                          tuple(settings), tuple(notes))
-
-
-def _speculative(profile: Profile, table: dict[str, Any], notes: list[str]) -> Setting:
-    spec = SpeculativeSpec(**{k: v for k, v in table.items() if k != "acceptance"})
-    section = profile.speculative
-    k = spec.k if spec.k is not None else (None if section is None else section.k)
-    k_source = "candidate speculative.k" if spec.k is not None else "profile speculative.k"
-    if spec.proposer == "prompt_lookup":
-        config: dict[str, Any] = {"method": "ngram", "num_speculative_tokens": k}
-        where = f"num_speculative_tokens from {k_source}; method ngram: the candidate's prompt-lookup proposer"
-    else:
-        draft = "DRAFT_MODEL" if section is None else section.draft_model
-        draft_model, why = _hf(draft)
-        config = {"model": draft_model, "num_speculative_tokens": k, "method": "draft_model"}
-        where = (f"model: profile speculative.draft_model {draft!r} ({why}); num_speculative_tokens from "
-                 f"{k_source}")
-    if spec.adaptive:
-        notes.append("the candidate adapts K (adaptive = true); vLLM's --speculative-config takes a fixed "
-                     "num_speculative_tokens: the profile's K is given")
-    return Setting("--speculative-config", json.dumps(config, separators=(", ", ": ")), where)
-
-
-def _tiered(profile: Profile, table: dict[str, Any], notes: list[str]) -> list[Setting]:
-    spec = TieredSpec(**table)
-    if spec.host_capacity_gib is not None:
-        host_gib, where = spec.host_capacity_gib, "candidate tiered.host_capacity_gib"
-    else:
-        host_gib, where = profile.hardware.host_memory_bytes / GIB, "profile hardware.host_memory_bytes"
-    out = [Setting("--kv-transfer-config", json.dumps(LMCACHE_CONNECTOR, separators=(",", ":")),
-                   "candidate tiered: a host tier under the device KV cache, through LMCache's vLLM connector"),
-           Setting("LMCACHE_LOCAL_CPU", "True", "candidate tiered: LMCache's host-memory backend", env=True),
-           Setting("LMCACHE_MAX_LOCAL_CPU_SIZE", f"{host_gib:g}",
-                   f"{where} in GiB (LMCache reads GB; per process or per replica not verified)", env=True),
-           Setting("LMCACHE_CHUNK_SIZE", str(spec.chunk_tokens), "candidate tiered.chunk_tokens (the page)", env=True)]
-    if HOST_SSD in profile.paging and (spec.ssd_capacity_gib is None or spec.ssd_capacity_gib > 0):
-        ssd = (profile.hardware.ssd_bytes / GIB) if spec.ssd_capacity_gib is None else spec.ssd_capacity_gib
-        notes.append(f"the simulated tiers include an SSD tier of {ssd:,.0f} GiB (profile paging.host_ssd); "
-                     f"LMCache's local-disk backend variables are not verified here, so none is set")
+        notes.append(f"{NO_MATCH} prefix_cache.block_tokens {spec.block_tokens}: vLLM's --block-size takes "
+                     f"{', '.join(map(str, VLLM_BLOCK_SIZES))}, so its cache keeps its default block (16 tokens) "
+                     f"and can reuse shared prefixes shorter than the simulated {spec.block_tokens}-token blocks")
+    tiered = sim.scenario.strategy.tiered
+    if tiered is not None:
+        out += _lmcache(sim, tiered, spec.block_tokens)
     return out
+
+
+def _lmcache(sim: Simulated, tiered: TieredSpec, block_tokens: int) -> list[Setting]:
+    """prefix_cache + tiered: evicted prefix blocks kept in host memory (and SSD), loaded back on a hit, as
+    LMCache's vLLM connector does. LMCache sizes are GiB per tensor-parallel rank (each rank's worker runs its
+    own engine and holds its 1/tp share of the KV: LMCache/LMCache#2901), so one replica's tier / tp."""
+    host, host_from, ssd, ssd_from = sim.tiers_gib(tiered)
+    per_rank = f" / tp {sim.tp} (LMCache sizes its caches in GiB per tensor-parallel rank)"
+    out = [Setting("--kv-transfer-config", json.dumps(LMCACHE_CONNECTOR, separators=(",", ":")),
+                   "candidate prefix_cache+tiered: evicted prefix blocks kept below the GPU and loaded back on a "
+                   "hit, through LMCache's vLLM connector"),
+           Setting("LMCACHE_CHUNK_SIZE", str(block_tokens),
+                   "candidate prefix_cache.block_tokens: the simulated block, LMCache's unit of reuse", env=True),
+           Setting("LMCACHE_LOCAL_CPU", "True", "candidate tiered: the host-memory tier", env=True),
+           Setting("LMCACHE_MAX_LOCAL_CPU_SIZE", _gib(host / sim.tp), f"{host_from} ({_gib(host)} GiB){per_rank}",
+                   env=True)]
+    if ssd > 0:
+        out += [Setting("LMCACHE_LOCAL_DISK", "file:///PATH/ON/YOUR/SSD/",
+                        f"candidate tiered: the SSD tier ({ssd_from}); the path is yours to fill in", env=True),
+                Setting("LMCACHE_MAX_LOCAL_DISK_SIZE", _gib(ssd / sim.tp), f"{ssd_from} ({_gib(ssd)} GiB){per_rank}",
+                        env=True)]
+    return out
+
+
+def _vllm_speculative(sim: Simulated, spec: SpeculativeSpec, notes: list[str]) -> list[Setting]:
+    k, k_from = sim.speculative_k(spec)
+    notes += _speculative_notes(sim, spec, k, "vLLM")
+    if spec.proposer == "prompt_lookup":
+        notes.append("the n-gram window (prompt_lookup_min/max) is vLLM's default: the simulation priced prompt "
+                     "lookup by the profile's measured acceptance, not by a window")
+        return [Setting("--speculative-config", _json({"method": "ngram", "num_speculative_tokens": k}),
+                        f"method ngram: the candidate's prompt-lookup proposer; num_speculative_tokens from "
+                        f"{k_from}")]
+    draft = sim.draft()
+    if draft.repo is None:
+        notes.append(draft.why_none())
+        return []
+    config: dict[str, Any] = {"method": "draft_model", "model": draft.repo, "num_speculative_tokens": k}
+    if draft.tp is not None and draft.tp != sim.tp:
+        config["draft_tensor_parallel_size"] = draft.tp
+    return [Setting("--speculative-config", _json(config),
+                    f"model: profile speculative.draft_model {draft.name!r}, the Hugging Face repository "
+                    f"{draft.repo}; num_speculative_tokens from {k_from}")]
+
+
+# --- SGLang -------------------------------------------------------------------------------------------------
+def sglang_suggestion(profile: Profile, data: dict[str, Any], candidate: Candidate,
+                      replicas: int | None = None) -> SglangSuggestion:
+    """The SGLang flags for one replica of ``candidate`` on ``profile``: the same rule as ``vllm_suggestion``."""
+    sim = Simulated.of(profile, data, candidate)
+    b, strategy = sim.scenario.batching, sim.scenario.strategy
+    settings = [Setting("--tp-size", str(sim.tp), "profile key.tp"),
+                Setting("--max-running-requests", str(b.max_batch_size), sim.batching_source("max_batch_size"))]
+    notes = _batching_notes(sim, "SGLang", "--max-running-requests")
+    if b.policy == "chunked":
+        settings += [Setting("--chunked-prefill-size", str(b.max_batched_tokens),
+                             sim.batching_source("max_batched_tokens") + ": the simulated per-iteration token "
+                             "budget"),
+                     Setting("--enable-mixed-chunk", None,
+                             "scenario batching.policy 'chunked': decodes share the iteration and its budget with "
+                             "the prompt chunks, as simulated (SGLang subtracts the running decodes from the "
+                             "chunk budget)")]
+    elif b.policy == "continuous":
+        notes.append(f"{NO_MATCH} batching.policy 'continuous': the simulation prefilled each admitted prompt "
+                     f"whole within the {b.max_batched_tokens}-token budget, decodes running in the same "
+                     "iteration. SGLang chunks prompts by default (--chunked-prefill-size); with chunking off (-1) "
+                     "it prefills whole prompts in prefill-only batches while decodes wait, which is not the "
+                     "simulated iteration either: rerun with batching.policy = \"chunked\" for numbers that match")
+    spec = strategy.prefix_cache
+    if spec is None:
+        settings.append(Setting("--disable-radix-cache", None,
+                                "the candidate has no prefix_cache: the simulation reused no prefixes, and SGLang's "
+                                "radix cache reuses them by default"))
+    else:
+        settings.append(Setting("--page-size", str(spec.block_tokens),
+                                "candidate prefix_cache.block_tokens: the simulated cache block (hits are whole "
+                                "blocks); SGLang's radix cache is on by default"))
+        if strategy.tiered is not None:
+            settings += _hicache(sim, strategy.tiered, notes)
+    return _assemble(SglangSuggestion, sim, candidate.name, replicas, settings, notes, _sglang_speculative)
+
+
+def _hicache(sim: Simulated, tiered: TieredSpec, notes: list[str]) -> list[Setting]:
+    """prefix_cache + tiered: SGLang's hierarchical cache keeps radix-cache blocks evicted from the GPU in a host
+    pool and loads them back on a hit. --hicache-size is whole GiB per tensor-parallel rank (each rank's
+    scheduler keeps its own pool of its KV share): one replica's host tier / tp, rounded down."""
+    host, host_from, ssd, _ = sim.tiers_gib(tiered)
+    per_rank = math.floor(host / sim.tp)
+    rounded = "" if per_rank == host / sim.tp else f", rounded down from {_gib(host / sim.tp)} (SGLang takes whole GiB)"
+    if ssd > 0:
+        notes.append(f"{NO_MATCH} the simulated SSD tier ({ssd:,.0f} GiB): SGLang's hierarchical cache reaches "
+                     "storage through --hicache-storage-backend, whose capacity no flag sets; not exported")
+    return [Setting("--enable-hierarchical-cache", None,
+                    "candidate prefix_cache+tiered: evicted prefix blocks kept in host memory, loaded back on a hit"),
+            Setting("--hicache-size", str(per_rank),
+                    f"{host_from} ({_gib(host)} GiB) / tp {sim.tp}: GiB per tensor-parallel rank{rounded}")]
+
+
+def _sglang_speculative(sim: Simulated, spec: SpeculativeSpec, notes: list[str]) -> list[Setting]:
+    k, k_from = sim.speculative_k(spec)
+    notes += _speculative_notes(sim, spec, k, "SGLang")
+    if spec.proposer == "prompt_lookup":
+        notes.append(f"{NO_MATCH} proposer 'prompt_lookup': SGLang's NGRAM speculation matches a trie built from "
+                     "all requests' tokens and proposes a tree of drafts, not a chain looked up in the request's "
+                     "own context as simulated; not exported")
+        return []
+    draft = sim.draft()
+    if draft.repo is None:
+        notes.append(draft.why_none())
+        return []
+    where = f"{k_from}: K draft tokens per round, one per draft step"
+    return [Setting("--speculative-algorithm", "STANDALONE", "candidate speculative (proposer 'draft'): a separate "
+                    "small draft model"),
+            Setting("--speculative-draft-model-path", draft.repo,
+                    f"profile speculative.draft_model {draft.name!r}, the Hugging Face repository {draft.repo}"),
+            Setting("--speculative-num-steps", str(k), where),
+            Setting("--speculative-eagle-topk", "1", "one draft token per step: the simulated chain (no tree)"),
+            Setting("--speculative-num-draft-tokens", str(k + 1),
+                    f"{k_from} + 1: the K drafts and the verified token, SGLang's count for a chain (top-k 1)")]
 
 
 # --- scenario.toml ---------------------------------------------------------------------------------
@@ -262,29 +562,61 @@ def scenario_toml(data: dict[str, Any]) -> str:
 
 
 def write_export(directory: str | Path, scenario: dict[str, Any], recommendation: dict[str, Any],
-                 suggestion: VllmSuggestion | None, replace: bool = False) -> list[Path]:
-    """scenario.toml, recommendation.json and (when a candidate was chosen) vllm.txt in ``directory``, written
-    as one folder (core.atomic.writing_dir: a non-empty folder is refused unless ``replace``)."""
+                 suggestion: VllmSuggestion | None, replace: bool = False,
+                 sglang: SglangSuggestion | None = None) -> list[Path]:
+    """scenario.toml, recommendation.json and (when a candidate was chosen) vllm.txt and sglang.txt in
+    ``directory``, written as one folder (core.atomic.writing_dir: a non-empty folder is refused unless
+    ``replace``)."""
     files = [("scenario.toml", scenario_toml(scenario)),
              ("recommendation.json", json.dumps(recommendation, indent=2, sort_keys=True, allow_nan=False) + "\n")]
     if suggestion is not None:
         files.append(("vllm.txt", suggestion.text()))
+    if sglang is not None:
+        files.append(("sglang.txt", sglang.text()))
     with writing_dir(directory, replace, "--export") as tmp:
         for name, text in files:
             (tmp / name).write_text(text, encoding="utf-8")
     return [Path(directory) / name for name, _ in files]
 
 
-def recommended_suggestion(recommendation: dict[str, Any], profile: Profile, data: dict[str, Any]
-                           ) -> VllmSuggestion | None:
-    """The suggestion for a recommendation's dict (``Recommendation.to_dict``): its recommended candidate on the
-    plan's replicas, else the closest on the replicas searched (labelled as missing the SLA), else None."""
+def _chosen(recommendation: dict[str, Any], profile: Profile
+            ) -> tuple[Profile, Candidate, int | None, bool] | None:
+    """(profile, candidate, replicas, whether it meets the SLA) of a recommendation's dict
+    (``Recommendation.to_dict``): its recommended candidate on the plan's replicas, else the closest on the
+    replicas searched, else None. A summary that names its layout (``{"layout": {"profile": NAME}}``: the GPU type
+    and TP it was simulated on) is exported on that profile, else on ``profile``."""
     best, closest = recommendation.get("recommended"), recommendation.get("closest")
     chosen = best or closest
     if chosen is None:
         return None
+    layout = chosen.get("layout")
+    if isinstance(layout, dict) and layout.get("profile"):
+        profile = resolve_profile(str(layout["profile"]))
     candidate = by_names(profile, [chosen["candidate"]])[0]
     replicas = chosen["replicas"] if best is not None else chosen.get("searched_replicas")
-    out = vllm_suggestion(profile, data, candidate, None if replicas is None else int(replicas))
-    return out if best is not None else dataclasses.replace(out, candidate=f"{out.candidate} (the closest; it "
-                                                                           f"MISSES the SLA)")
+    return profile, candidate, None if replicas is None else int(replicas), best is not None
+
+
+def _labelled(out: S, meets: bool) -> S:
+    return out if meets else dataclasses.replace(out, candidate=f"{out.candidate} (the closest; it MISSES the SLA)")
+
+
+def recommended_suggestion(recommendation: dict[str, Any], profile: Profile, data: dict[str, Any]
+                           ) -> VllmSuggestion | None:
+    """The vLLM suggestion for a recommendation's dict (``Recommendation.to_dict``): its recommended candidate on
+    the plan's replicas, else the closest on the replicas searched (labelled as missing the SLA), else None."""
+    chosen = _chosen(recommendation, profile)
+    if chosen is None:
+        return None
+    on, candidate, replicas, meets = chosen
+    return _labelled(vllm_suggestion(on, data, candidate, replicas), meets)
+
+
+def recommended_sglang(recommendation: dict[str, Any], profile: Profile, data: dict[str, Any]
+                       ) -> SglangSuggestion | None:
+    """The SGLang suggestion for the same candidate and replicas as ``recommended_suggestion``."""
+    chosen = _chosen(recommendation, profile)
+    if chosen is None:
+        return None
+    on, candidate, replicas, meets = chosen
+    return _labelled(sglang_suggestion(on, data, candidate, replicas), meets)

@@ -28,7 +28,7 @@ from tripath.calibrate.published.acceptance import acceptance_for_pair
 from tripath.calibrate.published.compression import compression_sections
 from tripath.calibrate.published.projection import project_profile
 from tripath.calibrate.published.seqpar import sequence_parallel_sections
-from tripath.calibrate.published.speculative import speculative_section
+from tripath.calibrate.published.speculative import HYPOTHETICAL_LLAMA3_DRAFT, speculative_section
 from tripath.calibrate.published.vidur import MODELS, PublishedSamples, VidurModel, published_samples
 from tripath.calibrate.samples import Sample
 from tripath.calibrate.sweeps.decode import DECODE_V1
@@ -64,7 +64,7 @@ SPECULATIVE_PAIRS = {
                    "Spec-Bench's SpS pair (Vicuna-7B, a Llama-2-7B-shaped model, with a 68M draft)"),
     "llama-2-70b": ("llama2-70b-tp2/llama2-7b", "llama2-70b/llama2-7b", "the seed's own pair (Table 3.1)"),
     "llama-2-70b-tp4": ("llama2-70b-tp4/llama2-7b", "llama2-70b/llama2-7b", "the seed's own pair (Table 3.1)"),
-    "llama-3-8b": ("llama3-8b/llama3-vocab-68m", "vicuna-7b/vicuna-68m",
+    "llama-3-8b": (f"llama3-8b/{HYPOTHETICAL_LLAMA3_DRAFT}", "vicuna-7b/vicuna-68m",
                    "no published acceptance for a small Llama-3 draft: Spec-Bench's SpS pair (a 7B target with a "
                    "68M draft) stands in"),
     "llama-3-70b-tp4": ("llama3-70b-tp4/llama3-8b", "llama2-70b/llama2-7b",

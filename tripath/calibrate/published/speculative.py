@@ -92,6 +92,9 @@ class Arch:
 
 
 HF = "HF config.json of "
+# the stand-in draft for Llama-3-8B (ARCHS below): a name no Hugging Face repository holds, prefixed so that
+# nobody reads it as a model to download
+HYPOTHETICAL_LLAMA3_DRAFT = "hypothetical-llama3-vocab-68m"
 ARCHS = {
     "llama-2-7b": Arch.of("llama-2-7b", "llama2-7b", HF + "meta-llama/Llama-2-7b-hf"),
     "llama-2-70b": Arch.of("llama-2-70b", "llama2-70b", HF + "meta-llama/Llama-2-70b-hf"),
@@ -102,9 +105,12 @@ ARCHS = {
     "llama-160m": Arch("llama-160m", 12, 768, 12, 12, 3072, 32000, HF + "JackFram/llama-160m (SpecInfer's draft)"),
     # no ~100M draft with Llama-3's 128256-token vocabulary whose config could be checked (maywell/l3-211m is a
     # 211M-parameter draft on the Llama-3 tokenizer; its shape is not published in what was searched): the
-    # llama-68m shape with Llama-3's vocabulary stands in, a HYPOTHETICAL draft
-    "llama3-vocab-68m": Arch("llama3-vocab-68m", 2, 768, 12, 12, 3072, 128256,
-                             "hypothetical: JackFram/llama-68m's shape with Llama-3's 128256-token vocabulary"),
+    # llama-68m shape with Llama-3's vocabulary stands in, a HYPOTHETICAL draft. Its name says so (the profiles'
+    # speculative.draft_model carries it), because no checkpoint of it exists to serve: tripath/planning/export.py
+    # exports no speculative flag for a draft with no Hugging Face repository (HF_REPOS) and says why
+    HYPOTHETICAL_LLAMA3_DRAFT: Arch(HYPOTHETICAL_LLAMA3_DRAFT, 2, 768, 12, 12, 3072, 128256,
+                                    "hypothetical: JackFram/llama-68m's shape with Llama-3's 128256-token "
+                                    "vocabulary"),
 }
 
 VIDUR_DIRS = {"llama-2-7b": "Llama-2-7b-hf", "llama-2-70b": "Llama-2-70b-hf", "llama-3-8b": "Meta-Llama-3-8B",
@@ -131,7 +137,7 @@ PAIRS = {
     "llama3-70b-tp4/llama3-8b": Pair("llama-3-70b", "llama-3-8b", 4),
     "llama2-7b/llama-68m": Pair("llama-2-7b", "llama-68m", 1),
     "llama2-7b/llama-160m": Pair("llama-2-7b", "llama-160m", 1),
-    "llama3-8b/llama3-vocab-68m": Pair("llama-3-8b", "llama3-vocab-68m", 1),
+    f"llama3-8b/{HYPOTHETICAL_LLAMA3_DRAFT}": Pair("llama-3-8b", HYPOTHETICAL_LLAMA3_DRAFT, 1),
 }
 
 
