@@ -1,14 +1,15 @@
-"""`tripath recommend` cold: the previous schedule against today's, in one run, on the same scenario.
+"""The capacity search (`tripath plan`, the matrix) cold: the previous schedule against today's, in one run, on the
+same scenario (`tripath recommend` always runs today's, on every layout, with its decision rule: docs/planning.md).
 
 previous: every candidate's replica search from 1 replica (1, 2, 4, ... then bisection), submitted in the
 candidates' order. today's (the default): each search simulates the bound (--max-replicas) first and stops there
 on a miss, the searches are submitted largest estimated cost first (tripath/planning/capacity.py). Both run on the
-same process pool (--workers, default every core) and both run the two robustness bisections on it in parallel,
-so the ratio is what the search and its order save. Every run is cold: a fresh temporary cache directory.
+same process pool (--workers, default every core), so the ratio is what the search and its order save. Every run
+is cold: a fresh temporary cache directory.
 
-It checks that the two recommendations are the same (to_dict, as `tripath recommend --json` prints it, less the
-vLLM suggestion, which is derived from it) and prints per run the wall time, the CPU time of this process and
-its pool workers, the number of simulations (cache entries written) and the ratio of the best wall times.
+It checks that the two plans are the same (to_dict, but for each search's trace) and prints per run the wall time,
+the CPU time of this process and its pool workers, the number of simulations (cache entries written) and the
+ratio of the best wall times.
 
     .venv/bin/python benchmarks/bench_recommend.py [SCENARIO] [--workers N] [--repeats R] [--requests N]
         [--max-replicas N] [--qps Q] [--profile P]
@@ -26,8 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from tripath.planning.cache import ResultCache
+from tripath.planning.capacity import plan
 from tripath.planning.executor import LocalPoolExecutor
-from tripath.planning.recommend import recommend, scenario_qps
+from tripath.planning.recommend import scenario_qps
 from tripath.planning.scenario_dict import load_scenario_dict, with_requests
 from tripath.profile.profile import resolve_profile
 
@@ -47,11 +49,12 @@ def cold_run(data: dict[str, Any], source: str, profile: Any, qps: float, worker
     with tempfile.TemporaryDirectory(prefix="bench-recommend-") as folder:
         cache = ResultCache(folder)
         wall, cpu = time.perf_counter(), cpu_s()
-        rec = recommend(data, source, profile, qps, 2.0, max_replicas=max_replicas,
-                        executor=LocalPoolExecutor(workers), cache=cache, **schedule)
+        result = plan(data, source, profile, qps, gpu_price=2.0, replications=2, max_replicas=max_replicas,
+                      executor=LocalPoolExecutor(workers), cache=cache, attainment_levels=(), **schedule)
         wall, cpu = time.perf_counter() - wall, cpu_s() - cpu
         runs = sum(1 for _ in Path(folder).rglob("*.json"))
-    return wall, cpu, runs, json.dumps(rec.to_dict(), sort_keys=True, allow_nan=False)
+        rows = [{k: v for k, v in row.items() if k != "search"} for row in result.to_dict()["candidates"]]
+    return wall, cpu, runs, json.dumps(rows, sort_keys=True, allow_nan=False)
 
 
 def main() -> int:

@@ -1,4 +1,4 @@
-"""tripath recommend: --help, --json, text, input errors -> exit 2 with one line."""
+"""tripath recommend: --help, --json, text, input errors -> exit 2 with one line, prices, export."""
 
 from __future__ import annotations
 
@@ -20,17 +20,22 @@ def test_help_exits_0(capsys):
 
 def test_json_and_text(capsys, tmp_path):
     path = scenario_file(tmp_path)
-    common = ["--max-replicas", "2", "--replications", "1", "--workers", "1", "--cache-dir", str(tmp_path / "c")]
-    code, out, _ = run(capsys, "recommend", path, "--gpu-price", "2.5", "--json", *common)
+    common = ["--max-replicas", "2", "--replications", "2", "--budget-requests", "1000", "--workers", "1",
+              "--cache-dir", str(tmp_path / "c")]
+    code, out, _ = run(capsys, "recommend", path, "--gpu-price", "a100-80gb=2.5", "--json", *common)
     assert code == 0
     data = json.loads(out)
-    assert data["qps"] == 0.5 and data["numbers_from"].startswith("simulated on a 'seed' profile")
+    assert data["qps"] == 0.5 and data["numbers_from"].startswith("simulated on 'seed' profile")
     best = data["recommended"]
     assert best is not None and best["cost_usd_per_hour"] == best["gpus"] * 2.5
+    assert best["verdict"]["verdict"] == "meets" and best["verdict"]["replications"] == 2
+    assert data["decision_rule"]["tail_minimum_requests"] == 1000
     assert data["robustness"]["step_costs"]["misses_at"] > data["robustness"]["step_costs"]["meets_up_to"]
-    code, out, _ = run(capsys, "recommend", path, "--gpu-price", "2.5", *common)
-    assert code == 0 and f"RECOMMENDED  {best['candidate']}" in out and "<- binds" in out
-    assert "meets the SLA unless step costs are" in out and "Numbers: simulated on a 'seed' profile" in out
+    assert data["headroom"]["thin"] == (data["headroom"]["headroom"] < 0.10)
+    code, out, _ = run(capsys, "recommend", path, "--gpu-price", "a100-80gb=2.5", *common)
+    assert code == 0 and f"RECOMMENDED  {best['candidate']} on a100-80gb TP1" in out and "<- binds" in out
+    assert "meets the SLA with 95 % confidence up to step costs" in out and "headroom:" in out
+    assert "Numbers: simulated on" in out
 
 
 def test_input_errors_exit_2_with_one_line(capsys, tmp_path):
@@ -41,12 +46,19 @@ def test_input_errors_exit_2_with_one_line(capsys, tmp_path):
         path.write_text(f.read().replace("rate_per_s = 0.5", "load_fraction = 0.5"))
     code, out, err = run(capsys, "recommend", str(path), "--no-cache")
     assert code == 2 and out == "" and "rate_per_s" in err and len(err.strip().splitlines()) == 1
+    for bad in (["--gpu-price", "h100=3"], ["--gpu-price", "a100-80gb=-1"], ["--gpus", "tpu"],
+                ["--replications", "1"]):
+        with pytest.raises(SystemExit) as info:  # argparse's own one-line usage error
+            code = main(["recommend", scenario_file(tmp_path), "--no-cache", *bad])
+            raise SystemExit(code)
+        assert info.value.code == 2
+        assert len(capsys.readouterr().err.strip().splitlines()) <= 3
 
 
 def test_export_writes_what_json_prints_and_a_scenario_that_reruns_it(capsys, tmp_path):
     path = scenario_file(tmp_path)
-    common = ["--max-replicas", "2", "--replications", "1", "--workers", "1", "--no-robustness",
-              "--cache-dir", str(tmp_path / "c")]
+    common = ["--max-replicas", "2", "--replications", "2", "--budget-requests", "1000", "--workers", "1",
+              "--no-robustness", "--cache-dir", str(tmp_path / "c")]
     out_dir = tmp_path / "export"
     code, out, _ = run(capsys, "recommend", path, "--qps", "0.25", "--json", "--export", str(out_dir), *common)
     assert code == 0
@@ -55,20 +67,23 @@ def test_export_writes_what_json_prints_and_a_scenario_that_reruns_it(capsys, tm
     vllm = printed["vllm"]
     assert vllm["label"] == "suggestion" and vllm["command"].startswith("vllm serve ")
     assert (out_dir / "vllm.txt").read_text().endswith(vllm["command"] + "\n")
+    assert printed["sglang"]["command"].startswith("python -m sglang.launch_server")
+    assert (out_dir / "sglang.txt").is_file()
     # the kept scenario carries the --qps given, so rerunning it gives the same answer
     code, out, _ = run(capsys, "recommend", str(out_dir / "scenario.toml"), "--json", *common)
     again = json.loads(out)
     assert code == 0 and again["qps"] == 0.25
     assert again["recommended"] == printed["recommended"] and again["vllm"] == printed["vllm"]
     code, out, _ = run(capsys, "recommend", path, *common)
-    assert code == 0 and "vLLM suggestion" in out and "vllm serve" in out
+    assert code == 0 and "vLLM suggestion" in out and "vllm serve" in out and "SGLang suggestion" in out
 
 
 def test_export_into_an_unwritable_place_is_one_line(capsys, tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("")
-    code, out, err = run(capsys, "recommend", scenario_file(tmp_path), "--max-replicas", "1", "--replications", "1",
-                         "--workers", "1", "--no-robustness", "--no-cache", "--export", str(blocker / "sub"))
+    code, out, err = run(capsys, "recommend", scenario_file(tmp_path), "--max-replicas", "1", "--replications", "2",
+                         "--budget-requests", "1000", "--workers", "1", "--no-robustness", "--no-cache", "--export",
+                         str(blocker / "sub"))
     assert code == 2 and out == "" and "--export" in err and len(err.strip().splitlines()) == 1
 
 
@@ -79,7 +94,8 @@ def test_a_trace_replay_is_recommended_at_the_asked_rate(capsys, tmp_path):
     path = tmp_path / "replay.toml"
     path.write_text(text)
     code, out, _ = run(capsys, "recommend", str(path), "--qps", "0.2", "--max-replicas", "1", "--replications",
-                       "1", "--no-robustness", "--workers", "1", "--json", "--cache-dir", str(tmp_path / "c"))
+                       "2", "--budget-requests", "1000", "--no-robustness", "--workers", "1", "--json",
+                       "--only-profile", "--cache-dir", str(tmp_path / "c"))
     assert code == 0
     data = json.loads(out)
     assert data["qps"] == 0.2 and data["not_applicable"] == {}  # nothing refused for its arrival kind

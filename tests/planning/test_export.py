@@ -50,8 +50,9 @@ ENGINES: dict[str, Callable[..., Suggestion]] = {"vllm": vllm_suggestion, "sglan
 
 @pytest.fixture(scope="module")
 def setup() -> tuple[Profile, dict[str, Any]]:
+    """The default scenario with whole-prompt prefill (the by-hand commands below; chunked has its own test)."""
     data, _ = load_scenario_dict("default")
-    return resolve_profile(PROFILE), data
+    return resolve_profile(PROFILE), with_fields(data, {"batching.policy": "continuous"})
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,5 @@
-"""tripath recommend: ranking, binding term, closest when impossible, cost scaling, robustness brackets."""
+"""tripath recommend: ranking with sense (cost, lossless first, ties to the simpler, never-engaged paths never
+above the baseline), layouts and prices, the TTFT floor, headroom, closest when impossible, robustness brackets."""
 
 from __future__ import annotations
 
@@ -7,17 +8,22 @@ import json
 import pytest
 
 from tests.helpers import SEED as PROFILE
-from tripath.planning.candidates import by_names
+from tripath.planning.candidates import BASELINE, Candidate, by_names, idle_paths
 from tripath.planning.capacity import SearchSpec, sized_job
+from tripath.planning.prices import load_prices
 from tripath.planning.recommend import (
     binding_term,
+    p99_prompt,
+    rank_key,
     recommend,
     scaled_step_costs,
     scenario_qps,
     section_sources,
     threshold,
+    ttft_floor_ms,
 )
 from tripath.planning.sweep import run_cached
+from tripath.profile.profile import resolve_profile
 
 QPS = 2.5
 
@@ -34,7 +40,7 @@ def small_scenario(ttft_ms: float = 4000.0, tpot_ms: float = 80.0) -> dict:
 
 @pytest.fixture(scope="module")
 def feasible():
-    return recommend(small_scenario(), None, PROFILE, QPS, gpu_price=3.0, replications=1, max_replicas=8)
+    return recommend(small_scenario(), None, [PROFILE], QPS, replications=1, max_replicas=8, allow_lossy=True)
 
 
 @pytest.mark.parametrize("flip", [1.003, 1.049, 1.237, 2.9])
@@ -63,21 +69,104 @@ def test_binding_term_is_the_smallest_margin():
     assert binding_term(terms) == "tpot"
 
 
+def row(name: str, paths: list[str], gpus: int, cost: float | None, margin: float) -> dict:
+    return {"candidate": {"name": name, "paths": paths}, "gpus": gpus, "cost_usd_per_hour": cost,
+            "outcome": {"sla_margin": margin}}
+
+
+def test_rank_cheapest_then_lossless_then_simpler_whatever_the_margin():
+    rows = [row("speculative", ["speculative"], 8, 16.0, 0.5), row("baseline", [], 8, 16.0, 0.01),
+            row("compression:int4", ["compression"], 4, 8.0, 0.3), row("tiered", ["tiered"], 4, 8.0, 0.2),
+            row("speculative+tiered", ["speculative", "tiered"], 4, 8.0, 0.9)]
+    ranked = [r["candidate"]["name"] for r in sorted(rows, key=rank_key)]
+    # cheapest first; at one price lossless before lossy, then fewer paths, whatever the margins say
+    assert ranked == ["tiered", "speculative+tiered", "compression:int4", "baseline", "speculative"]
+    # without prices, GPUs rank
+    assert rank_key(row("a", [], 3, None, 0.0))[0] == 3.0
+
+
+@pytest.mark.parametrize(("paths", "outcome", "idle"), [
+    (("speculative",), {"accepted_tokens_per_request": 0.0}, True),
+    (("speculative",), {"accepted_tokens_per_request": 12.5}, False),
+    (("tiered",), {"paging_ms_per_request": 0.0, "peak_kv_bytes": 10, "kv_capacity_bytes": 100}, True),
+    (("tiered",), {"paging_ms_per_request": 3.0, "peak_kv_bytes": 150, "kv_capacity_bytes": 100}, False),
+    (("prefix_cache",), {"prefix_cache": {"hit_rate_tokens": 0.0}}, True),
+    (("prefix_cache",), {"prefix_cache": {"hit_rate_tokens": 0.4}}, False),
+    (("compression",), {}, False),
+    (("sequence_parallel",), {}, False),
+])
+def test_engaged_path_check_for_each_candidate_kind(paths, outcome, idle):
+    tables = {"speculative": {}, "tiered": {}, "prefix_cache": {}, "compression": {"mode": "int8"},
+              "sequence_parallel": {"degree": 2}}
+    candidate = Candidate("x", {p: tables[p] for p in paths})
+    assert (idle_paths(candidate, outcome, 8) is not None) == idle
+
+
+def test_a_never_engaged_path_is_never_recommended_over_the_baseline(feasible):
+    rows = {r["candidate"]["name"]: r for r in feasible.rows}
+    tiered = rows["tiered"]
+    assert tiered.get("idle") is not None  # 1K-token prompts on 8 sequences never fill the KV budget
+    assert feasible.recommended != tiered["id"] and feasible.runner_up != tiered["id"]
+
+
 def test_recommended_is_the_fewest_gpus_meeting_the_sla(feasible):
-    rows = [r for r in feasible.plan.rows if r.get("gpus") is not None]
+    rows = [r for r in feasible.rows if r.get("gpus") is not None and not r.get("idle")]
     assert rows, "the small case must be feasible"
     best = feasible.to_dict()["recommended"]
     assert best["gpus"] == min(r["gpus"] for r in rows)
-    assert best["cost_usd_per_hour"] == best["gpus"] * 3.0
     margins = {t: v["margin"] for t, v in best["terms"].items()}
-    outcome = feasible.row(best["candidate"])["outcome"]
+    outcome = feasible.row(best["id"])["outcome"]
     for term, margin in margins.items():
         target = outcome["sla_targets_ms"][term]
         assert margin == pytest.approx((target - outcome["p99_ms"][term]["mean"]) / target)
     assert best["binding_term"] == min(margins, key=margins.get)
     assert feasible.closest is None
-    if feasible.runner_up is not None:
-        assert feasible.runner_up != feasible.recommended
+    assert feasible.runner_up != feasible.recommended
+
+
+def test_lossy_paths_only_when_allowed_and_with_their_quality_cost():
+    profile = resolve_profile("aic-llama3.1-70b-tp4-h100")
+    data = small_scenario(ttft_ms=60000.0, tpot_ms=1000.0)
+    strict = recommend(data, None, [profile], 0.5, replications=1, max_replicas=1, with_robustness=False)
+    assert not any("compression" in r["candidate"]["paths"] for r in strict.rows)
+    assert set(strict.excluded_lossy) == {c.name for c in by_names(profile, None) if "compression" in c.paths}
+    lossy = recommend(data, None, [profile], 0.5, replications=1, max_replicas=1, with_robustness=False,
+                      allow_lossy=True)
+    assert lossy.excluded_lossy == ()
+    comp = {r["candidate"]["name"]: r for r in lossy.rows if "compression" in r["candidate"]["paths"]}
+    assert set(comp) == set(strict.excluded_lossy)
+    assert comp["compression:fp8"]["quality_loss"]["source"] == "published"  # shown beside it, searched or not
+    assert "HumanEval" in comp["compression:fp8"]["quality_loss"]["unit"]
+
+
+def test_gpu_prices_choose_the_layout_and_an_override_changes_the_choice():
+    data = small_scenario(ttft_ms=60000.0, tpot_ms=1000.0)
+    names = ["aic-llama3.1-8b-a100", "aic-llama3.1-8b-h100"]
+    prices = load_prices()
+    cheap = recommend(data, None, names, 0.5, prices, replications=1, max_replicas=2, with_robustness=False)
+    best = cheap.row(cheap.recommended)
+    assert best["layout"]["gpu"] == "a100-80gb"  # one replica meets on either: the cheaper GPU-hour wins
+    assert best["cost_usd_per_hour"] == pytest.approx(best["gpus"] * prices.price("a100-80gb"))
+    assert best["usd_per_million_output_tokens"] == pytest.approx(
+        best["cost_usd_per_hour"] / (best["outcome"]["output_tokens_per_s"] * 3600.0) * 1e6)
+    flipped = recommend(data, None, names, 0.5, prices.with_overrides([("h100-sxm", 0.5)]), replications=1,
+                        max_replicas=2, with_robustness=False)
+    assert flipped.row(flipped.recommended)["layout"]["gpu"] == "h100-sxm"
+
+
+def test_ttft_floor_is_the_unloaded_prefill_and_rules_a_layout_out():
+    data = small_scenario()
+    assert p99_prompt(data, None) == 1024
+    floor = ttft_floor_ms(data, None, PROFILE, BASELINE, 1024)
+    from tripath.simulator.costs import IterationCost
+
+    assert floor == pytest.approx(IterationCost.from_profile(PROFILE).mixed_s([1024], 0, 0) * 1000.0)
+    # a target under the floor: the baseline is never simulated, and nothing meets
+    rec = recommend(small_scenario(ttft_ms=floor / 2.0), None, [PROFILE], QPS, replications=1, max_replicas=2,
+                    with_robustness=False)
+    base = next(r for r in rec.rows if r["candidate"]["name"] == "baseline")
+    assert "prefill alone" in base["pruned"] and "outcome" not in base
+    assert rec.recommended is None
 
 
 def _meets(cost: float, rate: float, name: str, replicas: int) -> bool:
@@ -90,25 +179,30 @@ def _meets(cost: float, rate: float, name: str, replicas: int) -> bool:
 
 def test_robustness_brackets_the_cost_and_rate_thresholds(feasible):
     robust = feasible.robustness
-    assert robust is not None and robust["candidate"] == feasible.recommended
+    best = feasible.row(feasible.recommended)
+    assert robust is not None and robust["candidate"] == best["candidate"]["name"]
     n = robust["replicas"]
     for key, axis in (("step_costs", 0), ("arrival_rate", 1)):
         met, missed = robust[key]["meets_up_to"], robust[key]["misses_at"]
         assert missed is not None and 1.0 <= met < missed and missed - met <= robust["tolerance"]
         factors = [(met, 1.0), (missed, 1.0)] if axis == 0 else [(1.0, met), (1.0, missed)]
-        assert _meets(*factors[0], feasible.recommended, n)
-        assert not _meets(*factors[1], feasible.recommended, n)
+        assert _meets(*factors[0], robust["candidate"], n)
+        assert not _meets(*factors[1], robust["candidate"], n)
+    room = feasible.headroom()
+    assert room is not None and room["headroom"] == pytest.approx(
+        min(robust[k]["meets_up_to"] for k in ("step_costs", "arrival_rate")) - 1.0)
+    assert room["thin"] == (room["headroom"] < 0.10)
 
 
 def test_impossible_sla_gives_the_closest_candidate_and_by_how_much():
-    rec = recommend(small_scenario(ttft_ms=1.0), None, PROFILE, QPS, replications=1, max_replicas=2)
+    rec = recommend(small_scenario(ttft_ms=950.0), None, [PROFILE], QPS, replications=1, max_replicas=2)
     assert rec.recommended is None and rec.robustness is None
-    ran = [r for r in rec.plan.rows if r.get("outcome") and not r["outcome"].get("error")]
+    ran = [r for r in rec.rows if r.get("outcome") and not r["outcome"].get("error")]
     best_margin = max(r["outcome"]["sla_margin"] for r in ran)
     closest = rec.to_dict()["closest"]
-    assert rec.row(closest["candidate"])["outcome"]["sla_margin"] == best_margin
+    assert rec.row(closest["id"])["outcome"]["sla_margin"] == best_margin
     ttft = closest["terms"]["ttft"]
-    assert ttft["over_by"] == pytest.approx((ttft["p99_ms"] - 1.0) / 1.0)
+    assert ttft["over_by"] == pytest.approx((ttft["p99_ms"] - 950.0) / 950.0)
     assert closest["binding_term"] == "ttft"
 
 
@@ -119,12 +213,12 @@ def test_scenario_qps_and_sources():
     assert "seed" in sources["costs"] or "fitted" in sources["costs"]
 
 
-def test_default_scenario_is_a_published_gpu_profile_mooncake_lengths_a_rate_and_an_sla():
+def test_default_scenario_is_a_measured_gpu_profile_chunked_mooncake_lengths_a_rate_and_an_sla():
     from tripath.planning.scenario_dict import load_scenario_dict
-    from tripath.profile.profile import resolve_profile
 
     data, _ = load_scenario_dict("default")
-    assert resolve_profile(data["profile"]).source == "published"
+    assert data["profile"].startswith("aic-") and resolve_profile(data["profile"]).source == "published"
+    assert data["batching"]["policy"] == "chunked"  # vLLM always chunks prefill
     assert scenario_qps(data) is not None and "load_fraction" not in data["workload"]["arrival"]
     assert {data["workload"][c]["trace"] for c in ("prompt_tokens", "output_tokens")} == {"mooncake-conversation"}
     assert data["sla"]["ttft_p99_ms"] > 0 and data["sla"]["tpot_p99_ms"] > 0

@@ -31,26 +31,24 @@ SLAS = [(30000.0, 1000.0), (1500.0, 80.0), (200.0, 80.0)]
 def test_parallel_bound_first_equals_the_serial_full_search(tmp_path, ttft_ms, tpot_ms):
     data = small_scenario(ttft_ms=ttft_ms, tpot_ms=tpot_ms)
     old_cache, new_cache = ResultCache(tmp_path / "serial"), ResultCache(tmp_path / "parallel")
-    serial = recommend(data, None, PROFILE, QPS, gpu_price=3.0, replications=1, max_replicas=MAX_REPLICAS,
-                       executor=LocalPoolExecutor(1), cache=old_cache, bound_first=False, longest_first=False)
-    fast = recommend(data, None, PROFILE, QPS, gpu_price=3.0, replications=1, max_replicas=MAX_REPLICAS,
-                     executor=LocalPoolExecutor(2), cache=new_cache)
-    assert json.dumps(fast.to_dict(), sort_keys=True) == json.dumps(serial.to_dict(), sort_keys=True)
+    serial = plan(data, None, PROFILE, QPS, replications=1, max_replicas=MAX_REPLICAS, attainment_levels=(),
+                  executor=LocalPoolExecutor(1), cache=old_cache, bound_first=False, longest_first=False)
+    fast = plan(data, None, PROFILE, QPS, replications=1, max_replicas=MAX_REPLICAS, attainment_levels=(),
+                executor=LocalPoolExecutor(2), cache=new_cache, bound_first=True)
     # every row the same but for the search trace: the same outcome dicts, the same sizes
-    strip = [{k: v for k, v in row.items() if k != "search"} for row in serial.plan.rows]
-    assert [{k: v for k, v in row.items() if k != "search"} for row in fast.plan.rows] == strip
-    missed = [row for row in fast.plan.rows if "search" in row and row["replicas"] is None]
+    strip = [{k: v for k, v in row.items() if k != "search"} for row in serial.rows]
+    assert [{k: v for k, v in row.items() if k != "search"} for row in fast.rows] == strip
+    missed = [row for row in fast.rows if "search" in row and row["replicas"] is None]
     for row in missed:  # a miss at the bound is the one simulation of that candidate
-        assert row["search"] == [{"replicas": MAX_REPLICAS, "meets_sla": False}]
-    for row in fast.plan.rows:
+        assert [(s["replicas"], s["meets_sla"]) for s in row["search"]] == [(MAX_REPLICAS, False)]
+    for row in fast.rows:
         if row.get("replicas") is not None:
-            assert row["search"][0] == {"replicas": MAX_REPLICAS, "meets_sla": True}
+            assert (row["search"][0]["replicas"], row["search"][0]["meets_sla"]) == (MAX_REPLICAS, True)
     if missed:
         assert simulations(new_cache) < simulations(old_cache)
-    met = [row for row in fast.plan.rows if row.get("replicas") is not None]
+    met = [row for row in fast.rows if row.get("replicas") is not None]
     assert (bool(met), bool(missed)) == {SLAS[0]: (True, False), SLAS[1]: (True, True),
                                          SLAS[2]: (False, True)}[(ttft_ms, tpot_ms)]
-    assert (fast.robustness is not None) == bool(met)  # with a winner, the parallel bisections ran
 
 
 def test_submission_order_does_not_change_the_plan():
@@ -99,15 +97,15 @@ def test_preload_traces_reads_the_scenarios_traces_into_this_process(monkeypatch
 def test_a_warm_rerun_and_a_partly_warm_one_give_the_cold_answer(tmp_path):
     data = small_scenario(ttft_ms=1500.0)
     cache = ResultCache(tmp_path)
-    kwargs = {"gpu_price": 3.0, "replications": 1, "max_replicas": MAX_REPLICAS, "cache": cache}
-    sized = recommend(data, None, PROFILE, QPS, executor=LocalPoolExecutor(2), with_robustness=False, **kwargs)
+    kwargs = {"replications": 1, "max_replicas": MAX_REPLICAS, "cache": cache}
+    sized = recommend(data, None, [PROFILE], QPS, executor=LocalPoolExecutor(2), with_robustness=False, **kwargs)
     assert sized.robustness is None
     sized_only = simulations(cache)
-    cold = recommend(data, None, PROFILE, QPS, executor=LocalPoolExecutor(2), **kwargs)  # sizing cached, probes not
+    cold = recommend(data, None, [PROFILE], QPS, executor=LocalPoolExecutor(2), **kwargs)  # sizing cached
     assert simulations(cache) > sized_only
     entries = simulations(cache)
-    warm = recommend(data, None, PROFILE, QPS, executor=LocalPoolExecutor(2), **kwargs)
+    warm = recommend(data, None, [PROFILE], QPS, executor=LocalPoolExecutor(2), **kwargs)
     assert simulations(cache) == entries  # nothing simulated again
     assert warm.to_dict() == cold.to_dict()
-    assert cold.to_dict() == recommend(data, None, PROFILE, QPS, executor=LocalPoolExecutor(1), bound_first=False,
+    assert cold.to_dict() == recommend(data, None, [PROFILE], QPS, executor=LocalPoolExecutor(1),
                                        **{**kwargs, "cache": None}).to_dict()

@@ -47,3 +47,15 @@ def positive_float(text: str) -> float:
     if not (math.isfinite(value) and value > 0):
         raise argparse.ArgumentTypeError(f"must be a number > 0, got {text[:40]}")
     return value
+
+
+def gpu_types(text: str) -> tuple[str, ...]:
+    """A comma-separated list of GPU types the shipped profiles name (tripath/profile/catalog.py GPUS)."""
+    from tripath.profile.catalog import GPUS
+
+    names = tuple(dict.fromkeys(t.strip() for t in text.split(",") if t.strip()))
+    unknown = [n for n in names if n not in GPUS]
+    if not names or unknown:
+        raise argparse.ArgumentTypeError(f"unknown GPU type(s) {', '.join(unknown) or repr(text[:40])}; "
+                                         f"known: {', '.join(GPUS)}")
+    return names

@@ -14,7 +14,6 @@ import json
 from typing import Any
 
 from tripath.core.errors import InputError
-from tripath.core.metrics import INTERVAL_METHOD
 
 
 def _runtime(args: argparse.Namespace) -> tuple[Any, Any]:
@@ -276,45 +275,78 @@ DEFAULT_SCENARIO = "default"
 
 
 def _interval(term: dict[str, Any]) -> str:
-    """The order-statistic interval (tripath/core/metrics.py); an end too few requests give is "n/a"."""
+    """The verdict's replication interval (tripath/planning/decision.py); "n/a" for an end there is none of."""
     lo, hi = term["ci_low_ms"], term["ci_high_ms"]
     if lo is None and hi is None:
         return ""
     ends = ["n/a" if v is None else f"{v:,.0f}" for v in (lo, hi)]
-    return f" [95% {ends[0]}, {ends[1]}]"
+    return f" [95% {ends[0]} to {ends[1]}]"
 
 
 def _term_lines(summary: dict[str, Any]) -> list[str]:
     lines = []
     for name, t in summary["terms"].items():
-        verdict = "met" if t["over_by"] is None else f"MISSED by {t['over_by']:.0%}"
+        verdict = t.get("verdict") or ("meets" if t["over_by"] is None else "misses")
+        if verdict == "misses" and t["over_by"] is not None:
+            verdict = f"MISSES by {t['over_by']:.0%}"
         bind = "  <- binds" if name == summary["binding_term"] else ""
         lines.append(f"    {name.upper():<5} P99 {_ms(t['p99_ms'])} ms{_interval(t)} vs target "
                      f"{_ms(t['target_ms'])} ms: {verdict}{bind}")
-    if summary.get("remark"):
-        lines.append(f"    ({summary['remark']})")
+    rejected = summary.get("rejected_share")
+    if rejected:
+        lines.append(f"    rejected: {rejected:.1%} of requests")
+    for key in ("remark", "idle"):
+        if summary.get(key):
+            lines.append(f"    ({summary[key]})")
     return lines
 
 
-def _sized(summary: dict[str, Any], price: float | None) -> str:
-    cost = "" if summary.get("cost_usd_per_hour") is None else (
-        f", ${summary['cost_usd_per_hour']:,.2f}/h at ${price:,.2f} per GPU-hour")
-    return (f"{summary['candidate']}: {summary['replicas']} replica(s) x {summary['gpus_per_replica']} GPU(s) = "
-            f"{summary['gpus']} GPU(s){cost}")
+def _where(summary: dict[str, Any]) -> str:
+    layout = summary["layout"]
+    return f"{layout['gpu']} TP{layout['tp']}"
+
+
+def _sized(summary: dict[str, Any]) -> str:
+    layout = summary["layout"]
+    cost = ""
+    if summary.get("cost_usd_per_hour") is not None:
+        cost = f", ${summary['cost_usd_per_hour']:,.2f}/h at ${layout['usd_per_gpu_hour']:,.3g} per GPU-hour"
+        if summary.get("usd_per_million_output_tokens") is not None:
+            cost += f", ${summary['usd_per_million_output_tokens']:,.2f} per million output tokens"
+    return (f"{summary['candidate']} on {_where(summary)} ({layout['profile']}): {summary['replicas']} replica(s) x "
+            f"{summary['gpus_per_replica']} GPU(s) = {summary['gpus']} GPU(s){cost}")
 
 
 def _factor(bound: dict[str, Any], what: str, unit: str) -> str:
     met, missed = bound["meets_up_to"], bound["misses_at"]
     if missed is None:
-        return f"  still meets the SLA with {what} {met:.0%} of profiled ({unit} searched up to x{met:g})"
-    return (f"  meets the SLA unless {what} {missed - 1.0:.0%} higher than {unit} "
-            f"(met at x{met:.3f}, missed at x{missed:.3f})")
+        return f"  still meets the SLA with {what} x{met:g} ({unit}; searched no further)"
+    return (f"  meets the SLA with 95 % confidence up to {what} {met - 1.0:+.0%} ({unit}; "
+            f"met at x{met:.3f}, not at x{missed:.3f})")
+
+
+def _quality(summary: dict[str, Any]) -> list[str]:
+    loss = summary.get("quality_loss")
+    if not loss:
+        return []
+    return [f"    quality cost (lossy: {loss['source']}): {loss['value']:g} {loss['unit']}"]
+
+
+def _below(summary: dict[str, Any]) -> list[str]:
+    below = summary.get("verdict_below")
+    if not below:
+        return []
+    return [f"    one replica fewer: {below['why']}"]
 
 
 def _cmd_recommend(args: argparse.Namespace) -> int:
-    from tripath.planning.export import recommended_suggestion, write_export
+    from tripath.planning.decision import DecisionRule
+    from tripath.planning.export import recommended_sglang, recommended_suggestion, write_export
+    from tripath.planning.prices import load_prices
     from tripath.planning.recommend import recommend, scenario_qps
     from tripath.planning.scenario_dict import with_fields, with_rate, with_requests
+    from tripath.profile.catalog import layouts
+    from tripath.profile.profile import resolve_profile
     from tripath.simulator.summary import _json_ready
 
     if args.scenario is None:
@@ -328,69 +360,121 @@ def _cmd_recommend(args: argparse.Namespace) -> int:
                          "no request rate: give the scenario a rate_per_s or pass --qps")
     if not (data.get("sla") or {}):
         raise InputError(source, "sla", "no SLA term: give the scenario an [sla] table")
+    if args.replications < 2:
+        raise InputError(None, "--replications", "a verdict's interval needs >= 2 replications")
+    name = str(args.profile or data.get("profile"))
+    family = layouts(name)
+    names: list[Any] = [name] if args.only_profile else list(family)
+    if args.gpus:
+        names = [n for n in names if (resolve_profile(n) if isinstance(n, str) else n).key.hardware in args.gpus]
+        if not names:
+            raise InputError(None, "--gpus", f"no shipped profile of this model on {', '.join(args.gpus)}")
+    prices = load_prices(args.gpu_prices).with_overrides(args.gpu_price)
     executor, cache = _runtime(args)
-    price = args.gpu_price
+    rule = DecisionRule(args.replications, args.budget_requests)
     try:
-        rec = recommend(data, source, profile, qps, price, args.seed, args.replications, args.max_replicas,
-                        executor, cache, with_robustness=not args.no_robustness)
+        rec = recommend(data, source, names, qps, prices, args.seed, rule, args.max_replicas, executor, cache,
+                        with_robustness=not args.no_robustness, allow_lossy=args.allow_lossy,
+                        candidate_names=args.candidates)
     except ValueError as err:
         if isinstance(err, InputError):
             raise
         raise InputError(source, "sla", str(err)) from None
     result = rec.to_dict()
     suggestion = recommended_suggestion(result, profile, data)
+    sglang = recommended_sglang(result, profile, data)
     result["vllm"] = None if suggestion is None else suggestion.to_dict()
+    result["sglang"] = None if sglang is None else sglang.to_dict()
     sla = ", ".join(f"{t.upper()} P99 <= {_ms(v)} ms" for t, v in result["sla_ms"].items() if v is not None)
-    lines = [f"Recommendation for {result['scenario']} at {qps:g} req/s ({sla}); GPU price "
-             f"{'not given' if price is None else f'${price:,.2f} per GPU-hour (chosen)'}",
-             f"P99s: mean of {args.replications} seeded replication(s); interval: {INTERVAL_METHOD} over the "
-             "pooled requests (more --requests or --replications narrows it; n/a: too few for that end)", ""]
+    shapes = ", ".join(f"{la['gpu']} TP{la['tp']}" for la in result["layouts"])
+    rule_d = result["decision_rule"]
+    lines = [f"Recommendation for {result['scenario']} at {qps:g} req/s ({sla})",
+             f"searched: {len(result['layouts'])} layout(s): {shapes}; prices: {prices.path} "
+             "(per GPU type below; --gpu-price TYPE=PRICE overrides)",
+             f"verdicts: each term's P99 per replication over its steady requests (first {rule_d['warmup_share']:.0%} "
+             f"of arrivals dropped), 95 % interval over {rule_d['replications']} seeded replications; meets only "
+             f"when the whole interval is under the target; {rule_d['tail_minimum_requests']:,} requests per "
+             f"replication first, doubled while undecided up to {rule_d['budget_requests_per_replication']:,}", ""]
     best, runner, closest = result["recommended"], result["runner_up"], result["closest"]
     if best is not None:
-        lines.append(f"  RECOMMENDED  {_sized(best, price)}")
-        lines += _term_lines(best)
-        lines.append(f"  runner-up    {_sized(runner, price) if runner else 'none (no other candidate meets the SLA)'}")
+        lines.append(f"  RECOMMENDED  {_sized(best)}")
+        lines += _term_lines(best) + _quality(best) + _below(best)
+        room = result["headroom"]
+        if room is not None:
+            what = "load" if room["least"] == "arrival_rate" else "step costs"
+            lines.append(f"    headroom: {room['headroom']:+.0%} on {what}" + (
+                "  WARNING: under 10 %: a small change in load or costs breaks the SLA" if room["thin"] else ""))
+        lines.append(f"  runner-up    {_sized(runner) if runner else 'none (no other candidate meets the SLA)'}")
         if runner is not None:
-            lines += _term_lines(runner)
+            lines += _term_lines(runner) + _quality(runner)
     else:
-        lines.append(f"  NO candidate meets the SLA with up to {args.max_replicas} replicas (--max-replicas).")
+        lines.append(f"  NO candidate meets the SLA with 95 % confidence with up to {args.max_replicas} replicas "
+                     "(--max-replicas).")
         if closest is not None:
-            lines.append(f"  closest      {closest['candidate']} at {closest['searched_replicas']} replica(s):")
+            lines.append(f"  closest      {closest['candidate']} on {_where(closest)} at "
+                         f"{closest['searched_replicas']} replica(s):")
             lines += _term_lines(closest)
-    others = result["others"]
-    if others:
-        lines += ["", "the others:"]
-        for o in others:
+    others = [o for o in result["others"] if not o["not_applicable"]]
+    simulated = [o for o in others if not (o["pruned"] and o["searched_replicas"] is None)]
+    if simulated:
+        lines += ["", "the others simulated (cheapest first):"]
+        for o in sorted(simulated, key=lambda o: (o["cost_usd_per_hour"] is None, o["cost_usd_per_hour"] or 0.0)):
+            label = f"{o['candidate']} on {_where(o)}"
             if o["gpus"] is not None:
-                lines.append(f"  {o['candidate']:<30} meets on {o['gpus']} GPU(s)")
-                continue
-            bind = o["binding_term"]
-            why = "" if bind is None or o["terms"][bind]["over_by"] is None else (
-                f": {bind.upper()} P99 {_ms(o['terms'][bind]['p99_ms'])} ms, {o['terms'][bind]['over_by']:.0%} "
-                f"over target")
-            lines.append(f"  {o['candidate']:<30} misses at {o['searched_replicas']} replica(s){why}")
+                cost = "" if o["cost_usd_per_hour"] is None else f", ${o['cost_usd_per_hour']:,.2f}/h"
+                idle = " (never engaged: not ranked)" if o["idle"] else ""
+                lines.append(f"  {label:<44} meets on {o['gpus']} GPU(s){cost}{idle}")
+            else:
+                verdict = o["verdict"] or {}
+                kind = "misses" if verdict.get("verdict", "misses") == "misses" else "not met with confidence"
+                dearer = " (the most replicas cheaper than the cheapest baseline)" if o["pruned"] else ""
+                lines.append(f"  {label:<44} {kind} at {o['searched_replicas']} replica(s){dearer}")
+    pruned = [o for o in others if o["pruned"] and o["searched_replicas"] is None]
+    if pruned:
+        lines += ["", f"not simulated ({len(pruned)}; each reason in --json as 'pruned'):"]
+        groups: dict[str, list[str]] = {}
+        for o in pruned:
+            why = o["pruned"]
+            kind = ("its TTFT floor (the P99 prompt's prefill alone) is over the target" if "prefill alone" in why
+                    else "tiering would never engage (the baseline's KV never filled the device)"
+                    if "tiering would never engage" in why
+                    else "one replica costs as much as the cheapest baseline or more")
+            groups.setdefault(kind, []).append(f"{o['candidate']} on {_where(o)}")
+        for kind, labels in groups.items():
+            lines.append(f"  {kind}: " + ", ".join(labels))
     robust = result["robustness"]
     if robust is not None:
-        lines += ["", f"Robustness ({robust['candidate']} on {robust['replicas']} replica(s) held fixed, "
-                  f"bisected to {robust['tolerance']:.0%}):",
-                  _factor(robust["step_costs"], "step costs are", "profiled"),
-                  _factor(robust["arrival_rate"], "the request rate is", f"{qps:g} req/s")]
-    skipped = result["not_applicable"]
+        lines += ["", f"Headroom ({robust['candidate']} on {robust['replicas']} replica(s) held fixed, bisected to "
+                  f"{robust['tolerance']:.0%}):",
+                  _factor(robust["step_costs"], "step costs", "profiled"),
+                  _factor(robust["arrival_rate"], "the request rate", f"{qps:g} req/s")]
+    if result["excluded_lossy"]:
+        lines += ["", "lossy paths not searched (they change the model's answers; --allow-lossy searches them): "
+                  + ", ".join(result["excluded_lossy"])]
+    skipped: dict[str, str] = {}
+    for o in result["others"]:
+        if o["not_applicable"]:
+            skipped.setdefault(o["candidate"], o["not_applicable"])
     if skipped:
         lines += ["", "not applicable: " + "; ".join(f"{k} ({v})" for k, v in skipped.items())]
+    priced = ", ".join(f"{gpu} ${price:,.3g}" for gpu, price in result["gpu_price_usd_per_gpu_hour"].items()
+                       if price is not None)
     kinds = "; ".join(f"{k}: {', '.join(v)}" for k, v in result["profile"]["section_sources"].items())
-    lines += ["", f"Numbers: {result['numbers_from']}; per section: {kinds}.", result["sizing"],
-              result["go_further"]]
-    if suggestion is not None:
-        lines += ["", "vLLM suggestion (settings to start measuring from, not a tested configuration):",
-                  *("  " + line for line in suggestion.command().splitlines()),
-                  "  (where each value comes from: --export DIR writes it to DIR/vllm.txt, --json gives it as 'vllm')"]
+    lines += ["", f"Numbers: {result['numbers_from']}; the recommended one's sections: {kinds}.",
+              f"GPU prices per GPU-hour: {priced} ({prices.path})", result["go_further"]]
+    for label, command, file in (("vLLM", suggestion, "vllm.txt"), ("SGLang", sglang, "sglang.txt")):
+        if command is None:
+            continue
+        lines += ["", f"{label} suggestion (the simulated settings as flags; a starting point, not a tested "
+                  "configuration):", *("  " + line for line in command.command().splitlines())]
+        lines += [f"  note: {note}" for note in getattr(command, "notes", ())]
+        lines.append(f"  (where each value comes from: --export DIR writes DIR/{file})")
     if args.export is not None:
         kept = with_rate(data, qps)
         if args.profile is not None:
             kept = with_fields(kept, {"profile": args.profile})
         try:
-            written = write_export(args.export, kept, _json_ready(result), suggestion, args.replace)
+            written = write_export(args.export, kept, _json_ready(result), suggestion, args.replace, sglang=sglang)
         except OSError as err:
             raise InputError(args.export, "--export", f"cannot write the export: {err.strerror or err}") from None
         lines += ["", "exported: " + ", ".join(str(p) for p in written)]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from tripath.cli.arg_types import positive_float, positive_int, seed
+from tripath.cli.arg_types import gpu_types, positive_float, positive_int, seed
 from tripath.cli.arg_types import replications as replication_count
 from tripath.cli.planning_cli import (
     _cmd_breakeven,
@@ -16,6 +16,7 @@ from tripath.cli.planning_cli import (
     _cmd_stack,
     _cmd_whatif,
 )
+from tripath.planning.prices import parse_price_override
 
 
 def _sweep_options(parser: argparse.ArgumentParser, replications: int) -> None:
@@ -33,27 +34,43 @@ def _sweep_options(parser: argparse.ArgumentParser, replications: int) -> None:
 
 def add_subcommands(sub: Any) -> None:
     """Register recommend, matrix, plan, whatif, stack and breakeven on the `tripath` subparsers."""
-    rec = sub.add_parser("recommend", help="the answer: which path, how many GPUs, what it costs, how robust",
-                         description="Size every candidate path at the request rate (fewest replicas meeting the "
-                         "SLA), recommend the cheapest (fewest GPUs, lossless first), show the runner-up, or the "
-                         "closest when none meets the SLA, and how much higher step costs or load may be before "
-                         "the recommendation stops meeting it.")
+    rec = sub.add_parser("recommend", help="the answer: which GPU, how many, which path, what it costs, how sure",
+                         description="Size every candidate path on every GPU type and TP degree shipped for the "
+                         "scenario's model (fewest replicas whose P99s meet the SLA with 95 %% confidence), recommend "
+                         "the cheapest in $/h (ties to the simpler deployment; lossy paths only with --allow-lossy), "
+                         "show the runner-up, or the closest when none meets the SLA, and the headroom: how much "
+                         "higher step costs or load may be before the recommendation stops meeting it.")
     rec.add_argument("scenario", nargs="?", default=None,
                      help="scenario TOML path or shipped name (default: data/scenarios/default.toml)")
-    rec.add_argument("--profile", help="profile name or path (default: the scenario's)")
+    rec.add_argument("--profile", help="profile name or path (default: the scenario's); its GPU types and TP degrees "
+                     "are searched unless --only-profile")
+    rec.add_argument("--only-profile", action="store_true",
+                     help="search the profile's own GPU type and TP degree only, not the model's other layouts")
+    rec.add_argument("--gpus", type=gpu_types, default=None, metavar="TYPE[,TYPE]",
+                     help="search only these GPU types (e.g. a100-80gb,h100-sxm)")
     rec.add_argument("--qps", type=positive_float, default=None,
                      help="arrival rate, requests per second (default: the scenario's workload.arrival.rate_per_s)")
-    rec.add_argument("--gpu-price", type=positive_float, default=2.0,
-                     help="USD per GPU-hour, your price (default 2.00: a CHOSEN round figure, not a quote)")
-    rec.add_argument("--max-replicas", type=positive_int, default=8, help="replica search bound per candidate")
+    rec.add_argument("--gpu-prices", metavar="FILE", default=None,
+                     help="TOML of USD per GPU-hour per GPU type (default: data/gpu_prices.toml, cited on-demand "
+                     "list prices)")
+    rec.add_argument("--gpu-price", type=parse_price_override, action="append", default=[], metavar="TYPE=PRICE",
+                     help="override one GPU type's USD per GPU-hour (repeatable), e.g. h100-sxm=3.99")
+    rec.add_argument("--candidates", nargs="+", default=None, metavar="NAME",
+                     help="search only these candidate paths (the baseline always runs: it bounds the cost)")
+    rec.add_argument("--allow-lossy", action="store_true",
+                     help="let lossy paths (KV compression) be recommended; their published quality cost is shown")
+    rec.add_argument("--max-replicas", type=positive_int, default=16, help="replica search bound per candidate")
     rec.add_argument("--requests", type=positive_int, default=None,
-                     help="override the scenario's request count per simulation (quicker, wider intervals)")
-    rec.add_argument("--no-robustness", action="store_true", help="skip the cost and load robustness bisection")
+                     help="requests per replication at the first stage (default: the scenario's, raised to the "
+                     "1,000 a P99 needs)")
+    rec.add_argument("--budget-requests", type=positive_int, default=8000,
+                     help="the most requests per replication one verdict may simulate before it says undecided")
+    rec.add_argument("--no-robustness", action="store_true", help="skip the cost and load headroom bisections")
     rec.add_argument("--export", metavar="DIR", default=None,
-                     help="also write DIR/scenario.toml (the scenario as recommended), DIR/recommendation.json and "
-                     "DIR/vllm.txt (the recommended settings as a vLLM command line, a suggestion)")
+                     help="also write DIR/scenario.toml (the scenario as recommended), DIR/recommendation.json, "
+                     "DIR/vllm.txt and DIR/sglang.txt (the recommended settings as serving commands, suggestions)")
     rec.add_argument("--replace", action="store_true", help="replace a non-empty --export folder whole")
-    _sweep_options(rec, replications=2)
+    _sweep_options(rec, replications=4)
     rec.set_defaults(func=_cmd_recommend)
 
     matrix = sub.add_parser("matrix", help="decision matrix: per seed scenario cell, the cheapest path meeting the SLA",

@@ -186,7 +186,9 @@ def matrix_sizing(profile: Profile, data: dict[str, Any]) -> Sizing | None:
 
 def candidates(profile: Profile) -> list[Candidate]:
     """Every candidate for this profile, in a fixed order; compression once per measured mode
-    (or once, as "compression", when the profile has none, so it is reported as not applicable)."""
+    (or once, as "compression", when the profile has none, so it is reported as not applicable); sequence
+    parallelism at degree 2 ("sequence_parallel", alone and with tiering) and at every other degree the profile has
+    rows for ("sequence_parallel:4", ...)."""
     modes = sorted(profile.compression) or [None]
 
     def comp(mode: str | None) -> tuple[str, dict[str, Any]]:
@@ -198,6 +200,8 @@ def candidates(profile: Profile) -> list[Candidate]:
     out = [BASELINE, Candidate("speculative", {"speculative": spec}),
            Candidate("tiered", {"tiered": tiered}),
            Candidate("sequence_parallel", {"sequence_parallel": sp})]
+    out += [Candidate(f"sequence_parallel:{d}", {"sequence_parallel": {"degree": d}})  # every other degree built
+            for d in sorted(profile.sequence_parallel) if d != SP_DEGREE]
     for mode in modes:
         name, table = comp(mode)
         out.append(Candidate(name, {"compression": table}))
@@ -248,3 +252,22 @@ def tiering_idle(candidate: Candidate, outcome: dict[str, Any] | None, max_batch
     batch = "" if max_batch_size is None else f" (max_batch_size {max_batch_size})"
     return (f"tiered never engaged: the peak live KV, {peak / 2**30:.1f} GiB{batch}, fits the device's KV budget "
             f"of {budget / 2**30:.1f} GiB, so nothing was paged and the numbers are those without tiering")
+
+
+def idle_paths(candidate: Candidate, outcome: dict[str, Any] | None, max_batch_size: int | None) -> str | None:
+    """Why a candidate's path never engaged in a sweep outcome, when one did not: tiering that paged nothing
+    (``tiering_idle``), speculation with no draft token accepted, prefix caching with no hit. Such a candidate is
+    the baseline by another name (a recommendation never puts it above the baseline). Compression and sequence
+    parallelism act on every step: always engaged."""
+    if outcome is None or outcome.get("error"):
+        return None
+    reasons = []
+    tiered = tiering_idle(candidate, outcome, max_batch_size)
+    if tiered is not None:
+        reasons.append(tiered)
+    if "speculative" in candidate.paths and not (outcome.get("accepted_tokens_per_request") or 0.0) > 0.0:
+        reasons.append("speculation never engaged: no draft token was accepted")
+    if "prefix_cache" in candidate.paths and not ((outcome.get("prefix_cache") or {}).get("hit_rate_tokens")
+                                                   or 0.0) > 0.0:
+        reasons.append("prefix caching never engaged: no prompt token was found cached")
+    return "; ".join(reasons) or None

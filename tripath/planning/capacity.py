@@ -26,15 +26,20 @@ planned load: GPUs x price / (qps x 3600) x 1000.
 from __future__ import annotations
 
 import json
+import math
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tqdm import tqdm
+
 from tripath.core.errors import InputError
 from tripath.planning.cache import ResultCache
 from tripath.planning.candidates import Candidate, by_names, is_lossy, tiering_idle
+from tripath.planning.decision import DecisionRule, RefusedError, Verdict, decide
 from tripath.planning.executor import Executor, LocalPoolExecutor
-from tripath.planning.scenario_dict import with_fields, with_rate
+from tripath.planning.scenario_dict import with_fields, with_rate, with_requests
 from tripath.planning.sweep import Job, Outcome, is_cached, preload_traces, run_cached
 from tripath.profile.profile import Profile
 from tripath.simulator.loop.stepper_setup import needs_stepper
@@ -63,6 +68,8 @@ class SearchSpec:
     rel_tol: float = 0.02
     cache_dir: str | None = None
     bound_first: bool = False  # simulate max_replicas first; a miss there ends the search (see the module doc)
+    rule: DecisionRule | None = None  # decide each probe with confidence (tripath/planning/decision.py); None:
+    # the P99 mean of ``replications`` runs of the scenario's requests against the target, as it is
 
     def __post_init__(self) -> None:
         if not self.qps > 0:
@@ -74,15 +81,54 @@ class SearchSpec:
                 raise ValueError(f"attainment levels must be in (0, 1], got {level}")
 
 
-def sized_job(spec: SearchSpec, replicas: int, rate: float) -> Job:
-    """The simulation of ``replicas`` replicas of the spec's candidate at ``rate`` req/s (its cluster sized to them)."""
+def sized_job(spec: SearchSpec, replicas: int, rate: float, requests: int | None = None) -> Job:
+    """The simulation of ``replicas`` replicas of the spec's candidate at ``rate`` req/s (its cluster sized to them),
+    of ``requests`` requests per replication when given (a decision stage: the rule's replications too)."""
     profile = json.loads(spec.profile_json)
     tp = int(profile["key"]["tp"])
     degree = int(spec.candidate.strategy.get("sequence_parallel", {}).get("degree", 1))
     data = spec.candidate.apply(json.loads(spec.scenario_json))
     data = with_fields(with_rate(data, rate), {"cluster.gpus": replicas * tp * degree})
+    replications = spec.replications
+    if requests is not None:
+        data = with_requests(data, requests)
+        replications = spec.rule.replications if spec.rule is not None else replications
+        if data.get("batching", {}).get("policy") != "adaptive":  # only the adaptive policy steers by the SLA
+            data = with_fields(data, {"sla": None})  # so a stage's cache entry serves any SLA (judged after)
     scenario_json = json.dumps(data, sort_keys=True, separators=(",", ":"), allow_nan=False)
-    return Job(scenario_json, spec.source, spec.profile_json, spec.seed, spec.replications)
+    return Job(scenario_json, spec.source, spec.profile_json, spec.seed, replications)
+
+
+def asked_requests(spec: SearchSpec) -> int:
+    """The requests per replication the scenario asks for (its request count, or its duration at its rate)."""
+    workload = json.loads(spec.scenario_json).get("workload", {})
+    if workload.get("requests") is not None:
+        return int(workload["requests"])
+    duration = workload.get("duration_s")
+    return 0 if duration is None else int(math.ceil(float(duration) * spec.qps))
+
+
+def probe(spec: SearchSpec, replicas: int, rate: float) -> tuple[Outcome, Verdict | None]:
+    """One sized simulation: through the decision rule's stages when the spec has a rule (its verdict beside the
+    deciding stage's outcome), else the scenario as it is (no verdict)."""
+    if spec.rule is None:
+        return run_cached(sized_job(spec, replicas, rate), spec.cache_dir), None
+    verdict, data = decide(lambda n: run_cached(sized_job(spec, replicas, rate, n), spec.cache_dir).data,
+                           spec.rule, asked_requests(spec), sla_targets(spec))
+    return Outcome(data), verdict
+
+
+def sla_targets(spec: SearchSpec) -> dict[str, float | None]:
+    """The scenario's P99 targets in ms per term (None: not given)."""
+    sla = json.loads(spec.scenario_json).get("sla") or {}
+    return {term: sla.get(f"{term}_p99_ms") for term in ("ttft", "tpot", "e2e")}
+
+
+def first_job(spec: SearchSpec, replicas: int) -> Job:
+    """The first simulation a probe of ``replicas`` runs (what a warm cache must hold to skip the pool)."""
+    if spec.rule is None:
+        return sized_job(spec, replicas, spec.qps)
+    return sized_job(spec, replicas, spec.qps, spec.rule.stages(asked_requests(spec))[0])
 
 
 def search_replicas(meets: Any, max_replicas: int) -> tuple[int | None, list[tuple[int, bool]]]:
@@ -161,35 +207,51 @@ def plan_candidate(spec: SearchSpec) -> dict[str, Any]:
     if reason is not None:
         return out
     outcomes: dict[int, Outcome] = {}
+    verdicts: dict[int, Verdict | None] = {}
+    refused: dict[int, str] = {}
 
-    def simulated(n: int) -> Outcome:
-        if n not in outcomes:  # the bound probe's simulation is reused by the search
-            outcomes[n] = run_cached(sized_job(spec, n, spec.qps), spec.cache_dir)
-        return outcomes[n]
+    def simulated(n: int) -> Outcome | None:
+        if n not in outcomes and n not in refused:  # the bound probe's simulation is reused by the search
+            try:
+                outcomes[n], verdicts[n] = probe(spec, n, spec.qps)
+            except RefusedError as err:
+                refused[n] = str(err)
+        return outcomes.get(n)
 
     def meets(n: int) -> bool:
-        if simulated(n).error is not None:
-            raise _Refused(outcomes[n].error)
-        return outcomes[n].meets_sla
+        outcome = simulated(n)
+        if outcome is None or outcome.error is not None:
+            raise _Refused(refused.get(n) or (outcome.error if outcome is not None else ""))
+        verdict = verdicts[n]
+        return outcome.meets_sla if verdict is None else verdict.meets
 
-    bound = simulated(spec.max_replicas) if spec.bound_first else None
+    bound_ok = False
+    if spec.bound_first and spec.max_replicas >= 1:
+        bound = simulated(spec.max_replicas)
+        bound_ok = bound is not None and bound.error is None
     try:
-        if bound is not None and bound.error is None and not bound.meets_sla:
+        if bound_ok and not meets(spec.max_replicas):
             replicas, trace = None, [(spec.max_replicas, False)]
         else:  # a refusal at the bound is reported only where the full search reaches the bound
             replicas, trace = search_replicas(meets, spec.max_replicas)
-            if bound is not None and bound.error is None:
+            if bound_ok:
                 trace = [(spec.max_replicas, True), *trace]
     except _Refused as err:
         out["not_applicable"] = f"the simulator refused it: {err}"
         return out
-    out["search"] = [{"replicas": n, "meets_sla": ok} for n, ok in trace]
+    out["search"] = [{"replicas": n, "meets_sla": ok, "peak_kv_bytes": outcomes[n].data.get("peak_kv_bytes"),
+                      "kv_capacity_bytes": outcomes[n].data.get("kv_capacity_bytes"),
+                      **({} if verdicts.get(n) is None else {"verdict": verdicts[n].to_dict()})} for n, ok in trace]
     out["replicas"] = replicas
+    shown = spec.max_replicas if replicas is None else replicas
+    out["outcome"] = outcomes[shown].to_dict()
+    if verdicts.get(shown) is not None:
+        out["verdict"] = verdicts[shown].to_dict()
     if replicas is None:
-        out["outcome"] = outcomes[spec.max_replicas].to_dict()
         return out
     out["gpus"] = replicas * out["gpus_per_replica"]
-    out["outcome"] = outcomes[replicas].to_dict()
+    if replicas > 1 and verdicts.get(replicas - 1) is not None:  # the count below: why it is not enough
+        out["verdict_below"] = verdicts[replicas - 1].to_dict()
     out["goodput_rps"] = goodput_curve(spec, replicas)
     return out
 
@@ -221,6 +283,34 @@ def cost_estimate(spec: SearchSpec) -> float:
     tp = int(json.loads(spec.profile_json)["key"]["tp"])
     degree = int(spec.candidate.strategy.get("sequence_parallel", {}).get("degree", 1))
     return spec.max_replicas * tp * degree * (PER_ITERATION_COST if per_iteration else 1.0)
+
+
+def run_searches(specs: Sequence[SearchSpec], data: dict[str, Any], source: str | None,
+                 executor: Executor | None = None, longest_first: bool = True, desc: str = "sizing"
+                 ) -> list[dict[str, Any]]:
+    """``plan_candidate`` of every spec on the executor (each a pure function of its spec), rows in the specs'
+    order; submitted by descending ``cost_estimate`` when ``longest_first``; in this process when the cache holds
+    every search's first simulation (a warm rerun: a pool would only read the cache, after forking)."""
+    executor = executor or LocalPoolExecutor(1)
+    first = []
+    for spec in specs:
+        profile = Profile.from_dict(json.loads(spec.profile_json))
+        if spec.candidate.profile_support(profile, json.loads(spec.scenario_json)) is None:
+            first.append(first_job(spec, spec.max_replicas if spec.bound_first else 1))
+    if all(is_cached(job, spec.cache_dir) for job, spec in zip(first, specs, strict=False)):
+        executor = LocalPoolExecutor(1)
+    else:
+        preload_traces(data, source)
+    order = list(range(len(specs)))
+    if longest_first:
+        costs = [cost_estimate(s) for s in specs]
+        order.sort(key=lambda i: -costs[i])  # stable: equal estimates keep the candidates' order
+    with tqdm(total=len(specs), desc=desc, unit="search", file=sys.stderr, disable=None, leave=False) as bar:
+        done = executor.map(plan_candidate, [specs[i] for i in order], progress=bar)
+    rows: list[dict[str, Any]] = [{} for _ in specs]
+    for i, row in zip(order, done, strict=True):
+        rows[i] = row
+    return rows
 
 
 @dataclass(frozen=True)
@@ -269,7 +359,7 @@ def plan(data: dict[str, Any], source: str | None, profile: Profile, qps: float,
          candidate_names: Sequence[str] | None = None, seed: int = 0, replications: int = 1,
          max_replicas: int = 256, executor: Executor | None = None, cache: ResultCache | None = None,
          attainment_levels: tuple[float, ...] = ATTAINMENT_LEVELS, bound_first: bool = False,
-         longest_first: bool = True) -> Plan:
+         longest_first: bool = True, rule: DecisionRule | None = None) -> Plan:
     """Capacity plan of the scenario (a TOML dict) at ``qps``; ``sla_ms`` overrides the scenario's SLA terms.
 
     ``bound_first``: each search simulates ``max_replicas`` first (SearchSpec). ``longest_first``: submit the
@@ -284,22 +374,8 @@ def plan(data: dict[str, Any], source: str | None, profile: Profile, qps: float,
     text = json.dumps(data, sort_keys=True, separators=(",", ":"), allow_nan=False)
     profile_json = profile.to_json()
     specs = [SearchSpec(text, source, profile_json, c, qps, seed, replications, max_replicas,
-                        attainment_levels, cache_dir=cache_dir, bound_first=bound_first) for c in chosen]
-    executor = executor or LocalPoolExecutor(1)
-    first = [sized_job(s, max_replicas if bound_first else 1, qps) for s in specs
-             if s.candidate.profile_support(profile, data) is None]
-    if all(is_cached(job, cache_dir) for job in first):
-        executor = LocalPoolExecutor(1)  # a warm cache: reading it here is quicker than forking a pool to read it
-    else:
-        preload_traces(data, source)
-    order = list(range(len(specs)))
-    if longest_first:
-        costs = [cost_estimate(s) for s in specs]
-        order.sort(key=lambda i: -costs[i])  # stable: equal estimates keep the candidates' order
-    done = executor.map(plan_candidate, [specs[i] for i in order])
-    rows: list[dict[str, Any]] = [{} for _ in specs]
-    for i, row in zip(order, done, strict=True):
-        rows[i] = row
+                        attainment_levels, cache_dir=cache_dir, bound_first=bound_first, rule=rule) for c in chosen]
+    rows = run_searches(specs, data, source, executor, longest_first)
     batch = data.get("batching", {}).get("max_batch_size")
     for candidate, row in zip(chosen, rows, strict=True):
         remark = tiering_idle(candidate, row.get("outcome"), batch)

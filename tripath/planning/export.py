@@ -590,7 +590,7 @@ def _chosen(recommendation: dict[str, Any], profile: Profile
     if chosen is None:
         return None
     layout = chosen.get("layout")
-    if isinstance(layout, dict) and layout.get("profile"):
+    if isinstance(layout, dict) and layout.get("profile") and layout.get("profile_key") != profile.key_str():
         profile = resolve_profile(str(layout["profile"]))
     candidate = by_names(profile, [chosen["candidate"]])[0]
     replicas = chosen["replicas"] if best is not None else chosen.get("searched_replicas")

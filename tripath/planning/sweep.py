@@ -26,15 +26,13 @@ from tqdm import tqdm
 from tripath.core import metrics
 from tripath.core.errors import InputError
 from tripath.planning.cache import ResultCache, cache_key
+from tripath.planning.decision import MAX_REJECTED, TERMS, steady_p99s
 from tripath.planning.executor import Executor, LocalPoolExecutor
 from tripath.profile.profile import Profile
 from tripath.simulator.runner import simulate
 from tripath.simulator.scenario.scenario import scenario_from_dict
 from tripath.simulator.scenario.traces import load_trace
 from tripath.simulator.summary import summary
-
-TERMS = ("ttft", "tpot", "e2e")
-MAX_REJECTED = 0.01
 
 
 @dataclass(frozen=True)
@@ -152,6 +150,8 @@ def run_job(job: Job) -> dict[str, Any]:
         # per replication (same seeds across candidates), so a difference can be judged pairwise
         "p99_ms_by_replication": {term: [metrics.latency_percentiles(recs)[term]["p99"] * 1000.0 for recs in records]
                                   for term in TERMS},
+        # the tails verdicts are decided on (tripath/planning/decision.py): warm-up arrivals left out
+        "p99_steady_ms_by_replication": steady_p99s(records),
         "sla_targets_ms": {term: targets[term] for term in TERMS},
         "attainment": {term: (a or {}).get("mean") for term, a in report["sla"]["attainment"].items()},
         "counts": counts,
@@ -160,10 +160,12 @@ def run_job(job: Job) -> dict[str, Any]:
         "sla_margin": min(given) if given and all(m is not None for m in given) else None,
         "meets_sla": meets,
         "throughput_rps": report["throughput"]["requests_per_s"]["mean"],
+        "output_tokens_per_s": report["throughput"]["output_tokens_per_s"]["mean"],
         "gpu_hours_per_1k": metrics.estimate(gpu_hours)["mean"],
         "kv_capacity_bytes": result.kv_capacity_bytes,
         "peak_kv_bytes": max((rs.peak_kv_bytes for run in result.runs for rs in run.replicas), default=0),
         "paging_ms_per_request": report["per_request_paths"]["paging_ms"]["mean"],
+        "accepted_tokens_per_request": report["per_request_paths"]["accepted_tokens"]["mean"],
         "windows": None if job.window_s is None else _windows(records, job.window_s),
     }
     prefix = report.get("prefix_cache")

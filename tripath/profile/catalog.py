@@ -61,6 +61,7 @@ SPECULATIVE = {
 GPUS = ("a100-80gb", "h100-sxm", "h200", "b200")
 TPS = (1, 2, 4, 8)
 WEIGHTS = ("fp16", "fp8")
+BACKENDS = ("vllm", "sglang", "trtllm")  # the serving frameworks whose kernel tables aiconfigurator-core ships
 
 
 def combinations() -> Iterator[tuple[CatalogModel, str, int, str]]:
@@ -88,3 +89,21 @@ def profile_name(model_short: str, hardware: str, tp: int, weights: str, backend
     gpu = {"a100-80gb": "a100", "h100-sxm": "h100", "h200": "h200", "b200": "b200"}[hardware]
     suffix = ("-fp8" if weights == "fp8" else "") + ("" if backend == "vllm" else f"-{backend}")
     return f"aic-{model_short}{f'-tp{tp}' if tp > 1 else ''}-{gpu}{suffix}"
+
+
+def layouts(name: str, profiles_dir: Path | None = None) -> list[str]:
+    """The shipped profiles a deployment of ``name``'s model could choose instead: the same model, weights and
+    serving backend on every GPU type and TP degree shipped (``name`` among them), in catalogue order (GPUS, then
+    TPS). A name outside the catalogue's pattern (a measured or user profile) has no family: only itself."""
+    folder = profiles_dir or DATA_DIR / "profiles"
+    for model in MODELS.values():
+        for gpu in GPUS:
+            for tp in TPS:
+                for weights in WEIGHTS:
+                    for backend in BACKENDS:
+                        if profile_name(model.short, gpu, tp, weights, backend) != name:
+                            continue
+                        family = [profile_name(model.short, g, t, weights, backend) for g in GPUS for t in TPS
+                                  if not (weights == "fp8" and g == "a100-80gb")]
+                        return [n for n in family if (folder / f"{n}.json").is_file()]
+    return [name]

@@ -28,12 +28,12 @@ from importlib import metadata
 from pathlib import Path
 
 from tripath.core.errors import InputError
+from tripath.profile.catalog import BACKENDS
 
 PACKAGE = "aiconfigurator-core"
 PINNED_VERSION = "0.12.0"  # pyproject's aic extra; every profile records the version it was built with
 # tripath's hardware key -> the estimator's system name (aiconfigurator_core/systems/*.yaml)
 SYSTEMS = {"a100-80gb": "a100_sxm", "h100-sxm": "h100_sxm", "h200": "h200_sxm", "b200": "b200_sxm"}
-BACKENDS = ("vllm", "sglang", "trtllm")
 # tripath's weight / KV precision names -> the estimator's quant modes (sdk/common.py GEMMQuantMode, ...)
 WEIGHT_MODES = {"fp16": "bfloat16", "fp8": "fp8"}
 KV_MODES = {"fp16": "bfloat16", "fp8": "fp8"}
