@@ -11,23 +11,30 @@ from streamlit.testing.v1 import AppTest
 
 from tests.app.app_driver import app, frame
 from tripath.app.widgets import recommend_form as form
+from tripath.planning.cache import DEFAULT_CACHE_DIR, ResultCache
 from tripath.planning.candidates import candidates
+from tripath.planning.decision import DecisionRule
+from tripath.planning.executor import make_executor
 from tripath.planning.export import recommended_suggestion
+from tripath.planning.prices import load_prices
 from tripath.planning.recommend import recommend
 from tripath.planning.scenario_dict import load_scenario_dict
 from tripath.profile.profile import resolve_profile
 
-# a quick case: Llama-3-8B on one A100, Azure conversation lengths, 30 requests per simulation
-QUICK = form.Choices("published-llama3-8b-a100", "azure-conv-2023", qps=2.0, price=3.0, ttft_s=5.0, tpot_ms=None,
+# a quick case: Llama-3-8B on one A100, Azure conversation lengths, 30 requests asked (a verdict takes 1,000)
+QUICK = form.Choices("published-llama3-8b-a100", "azure-conv-2023", qps=2.0, ttft_s=5.0, tpot_ms=None,
                      requests=30)
-MAX_REPLICAS = 2
+MAX_REPLICAS, REPLICATIONS, BUDGET, PRICE = 2, 2, 1000, 3.0
 
 
 def _choose(at: AppTest, choices: form.Choices, max_replicas: int) -> AppTest:
     at.selectbox(key="rec.profile").set_value(choices.profile)
+    at.run()
     at.selectbox(key="rec.workload").set_value(choices.workload)
     at.number_input(key="rec.qps").set_value(choices.qps)
-    at.number_input(key="rec.price").set_value(choices.price)
+    at.number_input(key="rec.price.a100-80gb").set_value(PRICE)
+    at.number_input(key="rec.replications").set_value(REPLICATIONS)
+    at.number_input(key="rec.budget").set_value(BUDGET)
     at.checkbox(key="rec.ttft_none").set_value(choices.ttft_s is None)
     if choices.ttft_s is not None:
         at.number_input(key="rec.ttft").set_value(choices.ttft_s)
@@ -44,8 +51,9 @@ def _choose(at: AppTest, choices: form.Choices, max_replicas: int) -> AppTest:
 def _expected(choices: form.Choices, max_replicas: int) -> dict:
     base, source = load_scenario_dict("default")
     data = form.scenario(base, choices)
-    rec = recommend(data, source, resolve_profile(choices.profile), choices.qps, choices.price, seed=0,
-                    replications=2, max_replicas=max_replicas)
+    prices = load_prices().with_overrides([("a100-80gb", PRICE)])
+    rec = recommend(data, source, [choices.profile], choices.qps, prices, 0, DecisionRule(REPLICATIONS, BUDGET),
+                    max_replicas, make_executor("local"), ResultCache(DEFAULT_CACHE_DIR))
     return json.loads(json.dumps(rec.to_dict(), allow_nan=False))
 
 
@@ -74,14 +82,17 @@ def test_none_sla_term_is_removed_and_the_answer_is_recommends() -> None:
     best = expected["recommended"]
     assert best is not None
     assert list(frame(at, "SLA term")["SLA term"]) == ["TTFT P99"]
-    assert [m.value for m in at.metric][:3] == [best["candidate"], str(best["replicas"]), str(best["gpus"])]
-    assert at.success[0].value.startswith(f"Recommended: **{best['candidate']}** — {best['replicas']} replica(s)")
-    assert f"${best['cost_usd_per_hour']:,.2f}/h at $3.00 per GPU-hour" in at.success[0].value
-    # the export shows the recommended candidate's vLLM suggestion, the text `recommend --export` writes
+    assert [m.value for m in at.metric][:4] == [best["candidate"], "a100-80gb TP1", str(best["replicas"]),
+                                                 str(best["gpus"])]
+    assert at.success[0].value.startswith(f"Recommended: **{best['candidate']}** on a100-80gb TP1: "
+                                          f"{best['replicas']} replica(s)")
+    assert f"${best['cost_usd_per_hour']:,.2f}/h at $3 per GPU-hour" in at.success[0].value
+    # the export shows the recommended candidate's vLLM and SGLang suggestions, the text `recommend --export` writes
     data = form.scenario(load_scenario_dict("default")[0], QUICK)
     suggestion = recommended_suggestion(expected, resolve_profile(QUICK.profile), data)
-    assert [c.value for c in at.code] == [suggestion.text().rstrip("\n")]
+    assert at.code[0].value == suggestion.text().rstrip("\n") and len(at.code) == 2
     assert "vllm serve" in at.code[0].value and f"# candidate: {best['candidate']}" in at.code[0].value
+    assert "sglang.launch_server" in at.code[1].value
 
 
 def test_ticking_none_changes_the_judged_sla() -> None:
@@ -101,8 +112,7 @@ def test_candidates_the_profile_cannot_run_are_greyed_out_with_the_reason_before
     assert not at.exception, at.exception
     profile = resolve_profile("seed-llama2-70b-a100")
     base, _ = load_scenario_dict("default")
-    data = form.scenario(base, form.Choices("seed-llama2-70b-a100", "mooncake-conversation", 0.5, 2.0, 20.0, 100.0,
-                                            100))
+    data = form.scenario(base, form.Choices("seed-llama2-70b-a100", "mooncake-conversation", 0.5, 20.0, 100.0, 1000))
     every = candidates(profile)
     missing = {c.name: c.profile_support(profile, data) for c in every if c.profile_support(profile, data)}
     assert missing, "the seed profile has no compression modes: its compression candidates cannot run"

@@ -23,7 +23,7 @@ GIB = 2**30
 def _default() -> tuple[dict, str, form.Choices]:
     base, source = load_scenario_dict("default")
     d = form.defaults(base)
-    return base, source, form.Choices(d["profile"], d["workload"], d["qps"], 2.0, d["ttft_s"], d["tpot_ms"],
+    return base, source, form.Choices(d["profile"], d["workload"], d["qps"], d["ttft_s"], d["tpot_ms"],
                                       d["requests"])
 
 
@@ -111,20 +111,27 @@ def test_memory_fit_from_the_profile_rows() -> None:
 
 
 def _summary(name: str, gpus: int | None, p99_ms: float, searched: int = 4, per: int = 2) -> dict:
-    return {"candidate": name, "replicas": None if gpus is None else gpus // per, "gpus": gpus,
+    return {"id": f"{name} on p", "candidate": name, "replicas": None if gpus is None else gpus // per, "gpus": gpus,
             "gpus_per_replica": per, "searched_replicas": searched,
-            "cost_usd_per_hour": None if gpus is None else gpus * 2.0,
+            "cost_usd_per_hour": None if gpus is None else gpus * 2.0, "layout": {},
             "terms": {"ttft": {"p99_ms": p99_ms}}, "binding_term": "ttft"}
 
 
+def per_gpu(summary: dict) -> int:
+    return int(summary["gpus_per_replica"])
+
+
 def test_pareto_points_and_front() -> None:
-    result = {"gpu_price_usd_per_gpu_hour": 2.0, "recommended": _summary("a", 4, 900.0),
+    result = {"recommended": _summary("a", 4, 900.0),
               "runner_up": _summary("b", 6, 500.0), "closest": None,
               "others": [_summary("c", 8, 950.0), _summary("d", None, 3000.0)]}
-    pts = {p["candidate"]: p for p in pareto.points(result, "ttft", "cost")}
-    assert pts["a"] == {"candidate": "a", "x": 0.9, "y": 8.0, "gpus": 4, "meets": True, "recommended": True}
+    for summary in [result["recommended"], result["runner_up"], *result["others"]]:
+        summary["layout"] = {"gpu": "a100-80gb", "tp": per_gpu(summary), "usd_per_gpu_hour": 2.0}
+    pts = {p["candidate"].split(" (")[0]: p for p in pareto.points(result, "ttft", "cost")}
+    assert pts["a"] == {"candidate": "a (a100-80gb TP2)", "x": 0.9, "y": 8.0, "gpus": 4, "meets": True,
+                        "recommended": True}
     assert pts["d"]["gpus"] == 8 and not pts["d"]["meets"]  # a miss sits at the largest count searched
-    assert [p["candidate"] for p in pareto.front(list(pts.values()))] == ["b", "a"]  # c: beaten by a
+    assert [p["candidate"] for p in pareto.front(list(pts.values()))] == ["b (a100-80gb TP2)", "a (a100-80gb TP2)"]
     by_gpus = pareto.points(result, "ttft", "gpus")
     assert [p["y"] for p in by_gpus] == [4, 6, 8, 8]
     fig = pareto.figure(list(pts.values()), "ttft", "cost", 1000.0, "simulated on a 'published' profile")

@@ -132,8 +132,8 @@ def sized(seed: int, requests: int) -> tuple[int | None, dict]:
 
     data = small(3.0)
     data["workload"]["requests"] = requests
-    spec = SearchSpec(json.dumps(data, sort_keys=True), None, PROFILE.to_json(), BASELINE, 3.0, seed, 4, 16, (),
-                      rule=DecisionRule(4, 4000))
+    spec = SearchSpec(json.dumps(data, sort_keys=True), None, PROFILE.to_json(), BASELINE, 3.0, seed, 4, 12, (),
+                      rule=DecisionRule(4, 2000))
     row = plan_candidate(spec)
     return row["replicas"], row
 

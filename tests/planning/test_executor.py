@@ -98,3 +98,35 @@ def test_code_version_covers_subpackages(tmp_path):
         after = source_digest(root)
         assert after != before
         before = after
+
+
+def _slow_marker(path: str) -> str:
+    """A job that takes a while and leaves a file behind when it ran."""
+    import pathlib
+    import time
+
+    time.sleep(0.3)
+    pathlib.Path(path).write_text("ran")
+    return path
+
+
+class _Stop(Exception):
+    pass
+
+
+class _StopAtFirst:
+    """A progress bar whose first tick raises, as the app's does when its Stop button reruns the page."""
+
+    def update(self, n: int = 1) -> None:
+        raise _Stop
+
+
+def test_a_stopped_pool_drops_the_jobs_it_had_not_started(tmp_path) -> None:
+    import time
+
+    paths = [str(tmp_path / f"job{i}") for i in range(20)]
+    with pytest.raises(_Stop):
+        LocalPoolExecutor(2).map(_slow_marker, paths, progress=_StopAtFirst())
+    time.sleep(4.0)  # long enough for all 20 to have run (2 workers x 0.3 s each) had they not been dropped
+    ran = sum(1 for p in paths if (tmp_path / p).exists())
+    assert 1 <= ran <= 8, ran  # the jobs handed to a worker before the stop, not all 20

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
 from typing import Any, Protocol
 
 from tqdm import tqdm
@@ -44,13 +44,26 @@ class LocalPoolExecutor:
                 if progress is not None:
                     progress.update(1)
             return results
-        with ProcessPoolExecutor(max_workers=min(self.workers, len(specs))) as pool:
+        pool = ProcessPoolExecutor(max_workers=min(self.workers, len(specs)))
+        futures: list[Future[Any]] = []
+        try:
             futures = [pool.submit(fn, spec) for spec in specs]
             for future in futures:  # wait in submission order: results line up with specs
                 future.result()
                 if progress is not None:
                     progress.update(1)
-            return [future.result() for future in futures]
+        except BaseException:
+            # stopped (Ctrl-C, the app's Stop button: its progress callback raises) or a job failed: drop the
+            # jobs not yet started instead of running them all before returning; nothing is returned, so no
+            # caller caches a part of the sweep. The futures are cancelled here, not only by shutdown's
+            # cancel_futures: the pool's manager thread skips that step once the pool object is collected,
+            # which happens as this exception leaves the frame
+            for future in futures:
+                future.cancel()
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown()
+        return [future.result() for future in futures]
 
 
 class RayExecutor:

@@ -1,7 +1,8 @@
 """Page 3 — Capacity planner: target QPS and SLA -> GPUs per candidate path, goodput curves, cost.
 
 Calls tripath.planning.capacity.plan, the function behind `tripath plan` (a replica search per candidate,
-then the goodput at each attainment level for the size found).
+then the goodput at each attainment level for the size found). Opens on data/scenarios/quickstart-gpu.toml on the
+shared default GPU profile at DEFAULT_QPS, where every candidate finds a size within DEFAULT_MAX_REPLICAS.
 """
 
 from __future__ import annotations
@@ -9,10 +10,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import pandas as pd
 import streamlit as st
 
-from tripath.app.widgets import charts, planning_runs, profiles, scenario_form, state
+from tripath.app.widgets import charts, display, planning_runs, profiles, scenario_form, state
 from tripath.core.errors import InputError
 from tripath.planning.candidates import Candidate, candidates
 from tripath.planning.capacity import plan
@@ -23,8 +23,14 @@ from tripath.planning.sweep import MAX_REJECTED
 RESULT = "capacity_result"
 TERMS = ("ttft", "tpot", "e2e")
 TERM_NAMES = {"ttft": "TTFT", "tpot": "TPOT", "e2e": "end-to-end"}
-DEFAULT_REQUESTS = 100  # per simulation: a first answer in seconds; raise it for tighter intervals
+# per simulation: the default plan (7 single-path candidates, replica search and goodput curves) in about 20 s on
+# 2 cores (docs/app.md); the P99 is over this many requests, which the page says; raise it for a steadier tail
+DEFAULT_REQUESTS = 200
 DEFAULT_MAX_REPLICAS = 8
+# CHOSEN so that the answer does not hang on the sample: one TP4 replica misses the SLA at 3.5 req/s for every
+# default candidate (it serves about 2 req/s within it over 1,000 requests: the what-if page's default sweep) and
+# two meet it with room, so the replica counts are the same over 200 and 600 requests (docs/app.md)
+DEFAULT_QPS = 3.5
 
 
 def default_candidates(every: list[Candidate]) -> list[str]:
@@ -38,19 +44,20 @@ def main() -> None:
                "(`tripath plan`). GPU price is yours to give; it is not a measured number.")
     names = scenario_form.shipped_scenarios()
     cols = st.columns(3)
-    scenario = cols[0].selectbox("scenario", names, **state.bind("capacity_scenario", "quickstart", state.SCENARIO,
-                                                                 names))
+    scenario = cols[0].selectbox("scenario", names, **state.bind("capacity_scenario", state.DEFAULT_SCENARIO,
+                                                                 state.SCENARIO, names))
     try:
         data, source = load_scenario_dict(scenario)
     except InputError as err:
         st.error(str(err))
         return
     choices = profiles.choices()
-    default = data.get("profile", "seed-llama2-70b-a100")
+    default = data.get("profile")
     name = cols[1].selectbox("profile", choices, **state.bind(
-        "capacity_profile", default if default in choices else choices[0], state.PROFILE, choices))
+        "capacity_profile", default if default in choices else state.default_profile(choices), state.PROFILE,
+        choices))
     qps = cols[2].number_input("target load (req/s)", 0.0001, 1e6, format="%.4f",
-                               **state.bind("capacity_qps", 0.2, state.QPS))
+                               **state.bind("capacity_qps", DEFAULT_QPS, state.QPS))
     profile = profiles.load_shown(name)
     if profile is None:
         return
@@ -90,20 +97,18 @@ def main() -> None:
             result = planning_runs.run(
                 "capacity plan", inputs, settings,
                 lambda executor, cache: plan(data, source, profile, qps, sla, price or None, chosen, settings.seed,
-                                             settings.replications, max_replicas, executor, cache).to_dict())
+                                             settings.replications, max_replicas, executor, cache).to_dict(),
+                unit="candidate searches")
         except (InputError, ValueError) as err:
             st.error(str(err))
             return
-        st.session_state[RESULT] = result
+        st.session_state[RESULT] = {**result, "requests_per_simulation": data["workload"].get("requests"),
+                                    "replications": settings.replications}
     result = st.session_state.get(RESULT)
     if result is None:
         st.info("Set the load, the SLA and the candidates, then **Plan capacity**.")
         return
     _show(result)
-
-
-def _ms(value: float) -> str:
-    return f"{value / 1000:,.1f} s" if abs(value) >= 10_000 else f"{value:,.0f} ms"
 
 
 def closest_line(result: dict[str, Any]) -> str | None:
@@ -118,7 +123,8 @@ def closest_line(result: dict[str, Any]) -> str | None:
     row = next(r for r in rows if r["candidate"]["name"] == name)
     terms = sla_terms(row["outcome"])
     binding = binding_term(terms)
-    missed = [f"{TERM_NAMES[t]} P99 {_ms(v['p99_ms'])} is {v['over_by']:.1%} over the {_ms(v['target_ms'])} target"
+    missed = [f"{TERM_NAMES[t]} P99 {display.ms(v['p99_ms'])} is {v['over_by']:.1%} over the "
+              f"{display.ms(v['target_ms'])} target"
               for t, v in terms.items() if v["over_by"] is not None]
     met = [TERM_NAMES[t] for t, v in terms.items() if v["over_by"] is None and v["p99_ms"] is not None]
     size = row["outcome"].get("replicas")
@@ -133,14 +139,22 @@ def closest_line(result: dict[str, Any]) -> str | None:
 
 
 def _show(result: dict[str, Any]) -> None:
-    st.caption(f"{result['numbers_from']}; at {result['qps']:g} req/s. {result['sizing']}; cost = GPUs x your "
-               "price.")
+    priced = result.get("gpu_price_usd_per_gpu_hour") is not None
+    requests, reps = result.get("requests_per_simulation"), result.get("replications", 1)
+    sample = "" if requests is None else f" Each P99 is over {requests} requests x {reps} replication(s)."
+    cost = ("cost = GPUs x your price" if priced else
+            "no GPU price given, so no cost columns (give one above for USD per hour and per 1K requests)")
+    st.caption(f"{result['numbers_from']}; at {result['qps']:g} req/s. {result['sizing']}; {cost}. A candidate "
+               f"meets the SLA when every P99 is within its target and at most {MAX_REJECTED:.0%} of the requests "
+               f"are rejected.{sample}")
     st.metric("recommended (fewest GPUs meeting the SLA)", result["recommended"] or "none meets the SLA")
     line = closest_line(result)
     if line:
         st.warning(line)
-    rows = [_row(r) for r in result["candidates"]]
-    st.dataframe(pd.DataFrame(rows), hide_index=True, key="capacity_table")
+    rows = [_row(r, priced) for r in result["candidates"]]
+    st.dataframe(display.frame(rows, {**{f"{TERM_NAMES[t]} P99 (ms)": ",.1f" for t in TERMS},
+                                      "USD per hour": ",.2f", "USD per 1K requests": ",.4f"}),
+                 hide_index=True, key="capacity_table")
     curves = {r["candidate"]["name"]: r["goodput_rps"] for r in result["candidates"] if r.get("goodput_rps")}
     if curves:
         levels = sorted({float(k) for c in curves.values() for k in c})
@@ -150,24 +164,34 @@ def _show(result: dict[str, Any]) -> None:
                            "goodput (req/s)", f"goodput at the planned size — {result['numbers_from']}",
                            hline=result["qps"], hlabel="target load")
         st.pyplot(fig)
+        st.caption("Goodput: the highest arrival rate at which the share of requests meeting every term reaches the "
+                   "level, searched with the same requests per simulation; runs of a few hundred requests end "
+                   "before a queue builds fully, so they overstate it: raise the requests for a firmer curve.")
         st.download_button("goodput curves (PNG)", charts.png_bytes(fig), "goodput.png", "image/png",
                            key="goodput_png")
     st.download_button("plan (JSON)", json.dumps(result, indent=2), "capacity_plan.json", "application/json",
                        key="capacity_json")
 
 
-def _row(r: dict[str, Any]) -> dict[str, Any]:
+def _row(r: dict[str, Any], priced: bool = True) -> dict[str, Any]:
+    """One candidate: its size (replicas, GPUs), cost when priced, P99s at that size (or at the largest size
+    searched when none meets), margin, rejected share, and why a value is missing ("not applicable")."""
     outcome = r.get("outcome") or {}
     p99 = outcome.get("p99_ms") or {}
     searched = outcome.get("replicas") if r.get("replicas") is None else None
-    return {"candidate": r["candidate"]["name"], "replicas": r.get("replicas"), "GPUs": r.get("gpus"),
-            "GPUs per replica": r.get("gpus_per_replica"), "USD per hour": r.get("cost_usd_per_hour"),
-            "USD per 1K requests": r.get("cost_usd_per_1k_requests"),
-            **{f"{TERM_NAMES[t]} P99 (ms)": (p99.get(t) or {}).get("mean") for t in TERMS},
-            "SLA margin (%)": None if outcome.get("sla_margin") is None else 100.0 * outcome["sla_margin"],
-            "not applicable": r.get("not_applicable") or (
-                f"no size up to {searched} replica(s) meets the SLA (P99s at {searched})" if searched else ""),
-            "note": r.get("remark", "")}
+    row: dict[str, Any] = {"candidate": r["candidate"]["name"], "replicas": r.get("replicas"), "GPUs": r.get("gpus"),
+                           "GPUs per replica": r.get("gpus_per_replica")}
+    if priced:
+        row.update({"USD per hour": r.get("cost_usd_per_hour"),
+                    "USD per 1K requests": r.get("cost_usd_per_1k_requests")})
+    ran = bool(outcome) and not outcome.get("error")
+    row.update({**{f"{TERM_NAMES[t]} P99 (ms)": (p99.get(t) or {}).get("mean") for t in TERMS},
+                "SLA margin": display.margin_text(outcome) if ran else None,
+                "rejected": display.pct(display.rejected_share(outcome), digits=1) if ran else None,
+                "not applicable": r.get("not_applicable") or (
+                    f"no size up to {searched} replica(s) meets the SLA (P99s at {searched})" if searched else ""),
+                "note": r.get("remark", "")})
+    return row
 
 
 main()

@@ -1,19 +1,21 @@
 """Page 1 — Scenario explorer: edit a shipped scenario, simulate it, read its tail latencies.
 
 Runs the same functions as `tripath simulate` (tripath.simulator.runner.simulate and summary, through
-tripath/app/widgets/simulation.py's cache). Every number is labelled simulated, on which profile kind.
+tripath/app/widgets/simulation.py's cache). Every number is labelled simulated, on which profile kind. Opens on
+data/scenarios/quickstart-gpu.toml (1,000 requests x 3 replications on one TP4 A100 replica, under a second).
 """
 
 from __future__ import annotations
 
 import json
+from typing import Any
 
-import pandas as pd
 import streamlit as st
 
-from tripath.app.widgets import charts, profiles, scenario_form, simulation, state, timeseries
+from tripath.app.widgets import charts, display, profiles, scenario_form, simulation, state, timeseries
 from tripath.app.widgets.provenance import profile_badge, simulated_caption
 from tripath.core.errors import InputError
+from tripath.planning.sweep import MAX_REJECTED
 from tripath.simulator.loop.timeseries import timeseries_csv
 from tripath.simulator.scenario.scenario import scenario_from_dict
 
@@ -27,11 +29,12 @@ def main() -> None:
     cols = st.columns(4)
     names = scenario_form.shipped_scenarios()
     base = cols[0].selectbox("start from scenario", names,
-                             **state.bind("base_scenario", "quickstart", state.SCENARIO, names))
+                             **state.bind("base_scenario", state.DEFAULT_SCENARIO, state.SCENARIO, names))
     choices = profiles.choices()
-    default = scenario_form.base_dict(base).get("profile", "seed-llama2-70b-a100")
+    default = scenario_form.base_dict(base).get("profile")
     profile_name = cols[1].selectbox("profile", choices, **state.bind(
-        "explorer_profile", default if default in choices else choices[0], state.PROFILE, choices))
+        "explorer_profile", default if default in choices else state.default_profile(choices), state.PROFILE,
+        choices))
     seed = int(cols[2].number_input("seed", 0, 2**31 - 1, **state.bind("explorer_seed", 0, state.SEED)))
     replications = int(cols[3].number_input("replications", 1, 100, help="confidence intervals need at least 2",
                                             **state.bind("explorer_replications", 3, state.REPLICATIONS)))
@@ -64,19 +67,31 @@ def main() -> None:
     _show(stored["outcome"])
 
 
-def _ms(value: float, signed: bool = False) -> str:
-    """Milliseconds as the metric cards show them: seconds from 10 s up, so the number fits its card."""
-    sign = "+" if signed else ""
-    if abs(value) >= 10_000:
-        return f"{value / 1000:{sign},.1f} s"
-    return f"{value:{sign},.1f} ms"
-
-
 def _value(value: object) -> str:
     """A path quantity as text (the column mixes numbers and names): 4 significant digits for a float."""
+    if display.missing(value) or value == "":
+        return f"{display.DASH} not reported"
     if isinstance(value, float):
         return f"{value:.4g}"
-    return "-" if value is None else str(value)
+    return str(value)
+
+
+def _sla_card(col: Any, row: dict[str, Any], rejected: float) -> None:
+    """A term's P99 against its target, in words ("808 ms under target"; the target in the help), never a bare negative
+    number; green only when the term is met, and never when more than MAX_REJECTED of the requests were rejected."""
+    value, target = row["simulated P99 (ms)"], row["target (ms)"]
+    if value is None:
+        col.metric(row["term"], display.DASH, help=f"{display.NO_REQUEST}: no latency to compare with the target")
+        return
+    gap = value - target
+    words = f"{display.ms(abs(gap))} {'over' if gap > 0 else 'under'} target"
+    good = gap <= 0 and rejected <= MAX_REJECTED
+    help_text = f"target {display.ms(target)} at P99"
+    if rejected > MAX_REJECTED:
+        help_text += (f"; {display.pct(rejected)} of the requests were rejected: the SLA is missed whatever the P99 "
+                      "of the others")
+    col.metric(row["term"], display.ms(value), words, delta_color="green" if good else "red",
+               delta_arrow="up" if gap > 0 else "down", help=help_text)
 
 
 def _run(data: dict, key: tuple) -> None:
@@ -103,12 +118,14 @@ def _show(outcome: simulation.Outcome) -> None:
     cols = st.columns(3 + len(simulation.sla_rows(report)))
     cols[0].metric("arrived", f"{counts['arrived']:,}")
     cols[1].metric("completed", f"{counts['completed']:,}")
-    cols[2].metric("rejected", f"{counts['rejected']:,}")
+    rejected = simulation.rejected_share(report)
+    cols[2].metric("rejected", f"{counts['rejected']:,}", f"{display.pct(rejected, digits=1)} of those arrived",
+                   delta_color="red" if rejected > MAX_REJECTED else "gray", delta_arrow="off")
     for col, row in zip(cols[3:], simulation.sla_rows(report), strict=True):
-        value = row["simulated P99 (ms)"]
-        col.metric(row["term"], "n/a" if value is None else _ms(value),
-                   None if value is None else f"{_ms(value - row['target (ms)'], signed=True)} vs SLA",
-                   delta_color="inverse")
+        _sla_card(col, row, rejected)
+    if rejected > MAX_REJECTED:
+        st.error(f"{display.pct(rejected, digits=1)} of the requests were rejected (more than {MAX_REJECTED:.0%}): "
+                 "the SLA is missed, whatever the P99 of the requests that completed.")
     if report["reject_reasons"]:
         st.warning("Rejected: " + "; ".join(f"{n} x {why}" for why, n in report["reject_reasons"].items()))
     prefix = report.get("prefix_cache")  # only with [strategy.prefix_cache] on
@@ -120,32 +137,31 @@ def _show(outcome: simulation.Outcome) -> None:
         cols[0].metric("hit rate (prompt tokens)", f"{hit:.1%}")
         cols[1].metric("prefill tokens saved", f"{saved:,.0f}")
         cached = ttft["cached"]["p50"]["mean"]
-        cols[2].metric("TTFT P50 with a hit", "n/a" if cached is None else _ms(cached))
+        cols[2].metric("TTFT P50 with a hit", display.ms(cached),
+                       help="no request hit the cache" if cached is None else None)
         if "note" in prefix:
             st.caption(prefix["note"])
-    st.markdown(f"**Percentiles** (ms; mean over replications; interval: {report['latency_interval']['method']})")
+    st.markdown(f"**Percentiles** (ms, over {counts['completed']:,} completed requests; mean over replications; "
+                f"interval: {report['latency_interval']['method']}, shown where it holds the mean)")
     rows = simulation.percentile_rows(report)
-    st.dataframe(pd.DataFrame(rows), hide_index=True, key="percentiles", height=36 * (len(rows) + 1) + 2,
-                 column_config={c: st.column_config.NumberColumn(format="%.1f")
-                                for c in ("mean (ms)", "95% low (ms)", "95% high (ms)")})
+    st.dataframe(display.frame(rows, {c: ",.1f" for c in ("mean (ms)", "95% low (ms)", "95% high (ms)")}),
+                 hide_index=True, key="percentiles", height=36 * (len(rows) + 1) + 2)
     sla = simulation.sla_rows(report)
     if sla:
         st.markdown("**SLA** (terms without a target are not judged)")
-        st.dataframe(pd.DataFrame(sla), hide_index=True, key="sla_table",
-                     column_config={"requests within target (%)": st.column_config.NumberColumn(format="%.1f")})
+        st.dataframe(display.frame(sla, {"simulated P99 (ms)": ",.1f", "requests within target (%)": ".1f"}),
+                     hide_index=True, key="sla_table")
     left, right = st.columns(2)
     with left:
         st.markdown("**Throughput and utilisation** (simulated, mean over replications; 95 % Student-t interval "
                     "over replications, cut to the quantity's range)")
-        st.dataframe(pd.DataFrame(simulation.throughput_rows(report)), hide_index=True, key="throughput_table",
-                     column_config={c: st.column_config.NumberColumn(format="%.4g")
-                                    for c in ("value", "95% low", "95% high")})
+        st.dataframe(display.frame(simulation.throughput_rows(report)), hide_index=True, key="throughput_table")
     with right:
         paths = simulation.path_rows(report, outcome)
         st.markdown("**Optimization paths**" + ("" if paths else ": none on (the baseline)"))
         if paths:
             shown = [{**row, "value": _value(row["value"])} for row in paths]
-            st.dataframe(pd.DataFrame(shown), hide_index=True, key="paths_table")
+            st.dataframe(display.frame(shown), hide_index=True, key="paths_table")
     short = f"simulated on a '{report['profile']['source']}' profile ({report['profile']['key']})"
     cdf = charts.latency_cdfs(outcome.latencies_s, report["sla"]["targets_ms"], short)
     st.pyplot(cdf)

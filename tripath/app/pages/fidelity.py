@@ -1,17 +1,17 @@
 """Page 6 — Fidelity: how far the simulator is from the real engine, from the latest `tripath validate` report.
 
 Reads the report folder (tripath/app/widgets/validation.py); runs nothing. With no report on disk the page
-says so and how to make one.
+says so and how to make one. It opens on the newest report shipped (data/validation/latest/); a value a report
+does not hold reads "—" (tripath/app/widgets/display.py).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import pandas as pd
 import streamlit as st
 
-from tripath.app.widgets import validation
+from tripath.app.widgets import display, validation
 from tripath.core.errors import InputError
 
 
@@ -23,7 +23,8 @@ def _shown(path: Path) -> str:
 def main() -> None:
     st.title("Fidelity")
     st.caption("Simulated against measured records of the same requests (`tripath validate`). "
-               "Signed relative error = (sim - real) / real: positive = the simulator is pessimistic.")
+               "Relative error = (sim - real) / real, in words: above measured = the simulator is pessimistic, "
+               "below = optimistic.")
     folders = validation.report_folders()
     if not folders:
         roots = ", ".join(f"`{_shown(r)}/`" for r in validation.SEARCH_ROOTS)
@@ -46,12 +47,15 @@ def main() -> None:
     if bars:
         st.caption("Bars: " + "; ".join(f"{name}: |error| <= {b.get('p50', 0):.0%} at P50, <= {b.get('tail', 0):.0%} "
                                         "at P90/P99" for name, b in bars.items()))
-    st.dataframe(pd.DataFrame(validation.status_rows(report)), hide_index=True, key="fidelity_status")
-    rows = validation.error_rows(report)
+    status = [{k: v for k, v in r.items() if k != "worst error"} for r in validation.status_rows(report)]
+    st.dataframe(display.frame(status), hide_index=True, key="fidelity_status")
+    rows = [{k: v for k, v in r.items() if k != "error"} for r in validation.error_rows(report)]
     if rows:
-        st.markdown("**Error table**")
-        st.dataframe(pd.DataFrame(rows), hide_index=True, key="fidelity_errors",
-                     column_config={"error": st.column_config.NumberColumn(format="percent")})
+        st.markdown("**Error table** (relative error of the simulator against the measurement; \"—\" where the "
+                    "report holds no value: a quantity not compared, or an older report without a measured "
+                    "interval)")
+        st.dataframe(display.frame(rows, {"simulated": ",.4g", "measured": ",.4g"}), hide_index=True,
+                     key="fidelity_errors")
     for scenario in table["scenarios"]:
         png = scenario.get("cdf_png")
         if png and (report.folder / png).is_file():

@@ -1,50 +1,63 @@
-"""First page — Recommendation: which path, how many GPUs, what it costs and how sure, for your deployment.
+"""First page — Recommendation: which GPU, how many, which path, what it costs and how sure, for your deployment.
 
-Calls tripath.planning.recommend.recommend, the function behind `tripath recommend` (its defaults: seed 0,
-2 replications, up to 8 replicas per candidate), on data/scenarios/default.toml with the choices made here.
-The answer is cached per input set (st.cache_data) and planning's on-disk result cache is shared with the
-CLI, so `make run` and this page reuse each other's simulations.
+Calls tripath.planning.recommend.recommend, the function behind `tripath recommend` (its defaults: seed 0, verdicts
+over 4 seeded replications from 1,000 requests each up to 8,000, up to 16 replicas per candidate, every GPU type
+and TP degree shipped for the model, cited on-demand prices from data/gpu_prices.toml), on
+data/scenarios/default.toml with the choices made here. The answer is cached per input set (st.cache_data) and
+planning's on-disk result cache is shared with the CLI, so `make run` and this page reuse each other's simulations.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
 import streamlit as st
 
-from tripath.app.widgets import memory_fit, pareto, profiles, state
+from tripath.app.widgets import memory_fit, pareto, planning_runs, profiles, state
 from tripath.app.widgets import recommend_form as form
 from tripath.app.widgets.charts import png_bytes
 from tripath.core.errors import InputError
-from tripath.core.metrics import INTERVAL_METHOD
 from tripath.planning.cache import DEFAULT_CACHE_DIR, ResultCache
 from tripath.planning.candidates import candidates
-from tripath.planning.executor import make_executor
-from tripath.planning.export import recommended_suggestion, scenario_toml
+from tripath.planning.decision import DecisionRule
+from tripath.planning.executor import LocalPoolExecutor
+from tripath.planning.export import recommended_sglang, recommended_suggestion, scenario_toml
+from tripath.planning.prices import load_prices
 from tripath.planning.recommend import recommend
 from tripath.planning.scenario_dict import load_scenario_dict
+from tripath.profile.catalog import layouts
 from tripath.profile.profile import Profile
 
 BASE = "default"
 RESULT = "rec.result"  # session_state: (inputs key, JSON-ready Recommendation.to_dict())
-SEED, REPLICATIONS, MAX_REPLICAS = 0, 2, 8  # `tripath recommend`'s defaults (tripath/cli/planning_parser.py)
-DEFAULT_PRICE = 2.0  # the CLI's --gpu-price default: a CHOSEN round figure, not a quote
+# `tripath recommend`'s defaults (tripath/cli/planning_parser.py)
+SEED, REPLICATIONS, BUDGET, MAX_REPLICAS = 0, 4, 8000, 16
 TERM_NAMES = {"ttft": "TTFT", "tpot": "TPOT", "e2e": "end-to-end"}
-TERM_SCALE = {"ttft": (1e-3, "s"), "tpot": (1.0, "ms"), "e2e": (1e-3, "s")}
+TERM_UNIT = "ms"  # every latency on this page in milliseconds
 
 
-@st.cache_data(show_spinner=False, max_entries=16)
-def _recommend(data_json: str, source: str, profile_text: str, profile_name: str, qps: float, price: float,
-               seed: int, replications: int, max_replicas: int, disk_cache: bool) -> dict[str, Any]:
-    """recommend() on these inputs, as JSON-ready data (a pure function of its arguments: cacheable)."""
+def _recommend(data_json: str, source: str, names: tuple[str, ...], qps: float, prices_json: str, seed: int,
+               replications: int, budget: int, max_replicas: int, allow_lossy: bool, disk_cache: bool
+               ) -> dict[str, Any]:
+    """recommend() on these inputs, as JSON-ready data, once per distinct inputs this session: a bar counts the
+    searches done in each phase and a Stop button ends the run (tripath/app/widgets/planning_runs.py)."""
     data = json.loads(data_json)
-    profile = profiles.parse_profile(profile_text, profile_name)
-    cache = ResultCache(DEFAULT_CACHE_DIR) if disk_cache else None
-    rec = recommend(data, source, profile, qps, price, seed, replications, max_replicas,
-                    make_executor("local"), cache)
-    return json.loads(json.dumps(rec.to_dict(), allow_nan=False))
+    prices = load_prices().with_overrides(list(json.loads(prices_json).items()))
+
+    def call(executor: Any, cache: ResultCache | None) -> dict[str, Any]:
+        rec = recommend(data, source, list(names), qps, prices, seed, DecisionRule(replications, budget),
+                        max_replicas, executor, cache, allow_lossy=allow_lossy)
+        return json.loads(json.dumps(rec.to_dict(), allow_nan=False))
+
+    inputs = {"data": data_json, "names": names, "qps": qps, "prices": prices_json, "budget": budget,
+              "max_replicas": max_replicas, "allow_lossy": allow_lossy}
+    workers = LocalPoolExecutor().workers  # every core, as the CLI
+    return planning_runs.run("recommendation", inputs,
+                             planning_runs.SweepSettings(seed, replications, workers, disk_cache), call,
+                             unit="searches")
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
@@ -63,7 +76,7 @@ def _label(name: str) -> str:
     return form.profile_label(name, p.key, p.source)
 
 
-def _inputs(base: dict[str, Any]) -> tuple[form.Choices, int, int, int, bool]:
+def _inputs(base: dict[str, Any]) -> tuple[form.Choices, Settings]:
     start = form.defaults(base)
     names = form.ordered_profiles(profiles.choices())
     top = st.columns([3, 2])
@@ -104,35 +117,81 @@ def _inputs(base: dict[str, Any]) -> tuple[form.Choices, int, int, int, bool]:
                              disabled=tpot_none)
     qps = c[4].number_input("arrival rate (req/s)", 0.0001, 1e5, format="%.4f", **state.bind("rec.qps", start["qps"]),
                             help="fixed in req/s for every candidate: a path never changes the load")
-    price = c[5].number_input("GPU price (USD per GPU-hour)", 0.01, 1e4, **state.bind("rec.price", DEFAULT_PRICE),
-                              help="your price; the default 2.00 is a chosen round figure, not a quote")
-    with st.expander("simulation settings (the CLI's --requests --seed --replications --max-replicas)"):
-        s = st.columns(5)
-        requests = int(s[0].number_input("requests per simulation", 10, 100_000,
-                                         **state.bind("rec.requests", start["requests"])))
+    lossy = c[5].checkbox("allow lossy paths", **state.bind("rec.lossy", False),
+                          help="KV compression changes the model's answers: searched only when allowed, its published "
+                          "quality cost shown beside it")
+    family = layouts(profile)
+    shipped = load_prices()
+    gpus = list(dict.fromkeys(profiles.load(n).key.hardware for n in family))
+    g = st.columns([3, 2])
+    chosen_gpus = g[0].multiselect("GPU types to choose among", gpus, **state.bind("rec.gpus", gpus),
+                                   help="every TP degree shipped for the model on each type is searched")
+    with g[1].expander("USD per GPU-hour (on-demand list prices, data/gpu_prices.toml)"):
+        prices = {}
+        for gpu in gpus:
+            known = gpu in shipped.gpu_types and _priced(shipped, gpu)
+            value = st.number_input(gpu, 0.01, 1e4, **state.bind(f"rec.price.{gpu}",
+                                                                  shipped.price(gpu) if known else 2.0),
+                                    help=shipped.source(gpu) if known else "no cited price: give yours")
+            prices[gpu] = float(value)
+    with st.expander("simulation settings (the CLI's --requests --seed --replications --budget-requests "
+                     "--max-replicas)"):
+        s = st.columns(6)
+        requests = int(s[0].number_input("requests per replication, first stage", 10, 100_000,
+                                         **state.bind("rec.requests", start["requests"]),
+                                         help="raised to the 1,000 a P99 needs"))
         seed = int(s[1].number_input("seed", 0, 2**31 - 1, **state.bind("rec.seed", SEED)))
         reps = int(s[2].number_input("replications", 2, 20, **state.bind("rec.replications", REPLICATIONS),
-                                     help="the P99 intervals need at least 2"))
-        max_replicas = int(s[3].number_input("search up to replicas", 1, 256,
+                                     help="the verdict's interval is over replications: at least 2"))
+        budget = int(s[3].number_input("most requests per replication", 100, 100_000,
+                                       **state.bind("rec.budget", BUDGET),
+                                       help="an undecided verdict doubles its requests up to this, then says so"))
+        max_replicas = int(s[4].number_input("search up to replicas", 1, 256,
                                              **state.bind("rec.max_replicas", MAX_REPLICAS)))
-        disk = s[4].checkbox("use the result cache", **state.bind("rec.cache", True),
+        disk = s[5].checkbox("use the result cache", **state.bind("rec.cache", True),
                              help=f"planning's on-disk cache ({DEFAULT_CACHE_DIR}/), shared with the CLI")
-    choices = form.Choices(profile, workload, float(qps), float(price), None if ttft_none else float(ttft),
+    choices = form.Choices(profile, workload, float(qps), None if ttft_none else float(ttft),
                            None if tpot_none else float(tpot), requests, lengths)
-    return choices, seed, reps, max_replicas, disk
+    names = tuple(n for n in family if profiles.load(n).key.hardware in chosen_gpus)
+    settings = Settings(names, {gpu: prices[gpu] for gpu in chosen_gpus}, seed, reps, budget, max_replicas,
+                        bool(lossy), bool(disk))
+    return choices, settings
+
+
+def _priced(prices: Any, gpu: str) -> bool:
+    try:
+        prices.price(gpu)
+    except InputError:
+        return False
+    return True
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The search's choices beside the scenario's: layouts, prices, and the decision rule's sizes."""
+
+    names: tuple[str, ...]
+    prices: dict[str, float]
+    seed: int
+    replications: int
+    budget: int
+    max_replicas: int
+    allow_lossy: bool
+    disk: bool
 
 
 def main() -> None:
     st.title("Recommendation")
-    st.caption("Which optimisation path serves your model on your GPUs within the P99 SLA at the lowest cost: "
-               "every candidate sized to the fewest replicas that meet it, the same answer `tripath recommend` "
-               "prints. Defaults: data/scenarios/default.toml.")
+    st.caption("Which GPU, how many and which optimisation path serve your model within the P99 SLA at the lowest "
+               "cost: every candidate on every GPU type and TP degree sized to the fewest replicas whose P99s meet "
+               "it with 95 % confidence, the same answer `tripath recommend` prints. Defaults: "
+               "data/scenarios/default.toml.")
     try:
         base, source = load_scenario_dict(BASE)
     except InputError as err:
         st.error(str(err))
         return
-    choices, seed, reps, max_replicas, disk = _inputs(base)
+    choices, settings = _inputs(base)
     profile = profiles.load_shown(choices.profile)
     if profile is None:
         return
@@ -140,30 +199,37 @@ def main() -> None:
     if choices.ttft_s is None and choices.tpot_ms is None:
         st.error("give at least one SLA term (TTFT or TPOT): with none there is nothing to meet")
         return
+    if not settings.names:
+        st.error("choose at least one GPU type")
+        return
     every = candidates(profile)
     runnable = [c for c in every if c.profile_support(profile, data) is None]
     _candidate_list(profile, data, every)
     data_json = json.dumps(data, sort_keys=True)
     text = profiles.profile_text(choices.profile)
-    key = json.dumps([data_json, text, choices.qps, choices.price, seed, reps, max_replicas])
+    prices_json = json.dumps(settings.prices, sort_keys=True)
+    key = json.dumps([data_json, text, choices.qps, prices_json, settings.names, settings.seed,
+                      settings.replications, settings.budget, settings.max_replicas, settings.allow_lossy])
     run = st.button("Run", type="primary", key="rec.run")
     if run:
         try:
-            with st.spinner(f"sizing {len(runnable)} candidates at {choices.qps:g} req/s (seeded simulations; "
-                            "cached after the first run)"):
-                result = _recommend(data_json, source, text, choices.profile, choices.qps, choices.price, seed,
-                                    reps, max_replicas, disk)
+            st.caption(f"Sizing the candidates on {len(settings.names)} GPU layout(s) at {choices.qps:g} req/s: "
+                       "seeded simulations, each verdict decided with confidence; cached, so a rerun reads them "
+                       "back (`make run` fills the same cache).")
+            result = _recommend(data_json, source, settings.names, choices.qps, prices_json, settings.seed,
+                                settings.replications, settings.budget, settings.max_replicas, settings.allow_lossy,
+                                settings.disk)
         except (InputError, ValueError) as err:
             st.error(str(err))
             return
         st.session_state[RESULT] = (key, result)
     stored = st.session_state.get(RESULT)
     if stored is None:
-        st.info("Pick the model and GPU, the workload, the SLA, the rate and the price, then **Run**.")
+        st.info("Pick the model, the GPU types, the workload, the SLA and the rate, then **Run**.")
     elif stored[0] != key:
         st.info("The inputs changed since the last Run: **Run** again for their answer.")
     else:
-        _show(stored[1], max_replicas)
+        _show(stored[1], settings.max_replicas)
     _memory_section(data_json, source, text, choices.profile, tuple(c.name for c in runnable))
     _downloads(data, None if stored is None or stored[0] != key else stored[1], profile)
 
@@ -178,98 +244,116 @@ def _candidate_list(profile: Any, data: dict[str, Any], every: list[Any]) -> Non
             st.markdown(f":gray[~~{c.name}~~ — not applicable on this profile: {reason}]")
 
 
-def _value(term: str, ms: float | None) -> str:
-    if ms is None:
-        return "-"
-    scale, unit = TERM_SCALE[term]
-    return f"{ms * scale:,.3g} {unit}" if unit == "s" else f"{ms * scale:,.1f} {unit}"
+def _value(ms: float | None) -> str:
+    return "—" if ms is None else f"{ms:,.0f} {TERM_UNIT}"
 
 
 def _terms_table(summary: dict[str, Any]) -> pd.DataFrame:
     rows = []
     for term, t in summary["terms"].items():
         low, high = t["ci_low_ms"], t["ci_high_ms"]
-        interval = "-" if low is None and high is None else (
-            f"{'n/a' if low is None else _value(term, low)} to {'n/a' if high is None else _value(term, high)}")
-        rows.append({"SLA term": f"{TERM_NAMES[term]} P99", "simulated": _value(term, t["p99_ms"]),
-                     f"interval ({INTERVAL_METHOD})": interval, "target": _value(term, t["target_ms"]),
-                     "margin": "-" if t["margin"] is None else f"{t['margin']:+.0%}",
-                     "verdict": "met" if t["over_by"] is None else f"missed by {t['over_by']:.0%}",
-                     "binds": "yes" if term == summary["binding_term"] else ""})
+        interval = "—" if low is None or high is None else f"{low:,.0f} to {high:,.0f} {TERM_UNIT}"
+        verdict = t.get("verdict") or ("meets" if t["over_by"] is None else "misses")
+        rows.append({"SLA term": f"{TERM_NAMES[term]} P99", "simulated": _value(t["p99_ms"]),
+                     "95 % interval (over replications)": interval, "target": _value(t["target_ms"]),
+                     "margin": "—" if t["margin"] is None else f"{t['margin']:+.0%}", "verdict": verdict,
+                     "binds": "yes" if term == summary["binding_term"] else "no"})
     return pd.DataFrame(rows)
 
 
-def _sized(s: dict[str, Any], price: float | None) -> str:
+def _where(s: dict[str, Any]) -> str:
+    layout = s["layout"]
+    return f"{layout['gpu']} TP{layout['tp']}"
+
+
+def _sized(s: dict[str, Any]) -> str:
+    layout = s["layout"]
     cost = "" if s.get("cost_usd_per_hour") is None else (
-        f", ${s['cost_usd_per_hour']:,.2f}/h at ${price:,.2f} per GPU-hour")
-    return f"{s['replicas']} replica(s) x {s['gpus_per_replica']} GPU(s) = {s['gpus']} GPU(s){cost}"
+        f", ${s['cost_usd_per_hour']:,.2f}/h at ${layout['usd_per_gpu_hour']:,.3g} per GPU-hour")
+    per_m = s.get("usd_per_million_output_tokens")
+    tokens = "" if per_m is None else f", ${per_m:,.2f} per million output tokens"
+    return (f"on {_where(s)}: {s['replicas']} replica(s) x {s['gpus_per_replica']} GPU(s) = {s['gpus']} GPU(s)"
+            f"{cost}{tokens}")
 
 
 def _factor(bound: dict[str, Any], what: str, unit: str) -> str:
     met, missed = bound["meets_up_to"], bound["misses_at"]
     if missed is None:
-        return f"still meets the SLA with {what} x{met:g} of {unit} (the largest factor searched)"
-    return (f"meets the SLA unless {what} {missed - 1.0:.0%} higher than {unit} "
-            f"(met at x{met:.3f}, missed at x{missed:.3f})")
+        return f"still meets the SLA with {what} x{met:g} ({unit}; searched no further)"
+    return f"meets the SLA with 95 % confidence up to {what} {met - 1.0:+.0%} ({unit}; not at x{missed:.3f})"
 
 
 def _show(result: dict[str, Any], max_replicas: int) -> None:
-    price = result["gpu_price_usd_per_gpu_hour"]
     best, runner, closest = result["recommended"], result["runner_up"], result["closest"]
+    rule = result["decision_rule"]
     st.header("Answer")
-    st.caption(f"{result['numbers_from']}; at {result['qps']:g} req/s; P99s are the mean of "
-               f"{result['replications']} seeded replications with a 95% Student-t interval. {result['sizing']}.")
+    st.caption(f"{result['numbers_from']}; at {result['qps']:g} req/s. A verdict 'meets' needs the whole 95 % "
+               f"interval of the P99 (over {rule['replications']} seeded replications, the first "
+               f"{rule['warmup_share']:.0%} of arrivals left out) under the target; requests per replication from "
+               f"{rule['tail_minimum_requests']:,}, doubled while undecided up to "
+               f"{rule['budget_requests_per_replication']:,}.")
     if best is not None:
-        st.success(f"Recommended: **{best['candidate']}** — {_sized(best, price)}")
-        cols = st.columns([3, 1, 1, 2])
+        st.success(f"Recommended: **{best['candidate']}** {_sized(best)}")
+        cols = st.columns([2, 2, 1, 1, 2])
         cols[0].metric("path", best["candidate"])
-        cols[1].metric("replicas", best["replicas"])
-        cols[2].metric("GPUs", best["gpus"])
-        cols[3].metric("cost (USD per hour)", f"{best['cost_usd_per_hour']:,.2f}")
+        cols[1].metric("GPU", _where(best))
+        cols[2].metric("replicas", best["replicas"])
+        cols[3].metric("GPUs", best["gpus"])
+        cols[4].metric("cost (USD per hour)", "—" if best["cost_usd_per_hour"] is None
+                       else f"{best['cost_usd_per_hour']:,.2f}")
         st.dataframe(_terms_table(best), hide_index=True, key="rec.terms")
-        if best.get("remark"):
-            st.caption(best["remark"])
+        room = result.get("headroom")
+        if room is not None:
+            what = "load" if room["least"] == "arrival_rate" else "step costs"
+            text = f"Headroom: {room['headroom']:+.0%} on {what} before the SLA is no longer met with confidence."
+            (st.warning if room["thin"] else st.caption)(text + (" Under 10 %: a small change breaks it."
+                                                                  if room["thin"] else ""))
+        if best.get("verdict_below"):
+            st.caption(f"One replica fewer: {best['verdict_below']['why']}")
         if runner is not None:
-            st.markdown(f"**Runner-up:** {runner['candidate']} — {_sized(runner, price)}")
+            st.markdown(f"**Runner-up:** {runner['candidate']} {_sized(runner)}")
             st.dataframe(_terms_table(runner), hide_index=True, key="rec.runner_terms")
-            if runner.get("remark"):
-                st.caption(runner["remark"])
         else:
             st.markdown("**Runner-up:** none (no other candidate meets the SLA)")
     else:
-        st.error(f"No candidate meets the SLA with up to {max_replicas} replicas.")
+        st.error(f"No candidate meets the SLA with 95 % confidence with up to {max_replicas} replicas.")
         if closest is not None:
-            bind = closest["binding_term"]
-            by = "" if bind is None or closest["terms"][bind]["over_by"] is None else (
-                f": its {TERM_NAMES[bind]} P99 is {closest['terms'][bind]['over_by']:.0%} over the target")
-            st.markdown(f"**Closest:** {closest['candidate']} at {closest['searched_replicas']} replica(s){by}")
+            st.markdown(f"**Closest:** {closest['candidate']} on {_where(closest)} at "
+                        f"{closest['searched_replicas']} replica(s)")
             st.dataframe(_terms_table(closest), hide_index=True, key="rec.closest_terms")
     robust = result["robustness"]
     rate = f"{result['qps']:g} req/s"
     if robust is not None:
-        st.markdown(f"**Robustness** ({robust['candidate']} on {robust['replicas']} replica(s) held fixed, "
+        st.markdown(f"**Headroom** ({robust['candidate']} on {robust['replicas']} replica(s) held fixed, "
                     f"bisected to {robust['tolerance']:.0%}):\n"
-                    f"- {_factor(robust['step_costs'], 'step costs are', 'profiled')}\n"
-                    f"- {_factor(robust['arrival_rate'], 'the request rate is', rate)}")
+                    f"- {_factor(robust['step_costs'], 'step costs', 'profiled')}\n"
+                    f"- {_factor(robust['arrival_rate'], 'the request rate', rate)}")
+    if result["excluded_lossy"]:
+        st.caption("Lossy paths not searched (they change the model's answers; tick 'allow lossy paths'): "
+                   + ", ".join(result["excluded_lossy"]))
     kinds = "; ".join(f"{k}: {', '.join(v)}" for k, v in result["profile"]["section_sources"].items())
-    st.caption(f"Numbers: {result['numbers_from']}; per section: {kinds}. {result['go_further']}")
+    st.caption(f"Numbers: {result['numbers_from']}; the recommended profile's sections: {kinds}. "
+               f"{result['go_further']}")
     _pareto(result)
-    st.subheader("Every candidate")
+    st.subheader("Every candidate on every layout")
     st.dataframe(pd.DataFrame([_row(s) for s in pareto.summaries(result)]), hide_index=True, key="rec.all")
-    if result["not_applicable"]:
-        st.caption("not applicable: " + "; ".join(f"{k} ({v})" for k, v in result["not_applicable"].items()))
 
 
 def _row(s: dict[str, Any]) -> dict[str, Any]:
     terms = s["terms"]
-    return {"candidate": s["candidate"], "meets the SLA": s["gpus"] is not None,
-            "replicas": s["replicas"] if s["gpus"] is not None else None,
-            "GPUs": s["gpus"], "USD per hour": s["cost_usd_per_hour"],
-            "replicas searched (if missed)": None if s["gpus"] is not None else s["searched_replicas"],
-            **{f"{TERM_NAMES[t]} P99 ({TERM_SCALE[t][1]})": (None if v["p99_ms"] is None
-                                                             else v["p99_ms"] * TERM_SCALE[t][0])
-               for t, v in terms.items()},
-            "binding term": TERM_NAMES.get(s["binding_term"] or "", "")}
+    meets = s["gpus"] is not None
+    status = ("meets" if meets and not s.get("idle") else "meets, never engaged (not ranked)" if meets
+              else "not searched: " + s["pruned"] if s.get("pruned") and not s.get("searched_replicas")
+              else (s.get("verdict") or {}).get("verdict", "misses"))
+    rejected = s.get("rejected_share")
+    return {"candidate": s["candidate"], "GPU": _where(s), "verdict": status,
+            "replicas": str(s["replicas"]) if meets else f"> {s['searched_replicas']}" if s["searched_replicas"]
+            else "—",
+            "GPUs": str(s["gpus"]) if meets else "—",
+            "USD per hour": "—" if s.get("cost_usd_per_hour") is None else f"{s['cost_usd_per_hour']:,.2f}",
+            "rejected": "—" if rejected is None else f"{rejected:.1%}",
+            **{f"{TERM_NAMES[t]} P99 ({TERM_UNIT})": _value(v["p99_ms"]) for t, v in terms.items()},
+            "binding term": TERM_NAMES.get(s["binding_term"] or "", "—")}
 
 
 def _pareto(result: dict[str, Any]) -> None:
@@ -312,6 +396,12 @@ def vllm_suggestion(result: dict[str, Any], profile: Profile, data: dict[str, An
     return None if suggestion is None else suggestion.text()
 
 
+def sglang_suggestion(result: dict[str, Any], profile: Profile, data: dict[str, Any]) -> str | None:
+    """The same candidate's SGLang command line with each value's source (sglang.txt of `recommend --export`)."""
+    suggestion = recommended_sglang(result, profile, data)
+    return None if suggestion is None else suggestion.text()
+
+
 def _downloads(data: dict[str, Any], result: dict[str, Any] | None, profile: Profile) -> None:
     st.subheader("Export")
     cols = st.columns(2)
@@ -320,10 +410,12 @@ def _downloads(data: dict[str, Any], result: dict[str, Any] | None, profile: Pro
     if result is not None:
         cols[1].download_button("recommendation (JSON)", json.dumps(result, indent=2, sort_keys=True),
                                 "recommendation.json", "application/json", key="rec.json")
-        command = vllm_suggestion(result, profile, data)
-        if command is not None:
-            st.markdown("**vLLM command line (a suggestion, not a tested configuration):**")
-            st.code(command, language="bash")
+        for label, command in (("vLLM", vllm_suggestion(result, profile, data)),
+                               ("SGLang", sglang_suggestion(result, profile, data))):
+            if command is not None:
+                st.markdown(f"**{label} command line (the simulated settings; a suggestion, not a tested "
+                            "configuration):**")
+                st.code(command, language="bash")
 
 
 main()

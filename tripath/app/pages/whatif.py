@@ -2,7 +2,9 @@
 under fixed vs adaptive batching.
 
 Calls tripath.planning.whatif.whatif and load_step, the functions behind `tripath whatif --vary ...` and
-`tripath whatif --load-step FACTOR@SECONDS`.
+`tripath whatif --load-step FACTOR@SECONDS`. Opens on data/scenarios/quickstart-gpu.toml on the shared default GPU
+profile, sweeping the load over 1-4 req/s: one TP4 replica meets the SLA at the low end and misses it at the high
+end, so the points differ and the sweep answers "up to which load".
 """
 
 from __future__ import annotations
@@ -10,25 +12,26 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import numpy as np
-import pandas as pd
 import streamlit as st
 
-from tripath.app.widgets import charts, planning_runs, profiles, scenario_form, state
+from tripath.app.widgets import charts, display, planning_runs, profiles, scenario_form, state
 from tripath.core.errors import InputError
 from tripath.planning.scenario_dict import load_scenario_dict
+from tripath.planning.sweep import MAX_REJECTED
 from tripath.planning.whatif import load_step, parse_value, rate_of, whatif
 from tripath.profile.profile import Profile
 
-FIELDS = {"batching window (ms)": "batching.max_wait_ms",
-          "load (req/s)": "workload.arrival.rate_per_s",
+FIELDS = {"load (req/s)": "workload.arrival.rate_per_s",
+          "batching window (ms)": "batching.max_wait_ms",
           "load (fraction of the saturation estimate)": "workload.arrival.load_fraction",
           "max batch size (requests)": "batching.max_batch_size",
           "TTFT P99 target (ms)": "sla.ttft_p99_ms", "TPOT P99 target (ms)": "sla.tpot_p99_ms",
           "end-to-end P99 target (ms)": "sla.e2e_p99_ms"}
 LABELS = {field: label for label, field in FIELDS.items()}
-DEFAULTS = {"batching.max_wait_ms": "0, 50, 200, 1000", "workload.arrival.rate_per_s": "0.05, 0.1, 0.2, 0.3",
-            "workload.arrival.load_fraction": "0.3, 0.6, 0.9", "batching.max_batch_size": "8, 32, 64",
+# The first field (the load) is the default sweep; each list is chosen so that its points differ on the default
+# scenario and profile (max batch size: 8 and 16 queue, 32 and up do not)
+DEFAULTS = {"batching.max_wait_ms": "0, 50, 200, 1000", "workload.arrival.rate_per_s": "1, 2, 3, 4",
+            "workload.arrival.load_fraction": "0.3, 0.6, 0.9", "batching.max_batch_size": "8, 16, 32, 64",
             "sla.ttft_p99_ms": "1000, 2000, 5000", "sla.tpot_p99_ms": "50, 100, 200",
             "sla.e2e_p99_ms": "10000, 30000, 60000"}
 TERMS = ("ttft", "tpot", "e2e")
@@ -50,16 +53,17 @@ def main() -> None:
                "Every point sees the same seeded draws, so differences come from the change.")
     names = scenario_form.shipped_scenarios()
     cols = st.columns(3)
-    scenario = cols[0].selectbox("scenario", names, **state.bind("whatif_scenario", "quickstart", state.SCENARIO,
-                                                                 names))
+    scenario = cols[0].selectbox("scenario", names, **state.bind("whatif_scenario", state.DEFAULT_SCENARIO,
+                                                                 state.SCENARIO, names))
     try:
         data, source = load_scenario_dict(scenario)
     except InputError as err:
         st.error(str(err))
         return
+    own = data.get("profile")
     data = {k: v for k, v in data.items() if k != "profile"}
     choices = profiles.choices()
-    default = "seed-llama2-70b-a100" if "seed-llama2-70b-a100" in choices else choices[0]
+    default = own if own in choices else state.default_profile(choices)
     name = cols[1].selectbox("profile", choices, **state.bind("whatif_profile", default, state.PROFILE, choices))
     if "requests" in data["workload"]:
         requests = int(cols[2].number_input("requests per simulation", 10, 1_000_000,
@@ -109,14 +113,18 @@ def _sweep(data: dict[str, Any], source: str, profile: Profile, text: str,
         except (InputError, ValueError) as err:
             st.error(str(err))
             return
-        st.session_state[SWEEP] = result
+        st.session_state[SWEEP] = {**result, "requests_per_point": data["workload"].get("requests"),
+                                   "replications": settings.replications}
     result = st.session_state.get(SWEEP)
     if result is None:
         st.info("Choose what to vary and **Run the sweep**.")
         return
-    st.caption(result["numbers_from"])
+    st.caption(f"{result['numbers_from']}.{_sample(result, 'requests_per_point', 'each point')} A point meets the "
+               f"SLA when every P99 is within its target and at most {MAX_REJECTED:.0%} of the requests are "
+               "rejected; an interval that does not hold its point is not shown (the note says why).")
     rows = [_point(p) for p in result["points"]]
-    st.dataframe(pd.DataFrame(rows), hide_index=True, key="whatif_table")
+    st.dataframe(display.frame(rows, {f"{TERM_NAMES[t]} P99 (ms)": ",.1f" for t in TERMS}), hide_index=True,
+                 key="whatif_table")
     term = st.radio("plot", TERMS, horizontal=True, key="whatif_term", format_func=TERM_NAMES.__getitem__)
     fig = _sweep_figure(result, term, data.get("sla", {}).get(f"{term}_p99_ms"))
     st.pyplot(fig)
@@ -125,27 +133,38 @@ def _sweep(data: dict[str, Any], source: str, profile: Profile, text: str,
                        key="whatif_json")
 
 
+def _sample(result: dict[str, Any], key: str, what: str) -> str:
+    """" Each point is over 1000 requests x 2 replication(s)." (empty when the result does not say)."""
+    requests = result.get(key)
+    return "" if requests is None else (f" {what[:1].upper()}{what[1:]} is over {requests} requests x "
+                                        f"{result.get('replications', 1)} replication(s).")
+
+
 def _point(p: dict[str, Any]) -> dict[str, Any]:
+    """One point of the sweep: its settings, P99 per term (ms) with the interval when it holds the point, the
+    verdict (a point rejecting more than MAX_REJECTED misses), rejected and attained shares, and notes."""
     row: dict[str, Any] = {LABELS.get(field, field): value for field, value in p["settings"].items()}
     if "error" in p:
-        row["refused"] = p["error"]
+        row["verdict"] = f"{display.DASH} refused by the simulator"
+        row["note"] = p["error"]
         return row
+    counts = p.get("counts") or {}
+    arrived = counts.get("arrived") or 0
+    judged = {"meets_sla": p["meets_sla"], "rejected_share": counts.get("rejected", 0) / arrived if arrived else 0.0}
+    notes = []
     for term in TERMS:
         est = p["p99_ms"][term] or {}
         row[f"{TERM_NAMES[term]} P99 (ms)"] = est.get("mean")
-        row[f"{TERM_NAMES[term]} 95% interval (ms)"] = _interval(est)
-    row["meets SLA"] = p["meets_sla"]
+        row[f"{TERM_NAMES[term]} 95% interval"] = display.interval_text(est)
+        if display.why(est):
+            notes.append(f"{TERM_NAMES[term]}: {display.why(est)}")
+    row["verdict"] = display.verdict(judged)
+    row["rejected"] = display.pct(judged["rejected_share"], digits=1)
     share = (p.get("attainment") or {}).get("all")
-    row["requests meeting every term (%)"] = None if share is None else 100.0 * share
+    row["requests meeting every term"] = display.pct(share, digits=1) if share is not None else (
+        f"{display.DASH} {display.NO_REQUEST}")
+    row["note"] = "; ".join(notes)
     return row
-
-
-def _interval(est: dict[str, Any]) -> str | None:
-    """The order-statistic interval as text; an end too few requests give is "n/a"."""
-    if est.get("ci_low") is None and est.get("ci_high") is None:
-        return None
-    low, high = ("n/a" if est.get(k) is None else f"{est[k]:,.1f}" for k in ("ci_low", "ci_high"))
-    return f"[{low}, {high}]"
 
 
 def _sweep_figure(result: dict[str, Any], term: str, target_ms: float | None) -> Any:
@@ -157,10 +176,8 @@ def _sweep_figure(result: dict[str, Any], term: str, target_ms: float | None) ->
     x = [p["settings"][fields[0]] for p in next(iter(groups.values()))]
     ys, bands = {}, {}
     for label, points in groups.items():
-        est = [(p.get("p99_ms") or {}).get(term) or {} for p in points]
-        ys[label] = [np.nan if e.get("mean") is None else e["mean"] for e in est]
-        bands[label] = ([np.nan if e.get("ci_low") is None else e["ci_low"] for e in est],
-                        [np.nan if e.get("ci_high") is None else e["ci_high"] for e in est])
+        ys[label], low, high = display.plotted([(p.get("p99_ms") or {}).get(term) for p in points])
+        bands[label] = (low, high)
     target = None if f"sla.{term}_p99_ms" in fields else target_ms  # a swept target has no single line
     return charts.lines(x, ys, LABELS.get(fields[0], fields[0]), f"{TERM_NAMES[term]} P99 (ms)",
                         f"what-if — {result['numbers_from']}",
@@ -206,12 +223,14 @@ def _step(data: dict[str, Any], source: str, profile: Profile, text: str,
         except (InputError, ValueError) as err:
             st.error(str(err))
             return
-        st.session_state[STEP] = result
+        st.session_state[STEP] = {**result, "requests": data["workload"].get("requests"),
+                                  "replications": settings.replications}
     result = st.session_state.get(STEP)
     if result is None:
         st.info("Set the step and **Run the load step**.")
         return
-    st.caption(result["numbers_from"])
+    st.caption(f"{result['numbers_from']}.{_sample(result, 'requests', 'each policy')} The band is drawn only "
+               "where the interval holds its point.")
     ok = {label: s["windows"] for label, s in result["series"].items() if "windows" in s}
     for label, s in result["series"].items():
         if "error" in s:
@@ -224,9 +243,12 @@ def _step(data: dict[str, Any], source: str, profile: Profile, text: str,
     st.pyplot(fig)
     st.download_button("transient (PNG)", charts.png_bytes(fig), "load_step.png", "image/png", key="step_png")
     rows = [{"policy": label, "window": f"{w['start_s']:.0f}-{w['end_s']:.0f} s", "arrived": w["arrived"],
-             **{f"{TERM_NAMES[t]} P99 (ms)": w[f"{t}_p99_ms"]["mean"] for t in TERMS}}
+             **{f"{TERM_NAMES[t]} P99 (ms)": w[f"{t}_p99_ms"]["mean"] for t in TERMS},
+             "note": "" if all(w[f"{t}_p99_ms"]["mean"] is not None for t in TERMS) else
+             f"no request that arrived in this window completed ({display.NO_REQUEST})"}
             for label, windows in ok.items() for w in windows]
-    st.dataframe(pd.DataFrame(rows), hide_index=True, key="step_table")
+    st.dataframe(display.frame(rows, {f"{TERM_NAMES[t]} P99 (ms)": ",.1f" for t in TERMS}), hide_index=True,
+                 key="step_table")
 
 
 main()

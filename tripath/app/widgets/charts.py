@@ -17,6 +17,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
+from tripath.app.widgets import display  # noqa: E402
+
 LABELS = {"ttft": "TTFT", "tpot": "TPOT", "e2e": "end-to-end"}
 
 
@@ -89,7 +91,9 @@ def matrix_heatmap(rows: list[str], columns: list[str], margins: list[list[float
                    marks: list[list[str]], title: str) -> Figure:
     """Rows x columns coloured by SLA margin ((target - P99) / target, clipped to +-100%); grey = no number.
 
-    ``marks`` is drawn in each square: "★" recommended, "2" runner-up, "n/a" not applicable, "x" refused.
+    ``margins`` are the colour values of tripath/app/widgets/display.py's ``colour_margin``: a candidate that
+    misses (by rejecting requests, too) is never on the green side. ``marks`` is drawn in each square: "★"
+    recommended, "2" runner-up, "n/a" not applicable, "x" refused, "rej N%" a miss by rejection.
     The size follows the labels, so twenty candidates as rows stay readable at the page's width.
     """
     values = np.array([[np.nan if v is None else max(-1.0, min(1.0, v)) for v in row] for row in margins], float)
@@ -102,23 +106,21 @@ def matrix_heatmap(rows: list[str], columns: list[str], margins: list[list[float
             ax.text(j, i, mark, ha="center", va="center", fontsize=9)
     ax.set_xticks(range(len(columns)), columns, rotation=20, ha="right", fontsize=8)
     ax.set_yticks(range(len(rows)), rows, fontsize=8)
-    fig.colorbar(image, ax=ax, label="SLA margin (min over terms)")
+    fig.colorbar(image, ax=ax, label="SLA margin (min over terms; a miss by rejection at -100 %)")
     ax.set_title(title, fontsize=9)
     fig.tight_layout()
     return fig
 
 
 def windows(series: dict[str, list[dict]], term: str, step_at_s: float, title: str) -> Figure:
-    """P99 of ``term`` per window of arrival time, one line per policy, with its 95% band and the step."""
+    """P99 of ``term`` per window of arrival time, one line per policy, with its 95% band (where it holds the
+    point: display.plotted) and the step."""
     fig, ax = plt.subplots(figsize=(9, 3.6))
     for label, s in series.items():
         mids = [(w["start_s"] + w["end_s"]) / 2 for w in s]
-        est = [w[f"{term}_p99_ms"] for w in s]
-        mean = np.array([np.nan if e["mean"] is None else e["mean"] for e in est], float)
-        low = np.array([np.nan if e["ci_low"] is None else e["ci_low"] for e in est], float)
-        high = np.array([np.nan if e["ci_high"] is None else e["ci_high"] for e in est], float)
+        mean, low, high = display.plotted([w[f"{term}_p99_ms"] for w in s])
         ax.plot(mids, mean, marker="o", ms=3, lw=1.2, label=label)
-        ax.fill_between(mids, low, high, alpha=0.2)
+        ax.fill_between(mids, np.asarray(low, float), np.asarray(high, float), alpha=0.2)
     ax.axvline(step_at_s, color="k", ls=":", lw=1, label="load step")
     ax.set_xlabel("arrival time (simulated s)")
     ax.set_ylabel(f"{LABELS.get(term, term)} P99 (ms)")

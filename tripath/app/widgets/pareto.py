@@ -27,9 +27,10 @@ def summaries(result: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def points(result: dict[str, Any], term: str, y: str) -> list[dict[str, Any]]:
-    """Per candidate with a P99 for ``term``: x = P99 in the term's unit, y = USD/h or GPUs, whether it meets."""
-    price = result.get("gpu_price_usd_per_gpu_hour")
-    label, scale = TERM_UNITS[term]
+    """Per row with a P99 for ``term``: x = P99 in the term's unit, y = USD/h (at its GPU type's price) or GPUs,
+    whether it meets. A row that misses sits at the largest replica count searched."""
+    _label, scale = TERM_UNITS[term]
+    best = (result.get("recommended") or {}).get("id")
     out = []
     for s in summaries(result):
         given = s["terms"].get(term)
@@ -40,12 +41,14 @@ def points(result: dict[str, Any], term: str, y: str) -> list[dict[str, Any]]:
         if replicas is None or s["gpus_per_replica"] is None:
             continue
         gpus = int(replicas) * int(s["gpus_per_replica"])
+        price = (s.get("layout") or {}).get("usd_per_gpu_hour")
         if y == "cost" and price is None:
             continue
         value = gpus * price if y == "cost" else gpus
-        out.append({"candidate": s["candidate"], "x": given["p99_ms"] * scale, "y": float(value), "gpus": gpus,
-                    "meets": meets, "recommended": s["candidate"] == result["recommended"]["candidate"]
-                    if result.get("recommended") else False})
+        layout = s.get("layout") or {}
+        name = s["candidate"] if not layout else f"{s['candidate']} ({layout['gpu']} TP{layout['tp']})"
+        out.append({"candidate": name, "x": given["p99_ms"] * scale, "y": float(value), "gpus": gpus,
+                    "meets": meets, "recommended": best is not None and s.get("id") == best})
     return out
 
 

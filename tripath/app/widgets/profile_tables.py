@@ -45,13 +45,51 @@ def coefficient_rows(d: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
+AXES = {"prefill_table_v1": ("new tokens in the chunk", "tokens cached before it"),
+        "decode_table_v1": ("batch (sequences)", "context per sequence (tokens)")}  # tripath/profile/cost_table.py
+
+
+def table_rows(d: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per cost model stored as a measured grid (tripath/profile/cost_table.py): its axes and their
+    ranges, the grid's size, the range of its milliseconds, the share of time from measured kernel rows, source."""
+    rows = []
+    for cost, model in d["costs"].items():
+        table = model.get("table")
+        if table is None:
+            continue
+        row_axis, column_axis = AXES.get(model["formula"], ("rows", "columns"))
+        values = [v for line in table["ms"] for v in line]
+        share = table.get("measured_share")
+        rows.append({"cost": cost, "formula": model["formula"],
+                     "rows": f"{row_axis}: {table['rows'][0]:g} to {table['rows'][-1]:g} ({len(table['rows'])})",
+                     "columns": f"{column_axis}: {table['columns'][0]:g} to {table['columns'][-1]:g} "
+                                f"({len(table['columns'])})",
+                     "ms per iteration": f"{min(values):,.2f} to {max(values):,.2f}",
+                     "from measured kernel rows": "not stated" if share is None else f"{share:.1%}",
+                     "source": table["source"], "note": table["note"]})
+    return rows
+
+
+def table_grid(d: dict[str, Any], cost: str) -> tuple[list[str], list[dict[str, Any]]]:
+    """(column labels, rows) of one measured grid: ms per iteration at each (row, column) point, as stored."""
+    model = d["costs"][cost]
+    table = model["table"]
+    row_axis, column_axis = AXES.get(model["formula"], ("rows", "columns"))
+    labels = [f"{c:g}" for c in table["columns"]]
+    rows = [{row_axis: f"{r:g}", **dict(zip(labels, line, strict=True))}
+            for r, line in zip(table["rows"], table["ms"], strict=True)]
+    return [row_axis, *labels], rows
+
+
 def fit_rows(d: dict[str, Any]) -> list[dict[str, Any]]:
     rows = []
     for cost, model in d["costs"].items():
         fit = model["fit"]
         if fit is None:
+            method = ("no fit: read from a measured table (Coefficients tab)" if model.get("table") is not None
+                      else "not fitted to samples here")
             rows.append({"cost": cost, "n samples": None, "train MAPE": None, "worst APE": None, "holdout MAPE": None,
-                         "method": "not fitted to samples here", "data": ""})
+                         "method": method, "data": ""})
             continue
         rows.append({"cost": cost, "n samples": fit["n_samples"], "train MAPE": fit["train_mape"],
                      "worst APE": fit["max_ape"], "holdout MAPE": fit["holdout_mape"], "method": fit["method"],

@@ -51,7 +51,6 @@ class Choices:
     profile: str
     workload: str
     qps: float
-    price: float
     ttft_s: float | None
     tpot_ms: float | None
     requests: int

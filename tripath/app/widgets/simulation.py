@@ -17,10 +17,12 @@ from typing import Any
 import numpy as np
 import streamlit as st
 
+from tripath.app.widgets import display
 from tripath.app.widgets.profiles import parse_profile
 from tripath.core import metrics
 from tripath.core.errors import InputError
 from tripath.planning.matrix import cell_rate
+from tripath.planning.sweep import MAX_REJECTED
 from tripath.profile.profile import Profile
 from tripath.simulator.runner import SimulationResult, simulate
 from tripath.simulator.scenario.scenario import scenario_from_dict
@@ -86,21 +88,34 @@ def baseline_rate(scenario: dict[str, Any], profile: Profile) -> tuple[dict[str,
 
 
 def percentile_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
-    """The summary's latency percentiles as table rows (ms): mean and 95% interval per metric and level."""
+    """The summary's latency percentiles as table rows (ms): mean and 95% interval per metric and level.
+
+    The interval's ends are those display.shown_interval lets through: none when the point (the mean over
+    replications) lies outside the pooled interval, and the note says why an end is missing."""
     rows = []
     for metric, levels in report["latency_ms"].items():
         for level, est in levels.items():
+            low, high, why = display.shown_interval(est)
             rows.append({"metric": METRIC_NAMES.get(metric, metric), "percentile": LEVEL_NAMES[level],
-                         "mean (ms)": est["mean"], "95% low (ms)": est["ci_low"], "95% high (ms)": est["ci_high"]})
+                         "mean (ms)": est["mean"], "95% low (ms)": low, "95% high (ms)": high, "note": why or ""})
     return rows
+
+
+def rejected_share(report: dict[str, Any]) -> float:
+    """Rejected requests over arrived ones (0 when none arrived)."""
+    counts = report["counts"]
+    return counts["rejected"] / counts["arrived"] if counts["arrived"] else 0.0
 
 
 def sla_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
     """Each SLA term given: target, simulated P99, met or not, and the share of requests within the target.
 
-    A term without a target (None) is not judged: it has no row.
+    A term without a target (None) is not judged: it has no row. A term is "met" only when its P99 is within the
+    target AND at most MAX_REJECTED of the requests were rejected (the rule planning's ``meets_sla`` applies): a
+    rejected request has no latency, but it did not meet the SLA either.
     """
     sla = report["sla"]
+    rejected = rejected_share(report)
     rows = []
     for term, target in sla["targets_ms"].items():
         if target is None:
@@ -108,9 +123,15 @@ def sla_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
         share = sla["attainment"].get(term) or {}
         p99 = report["latency_ms"][term]["p99"]["mean"]
         within = share.get("mean")
+        p99_met = sla["p99_meets_target"][term]
+        if p99 is None:
+            met = f"{display.DASH} {display.NO_REQUEST}"
+        elif rejected > MAX_REJECTED:
+            met = f"no: {display.pct(rejected)} of the requests rejected"
+        else:
+            met = "yes" if p99_met else "no: P99 over the target"
         rows.append({"term": f"{METRIC_NAMES[term]} P99", "target (ms)": target, "simulated P99 (ms)": p99,
-                     "met": sla["p99_meets_target"][term],
-                     "requests within target (%)": None if within is None else 100.0 * within})
+                     "met": met, "requests within target (%)": None if within is None else 100.0 * within})
     return rows
 
 
@@ -118,9 +139,11 @@ def throughput_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
     """Throughput over the makespan and each replica's busy share: mean over replications and its 95 %
     Student-t interval cut to the quantity's range (>= 0; a busy share within 0-100 %: tripath/core/metrics.py)."""
     def row(quantity: str, est: dict[str, Any], scale: float = 1.0) -> dict[str, Any]:
-        return {"quantity": quantity,
-                **{col: None if est.get(key) is None else scale * est[key]
-                   for col, key in (("value", "mean"), ("95% low", "ci_low"), ("95% high", "ci_high"))}}
+        values = {col: None if est.get(key) is None else scale * est[key]
+                  for col, key in (("value", "mean"), ("95% low", "ci_low"), ("95% high", "ci_high"))}
+        note = ("no value: nothing completed" if values["value"] is None else
+                "no interval: it needs 2 or more replications with a value" if None in values.values() else "")
+        return {"quantity": quantity, **values, "note": note}
 
     tput = report["throughput"]
     rows = [row("completed requests (req/s)", tput["requests_per_s"]),

@@ -19,6 +19,12 @@ Shared slots (plain Python values; any page, including the Recommendation page, 
 
 A slot is absent until some page draws its widget; read it with ``st.session_state.get(KEY, default)``.
 Page-own inputs (the explorer's scenario editor) are bound too, under ``KEPT`` by their widget key.
+
+What the slots start with (the pages other than Recommendation): ``DEFAULT_PROFILE``, a measured-kernel GPU
+profile (the default scenario's, data/scenarios/default.toml), and ``DEFAULT_SCENARIO``, a scenario on that
+profile whose first run answers in seconds (data/scenarios/quickstart-gpu.toml). Because the profile slot is
+shared, whichever page a user opens first, every page starts on the same profile, and each page's own defaults
+are chosen to answer on it (docs/app.md lists what each page opens on).
 """
 
 from __future__ import annotations
@@ -36,6 +42,14 @@ SLA_MS = {"ttft": "sla_ttft_p99_ms", "tpot": "sla_tpot_p99_ms", "e2e": "sla_e2e_
 PRICE = "gpu_price_usd_per_hour"
 QPS = "target_qps"
 KEPT = "kept_inputs"  # session_state: {widget key: value} for page-own inputs
+
+DEFAULT_PROFILE = "aic-llama3.1-70b-tp4-a100"  # Llama-3.1-70B TP4 A100-80GB, aiconfigurator-core's measured kernels
+DEFAULT_SCENARIO = "quickstart-gpu"  # Azure conversation lengths on one replica of DEFAULT_PROFILE, 1.5 req/s
+
+
+def default_profile(choices: Sequence[str]) -> str:
+    """DEFAULT_PROFILE when it is offered (it is shipped), else the first choice."""
+    return DEFAULT_PROFILE if DEFAULT_PROFILE in choices else choices[0]
 
 
 def _slot(key: str, shared: str | None) -> tuple[dict[str, Any], str]:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tripath.app.widgets import display
 from tripath.core.data_dirs import DATA_DIR, REPO_ROOT
 from tripath.core.errors import InputError
 
@@ -56,17 +57,32 @@ def read_report(folder: Path) -> Report:
     return Report(folder, table)
 
 
+def error_words(error: float | None) -> str | None:
+    """A signed relative error (sim - real) / real in words, so no bare negative number is shown:
+    "10.0 % above measured (pessimistic)", "20.0 % below measured (optimistic)"; None when there is none."""
+    if error is None:
+        return None
+    if error == 0:
+        return "equal to measured"
+    side = "above measured (pessimistic)" if error > 0 else "below measured (optimistic)"
+    return f"{display.pct(abs(error), digits=1)} {side}"
+
+
 def error_rows(report: Report) -> list[dict[str, Any]]:
-    """One row per compared quantity per scenario; errors as signed fractions, (sim - real) / real."""
+    """One row per compared quantity per scenario: the signed fraction (sim - real) / real as ``error`` (for
+    sorting and tests) and in words as ``simulated vs measured`` (what the page shows)."""
     rows = []
     for scenario in report.table["scenarios"]:
         for row in scenario.get("rows", []):
+            ci = row.get("real_ci")
             rows.append({"scenario": scenario.get("name"), "quantity": f"{row.get('metric')} {row.get('stat')}",
                          "unit": row.get("unit"), "simulated": row.get("sim"), "measured": row.get("real"),
-                         "error": row.get("error"), "within first bar": row.get("within_first_bar"),
+                         "error": row.get("error"), "simulated vs measured": error_words(row.get("error")),
+                         "within first bar": row.get("within_first_bar"),
                          "within second bar": row.get("within_second_bar"),
-                         # older reports have no bootstrap interval: None, not False
-                         "measured 95% CI": row.get("real_ci"), "within noise": row.get("within_noise")})
+                         # older reports have no bootstrap interval: None ("—"), not False
+                         "measured 95% CI": None if not ci else f"[{ci[0]:,.4g}, {ci[1]:,.4g}]",
+                         "within noise": row.get("within_noise")})
     return rows
 
 
@@ -77,5 +93,5 @@ def status_rows(report: Report) -> list[dict[str, Any]]:
         out.append({"scenario": scenario.get("name"), "status": scenario.get("status"),
                     "reason": scenario.get("reason") or "", "requests": scenario.get("requests"),
                     "worst quantity": f"{worst.get('metric', '')} {worst.get('stat', '')}".strip(),
-                    "worst error": worst.get("error")})
+                    "worst error": worst.get("error"), "worst error, in words": error_words(worst.get("error"))})
     return out
