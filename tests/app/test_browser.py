@@ -196,7 +196,8 @@ def test_recommendation_page_in_a_real_browser(app_url: str, tmp_path: Path) -> 
         chooser = page.get_by_role("combobox").first  # "model and GPU (profile)", the page's first input
         chooser.click()
         page.keyboard.type(profile)
-        page.keyboard.press("Enter")
+        # click the filtered option itself (Enter could pick whatever the list showed before the filter caught up)
+        page.get_by_role("option").filter(has_text=f"[{profile}]").first.click()
         expect(chooser).to_have_value(re.compile(re.escape(f"[{profile}]") + "$"))  # the choice is the input's value
         page.get_by_text("simulation settings").first.click()
         for label, value in (("replications", replications), ("most requests per replication", budget),
