@@ -1,4 +1,9 @@
-"""Fixtures shared by test modules (plain helpers and constants live in tests/helpers.py)."""
+"""Fixtures shared by test modules (plain helpers and constants live in tests/helpers.py; time bounds that scale
+with the machine in tests/timing.py).
+
+Hypothesis runs without its per-example deadline (200 ms by default): a timing bound that fails on a busy
+machine and says nothing about the property; the tests that use it set max_examples themselves.
+"""
 
 from __future__ import annotations
 
@@ -6,9 +11,19 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import pytest
+from hypothesis import settings
+
+from tests.timing import slack_factor
 
 if TYPE_CHECKING:
     from tripath.engine.model.model import LlamaModel
+
+settings.register_profile("tripath", deadline=None)
+settings.load_profile("tripath")
+
+
+def pytest_report_header() -> str:
+    return f"tripath: hang guards scaled x{slack_factor():.1f} (tests/timing.py; TRIPATH_TEST_SLACK overrides)"
 
 
 @pytest.fixture(scope="module")

@@ -8,10 +8,11 @@ from typing import Any
 import pandas as pd
 from streamlit.testing.v1 import AppTest
 
+from tests.timing import slack
 from tripath.app.widgets import display, state
 from tripath.core.data_dirs import REPO_ROOT
 
-TIMEOUT_S = 120  # the machine is shared: generous, never part of what is asserted
+TIMEOUT_S = slack(40)  # a hang guard (tests/timing.py), never part of what is asserted
 # The seed profile on the quickstart scenario: what the pages opened on before they opened on a measured GPU
 # profile (tripath/app/widgets/state.py's defaults). The checks that compare a page with the CLI's functions on a
 # small, fast case start there: app(page, **SEED).

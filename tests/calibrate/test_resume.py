@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import subprocess
@@ -10,6 +11,8 @@ import time
 
 import pytest
 
+from tests.full_disk import needs_dev_full
+from tests.timing import slack
 from tripath.calibrate.job import run_calibration
 from tripath.calibrate.job_config import CalibrationJob
 from tripath.calibrate.presets import Preset
@@ -50,9 +53,23 @@ def test_log_appends_and_cuts_a_torn_line(tmp_path):
 
 def test_resuming_with_other_settings_is_refused(tmp_path):
     path = tmp_path / "x.samples.csv"
-    SampleLog.open(path, {"reps": 3}).close()
+    with SampleLog.open(path, {"reps": 3}) as log:
+        log.append(Sample("decode", 2, 1, 8, 1.5, 1.0, 2.0, 3))
     with pytest.raises(InputError, match="other settings"):
         SampleLog.open(path, {"reps": 5})
+
+
+def test_a_log_without_samples_leaves_no_files(tmp_path):
+    """A job that fails before its first point (a corrupt checkpoint) must not leave an empty log and its
+    sidecar: the log reaches the disk with its first sample (the meta file, then the header and the row)."""
+    path = tmp_path / "new" / "x.samples.csv"
+    with SampleLog.open(path, {"reps": 3}) as log:
+        assert log.drop(("decode",)) == 0
+    assert not (tmp_path / "new").exists()
+    with SampleLog.open(path, {"reps": 3}) as log:
+        log.append(Sample("decode", 2, 1, 8, 1.5, 1.0, 2.0, 3))
+    assert sorted(p.name for p in path.parent.iterdir()) == ["x.samples.csv", "x.samples.meta"]
+    assert read_samples(path) == [Sample("decode", 2, 1, 8, 1.5, 1.0, 2.0, 3)]
 
 
 def test_interrupted_job_resumes_exactly(tmp_path):
@@ -99,7 +116,7 @@ def test_killed_process_resumes(tmp_path):
     csv_path = tmp_path / "k.samples.csv"
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), OMP_NUM_THREADS="1")
     proc = subprocess.Popen([sys.executable, "-c", SCRIPT, str(out), "10"], env=env)
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + slack(20)  # a hang guard: two points take seconds
     while time.monotonic() < deadline:
         if csv_path.exists() and len(csv_path.read_text().splitlines()) >= 3:  # header + 2 points
             break
@@ -109,7 +126,7 @@ def test_killed_process_resumes(tmp_path):
     assert not out.exists()
     before = read_samples(csv_path)
     assert 2 <= len(before) < 12
-    done = subprocess.run([sys.executable, "-c", SCRIPT, str(out), "10"], env=env, timeout=120)
+    done = subprocess.run([sys.executable, "-c", SCRIPT, str(out), "10"], env=env, timeout=slack(40))
     assert done.returncode == 0
     rows = read_samples(csv_path)
     assert len({s.key for s in rows}) == len(rows) == 12
@@ -165,3 +182,17 @@ def test_k_sweep_interrupted_mid_grid_resumes_exactly(tmp_path):
     assert rows[: len(partial)] == partial  # rows on disk are kept as they were
     with SampleLog.open(path, {"s": 1}) as log:
         assert measure_speculative(model, model, prompts, settings, log) == 0
+
+
+@needs_dev_full
+def test_a_full_disk_while_logging_names_the_samples_file(tmp_path):
+    path = tmp_path / "x.samples.csv"
+    first = Sample("decode", 2, 1, 8, 1.5, 1.0, 2.0, 3)
+    with SampleLog.open(path, {"a": 1}) as log:
+        log.append(first)
+    with pytest.raises(OSError) as info, SampleLog.open(path, {"a": 1}) as log:
+        log._handle.close()
+        log._handle = open("/dev/full", "a", encoding="utf-8", newline="")  # noqa: SIM115 (closed by the log)
+        log.append(Sample("decode", 2, 2, 16, 1.25, 1.0, 2.0, 3))
+    assert info.value.errno == errno.ENOSPC and info.value.filename == str(path)  # not hidden by the close
+    assert read_samples(path) == [first]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.timing import slack
 from tripath.calibrate.samples import SampleLog, read_samples
 from tripath.calibrate.sweeps.seqpar import measure_seqpar, seqpar_section, speedup
 from tripath.engine.model.config import PRESETS
@@ -17,7 +18,7 @@ def swept(tmp_path_factory):
     path = tmp_path_factory.mktemp("sp") / "x.samples.csv"
     with SampleLog.open(path, {"t": 1}) as log:
         # 4096 does not fit the 512-position tiny model: dropped, not measured
-        measured = measure_seqpar(CONFIG, 2, log, lengths=(128, 256, 4096), deadline_s=120)
+        measured = measure_seqpar(CONFIG, 2, log, lengths=(128, 256, 4096), deadline_s=slack(40))
     return path, measured
 
 
@@ -63,7 +64,7 @@ def test_degree_grid_adds_p4_and_reuses_p1(swept, capsys):
     length, the P = 1 rows reused, and a sequence_parallel[4] section labelled oversubscribed when it was."""
     path, _ = swept
     with SampleLog.open(path, {"t": 1}) as log:
-        assert measure_seqpar(CONFIG, 1, log, lengths=(128,), degrees=(2, 4), max_ranks=4, deadline_s=120) == 1
+        assert measure_seqpar(CONFIG, 1, log, lengths=(128,), degrees=(2, 4), max_ranks=4, deadline_s=slack(40)) == 1
     samples = read_samples(path)
     keys = [s.key for s in samples]
     assert len(keys) == len(set(keys))  # P = 1 at 128 tokens was not measured again

@@ -233,7 +233,7 @@ def test_out_of_memory_is_one_line(monkeypatch, tmp_path):
     def no_memory(*args, **kwargs):
         raise MemoryError
 
-    monkeypatch.setattr(runner, "simulate", no_memory)
+    monkeypatch.setattr(runner, "simulate_recording", no_memory)  # what `simulate` runs
     code, _, err = _simulate(str(_write(tmp_path, "s.toml", TINY)))
     assert "out of memory" in _refused(code, err)
 
@@ -301,19 +301,19 @@ def test_a_full_disk_mid_write_leaves_nothing_half_written(monkeypatch, tmp_path
     assert _simulate(scenario, "--out", str(out))[0] == 0
     before = {name: (out / name).read_bytes() for name in _names(out)}
     real = summary.write_text
-    calls = []
+    records_written = []
 
-    def full_after_first(path, text, *args):
-        calls.append(path)
-        if len(calls) > 1:
+    def full_at_the_summary(path, text, *args):  # records.csv is written (streamed) by then: the disk fills after
+        if Path(path).name == "summary.json":
+            records_written.append((Path(path).parent / "records.csv").stat().st_size > 0)
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
         real(path, text, *args)
 
-    monkeypatch.setattr(summary, "write_text", full_after_first)
+    monkeypatch.setattr(summary, "write_text", full_at_the_summary)
     for target, extra in ((tmp_path / "new", []), (out, ["--replace", "--seed", "5"])):
-        calls.clear()
         code, _, err = _simulate(scenario, "--out", str(target), *extra)
         assert "disk is full" in _refused(code, err, "summary.json")
+    assert records_written == [True, True]
     assert not (tmp_path / "new").exists()  # nothing at all rather than records.csv alone
     assert {name: (out / name).read_bytes() for name in _names(out)} == before  # the old folder, whole
     assert _names(tmp_path) == {"s.toml", "out"}
@@ -383,7 +383,7 @@ def test_an_internal_error_is_one_line_with_the_traceback_saved(monkeypatch, tmp
     def broken(*args, **kwargs):
         raise TypeError("unsupported operand\nsecond line")
 
-    monkeypatch.setattr(runner, "simulate", broken)
+    monkeypatch.setattr(runner, "simulate_recording", broken)  # what `simulate` runs
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     code, _, err = _simulate(str(_write(tmp_path, "s.toml", TINY)))
     assert code == EXIT_INTERNAL == 70

@@ -10,6 +10,7 @@ import math
 import numpy as np
 import pytest
 
+from tests.timing import slack
 from tripath.core import metrics
 from tripath.core.metrics import estimate
 from tripath.core.records import COMPLETED, ReplicaStats, RequestRecord, rejected_record
@@ -113,7 +114,7 @@ def test_simulate_imports_no_heavy_module_it_does_not_use():
     code = ("import sys; from tripath.cli.main import main; main(['simulate', 'quickstart', '--replications', '2']); "
             "print(' '.join(sorted(m for m in ('scipy.stats', 'torch', 'matplotlib', 'streamlit', 'ray', 'pandas') "
             "if m in sys.modules)))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=slack(40))
     assert out.stdout.splitlines()[-1] == ""
 
 

@@ -27,6 +27,7 @@ def _ids(path: Path) -> list[tuple[str, str, str, str]]:
         return [(r["request_id"], r["arrival_s"], r["prompt_tokens"], r["output_tokens"]) for r in csv.DictReader(f)]
 
 
+@pytest.mark.slow  # the quick validation: 42 s on a loaded 2-core machine
 def test_every_quick_scenario_has_every_metric_or_a_reason(report: tuple[Path, dict]) -> None:
     folder, doc = report
     assert [s["name"] for s in doc["scenarios"]] == sorted(QUICK_SCENARIOS)
@@ -54,6 +55,7 @@ def test_every_quick_scenario_has_every_metric_or_a_reason(report: tuple[Path, d
         assert sc["real"]["completed"] == sc["sim"]["completed"] == QUICK_REQUESTS
 
 
+@pytest.mark.slow  # the quick validation: 42 s on a loaded 2-core machine
 def test_both_sides_served_the_same_requests(report: tuple[Path, dict]) -> None:
     folder, doc = report
     for sc in doc["scenarios"]:
@@ -63,6 +65,7 @@ def test_both_sides_served_the_same_requests(report: tuple[Path, dict]) -> None:
             assert _ids(folder / files["cpu"]) == _ids(folder / files["real"])
 
 
+@pytest.mark.slow  # the quick validation: 42 s on a loaded 2-core machine
 def test_figures_and_markdown_are_written(report: tuple[Path, dict]) -> None:
     folder, doc = report
     md = (folder / "error_table.md").read_text(encoding="utf-8")
@@ -73,6 +76,7 @@ def test_figures_and_markdown_are_written(report: tuple[Path, dict]) -> None:
     assert not [p for p in folder.parent.iterdir() if p.name.startswith(".latest")]  # no temp folder left
 
 
+@pytest.mark.slow  # the quick validation: 42 s on a loaded 2-core machine
 def test_speculative_side_reports_acceptance_when_measured(report: tuple[Path, dict]) -> None:
     _, doc = report
     spec = next(s for s in doc["scenarios"] if s["name"] == "speculative-code")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.helpers import SEED as PROFILE
+from tests.timing import slack
 from tripath.planning.cache import ResultCache
 from tripath.planning.executor import LocalPoolExecutor, make_executor
 from tripath.planning.sweep import make_job, run_job, run_sweep
@@ -122,11 +123,18 @@ class _StopAtFirst:
 
 
 def test_a_stopped_pool_drops_the_jobs_it_had_not_started(tmp_path) -> None:
+    import multiprocessing
     import time
 
     paths = [str(tmp_path / f"job{i}") for i in range(20)]
+    others = set(multiprocessing.active_children())
     with pytest.raises(_Stop):
         LocalPoolExecutor(2).map(_slow_marker, paths, progress=_StopAtFirst())
-    time.sleep(4.0)  # long enough for all 20 to have run (2 workers x 0.3 s each) had they not been dropped
+    # The pool's workers exit once they have run what they hold (had the jobs not been dropped: all 20): wait for
+    # that event, not for a time that a busy machine may not suffice for
+    deadline = time.monotonic() + slack(30)
+    while set(multiprocessing.active_children()) - others and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not set(multiprocessing.active_children()) - others, "the pool's workers did not exit"
     ran = sum(1 for p in paths if (tmp_path / p).exists())
     assert 1 <= ran <= 8, ran  # the jobs handed to a worker before the stop, not all 20

@@ -10,16 +10,15 @@ import pytest
 from tests.helpers import SEED as PROFILE
 from tripath.planning.candidates import BASELINE, Candidate, by_names, idle_paths
 from tripath.planning.capacity import SearchSpec, sized_job
+from tripath.planning.headroom import scaled_step_costs, threshold
 from tripath.planning.prices import load_prices
 from tripath.planning.recommend import (
     binding_term,
     p99_prompt,
     rank_key,
     recommend,
-    scaled_step_costs,
     scenario_qps,
     section_sources,
-    threshold,
     ttft_floor_ms,
 )
 from tripath.planning.sweep import run_cached
@@ -222,3 +221,34 @@ def test_default_scenario_is_a_measured_gpu_profile_chunked_mooncake_lengths_a_r
     assert scenario_qps(data) is not None and "load_fraction" not in data["workload"]["arrival"]
     assert {data["workload"][c]["trace"] for c in ("prompt_tokens", "output_tokens")} == {"mooncake-conversation"}
     assert data["sla"]["ttft_p99_ms"] > 0 and data["sla"]["tpot_p99_ms"] > 0
+
+
+def test_batch_ladder_halves_doubles_and_quadruples_the_scenarios_own():
+    from tripath.planning.recommend import batch_ladder
+
+    assert batch_ladder(64) == (32, 128, 256)
+    assert batch_ladder(1) == (2, 4)  # half of 1 is 1, the scenario's own
+    assert batch_ladder(64, (64, 16, 16, 512)) == (16, 512)
+    assert batch_ladder(64, ()) == ()
+
+
+def test_max_batch_is_searched_below_the_cheapest_row_and_exported():
+    from tripath.planning.export import recommended_sglang, recommended_suggestion
+    from tripath.planning.scenario_dict import with_fields
+
+    data = with_fields(small_scenario(), {"batching.max_batch_size": 1})
+    fixed = recommend(data, None, [PROFILE], QPS, replications=1, max_replicas=8, with_robustness=False,
+                      batch_sizes=())
+    searched = recommend(data, None, [PROFILE], QPS, replications=1, max_replicas=8, with_robustness=False)
+    own, best = fixed.row(fixed.recommended), searched.row(searched.recommended)
+    assert fixed.batch_search == {"sizes": [], "searched": 0, "met_cheaper": 0}
+    assert own["max_batch_size"] == 1 and best["max_batch_size"] == 2  # measured: 5 replicas at 1, 4 at 2
+    assert best["gpus"] < own["gpus"] and best["id"].endswith(", max batch 2")
+    assert searched.batch_search["sizes"] == [2, 4] and searched.batch_search["met_cheaper"] >= 1
+    for row in searched.rows:  # every other batch's row was searched strictly below the cheapest batch-1 row
+        if row.get("max_batch_size") != 1 and row.get("outcome"):
+            assert row["outcome"]["replicas"] * row["gpus_per_replica"] < own["gpus"]
+    summary = searched.to_dict()
+    assert summary["recommended"]["max_batch_size"] == 2
+    assert "--max-num-seqs 2" in recommended_suggestion(summary, PROFILE, data).command()
+    assert "--max-running-requests 2" in recommended_sglang(summary, PROFILE, data).command()

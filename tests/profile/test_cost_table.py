@@ -81,7 +81,7 @@ def test_profile_round_trip_and_decode_reads_the_mean_context(tmp_path):
 
 
 def test_the_simulator_prices_table_profiles_and_scaling_scales_every_cell():
-    from tripath.planning.recommend import scaled_step_costs
+    from tripath.planning.headroom import scaled_step_costs
 
     profile = table_profile(load_profile("data/profiles/seed-llama2-70b-a100.json"))
     cost = IterationCost.from_profile(profile)

@@ -228,7 +228,7 @@ MALFORMED = [
     (
         mutate(("paging", "device_host", "cost", "coefficients", "bandwidth_gbps", "value"), 0),
         "paging.device_host.cost.coefficients.bandwidth_gbps.value",
-        "> 0",
+        ">= 1e-06, got 0",
     ),
     (
         mutate(("paging", "device_host", "ms_per_2k_tokens"), 1.0),
@@ -241,7 +241,7 @@ MALFORMED = [
     (
         mutate(("sequence_parallel", "2", "rows", 1, "speedup"), -1.0),
         "sequence_parallel.2.rows[1].speedup",
-        "> 0",
+        ">= 0.001 and <= 1000, got -1.0",
     ),
     (mutate(("speculative", "k"), 0), "speculative.k", ">= 1"),
     (

@@ -64,7 +64,7 @@ def test_without_per_position_the_mean_length_gives_a_through_e(tmp_path):
 
 @pytest.mark.parametrize(("old", "new", "line", "problem"), [
     ('position="1"}} 250.0', 'position="1"}}', 12, "missing value"),
-    ('{engine="1",model_name="llama"}} 400.0', '{engine="1",model_name="llama"}} -400.0', 4, "finite and >= 0"),
+    ('{engine="1",model_name="llama"}} 400.0', '{engine="1",model_name="llama"}} -400.0', 4, "whole number in 0"),
     ('{engine="0",model_name="llama"}} 900.0', '{engine="0",model_name="llama"}} 9900.0', 8, "more tokens accepted"),
     ('position="2"}} 150.0', 'position="2"}} 450.0', 14, "exceeds position 1"),
     ('{engine="1",model_name="llama"}} 600.0', '{engine="1",model_name="llama"}} 650.0', 8, "differs from the sum"),

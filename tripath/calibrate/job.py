@@ -2,8 +2,10 @@
 
     run_calibration(CalibrationJob(...)) -> CalibrationResult
 
-The CLI (``tripath calibrate``) and the tests call this same function. Samples are appended to
-``NAME.samples.csv`` as they are measured (a killed job resumes where it stopped); the profile
+The CLI (``tripath calibrate``) and the tests call this same function. The files it will write are checked
+first (a folder or link there is refused before any measuring). Samples are appended to
+``NAME.samples.csv`` as they are measured (a killed job resumes where it stopped; a job that fails before its
+first point leaves none, tripath/calibrate/samples.py); the profile
 is written only after every point is measured and every fit passes the threshold (or ``force``),
 and then atomically, so it is never half-written. Residual plots go beside it.
 """
@@ -27,11 +29,12 @@ from tripath.calibrate.hardware import GIB, cpu_hardware, spec_for_device
 from tripath.calibrate.job_config import REFRESH_PREFIXES, CalibrationJob
 from tripath.calibrate.optional_sweeps import measure_optional, optional_sections
 from tripath.calibrate.probe import StepProbe
-from tripath.calibrate.samples import Sample, SampleLog, samples_path_for
+from tripath.calibrate.samples import Sample, SampleLog, meta_path_for, samples_path_for
 from tripath.calibrate.sweeps.overhead import REPS_FACTOR, measure_overhead, overhead_cost
 from tripath.calibrate.sweeps.overhead import missing as overhead_missing
 from tripath.calibrate.target import DTYPE_KEYS, LoadedTarget, TargetSpec, load_target, model_spec
 from tripath.calibrate.timer import time_call
+from tripath.core.atomic import check_file_target
 from tripath.core.data_dirs import REPO_ROOT
 from tripath.core.errors import InputError
 from tripath.engine.model.checkpoint import load_config
@@ -152,16 +155,18 @@ def _memory(job: CalibrationJob, hardware: Hardware, weight_bytes: int, kv_per_t
 
 
 def run_calibration(job: CalibrationJob, after_point: Callable[[int], None] | None = None) -> CalibrationResult:
-    """Measure (resuming from the samples on disk), fit, and write the profile unless a fit is refused."""
+    """Measure (resuming from the samples on disk), fit, and write the profile unless a fit is refused. An
+    existing profile at ``job.out`` is updated (its samples resume, --refresh measures a sweep afresh)."""
+    out = Path(job.out)
+    samples_path = samples_path_for(out)
+    for path in (out, samples_path, meta_path_for(samples_path)):  # before any work: not after the sweep
+        check_file_target(path, "--out")
     if job.device == "cuda" and not torch.cuda.is_available():
         raise InputError(None, "device", "cuda requested but torch sees no CUDA device")
     device = torch.device(job.device)
     if job.threads is not None and device.type == "cpu":
         torch.set_num_threads(job.threads)
     key_hw, hardware, cuda_name = _hardware(job, device)
-    out = Path(job.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    samples_path = samples_path_for(out)
     target_spec = job.target
     spec_model = model_spec(_config_only(target_spec))
     # before any measuring: a budget that cannot be derived must fail now, not after the sweep
@@ -223,6 +228,7 @@ def run_calibration(job: CalibrationJob, after_point: Callable[[int], None] | No
                               hardware.device_name, dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")),
         notes=tuple(notes),
     )
+    out.parent.mkdir(parents=True, exist_ok=True)
     save_profile(profile, out)
     plots = write_plots(fitted, out, profile.key_str()) if job.plots else ()
     return CalibrationResult(profile, out, samples_path, plots, measured, tuple(reasons))

@@ -7,6 +7,8 @@ line without its newline: ``SampleLog.open`` cuts it off before appending again.
 
 A sidecar ``NAME.samples.meta`` holds the job's fingerprint (model, device, dtype, grid,
 repetitions): resuming with other settings would mix incomparable numbers, so it is refused.
+A new log writes both files with its first sample, not before: a job that fails before measuring
+anything (a corrupt checkpoint, a bad flag) leaves no samples behind.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from tripath.core.atomic import write_text
-from tripath.core.errors import InputError
+from tripath.core.errors import InputError, check_regular_file
 
 HEADER = ("sweep", "layers", "x1", "x2", "median_ms", "min_ms", "max_ms", "reps")
 
@@ -59,6 +61,7 @@ def samples_path_for(profile_path: str | os.PathLike[str]) -> Path:
 def read_samples(path: str | os.PathLike[str]) -> list[Sample]:
     """Every complete row of a samples CSV (a torn last line, without its newline, is ignored)."""
     where = str(path)
+    check_regular_file(where)
     try:
         text = Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -78,21 +81,29 @@ def read_samples(path: str | os.PathLike[str]) -> list[Sample]:
     return out
 
 
-class SampleLog:
-    """Append-only writer over a samples CSV; ``done`` holds the keys already measured."""
+def meta_path_for(samples_path: str | os.PathLike[str]) -> Path:
+    """``NAME.samples.csv`` -> ``NAME.samples.meta`` (not .json: every data/profiles/*.json is taken for a profile)."""
+    path = Path(samples_path)
+    return path.with_name(path.name.removesuffix(".csv") + ".meta")
 
-    def __init__(self, path: Path, handle: Any, samples: list[Sample]) -> None:
+
+class SampleLog:
+    """Append-only writer over a samples CSV; ``done`` holds the keys already measured. ``meta`` is the
+    fingerprint sidecar's text for a log not yet on disk (written with the first sample), else None."""
+
+    def __init__(self, path: Path, handle: Any, samples: list[Sample], meta: str | None = None) -> None:
         self.path = path
         self._handle = handle
+        self._meta = meta
         self.samples = samples
         self.done = {s.key for s in samples}
 
     @classmethod
     def open(cls, path: str | os.PathLike[str], fingerprint: dict[str, Any]) -> SampleLog:
-        """Open (creating, or resuming) the log; refuse to resume one taken with other settings."""
+        """Open (resuming) the log; refuse to resume one taken with other settings. A new log is created
+        on disk by its first sample."""
         path = Path(path)
-        # not .json: every data/profiles/*.json is taken for a profile
-        meta_path = path.with_name(path.name.removesuffix(".csv") + ".meta")
+        meta_path = meta_path_for(path)
         wanted = json.dumps(fingerprint, indent=2, sort_keys=True) + "\n"
         if path.exists():
             # compare as JSON sees them (tuples come back as lists)
@@ -104,12 +115,20 @@ class SampleLog:
                 with open(path, "r+b") as handle:
                     handle.truncate(raw.rfind(b"\n") + 1)
             samples = read_samples(path)
-        else:
-            write_text(meta_path, wanted)
-            write_text(path, ",".join(HEADER) + "\n")
-            samples = []
-        handle = open(path, "a", encoding="utf-8", newline="")  # noqa: SIM115 (closed by close())
-        return cls(path, handle, samples)
+            return cls(path, open(path, "a", encoding="utf-8", newline=""), samples)  # noqa: SIM115 (close())
+        return cls(path, None, [], wanted)
+
+    def _create(self, meta: str) -> None:
+        """Put a new log on disk: the fingerprint sidecar, then the header (each atomically), open to append."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        write_text(meta_path_for(self.path), meta)
+        try:
+            write_text(self.path, ",".join(HEADER) + "\n")
+        except BaseException:  # a full disk: no sidecar without its samples
+            meta_path_for(self.path).unlink(missing_ok=True)
+            raise
+        self._handle = open(self.path, "a", encoding="utf-8", newline="")  # noqa: SIM115 (closed by close())
+        self._meta = None
 
     def append(self, sample: Sample) -> None:
         """Write one row and push it to disk before returning: the point survives any later kill."""
@@ -118,9 +137,14 @@ class SampleLog:
         # keep in memory exactly what a resumed job will read back (6 significant digits)
         sample = replace(sample, median_ms=_sig6(sample.median_ms), min_ms=_sig6(sample.min_ms),
                          max_ms=_sig6(sample.max_ms))
-        csv.writer(self._handle, lineterminator="\n").writerow(sample.row())
-        self._handle.flush()
-        os.fsync(self._handle.fileno())
+        if self._meta is not None:
+            self._create(self._meta)
+        try:
+            csv.writer(self._handle, lineterminator="\n").writerow(sample.row())
+            self._handle.flush()
+            os.fsync(self._handle.fileno())
+        except OSError as err:  # a full disk names no file: name the log (a torn row is cut off on resume)
+            raise OSError(err.errno, err.strerror or str(err), str(self.path)) from None
         self.samples.append(sample)
         self.done.add(sample.key)
 
@@ -141,10 +165,17 @@ class SampleLog:
         return dropped
 
     def close(self) -> None:
-        self._handle.close()
+        if self._handle is not None:
+            self._handle.close()
 
     def __enter__(self) -> SampleLog:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        if exc_type is None:
+            self.close()
+            return
+        try:  # closing flushes what a failed append left in the buffer: that must not hide the error raised
+            self.close()
+        except OSError:
+            pass

@@ -4,31 +4,88 @@ Every subcommand takes --help; every one that reports numbers takes --json. Exit
 (docs/cli_contract.md): 0 done; 2 bad input or environment (a malformed, binary, huge or too deeply
 nested scenario, profile or trace; a value past tripath/core/limits.py; an unreadable or unwritable
 path; a full disk; out of memory): one line on stderr naming the file and field or the operation,
-nothing written; 70 a defect in tripath: one line, the traceback saved to a file it names; 130 interrupted.
+nothing written; 70 a defect in tripath: one line, the traceback saved to a file it names; 130 interrupted
+(Ctrl-C), 143 / 129 terminated by SIGTERM / SIGHUP, after the same cleanup as Ctrl-C (no temp file or folder left).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import sys
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 
-from tripath.cli.arg_types import positive_float, positive_int, replications, seed
+from tripath.cli.arg_types import OneLineParser, port, positive_float, replications, seed
 from tripath.core.errors import InputError
 
 EXIT_INPUT = 2
 EXIT_INTERNAL = 70  # sysexits.h EX_SOFTWARE
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
+TERMINATING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)  # handled like Ctrl-C; exit 128 + the signal's number
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP arrived: raised where Ctrl-C raises KeyboardInterrupt, so the same cleanup runs (every
+    `with` of tripath/core/atomic.py removes its temp file or folder) where the default action would kill the
+    process mid-write."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+@contextmanager
+def signals_as_interrupts() -> Iterator[None]:
+    """While a command runs, SIGTERM and SIGHUP raise Terminated in the main thread.
+
+    A signal the caller ignores (nohup's SIGHUP) stays ignored. A second signal while the first unwinds gets the
+    old action (by default it kills at once: the way out of a cleanup that hangs). A process forked from this
+    one (a worker pool) that inherits the handler dies of the signal as it did before. The old handlers come
+    back afterwards (tests run commands in this process); exec (`tripath app` becoming Streamlit) resets them
+    in the new program, and Ray's driver (`--executor ray`) installs its own SIGTERM handler (SystemExit: the
+    cleanup runs too).
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal.signal works only in the main thread; an embedding caller keeps its own handlers
+        return
+    owner = os.getpid()
+    previous = {sig: signal.getsignal(sig) for sig in TERMINATING_SIGNALS}
+    handled = [sig for sig, old in previous.items() if old is not signal.SIG_IGN]
+
+    def restore() -> None:
+        for sig in handled:
+            old = previous[sig]
+            signal.signal(sig, old if old is not None else signal.SIG_DFL)
+
+    def terminate(signum: int, frame: object) -> None:
+        if os.getpid() != owner:  # a forked worker: die of it, as without this handler
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        restore()
+        raise Terminated(signum)
+
+    for sig in handled:
+        signal.signal(sig, terminate)
+    try:
+        yield
+    finally:
+        restore()
 
 
 def _cmd_simulate(args: argparse.Namespace) -> int:
     # Imported here so `tripath --help` stays instant and other subcommands never pay for SimPy.
+    from pathlib import Path
+
     from tripath.core.atomic import check_dir_target, writing_dir
     from tripath.core.limits import check_fits
     from tripath.profile.profile import resolve_profile
     from tripath.simulator.report import format_summary
-    from tripath.simulator.runner import simulate
+    from tripath.simulator.runner import SimulationResult, simulate_recording
     from tripath.simulator.scenario.scenario import load_scenario
     from tripath.simulator.summary import summary, write_outputs
 
@@ -42,12 +99,19 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     if scenario.workload.requests is not None:
         check_fits(scenario.workload.requests * args.replications, scenario.source_path,
                    "workload.requests x --replications")
-    result = simulate(scenario, profile, seed=args.seed, replications=args.replications,
-                      fast=not args.reference, timeseries_interval_s=args.timeseries_interval)
-    report = summary(result)
-    if args.out is not None:
+
+    def run(records_path: Path | None) -> SimulationResult:
+        # records streamed to disk as the run goes where the fast path serves it: memory flat in the requests
+        return simulate_recording(scenario, profile, records_path, seed=args.seed, replications=args.replications,
+                                  fast=not args.reference, timeseries_interval_s=args.timeseries_interval)
+
+    if args.out is None:
+        report = summary(run(None))
+    else:
         with writing_dir(args.out, args.replace) as folder:
-            write_outputs(result, folder)
+            result = run(folder / "records.csv")
+            report = summary(result)
+            write_outputs(result, folder, report)
     if args.json:
         print(json.dumps(report, indent=2, sort_keys=True, allow_nan=False, default=_json_default))
     else:
@@ -60,6 +124,7 @@ def _cmd_app(args: argparse.Namespace) -> int:
     # the server directly. Uploads are capped at 1 MB (Streamlit's MB is 2**20 bytes), the same limit the app
     # checks itself (tripath/profile/profile.py MAX_PROFILE_BYTES); the minimal toolbar has no Deploy button.
     import os
+    from importlib.util import find_spec
     from pathlib import Path
 
     from tripath.profile.profile import MAX_PROFILE_BYTES
@@ -67,6 +132,8 @@ def _cmd_app(args: argparse.Namespace) -> int:
     app = Path(__file__).resolve().parents[2] / "app.py"
     if not app.is_file():
         raise InputError(str(app), None, "the app is not part of this installation (use a source checkout)")
+    if find_spec("streamlit") is None:  # the app extra: `make run` (pip install -e .) leaves it out
+        raise InputError(None, "tripath app", "needs Streamlit, which is not installed: pip install -e '.[app]'")
     argv = [sys.executable, "-m", "streamlit", "run", str(app), "--server.headless", "true",
             "--server.port", str(args.port), "--server.address", args.address,
             "--server.maxUploadSize", str(MAX_PROFILE_BYTES >> 20), "--client.toolbarMode", "minimal",
@@ -94,19 +161,13 @@ def _json_default(value: object) -> object:
     raise TypeError(f"not JSON serialisable: {type(value).__name__}")
 
 
-class OneLineParser(argparse.ArgumentParser):
-    """argparse whose usage errors are one stderr line and exit 2, like every other input error."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(EXIT_INPUT, f"{self.prog}: error: {' '.join(message.split())} (see {self.prog} --help)\n")
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog="tripath",
         description="Which long-context inference path meets your P99 SLA at the lowest GPU cost.",
         epilog="Exit status: 0 done, 2 bad input or environment (one line naming file and field), 70 internal "
-        "error (traceback saved to a file it names), 130 interrupted. Limits on sizes: docs/cli_contract.md.",
+        "error (traceback saved to a file it names), 130 interrupted (143 SIGTERM, 129 SIGHUP). Limits on sizes: "
+        "docs/cli_contract.md.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -146,18 +207,15 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run `streamlit run app.py` headless: scenario explorer, decision matrix, capacity planner, "
         "SLA what-ifs, calibration profiles and fidelity reports (docs/app.md).",
     )
-    app.add_argument("--port", type=positive_int, default=8501, help="port to serve on (default 8501)")
+    app.add_argument("--port", type=port, default=8501, help="port to serve on (default 8501)")
     app.add_argument("--address", default="localhost",
                      help="address to bind (default localhost; 0.0.0.0 to serve other machines)")
     app.set_defaults(func=_cmd_app)
 
-    # calibrate, profile: the calibrate package registers them (argparse only; torch loads when they run)
-    from tripath.calibrate.commands import add_subcommands
+    # calibrate, profile, validate: the engine-side commands (argparse only; torch loads when they run)
+    from tripath.cli.engine_parser import add_calibrate, add_validate
 
-    add_subcommands(sub)
-    # validate: the fidelity package registers it (argparse only; torch loads when it runs)
-    from tripath.fidelity.validate import add_subcommand as add_validate
-
+    add_calibrate(sub)
     add_validate(sub)
     # matrix, plan, whatif, stack, breakeven: planning analyses (tripath/planning/ loads when they run)
     from tripath.cli.planning_parser import add_subcommands as add_planning
@@ -172,7 +230,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     args = _Passthrough(argv[1:]) if argv[:1] == ["serve"] else parser.parse_args(argv)
-    return run_guarded(lambda: int(args.func(args)), argv)
+    with signals_as_interrupts():
+        return run_guarded(lambda: int(args.func(args)), argv)
 
 
 def _error(text: str) -> int:
@@ -203,6 +262,9 @@ def run_guarded(command: Callable[[], int], argv: Sequence[str]) -> int:
     except MemoryError:
         return _error("out of memory: the machine cannot hold this run; use fewer requests, replications "
                       "or a shorter duration (limits: docs/cli_contract.md)")
+    except Terminated as err:
+        print(f"tripath: interrupted by {signal.Signals(err.signum).name}", file=sys.stderr)
+        return 128 + err.signum
     except KeyboardInterrupt:
         print("tripath: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED

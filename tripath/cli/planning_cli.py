@@ -34,10 +34,21 @@ def _profile(name: str | None, scenario_profile: str | None = None, source: str 
 
 
 def _scenario(args: argparse.Namespace) -> tuple[dict[str, Any], str, Any]:
-    from tripath.planning.scenario_dict import load_scenario_dict
+    from tripath.planning.scenario_dict import build, load_scenario_dict
 
     data, source = load_scenario_dict(args.scenario)
+    given = getattr(args, "requests", None)
+    _check_fits(given or build(data, source).workload.planned_requests, args.replications, source,
+                "--requests x --replications" if given else "workload.requests x --replications")
     return data, source, _profile(args.profile, data.get("profile"), source)
+
+
+def _check_fits(requests: int | None, replications: int, source: str | None, field: str) -> None:
+    """One simulation's requests x --replications must fit this machine's memory: refused before any runs."""
+    from tripath.core.limits import check_fits
+
+    if requests:
+        check_fits(requests * replications, source, field)
 
 
 def _emit(args: argparse.Namespace, payload: dict[str, Any], text: str) -> int:
@@ -66,6 +77,7 @@ def _cmd_matrix(args: argparse.Namespace) -> int:
     from tripath.planning.matrix import decision_matrix
 
     profile = _profile(args.profile)
+    _check_fits(args.requests, args.replications, None, "--requests x --replications")
     executor, cache = _runtime(args)
     result = decision_matrix(profile, seed=args.seed, replications=args.replications, executor=executor,
                              cache=cache, requests=args.requests).to_dict()
@@ -150,11 +162,7 @@ def _cmd_whatif(args: argparse.Namespace) -> int:
     data, source, profile = _scenario(args)
     executor, cache = _runtime(args)
     if args.load_step:
-        factor, _, at = args.load_step.partition("@")
-        try:
-            factor_f, at_f = float(factor), float(at)
-        except ValueError:
-            raise InputError(None, "--load-step", f"want FACTOR@SECONDS (e.g. 2@600), got {args.load_step!r}") from None
+        factor_f, at_f = args.load_step  # bounded by its argparse type (tripath/cli/arg_types.py load_step)
         result = load_step(data, source, profile, factor_f, at_f, args.window_s, args.seed, args.replications,
                            executor, cache).to_dict()
         lines = [f"Load step x{factor_f:g} at {at_f:g} s on {result['scenario']}: {result['numbers_from']}", ""]
@@ -313,8 +321,9 @@ def _sized(summary: dict[str, Any]) -> str:
         cost = f", ${summary['cost_usd_per_hour']:,.2f}/h at ${layout['usd_per_gpu_hour']:,.3g} per GPU-hour"
         if summary.get("usd_per_million_output_tokens") is not None:
             cost += f", ${summary['usd_per_million_output_tokens']:,.2f} per million output tokens"
-    return (f"{summary['candidate']} on {_where(summary)} ({layout['profile']}): {summary['replicas']} replica(s) x "
-            f"{summary['gpus_per_replica']} GPU(s) = {summary['gpus']} GPU(s){cost}")
+    batch = "" if summary.get("max_batch_size") is None else f", max batch {summary['max_batch_size']}"
+    return (f"{summary['candidate']} on {_where(summary)} ({layout['profile']}{batch}): {summary['replicas']} "
+            f"replica(s) x {summary['gpus_per_replica']} GPU(s) = {summary['gpus']} GPU(s){cost}")
 
 
 def _factor(bound: dict[str, Any], what: str, unit: str) -> str:
@@ -340,6 +349,7 @@ def _below(summary: dict[str, Any]) -> list[str]:
 
 
 def _cmd_recommend(args: argparse.Namespace) -> int:
+    from tripath.core.atomic import check_dir_target
     from tripath.planning.decision import DecisionRule
     from tripath.planning.export import recommended_sglang, recommended_suggestion, write_export
     from tripath.planning.prices import load_prices
@@ -349,6 +359,8 @@ def _cmd_recommend(args: argparse.Namespace) -> int:
     from tripath.profile.profile import resolve_profile
     from tripath.simulator.summary import _json_ready
 
+    if args.export is not None:
+        check_dir_target(args.export, args.replace, "--export")  # before the search, not after it
     if args.scenario is None:
         args.scenario = DEFAULT_SCENARIO
     data, source, profile = _scenario(args)
@@ -371,11 +383,12 @@ def _cmd_recommend(args: argparse.Namespace) -> int:
             raise InputError(None, "--gpus", f"no shipped profile of this model on {', '.join(args.gpus)}")
     prices = load_prices(args.gpu_prices).with_overrides(args.gpu_price)
     executor, cache = _runtime(args)
+    _check_fits(args.budget_requests, args.replications, None, "--budget-requests x --replications")
     rule = DecisionRule(args.replications, args.budget_requests)
     try:
         rec = recommend(data, source, names, qps, prices, args.seed, rule, args.max_replicas, executor, cache,
                         with_robustness=not args.no_robustness, allow_lossy=args.allow_lossy,
-                        candidate_names=args.candidates)
+                        candidate_names=args.candidates, batch_sizes=args.batch_sizes)
     except ValueError as err:
         if isinstance(err, InputError):
             raise
@@ -448,6 +461,11 @@ def _cmd_recommend(args: argparse.Namespace) -> int:
                   f"{robust['tolerance']:.0%}):",
                   _factor(robust["step_costs"], "step costs", "profiled"),
                   _factor(robust["arrival_rate"], "the request rate", f"{qps:g} req/s")]
+    batch = result["batch_search"]
+    if batch is not None and batch["sizes"]:
+        lines += ["", f"max batch sizes also searched: {', '.join(map(str, batch['sizes']))} (--batch-sizes), on every "
+                  f"simulated row below the cheapest found: {batch['searched']} search(es), {batch['met_cheaper']} "
+                  "met cheaper"]
     if result["excluded_lossy"]:
         lines += ["", "lossy paths not searched (they change the model's answers; --allow-lossy searches them): "
                   + ", ".join(result["excluded_lossy"])]

@@ -6,7 +6,22 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from tripath.cli.arg_types import gpu_types, positive_float, positive_int, seed
+from tripath.cli.arg_types import (
+    batch_size,
+    batch_sizes,
+    gpu_types,
+    load_step,
+    milliseconds,
+    rate_per_s,
+    replica_count,
+    request_count,
+    seconds,
+    seed,
+    speculative_k,
+    tokens,
+    usd_per_gpu_hour,
+    worker_count,
+)
 from tripath.cli.arg_types import replications as replication_count
 from tripath.cli.planning_cli import (
     _cmd_breakeven,
@@ -25,7 +40,7 @@ def _sweep_options(parser: argparse.ArgumentParser, replications: int) -> None:
                         help="seeded replications per simulation (confidence intervals need >= 2)")
     parser.add_argument("--executor", choices=("local", "ray"), default="local",
                         help="local: a process pool on this machine; ray: a Ray cluster (or a local instance)")
-    parser.add_argument("--workers", type=positive_int, default=None, help="local pool size (default: every core)")
+    parser.add_argument("--workers", type=worker_count, default=None, help="local pool size (default: every core)")
     parser.add_argument("--address", default=None, help="Ray address (e.g. auto, ray://head:10001); default: local")
     parser.add_argument("--cache-dir", default=".tripath-cache", help="where results are cached")
     parser.add_argument("--no-cache", action="store_true", help="simulate everything again, cache nothing")
@@ -48,7 +63,7 @@ def add_subcommands(sub: Any) -> None:
                      help="search the profile's own GPU type and TP degree only, not the model's other layouts")
     rec.add_argument("--gpus", type=gpu_types, default=None, metavar="TYPE[,TYPE]",
                      help="search only these GPU types (e.g. a100-80gb,h100-sxm)")
-    rec.add_argument("--qps", type=positive_float, default=None,
+    rec.add_argument("--qps", type=rate_per_s, default=None,
                      help="arrival rate, requests per second (default: the scenario's workload.arrival.rate_per_s)")
     rec.add_argument("--gpu-prices", metavar="FILE", default=None,
                      help="TOML of USD per GPU-hour per GPU type (default: data/gpu_prices.toml, cited on-demand "
@@ -59,11 +74,15 @@ def add_subcommands(sub: Any) -> None:
                      help="search only these candidate paths (the baseline always runs: it bounds the cost)")
     rec.add_argument("--allow-lossy", action="store_true",
                      help="let lossy paths (KV compression) be recommended; their published quality cost is shown")
-    rec.add_argument("--max-replicas", type=positive_int, default=16, help="replica search bound per candidate")
-    rec.add_argument("--requests", type=positive_int, default=None,
+    rec.add_argument("--max-replicas", type=replica_count, default=16, help="replica search bound per candidate")
+    rec.add_argument("--batch-sizes", type=batch_sizes, default=None, metavar="N[,N]",
+                     help="max batch sizes (vLLM --max-num-seqs) searched besides the scenario's, below the cheapest "
+                     "row found (default: the scenario's halved, doubled and quadrupled; 'none' searches only the "
+                     "scenario's)")
+    rec.add_argument("--requests", type=request_count, default=None,
                      help="requests per replication at the first stage (default: the scenario's, raised to the "
                      "1,000 a P99 needs)")
-    rec.add_argument("--budget-requests", type=positive_int, default=8000,
+    rec.add_argument("--budget-requests", type=request_count, default=8000,
                      help="the most requests per replication one verdict may simulate before it says undecided")
     rec.add_argument("--no-robustness", action="store_true", help="skip the cost and load headroom bisections")
     rec.add_argument("--export", metavar="DIR", default=None,
@@ -77,7 +96,7 @@ def add_subcommands(sub: Any) -> None:
                             description="Simulate every candidate path (and sensible combination) in each cell of "
                             "the seed's Section 4 matrix and recommend, per cell, the cheapest meeting the SLA.")
     matrix.add_argument("--profile", required=True, help="profile name (data/profiles/NAME.json) or path")
-    matrix.add_argument("--requests", type=positive_int, default=None,
+    matrix.add_argument("--requests", type=request_count, default=None,
                         help="override each cell's request count (quicker, wider intervals)")
     _sweep_options(matrix, replications=1)
     matrix.set_defaults(func=_cmd_matrix)
@@ -87,14 +106,14 @@ def add_subcommands(sub: Any) -> None:
                           "(exponential then binary search), its goodput curve and cost.")
     plan.add_argument("scenario", help="scenario TOML path or shipped name")
     plan.add_argument("--profile", help="profile name or path (default: the scenario's)")
-    plan.add_argument("--qps", type=positive_float, required=True, help="arrival rate, requests per second")
-    plan.add_argument("--sla-ttft-ms", type=positive_float, help="P99 TTFT target (overrides the scenario's)")
-    plan.add_argument("--sla-tpot-ms", type=positive_float, help="P99 TPOT target (overrides the scenario's)")
-    plan.add_argument("--sla-e2e-ms", type=positive_float, help="P99 end-to-end target (overrides the scenario's)")
-    plan.add_argument("--gpu-price", type=positive_float, help="USD per GPU-hour (your price) for the cost columns")
+    plan.add_argument("--qps", type=rate_per_s, required=True, help="arrival rate, requests per second")
+    plan.add_argument("--sla-ttft-ms", type=milliseconds, help="P99 TTFT target (overrides the scenario's)")
+    plan.add_argument("--sla-tpot-ms", type=milliseconds, help="P99 TPOT target (overrides the scenario's)")
+    plan.add_argument("--sla-e2e-ms", type=milliseconds, help="P99 end-to-end target (overrides the scenario's)")
+    plan.add_argument("--gpu-price", type=usd_per_gpu_hour, help="USD per GPU-hour (your price) for the cost columns")
     plan.add_argument("--candidates", nargs="+", help="candidate names (default: all; e.g. baseline speculative)")
-    plan.add_argument("--max-replicas", type=positive_int, default=256, help="search bound")
-    plan.add_argument("--requests", type=positive_int, default=None,
+    plan.add_argument("--max-replicas", type=replica_count, default=256, help="search bound")
+    plan.add_argument("--requests", type=request_count, default=None,
                       help="override the scenario's request count per simulation (quicker, wider intervals)")
     _sweep_options(plan, replications=1)
     plan.set_defaults(func=_cmd_plan)
@@ -106,8 +125,9 @@ def add_subcommands(sub: Any) -> None:
     what.add_argument("--profile", help="profile name or path (default: the scenario's)")
     what.add_argument("--vary", action="append", default=[],
                       help="FIELD=V1,V2,... (repeatable), e.g. batching.max_wait_ms=0,5,10 or workload.rate=0.5,1")
-    what.add_argument("--load-step", help="FACTOR@SECONDS: the arrival rate times FACTOR from SECONDS on")
-    what.add_argument("--window-s", type=positive_float, default=None, help="window width for the load step")
+    what.add_argument("--load-step", type=load_step,
+                      help="FACTOR@SECONDS: the arrival rate times FACTOR from SECONDS on")
+    what.add_argument("--window-s", type=seconds, default=None, help="window width for the load step")
     _sweep_options(what, replications=2)
     what.set_defaults(func=_cmd_whatif)
 
@@ -126,8 +146,8 @@ def add_subcommands(sub: Any) -> None:
                         description="The acceptance below which speculation stops paying, from the profile's costs, "
                         "compared with the seeds' 50-60%% claims.")
     be.add_argument("--profile", required=True, help="profile name or path")
-    be.add_argument("--k", type=positive_int, nargs="+", default=[1, 2, 3, 4, 5, 6, 8], help="proposal lengths")
-    be.add_argument("--batch", type=positive_int, nargs="+", default=[1, 8, 32, 64], help="batch sizes (load)")
-    be.add_argument("--context-tokens", type=positive_float, default=8192.0, help="context per sequence")
+    be.add_argument("--k", type=speculative_k, nargs="+", default=[1, 2, 3, 4, 5, 6, 8], help="proposal lengths")
+    be.add_argument("--batch", type=batch_size, nargs="+", default=[1, 8, 32, 64], help="batch sizes (load)")
+    be.add_argument("--context-tokens", type=tokens, default=8192.0, help="context per sequence")
     be.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     be.set_defaults(func=_cmd_breakeven)

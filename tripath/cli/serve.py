@@ -16,15 +16,25 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from tripath.cli.arg_types import (
+    OneLineParser,
+    non_negative_int,
+    positive_int,
+    rate_per_s,
+    request_count,
+    seed,
+    thread_count,
+)
 from tripath.core.errors import InputError
 from tripath.core.records import COMPLETED, REJECTED, RequestRecord
 from tripath.engine.engine import Engine
 from tripath.engine.engine_config import EngineConfig
-from tripath.engine.serving import write_records_csv, write_steps_csv
+from tripath.engine.serving import write_serve_outputs
 from tripath.engine.tiered.tier_config import TierConfig
 from tripath.engine.workload_replay import PromptSource, prefix_hit_tokens, serve
 
 if TYPE_CHECKING:
+    from tripath.engine.model.model import LlamaModel
     from tripath.simulator.scenario.prefix_workload import RequestPrefixes
     from tripath.simulator.scenario.scenario import Scenario
 
@@ -45,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     from tripath.simulator.scenario.scenario import load_scenario
     from tripath.simulator.scenario.workload import generate_requests, generate_with_prefixes
 
-    p = argparse.ArgumentParser(
+    p = OneLineParser(  # a usage error is one line, exit 2, as every tripath command's
         prog="tripath serve",
         description="Replay a scenario's workload through the real engine (measured).",
     )
@@ -53,16 +63,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--checkpoint", help="HF-layout checkpoint folder; default: a random-weight preset")
     p.add_argument("--preset", default="tiny-target", choices=sorted(PRESETS))
     p.add_argument(
-        "--rate", type=float, help="arrivals per second (needed when the scenario uses load_fraction)"
+        "--rate", type=rate_per_s, help="arrivals per second (needed when the scenario uses load_fraction)"
     )
-    p.add_argument("--requests", type=int, help="replay only the first N requests")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--requests", type=request_count, help="replay only the first N requests")
+    p.add_argument("--seed", type=seed, default=0)
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    p.add_argument("--num-blocks", type=int, default=1024)
-    p.add_argument("--block-size", type=int, default=16)
+    p.add_argument("--num-blocks", type=positive_int, default=1024)
+    p.add_argument("--block-size", type=positive_int, default=16)
     p.add_argument("--out", default="engine_records.csv")
     p.add_argument("--steps-out", help="also write per-step timing records (CSV)")
-    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    p.add_argument("--threads", type=thread_count, default=0, help="torch CPU threads (0: torch's default)")
     p.add_argument("--json", action="store_true", help="print the measured latency percentiles as one JSON object")
     p.add_argument("--prefix-caching", action=argparse.BooleanOptionalAction, default=None,
                    help="reuse cached full prompt blocks across requests (default: on when the scenario has an "
@@ -70,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
                         "structure ([workload.prefix], a trace's hash_ids) says they do")
     _add_tier_arguments(p)
     args = p.parse_args(argv)
+    _check_outputs(args.out, args.steps_out)
     if args.threads:  # on a shared CPU, fewer threads avoid OpenMP spin-waits that dominate small ops
         torch.set_num_threads(args.threads)
     scenario = load_scenario(args.scenario)
@@ -100,15 +111,14 @@ def main(argv: list[str] | None = None) -> int:
                            args.num_blocks, tiered=tiered, prefix_caching=prefix_on)
     except ValueError as exc:
         raise InputError(scenario.source_path, "--prefix-caching" if prefix_on else "--tiered", str(exc)) from None
+    check_kv_memory(cfg, model, args.device)
     with Engine(model, cfg, torch.Generator(device=args.device).manual_seed(args.seed)) as engine:
         prompts = PromptSource(np.random.default_rng(args.seed + 1), model.config.vocab_size)
         if prefixes is not None and prefixes.reusable:
             prompts = KeyedPrompts(prefixes.keys, prefixes.block_tokens, requests, prompts, engine.check_request)
         result = serve(engine, requests, prompts)
         prefix = None if prefixes is None else _prefix_summary(engine, result.records, prefixes)
-    write_records_csv(result.records, args.out)
-    if args.steps_out:
-        write_steps_csv(result.steps, args.steps_out)
+    write_serve_outputs(result.records, args.out, result.steps, args.steps_out)
     done = sum(r.status == COMPLETED for r in result.records)
     rej = sum(r.status == REJECTED for r in result.records)
     if args.json:
@@ -130,6 +140,43 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _check_outputs(out: str, steps_out: str | None) -> None:
+    """Refuse output paths that cannot be written before the model loads and the replay runs (minutes), not
+    after it: a folder, a link or an unwritable place, and one file given for both outputs."""
+    from pathlib import Path
+
+    from tripath.core.atomic import check_file_target
+
+    check_file_target(out, "--out")
+    if steps_out is not None:
+        check_file_target(steps_out, "--steps-out")
+        if Path(steps_out).resolve() == Path(out).resolve():
+            raise InputError(steps_out, "--steps-out", "is the --out file too; give the step records a file of "
+                             "their own")
+
+
+def check_kv_memory(cfg: EngineConfig, model: LlamaModel, device: str) -> None:
+    """Refuse a KV pool the device cannot hold before the engine allocates it (a product of user-given counts:
+    --num-blocks x --block-size tokens, or the tiers' --device-pages + --host-pages pages of one layer's
+    --chunk-tokens tokens): a CUDA device's own memory, else MEMORY_FRACTION of this machine's."""
+    from tripath.core.limits import check_memory
+
+    per_token = model.config.kv_bytes_per_token(next(model.parameters()).element_size())
+    if cfg.tiered is None:
+        nbytes, field = cfg.kv_capacity_tokens * per_token, "--num-blocks x --block-size"
+    else:
+        pages = cfg.tiered.device_pages + cfg.tiered.host_pages
+        nbytes = pages * cfg.tiered.chunk_tokens * per_token // model.config.num_layers
+        field = "--device-pages + --host-pages"
+    if torch.device(device).type == "cuda":
+        total = torch.cuda.get_device_properties(torch.device(device)).total_memory
+        if nbytes > total:
+            raise InputError(None, field, f"the KV pool needs about {nbytes >> 20:,} MiB, more than the "
+                                          f"{total >> 20:,} MiB of {device}; use fewer blocks or pages")
+        return
+    check_memory(nbytes, None, field, "the KV pool's blocks", "use fewer blocks or pages")
+
+
 def _prefix_summary(engine: Engine, records: list[RequestRecord], prefixes: RequestPrefixes) -> dict[str, object]:
     """Prompt tokens the engine's prefix cache served over the prompt tokens of the completed requests."""
     hit, prompt = prefix_hit_tokens(engine, records) or (0, 0)
@@ -145,13 +192,16 @@ def _add_tier_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("tiered KV (on with --tiered or a [strategy.tiered] table in the scenario)")
     g.add_argument("--tiered", action="store_true",
                    help="KV in device / host / SSD tiers (tripath/engine/tiered/store.py)")
-    g.add_argument("--chunk-tokens", type=int, help="tokens per page (default: [strategy.tiered] chunk_tokens, or 256)")
-    g.add_argument("--device-pages", type=int, help="device pool in pages (default: --num-blocks x --block-size)")
-    g.add_argument("--host-pages", type=int, help="host tier in pages (default: as many as the device pool)")
-    g.add_argument("--ssd-pages", type=int, help="SSD tier in pages (default: 8x the device pool)")
+    g.add_argument("--chunk-tokens", type=positive_int,
+                   help="tokens per page (default: [strategy.tiered] chunk_tokens, or 256)")
+    g.add_argument("--device-pages", type=positive_int,
+                   help="device pool in pages (default: --num-blocks x --block-size)")
+    g.add_argument("--host-pages", type=non_negative_int,
+                   help="host tier in pages (default: as many as the device pool)")
+    g.add_argument("--ssd-pages", type=non_negative_int, help="SSD tier in pages (default: 8x the device pool)")
     g.add_argument("--ssd-dir", help="parent of the SSD tier's temp directory (default: the system temp dir)")
-    g.add_argument("--sink-tokens", type=int, default=4, help="attention sinks kept on the device")
-    g.add_argument("--window-tokens", type=int, default=256, help="recent window kept on the device")
+    g.add_argument("--sink-tokens", type=non_negative_int, default=4, help="attention sinks kept on the device")
+    g.add_argument("--window-tokens", type=non_negative_int, default=256, help="recent window kept on the device")
 
 
 def tier_config(args: argparse.Namespace, scenario: Scenario, num_layers: int) -> TierConfig | None:

@@ -29,6 +29,10 @@ MAX_PROFILE_BYTES = 1 << 20
 MAX_NESTING_DEPTH = 32
 # Any other integer in a scenario (batch sizes, GPUs, windows): within int64 with room for products.
 MAX_INT = 1 << 53
+# A model's shapes in an HF config.json (vocabulary, widths, heads, layers, context window): no published
+# LLaMA-family model comes near (the largest: a 256K vocabulary, 53K-wide MLP, 126 layers, a 10M-token window),
+# and past it the engine's RoPE tables and weights exhaust memory before the first forward.
+MAX_MODEL_SIZE = 1 << 24
 # Replications of one command (--replications), and the largest --seed (numpy seeds are non-negative).
 MAX_REPLICATIONS = 1000
 MAX_SEED = (1 << 63) - 1
@@ -36,6 +40,40 @@ MAX_SEED = (1 << 63) - 1
 MEMORY_FRACTION = 0.5
 # An estimate of the memory one simulated request takes through a run (arrays, record, summary rows).
 BYTES_PER_REQUEST = 1024
+# Simulated seconds an input may span (a trace's arrivals x time_scale, requests at a rate, duration_s, think and
+# wait times): a float64 clock at 1e9 s (~32 years) still resolves 0.2 us; at 1e17 s it resolves 16 s, and every
+# millisecond latency would print as 0.0.
+MAX_SIMULATED_S = 1e9
+# A trace's time_scale (the factor on its inter-arrival times): a day of arrivals in 0.09 s up to a million-fold
+# slower; past either end the replay is no longer the trace's load.
+MIN_TIME_SCALE = 1e-6
+MAX_TIME_SCALE = 1e6
+# An arrival rate given on the command line (--qps, serve --rate), requests per second: a request every ~3 hours
+# up to a million a second (far past any fleet one simulation sizes).
+MIN_RATE_PER_S = 1e-4
+MAX_RATE_PER_S = 1e6
+# GPUs of one simulated cluster (cluster.gpus): MAX_REPLICAS replicas of TP 8 x sequence-parallel degree 8. Every
+# replica is simulated at every step (~60 us each), so a billion would run for days.
+MAX_GPUS = 65_536
+# Replicas a capacity search may try (recommend / plan --max-replicas).
+MAX_REPLICAS = 1024
+# Scenario variants one sweep simulates (whatif's --vary cross product): each is a whole simulation.
+MAX_SWEEP_POINTS = 1000
+# Requests one sweep simulates in all (points x replications x requests): ~1.5 hours on one core at ~20,000
+# simulated requests a second, minutes on a pool.
+MAX_SWEEP_REQUESTS = 100_000_000
+# Windows of a load step's P99-per-window series (whatif --load-step --window-s); each pools its requests again.
+MAX_WINDOWS = 10_000
+# Draft tokens per speculative round (a scenario's speculative.k, breakeven --k): verify costs are measured up to
+# K ~ 8; 64 is far past any deployed proposer.
+MAX_SPECULATIVE_K = 64
+# USD per GPU-hour (a price file, --gpu-price): list prices are ~$1-10; past $10,000 it is a typo, and costs
+# computed from it could overflow to infinity.
+MAX_USD_PER_GPU_HOUR = 10_000.0
+# Worker processes of a local pool (--workers): a fork each, so a huge count is a fork bomb.
+MAX_WORKERS = 1024
+# CPU threads of torch (serve, calibrate --threads).
+MAX_THREADS = 1024
 
 
 def physical_memory_bytes() -> int | None:
@@ -46,16 +84,28 @@ def physical_memory_bytes() -> int | None:
         return None
 
 
-def check_fits(requests: int, source: str | None, field: str) -> None:
-    """Refuse a run whose ``requests`` (over all replications) would not fit this machine's memory."""
+def check_memory(nbytes: int, source: str | None, field: str, what: str, advice: str) -> None:
+    """Refuse ``what`` (taking ``nbytes``) when it would not fit MEMORY_FRACTION of this machine's memory."""
     memory = physical_memory_bytes()
     if memory is None:
         return
-    budget = int(memory * MEMORY_FRACTION)
-    if requests * BYTES_PER_REQUEST > budget:
-        raise InputError(source, field, f"{requests:,} requests need about {requests * BYTES_PER_REQUEST >> 20:,} "
-                                        f"MiB, more than {MEMORY_FRACTION:.0%} of this machine's "
-                                        f"{memory >> 20:,} MiB; use fewer requests or replications")
+    if nbytes > int(memory * MEMORY_FRACTION):
+        raise InputError(source, field, f"{what} need about {nbytes >> 20:,} MiB, more than {MEMORY_FRACTION:.0%} "
+                                        f"of this machine's {memory >> 20:,} MiB; {advice}")
+
+
+def check_fits(requests: int, source: str | None, field: str) -> None:
+    """Refuse a run whose ``requests`` (over all replications) would not fit this machine's memory."""
+    check_memory(requests * BYTES_PER_REQUEST, source, field, f"{requests:,} requests",
+                 "use fewer requests or replications")
+
+
+def check_count(count: int, limit: int, source: str | None, field: str, what: str) -> None:
+    """Refuse a product of user-given counts (``count`` of ``what``) past its ``limit``, before any of the work
+    it counts starts, with the limit in the message."""
+    if count > limit:
+        raise InputError(source, field, f"{count:,} {what}: more than the limit of {limit:,} "
+                                        "(docs/cli_contract.md)")
 
 
 def nesting_depth(value: object) -> int:

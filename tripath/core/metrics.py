@@ -102,7 +102,7 @@ def sla_attainment(records: Sequence[RequestRecord], ttft_ms: float | None = Non
         if target_ms is None:
             result[term] = None
             continue
-        met = np.array([_meets(r, term, target_ms / 1000.0) for r in records], dtype=bool)
+        met = np.array([meets(r, term, target_ms / 1000.0) for r in records], dtype=bool)
         met_all &= met
         result[term] = float(met.mean()) if n else math.nan
     given = any(t is not None for t in targets.values())
@@ -110,7 +110,8 @@ def sla_attainment(records: Sequence[RequestRecord], ttft_ms: float | None = Non
     return result
 
 
-def _meets(record: RequestRecord, term: str, target_s: float) -> bool:
+def meets(record: RequestRecord, term: str, target_s: float) -> bool:
+    """Whether one request met one SLA term (target in seconds); a rejected request meets none."""
     if record.status != COMPLETED:
         return False
     if term == "ttft":

@@ -12,6 +12,11 @@ from dataclasses import dataclass
 
 COMPLETED = "completed"
 REJECTED = "rejected"
+# The columns of records.csv (tripath/simulator/summary.py writes it whole, tripath/simulator/loop/streaming.py as a
+# run goes): a replication number, then a RequestRecord's fields in order.
+RECORD_COLUMNS = ("replication", "request_id", "task", "arrival_s", "prompt_tokens", "output_tokens",
+                  "replica", "admitted_s", "first_token_s", "finish_s", "status", "reject_reason",
+                  "draft_rounds", "accepted_tokens", "paging_s", "merge_s", "preemptions")
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,3 +118,10 @@ def rejected_record(request_id: int, task: str, arrival_s: float, prompt_tokens:
     nan = math.nan
     return RequestRecord(request_id, task, arrival_s, prompt_tokens, output_tokens, -1, nan, nan, nan,
                          REJECTED, reason)
+
+
+def record_row(replication: int, r: RequestRecord) -> tuple[object, ...]:
+    """One records.csv row (RECORD_COLUMNS): floats in repr form, so they read back exactly."""
+    return (replication, r.request_id, r.task, repr(r.arrival_s), r.prompt_tokens, r.output_tokens, r.replica,
+            repr(r.admitted_s), repr(r.first_token_s), repr(r.finish_s), r.status, r.reject_reason, r.draft_rounds,
+            r.accepted_tokens, repr(r.paging_s), repr(r.merge_s), r.preemptions)

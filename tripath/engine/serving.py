@@ -1,5 +1,6 @@
 """The measured records and steps of an engine replay as CSV, written atomically.
 
+``write_serve_outputs`` writes the records and the steps of one replay as one set (both or neither).
 The replay itself (PromptSource, serve) lives in tripath/engine/workload_replay.py and is re-exported
 here; the ``tripath serve`` command that drives both is tripath/cli/serve.py.
 """
@@ -11,28 +12,54 @@ import os
 from dataclasses import fields
 from pathlib import Path
 
-from tripath.core.atomic import AtomicFile
+from tripath.core.atomic import AtomicFile, commit_all
 from tripath.core.records import RequestRecord
 from tripath.engine.step_record import StepRecord
 from tripath.engine.workload_replay import EVAL_PROMPTS, PromptSource, ServeResult, serve
 
-__all__ = ["EVAL_PROMPTS", "PromptSource", "ServeResult", "serve", "write_records_csv", "write_steps_csv"]
+__all__ = ["EVAL_PROMPTS", "PromptSource", "ServeResult", "serve", "write_records_csv", "write_serve_outputs"]
+
+Table = tuple[list[str], list[list[object]]]
 
 
-def _atomic_csv(path: Path, header: list[str], rows: list[list[object]]) -> None:
+def _records_table(records: list[RequestRecord]) -> Table:
+    names = [f.name for f in fields(RequestRecord)]
+    return names, [[getattr(r, n) for n in names] for r in records]
+
+
+def _steps_table(steps: list[StepRecord]) -> Table:
+    """One row per step; with no steps, the header of a plain StepRecord (its per-request tuples left out)."""
+    names = (list(steps[0].to_dict()) if steps
+             else [f.name for f in fields(StepRecord) if not str(f.type).startswith("tuple")])
+    return names, [[s.to_dict()[n] for n in names] for s in steps]
+
+
+def _unwritten_csv(path: Path, table: Table) -> AtomicFile:
+    """``table`` written to a temp file beside ``path`` (missing folders created), not yet committed."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with AtomicFile(path) as f:
-        writer = csv.writer(f)
-        writer.writerow(header)
-        writer.writerows(rows)
+    file = AtomicFile(path)
+    with file.writing() as handle:
+        writer = csv.writer(handle)
+        writer.writerow(table[0])
+        writer.writerows(table[1])
+    return file
 
 
 def write_records_csv(records: list[RequestRecord], path: str | os.PathLike) -> None:
-    names = [f.name for f in fields(RequestRecord)]
-    _atomic_csv(Path(path), names, [[getattr(r, n) for n in names] for r in records])
+    """The records of a replay as one CSV file, written atomically."""
+    commit_all([_unwritten_csv(Path(path), _records_table(records))])
 
 
-def write_steps_csv(steps: list[StepRecord], path: str | os.PathLike) -> None:
-    if steps:
-        names = list(steps[0].to_dict())
-        _atomic_csv(Path(path), names, [[s.to_dict()[n] for n in names] for s in steps])
+def write_serve_outputs(records: list[RequestRecord], out: str | os.PathLike, steps: list[StepRecord],
+                        steps_out: str | os.PathLike | None) -> None:
+    """The records CSV at ``out`` and (when ``steps_out`` is given) the steps CSV as one set: both written to
+    temp files, then installed together (core.atomic.commit_all). A full disk or any other failure leaves
+    neither new file, and old files at both paths as they were: never new records beside stale steps."""
+    files = [_unwritten_csv(Path(out), _records_table(records))]
+    try:
+        if steps_out is not None:
+            files.append(_unwritten_csv(Path(steps_out), _steps_table(steps)))
+    except BaseException:
+        files[0].discard()
+        raise
+    commit_all(files)

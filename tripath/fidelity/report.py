@@ -201,11 +201,12 @@ def cdf_figure(res: ScenarioResult, path: Path) -> None:
 
 
 def write_report(out: str | os.PathLike, meta: dict[str, Any], results: Sequence[ScenarioResult],
-                 noise: Sequence[tuple[str, list[ErrorRow]]] = ()) -> Path:
-    """Build the report folder beside ``out`` and swap it in; returns the folder."""
+                 noise: Sequence[tuple[str, list[ErrorRow]]] = (), replace: bool = True) -> Path:
+    """Build the report folder beside ``out`` and swap it in; returns the folder. Without ``replace`` a folder
+    another command filled while this one ran is refused (core.atomic.replacing_dir), not replaced."""
     dest = Path(out)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    with replacing_dir(dest) as tmp:
+    with replacing_dir(dest, replace) as tmp:
         doc = {**meta, "bars": {"first": {"p50": FIRST_BAR[0], "tail": FIRST_BAR[1]},
                                 "second": {"p50": SECOND_BAR[0], "tail": SECOND_BAR[1]}},
                "scenarios": [r.to_dict() for r in results],

@@ -62,16 +62,24 @@ class ValidateConfig:
     def partial(self) -> bool:
         return self.quick or bool(self.only)
 
+    @property
+    def default_out(self) -> Path:
+        """The report folder without --out: the shipped full report, or the user's partial folder."""
+        return PARTIAL_OUT if self.partial else DEFAULT_OUT
+
     def out_folder(self) -> Path:
         """Where the report goes, checked before any work: a partial run never replaces the shipped full
         report; a folder the user named that holds files needs ``replace`` (the defaults are replaced whole)."""
-        default = PARTIAL_OUT if self.partial else DEFAULT_OUT
-        out = Path(self.out) if self.out is not None else default
+        out = Path(self.out) if self.out is not None else self.default_out
         if self.partial and out.resolve() == DEFAULT_OUT.resolve():
             raise InputError(str(out), "--out", "is the shipped full report; a quick or --only validation "
                                                 f"writes elsewhere (default {PARTIAL_OUT})")
-        check_dir_target(out, self.replace or out.resolve() == default.resolve())
+        check_dir_target(out, self.may_replace(out))
         return out
+
+    def may_replace(self, out: Path) -> bool:
+        """Whether a non-empty ``out`` is replaced whole: with --replace, or where it is the default folder."""
+        return self.replace or out.resolve() == self.default_out.resolve()
 
 
 def load_cases(folder: str | Path, quick: bool, only: tuple[str, ...] = ()) -> list[tuple[str, dict[str, Any]]]:
@@ -211,10 +219,10 @@ def run_validation(cfg: ValidateConfig) -> tuple[Path, list[Any], list[tuple[str
             "measured_ci": {"method": "percentile bootstrap over requests (tripath/fidelity/bootstrap.py)",
                             "resamples": RESAMPLES, "level": LEVEL,
                             "seed": f"SeedSequence([{cfg.seed}, crc32(scenario), crc32(side)])"}}
-    return write_report(out, meta, results, noise), results, noise
+    return write_report(out, meta, results, noise, cfg.may_replace(out)), results, noise
 
 
-def _cmd_validate(args: argparse.Namespace) -> int:
+def cmd_validate(args: argparse.Namespace) -> int:
     cfg = ValidateConfig(profile=args.profile, scenarios=args.scenarios, out=args.out, quick=args.quick,
                          seed=args.seed, noise=tuple(args.noise), only=tuple(args.only),
                          progress=not args.no_progress, replace=args.replace)
@@ -234,36 +242,3 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         print(line)
     print(f"report: {out}/error_table.md")
     return 0
-
-
-def add_subcommand(sub: Any) -> None:
-    p = sub.add_parser("validate", help="replay validation scenarios on the real engine and in the simulator; "
-                       "report the error (--json)",
-                       description="Fidelity: serve each validation scenario on the real engine (measured, "
-                       "this machine) and simulate it on the profile; write the signed error table and CDFs.")
-    p.add_argument("--profile", default="cpu-tiny", help="profile calibrated on this machine (name or path)")
-    p.add_argument("--scenarios", default=str(DEFAULT_SCENARIOS), help="folder of validation scenario TOMLs")
-    p.add_argument("--quick", action="store_true",
-                   help=f"only {', '.join(QUICK_SCENARIOS)}, first {QUICK_REQUESTS} requests each")
-    p.add_argument("--out", default=None,
-                   help=f"report folder, written whole (default: {DEFAULT_OUT} for a full run, {PARTIAL_OUT} for "
-                   "a quick or --only one; a partial run is refused over the full report)")
-    p.add_argument("--replace", action="store_true", help="replace an existing non-empty --out folder whole")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--noise", action="append", default=[], metavar="NAME",
-                   help="serve this scenario twice on the engine: run-to-run spread (repeatable)")
-    p.add_argument("--only", action="append", default=[], metavar="NAME", help="run only this scenario (repeatable)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
-    p.add_argument("--json", action="store_true", help="print error_table.json")
-    p.set_defaults(func=_cmd_validate)
-
-
-if __name__ == "__main__":
-    parser = argparse.ArgumentParser(prog="tripath")
-    add_subcommand(parser.add_subparsers(dest="command", required=True))
-    ns = parser.parse_args(["validate", *sys.argv[1:]])
-    try:
-        raise SystemExit(ns.func(ns))
-    except InputError as err:
-        print(f"tripath: error: {err}", file=sys.stderr)
-        raise SystemExit(2) from None

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from tripath.core.atomic import write_text
+from tripath.core.errors import check_regular_file
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CACHE_DIR = Path(".tripath-cache")
@@ -58,6 +59,7 @@ class ResultCache:
         return self.directory / key[:2] / f"{key}.json"
 
     def get(self, key: str) -> dict[str, Any] | None:
+        check_regular_file(self._path(key), "--cache-dir")
         try:
             with open(self._path(key), encoding="utf-8") as fh:
                 return json.load(fh)

@@ -74,8 +74,11 @@ class RayExecutor:
     def __init__(self, address: str | None = None, num_cpus: int | None = None) -> None:
         try:
             import ray
-        except ImportError as err:  # ray is a dependency, but a slim install may lack it
-            raise RuntimeError("the ray executor needs the `ray` package: pip install 'ray>=2.9'") from err
+        except ImportError as err:  # the ray extra: `make run` (pip install -e .) leaves it out
+            from tripath.core.errors import InputError
+
+            raise InputError(None, "--executor ray", "needs the ray package, which is not installed: "
+                             "pip install -e '.[ray]' (or pip install 'ray>=2.9')") from err
         self._ray = ray
         self.address = address
         if not ray.is_initialized():

@@ -29,7 +29,7 @@ from typing import Any, ClassVar, TypeVar
 
 from tripath.core.atomic import writing_dir
 from tripath.planning.candidates import Candidate, by_names
-from tripath.planning.scenario_dict import build
+from tripath.planning.scenario_dict import build, with_fields
 from tripath.profile.profile import Profile, resolve_profile
 from tripath.simulator.scenario.scenario import Scenario
 from tripath.simulator.scenario.strategy import GIB, HOST_SSD, SpeculativeSpec, TieredSpec
@@ -579,12 +579,13 @@ def write_export(directory: str | Path, scenario: dict[str, Any], recommendation
     return [Path(directory) / name for name, _ in files]
 
 
-def _chosen(recommendation: dict[str, Any], profile: Profile
-            ) -> tuple[Profile, Candidate, int | None, bool] | None:
-    """(profile, candidate, replicas, whether it meets the SLA) of a recommendation's dict
+def _chosen(recommendation: dict[str, Any], profile: Profile, data: dict[str, Any]
+            ) -> tuple[Profile, dict[str, Any], Candidate, int | None, bool] | None:
+    """(profile, scenario, candidate, replicas, whether it meets the SLA) of a recommendation's dict
     (``Recommendation.to_dict``): its recommended candidate on the plan's replicas, else the closest on the
     replicas searched, else None. A summary that names its layout (``{"layout": {"profile": NAME}}``: the GPU type
-    and TP it was simulated on) is exported on that profile, else on ``profile``."""
+    and TP it was simulated on) is exported on that profile, else on ``profile``; one that names the max batch size
+    it simulated, with that size in the scenario."""
     best, closest = recommendation.get("recommended"), recommendation.get("closest")
     chosen = best or closest
     if chosen is None:
@@ -592,9 +593,11 @@ def _chosen(recommendation: dict[str, Any], profile: Profile
     layout = chosen.get("layout")
     if isinstance(layout, dict) and layout.get("profile") and layout.get("profile_key") != profile.key_str():
         profile = resolve_profile(str(layout["profile"]))
+    if chosen.get("max_batch_size") is not None:
+        data = with_fields(data, {"batching.max_batch_size": int(chosen["max_batch_size"])})
     candidate = by_names(profile, [chosen["candidate"]])[0]
     replicas = chosen["replicas"] if best is not None else chosen.get("searched_replicas")
-    return profile, candidate, None if replicas is None else int(replicas), best is not None
+    return profile, data, candidate, None if replicas is None else int(replicas), best is not None
 
 
 def _labelled(out: S, meets: bool) -> S:
@@ -605,18 +608,18 @@ def recommended_suggestion(recommendation: dict[str, Any], profile: Profile, dat
                            ) -> VllmSuggestion | None:
     """The vLLM suggestion for a recommendation's dict (``Recommendation.to_dict``): its recommended candidate on
     the plan's replicas, else the closest on the replicas searched (labelled as missing the SLA), else None."""
-    chosen = _chosen(recommendation, profile)
+    chosen = _chosen(recommendation, profile, data)
     if chosen is None:
         return None
-    on, candidate, replicas, meets = chosen
-    return _labelled(vllm_suggestion(on, data, candidate, replicas), meets)
+    on, simulated, candidate, replicas, meets = chosen
+    return _labelled(vllm_suggestion(on, simulated, candidate, replicas), meets)
 
 
 def recommended_sglang(recommendation: dict[str, Any], profile: Profile, data: dict[str, Any]
                        ) -> SglangSuggestion | None:
     """The SGLang suggestion for the same candidate and replicas as ``recommended_suggestion``."""
-    chosen = _chosen(recommendation, profile)
+    chosen = _chosen(recommendation, profile, data)
     if chosen is None:
         return None
-    on, candidate, replicas, meets = chosen
-    return _labelled(sglang_suggestion(on, data, candidate, replicas), meets)
+    on, simulated, candidate, replicas, meets = chosen
+    return _labelled(sglang_suggestion(on, simulated, candidate, replicas), meets)

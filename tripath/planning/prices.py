@@ -23,6 +23,7 @@ from typing import Any, cast
 
 from tripath.core.data_dirs import DATA_DIR
 from tripath.core.errors import InputError, read_input_text
+from tripath.core.limits import MAX_USD_PER_GPU_HOUR
 from tripath.profile.catalog import GPUS
 from tripath.simulator.scenario.toml_reader import check_keys, subtable, typed
 
@@ -177,6 +178,6 @@ def _price_problem(value: float) -> str | None:
     """Why ``value`` is not a usable price (a finite number > 0), or None."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return f"price must be a number (USD per GPU-hour), got {value!r}"
-    if not (math.isfinite(value) and value > 0):
-        return f"price must be a finite number > 0 (USD per GPU-hour), got {value}"
+    if not (math.isfinite(value) and 0 < value <= MAX_USD_PER_GPU_HOUR):
+        return f"price must be a finite number > 0 and <= {MAX_USD_PER_GPU_HOUR:,g} (USD per GPU-hour), got {value}"
     return None

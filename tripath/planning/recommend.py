@@ -1,33 +1,24 @@
-"""The answer: which path, how many GPUs, what it costs, how sure, for one scenario at one request rate.
+"""The answer: which GPU type and TP, which path, how many replicas, what it costs, how sure, for one scenario at one
+request rate.
 
-Sizing is tripath/planning/capacity.py's ``plan`` (fewest replicas per candidate meeting the SLA; no goodput
-curves, which the answer does not print). The candidates that meet the SLA are ranked as the decision matrix
-ranks them (tripath/planning/capacity.py ``Plan.ranked``: fewest GPUs, lossless before lossy, larger SLA margin);
-the first is recommended, the second is the runner-up. When none meets it, the closest is the candidate with
-the largest SLA margin (the least negative) at the largest replica count searched, and each term says by how
-much its P99 exceeds the target. The runner-up skips candidates with the winner's very numbers (a path that
-changed nothing, such as tiering that never paged).
+The search (docs/planning.md "recommend"): the baseline on every layout first (capacity.py's sizing search, each
+verdict decided by tripath/planning/decision.py), then every other candidate only at replica counts that cost less
+than the cheapest baseline found, then the baselines and every other candidate that met at the other max batch sizes
+of the ladder (``batch_ladder``), again only below the cheapest row found. Rows rank by ``rank_key`` (cheapest,
+lossless, simpler, larger margin); a path that never engaged is never ranked. The first is recommended, the second
+is the runner-up; when none meets, the closest is the row with the largest SLA margin. Its headroom is
+tripath/planning/headroom.py's. Prunes (each reported with its reason): the TTFT floor, the cost bound, and tiering
+where the baseline's KV never filled the device.
 
-The binding term is the SLA term with the smallest margin (target - P99) / target.
-
-Robustness: with the recommended candidate and replica count held fixed, the smallest factor on the step costs
-(every coefficient of the profile's prefill, decode and step-overhead models: these formulas are linear in
-their coefficients, so the factor scales every iteration's cost; paging and SP merge costs are left as they
-are) and, separately, on the arrival rate, at which the SLA is no longer met. Found by expanding from 1 in
-steps that double (1.05, 1.1, 1.2, 1.4, ...) until a miss, then bisecting to ``tol``; it assumes a larger
-factor never helps. Every probe uses the plan's seed (common random numbers).
-
-Speed (docs/planning.md): the sizing searches run in parallel on the executor, largest first, each simulating the
-bound (``max_replicas``) first (tripath/planning/capacity.py ``bound_first``), and the two robustness bisections
-run in parallel with each other; neither changes a number, only when each simulation runs.
+Speed: the sizing searches run in parallel on the executor, largest first, each simulating its bound first
+(capacity.py ``bound_first``); this changes when each simulation runs, never a number.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,30 +26,18 @@ import numpy as np
 
 from tripath.core.errors import InputError
 from tripath.planning.cache import ResultCache
-from tripath.planning.candidates import BASELINE, Candidate, by_names, candidates, idle_paths, is_lossy
-from tripath.planning.capacity import SearchSpec, first_job, probe, run_searches
-from tripath.planning.decision import DecisionRule, RefusedError
-from tripath.planning.executor import Executor, LocalPoolExecutor
+from tripath.planning.candidates import BASELINE, Candidate, candidates, idle_paths, is_lossy
+from tripath.planning.capacity import SearchSpec, run_searches
+from tripath.planning.decision import DecisionRule
+from tripath.planning.executor import Executor
+from tripath.planning.headroom import BISECTIONS, robustness
 from tripath.planning.prices import GpuPrices, cost_per_million_output_tokens
-from tripath.planning.scenario_dict import refuse_closed_loop, with_fields
-from tripath.planning.sweep import TERMS, Job, is_cached
+from tripath.planning.scenario_dict import build, refuse_closed_loop, with_fields
+from tripath.planning.sweep import TERMS
 from tripath.profile.profile import Profile, resolve_profile
 
-STEP_COST_MODELS = ("prefill", "decode", "step_overhead")
-MAX_FACTOR = 4.0
-BISECTIONS = ("step_costs", "arrival_rate")  # robustness's two factors, in the order the output lists them
-FIRST_STEP = 0.05  # threshold's first probe is 1 + FIRST_STEP; the step doubles after every factor that meets
 GO_FURTHER = ("to go further: measure your own deployment (`tripath calibrate`, docs/) and rerun with --profile; "
               "`tripath plan SCENARIO --qps Q` adds goodput curves, `tripath whatif` varies any field")
-
-
-def scaled_step_costs(profile: Profile, factor: float) -> Profile:
-    """The profile with every prefill, decode and step-overhead cost times ``factor`` (coefficients, or the cells
-    of a measured table: every step formula is linear in them)."""
-    if not factor > 0:
-        raise ValueError(f"cost factor must be > 0, got {factor}")
-    costs = {name: model.scaled(factor) if name in STEP_COST_MODELS else model for name, model in profile.costs.items()}
-    return dataclasses.replace(profile, costs=costs)
 
 
 def section_sources(profile: Profile) -> dict[str, list[str]]:
@@ -85,31 +64,6 @@ def section_sources(profile: Profile) -> dict[str, list[str]]:
         if found:
             out[section] = sorted(found)
     return out
-
-
-def threshold(meets: Callable[[float], bool], tol: float = 0.01, max_factor: float = MAX_FACTOR
-              ) -> tuple[float, float | None]:
-    """(largest factor found meeting, smallest found missing) around the flip of ``meets`` above 1.
-
-    meets(1) is assumed true. Expands 1 + 0.05 x 2^i until a miss (None when even ``max_factor`` meets),
-    then bisects until the two are within ``tol`` of each other."""
-    lo, hi, step = 1.0, None, FIRST_STEP
-    while hi is None:
-        probe = min(1.0 + step, max_factor)
-        if meets(probe):
-            lo = probe
-            if probe >= max_factor:
-                return lo, None
-            step *= 2.0
-        else:
-            hi = probe
-    while hi - lo > tol:
-        mid = 0.5 * (lo + hi)
-        if meets(mid):
-            lo = mid
-        else:
-            hi = mid
-    return lo, hi
 
 
 def sla_terms(outcome: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -213,6 +167,7 @@ class Recommendation:
     rule: DecisionRule | None
     allow_lossy: bool = False
     excluded_lossy: tuple[str, ...] = ()
+    batch_search: dict[str, Any] | None = None  # the other max batch sizes searched, how many searches, how many met
 
     def row(self, row_id: str | None) -> dict[str, Any] | None:
         return next((r for r in self.rows if r["id"] == row_id), None)
@@ -224,7 +179,8 @@ class Recommendation:
         outcome = row.get("outcome") or {}
         terms = row_terms(row)
         return {"id": row["id"], "candidate": row["candidate"]["name"], "paths": row["candidate"].get("paths"),
-                "layout": row["layout"], "replicas": row.get("replicas"), "gpus": row.get("gpus"),
+                "layout": row["layout"], "max_batch_size": row.get("max_batch_size"),
+                "replicas": row.get("replicas"), "gpus": row.get("gpus"),
                 "gpus_per_replica": row.get("gpus_per_replica"),
                 "searched_replicas": outcome.get("replicas"),
                 "cost_usd_per_hour": row.get("cost_usd_per_hour"),
@@ -255,6 +211,7 @@ class Recommendation:
                     f"'{layout.profile.source}' profile {layout.name}" for layout in self.layouts),
                 "decision_rule": None if self.rule is None else self.rule.to_dict(),
                 "allow_lossy": self.allow_lossy, "excluded_lossy": list(self.excluded_lossy),
+                "batch_search": self.batch_search,
                 "meets_sla": self.recommended is not None,
                 "recommended": self._summary(self.recommended), "runner_up": self._summary(self.runner_up),
                 "closest": self._summary(self.closest), "robustness": self.robustness, "headroom": self.headroom(),
@@ -271,76 +228,6 @@ def closest_candidate(rows: tuple[dict[str, Any], ...]) -> str | None:
     if not ran:
         return None
     return max(ran, key=lambda r: r["outcome"]["sla_margin"])["candidate"]["name"]
-
-
-@dataclass(frozen=True)
-class Bisection:
-    """One robustness bisection (a picklable job: the two run in parallel): ``kind`` step_costs or arrival_rate."""
-
-    kind: str
-    scenario_json: str
-    source: str | None
-    profile: Profile
-    candidate_name: str
-    replicas: int
-    qps: float
-    seed: int
-    replications: int
-    cache_dir: str | None
-    tol: float
-    rule: DecisionRule | None = None
-
-    def __post_init__(self) -> None:
-        if self.kind not in BISECTIONS:
-            raise ValueError(f"bisection kind must be one of {', '.join(BISECTIONS)}, got {self.kind!r}")
-
-    def spec(self, factor: float) -> SearchSpec:
-        """The search spec of the candidate with this factor on the step costs or on the rate."""
-        cost_factor, rate_factor = (factor, 1.0) if self.kind == "step_costs" else (1.0, factor)
-        scaled = self.profile if cost_factor == 1.0 else scaled_step_costs(self.profile, cost_factor)
-        candidate = by_names(self.profile, [self.candidate_name])[0]
-        return SearchSpec(self.scenario_json, self.source, scaled.to_json(), candidate, self.qps * rate_factor,
-                          self.seed, self.replications, attainment_levels=(), cache_dir=self.cache_dir, rule=self.rule)
-
-    def job(self, factor: float) -> Job:
-        """The first simulation of ``replicas`` of the candidate with this factor (what a warm cache holds)."""
-        return first_job(self.spec(factor), self.replicas)
-
-    def meets(self, factor: float) -> bool:
-        """Whether that probe (through the cache and the decision rule) meets the SLA."""
-        spec = self.spec(factor)
-        try:
-            outcome, verdict = probe(spec, self.replicas, spec.qps)
-        except RefusedError:
-            return False
-        return outcome.meets_sla if verdict is None else verdict.meets
-
-
-def bisect(job: Bisection) -> tuple[float, float | None]:
-    """``threshold`` of the job's probe (module level: runs in a worker)."""
-    return threshold(job.meets, job.tol)
-
-
-def robustness(data: dict[str, Any], source: str | None, profile: Profile, candidate_name: str, replicas: int,
-               qps: float, seed: int = 0, replications: int = 1, cache: ResultCache | None = None,
-               tol: float = 0.01, executor: Executor | None = None, rule: DecisionRule | None = None
-               ) -> dict[str, Any]:
-    """The step-cost factor and the arrival-rate factor at which ``replicas`` of the candidate stop meeting
-    (the two bisections in parallel on ``executor``; each is a pure function of its job; in this process when
-    the cache holds both first probes, a warm rerun)."""
-    by_names(profile, [candidate_name])  # an unknown name fails here, before any job
-    text = json.dumps(data, sort_keys=True, separators=(",", ":"), allow_nan=False)
-    cache_dir = None if cache is None else str(cache.directory)
-    out: dict[str, Any] = {"candidate": candidate_name, "replicas": replicas, "tolerance": tol,
-                           "max_factor": MAX_FACTOR}
-    jobs = [Bisection(kind, text, source, profile, candidate_name, replicas, qps, seed, replications, cache_dir, tol,
-                      rule) for kind in BISECTIONS]
-    first = min(1.0 + FIRST_STEP, MAX_FACTOR)
-    if executor is None or all(is_cached(job.job(first), cache_dir) for job in jobs):
-        executor = LocalPoolExecutor(1)
-    for kind, (last_met, first_missed) in zip(BISECTIONS, executor.map(bisect, jobs), strict=True):
-        out[kind] = {"meets_up_to": last_met, "misses_at": first_missed}
-    return out
 
 
 def _layouts(names: Sequence[str], prices: GpuPrices | None) -> tuple[Layout, ...]:
@@ -446,22 +333,47 @@ def _quality(row: dict[str, Any], profile: Profile) -> None:
 
 
 def _searched(specs: list[SearchSpec], layouts: list[Layout], data: dict[str, Any], source: str | None,
-              executor: Executor | None, qps: float, desc: str) -> list[dict[str, Any]]:
+              executor: Executor | None, qps: float, desc: str, batches: Sequence[int] | None = None
+              ) -> list[dict[str, Any]]:
+    """The sizing searches of ``specs`` as priced rows, each with the max batch size it simulated (``batches``,
+    one per spec; the scenario's when None) and the paths that never engaged."""
     rows = run_searches(specs, data, source, executor, desc=desc)
-    batch = data.get("batching", {}).get("max_batch_size")
-    for spec, layout, row in zip(specs, layouts, rows, strict=True):
+    own = int(build(data, source).batching.max_batch_size)
+    for i, (spec, layout, row) in enumerate(zip(specs, layouts, rows, strict=True)):
+        batch = own if batches is None else int(batches[i])
+        row["max_batch_size"] = batch
         _priced(row, layout, qps)
+        if batch != own:
+            row["id"] += f", max batch {batch}"
         idle = idle_paths(spec.candidate, row.get("outcome"), batch)
         if idle is not None:
             row["idle"] = idle
     return rows
 
 
+BATCH_LADDER = (0.5, 2.0, 4.0)  # the other max batch sizes searched: the scenario's times these
+
+
+def batch_ladder(batch: int, sizes: Sequence[int] | None = None) -> tuple[int, ...]:
+    """The max batch sizes (vLLM's --max-num-seqs) searched besides the scenario's own ``batch``: ``sizes`` when
+    given, else the scenario's halved, doubled and quadrupled (the knob a deployment turns first: a smaller batch
+    shortens each decode step, a larger one serves more requests per GPU)."""
+    chosen = sizes if sizes is not None else [max(1, int(batch * f)) for f in BATCH_LADDER]
+    return tuple(sorted({int(b) for b in chosen} - {int(batch)}))
+
+
+def cheaper_cap(best: float, per_replica: float, max_replicas: int) -> int:
+    """The most replicas at ``per_replica`` $/h that cost strictly less than ``best`` $/h (at the same bill the row
+    already found, the simpler, wins the tie), at most ``max_replicas``."""
+    return max_replicas if math.isinf(best) else min(max_replicas, math.ceil(best / per_replica - 1e-9) - 1)
+
+
 def recommend(data: dict[str, Any], source: str | None, layouts: Sequence[str | Profile], qps: float,
               prices: GpuPrices | None = None, seed: int = 0, rule: DecisionRule | None = None,
               max_replicas: int = 16, executor: Executor | None = None, cache: ResultCache | None = None,
               tol: float = 0.02, with_robustness: bool = True, allow_lossy: bool = False,
-              replications: int = 2, candidate_names: Sequence[str] | None = None) -> Recommendation:
+              replications: int = 2, candidate_names: Sequence[str] | None = None,
+              batch_sizes: Sequence[int] | None = None) -> Recommendation:
     """Which layout (GPU type, TP), which path, how many replicas: the cheapest row meeting the SLA.
 
     ``layouts``: shipped profile names (or profiles) to choose among (catalog.layouts gives a model's family).
@@ -470,7 +382,8 @@ def recommend(data: dict[str, Any], source: str | None, layouts: Sequence[str | 
     bill the baseline wins the tie; it is reported as pruned). Lossy candidates (compression) only with
     ``allow_lossy``. ``rule`` decides each probe with confidence (tripath/planning/decision.py); None:
     ``replications`` runs of the scenario's requests, P99 mean. ``candidate_names``: search only these (the
-    baseline always: it sets the cost bound)."""
+    baseline always: it sets the cost bound). ``batch_sizes``: the max batch sizes searched besides the scenario's
+    (``batch_ladder``; empty: the scenario's only)."""
     sla = {term: data.get("sla", {}).get(f"{term}_p99_ms") for term in ("ttft", "tpot", "e2e")}
     if all(v is None for v in sla.values()):
         raise ValueError("no SLA term: give the scenario an [sla] table")
@@ -479,8 +392,8 @@ def recommend(data: dict[str, Any], source: str | None, layouts: Sequence[str | 
     text = json.dumps(data, sort_keys=True, separators=(",", ":"), allow_nan=False)
     reps = rule.replications if rule is not None else replications
 
-    def spec(layout: Layout, candidate: Candidate, cap: int) -> SearchSpec:
-        return SearchSpec(text, source, layout.profile.to_json(), candidate, qps, seed, reps, cap, (),
+    def spec(layout: Layout, candidate: Candidate, cap: int, scenario: str = text) -> SearchSpec:
+        return SearchSpec(scenario, source, layout.profile.to_json(), candidate, qps, seed, reps, cap, (),
                           cache_dir=cache_dir, bound_first=True, rule=rule)
 
     target = sla.get("ttft")
@@ -541,8 +454,7 @@ def recommend(data: dict[str, Any], source: str | None, layouts: Sequence[str | 
                 pruned.append(row)
                 continue
             per_replica = candidate.gpus_per_replica(layout.profile) * (layout.usd_per_gpu_hour or 1.0)
-            # strictly cheaper than the cheapest baseline: at the same bill the baseline, the simpler, wins the tie
-            cap = max_replicas if math.isinf(best) else min(max_replicas, math.ceil(best / per_replica - 1e-9) - 1)
+            cap = cheaper_cap(best, per_replica, max_replicas)
             if cap < 1:
                 row = {"candidate": candidate.to_dict(), "not_applicable": None,
                        "gpus_per_replica": candidate.gpus_per_replica(layout.profile),
@@ -552,13 +464,38 @@ def recommend(data: dict[str, Any], source: str | None, layouts: Sequence[str | 
                 continue
             specs.append(spec(layout, candidate, cap))
             spec_layouts.append(layout)
-    rows = base_rows + _searched(specs, spec_layouts, data, source, executor, qps,
-                                 "the other candidates, up to the cheapest baseline's cost") + pruned
+    others = _searched(specs, spec_layouts, data, source, executor, qps,
+                       "the other candidates, up to the cheapest baseline's cost")
+    rows = base_rows + others + pruned
     for row in rows:
         if row.get("replicas") is None and not row.get("pruned") and not row.get("not_applicable") \
                 and row["candidate"]["name"] != BASELINE.name and not math.isinf(best):
             row["pruned"] = (f"not met at {row['outcome']['replicas']} replica(s), the most that cost less than "
                              f"the cheapest baseline found")
+    ranked = sorted((r for r in rows if r.get("gpus") is not None and not r.get("idle")), key=rank_key)
+    pairs = [(la, BASELINE, r) for la, r in zip(base_layouts, searched, strict=True)]
+    pairs += [(la, sp.candidate, r) for la, sp, r in zip(spec_layouts, specs, others, strict=True)
+              if r.get("gpus") is not None]
+    own = int(build(data, source).batching.max_batch_size)
+    ladder = batch_ladder(own, batch_sizes)
+    cheapest = rank_key(ranked[0])[0] if ranked else math.inf
+    batch_specs, batch_layouts, batches = [], [], []
+    for layout, candidate, row in pairs:
+        if (row.get("outcome") or {}).get("error") or row.get("idle"):
+            continue
+        cap = cheaper_cap(cheapest, candidate.gpus_per_replica(layout.profile) * (layout.usd_per_gpu_hour or 1.0),
+                          max_replicas)
+        for size in ladder if cap >= 1 else ():
+            varied = json.dumps(with_fields(data, {"batching.max_batch_size": size}), sort_keys=True,
+                                separators=(",", ":"), allow_nan=False)
+            batch_specs.append(spec(layout, candidate, cap, varied))
+            batch_layouts.append(layout)
+            batches.append(size)
+    batch_rows = _searched(batch_specs, batch_layouts, data, source, executor, qps,
+                           f"max batch {', '.join(map(str, ladder))}, below the cheapest found", batches)
+    rows += [r for r in batch_rows if r.get("gpus") is not None]
+    batch_search = {"sizes": list(ladder), "searched": len(batch_specs),
+                    "met_cheaper": sum(r.get("gpus") is not None for r in batch_rows)}
     ranked = sorted((r for r in rows if r.get("gpus") is not None and not r.get("idle")), key=rank_key)
     winner = ranked[0]["id"] if ranked else None
     runner = ranked[1]["id"] if len(ranked) > 1 else None
@@ -570,12 +507,14 @@ def recommend(data: dict[str, Any], source: str | None, layouts: Sequence[str | 
     if winner is not None and with_robustness:
         row = ranked[0]
         layout = next(la for la in chosen if la.name == row["layout"]["profile"])
-        probe_result = robustness(data, source, layout.profile, row["candidate"]["name"], int(row["replicas"]), qps,
+        held = data if row.get("max_batch_size", own) == own else with_fields(data, {"batching.max_batch_size":
+                                                                            row["max_batch_size"]})
+        probe_result = robustness(held, source, layout.profile, row["candidate"]["name"], int(row["replicas"]), qps,
                                   seed, reps, cache, tol, executor, rule)
     where = next((la for la in chosen if ranked and la.name == ranked[0]["layout"]["profile"]), chosen[0])
     return Recommendation(data.get("name", "scenario"), qps, sla, chosen, tuple(rows), winner, runner, closest,
                           probe_result, section_sources(where.profile), rule, allow_lossy,
-                          tuple(dict.fromkeys(excluded)))
+                          tuple(dict.fromkeys(excluded)), batch_search)
 
 
 def scenario_qps(data: dict[str, Any]) -> float | None:

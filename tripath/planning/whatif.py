@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import math
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ import numpy as np
 
 from tripath.core import metrics
 from tripath.core.atomic import write_text
+from tripath.core.limits import MAX_SWEEP_POINTS, MAX_SWEEP_REQUESTS, MAX_WINDOWS, check_count, check_fits
 from tripath.planning.cache import DEFAULT_CACHE_DIR, ResultCache
 from tripath.planning.executor import Executor
 from tripath.planning.scenario_dict import build, get_field, with_fields, with_rate
@@ -97,15 +99,22 @@ def whatif(data: dict[str, Any], source: str | None, profile: Profile, vary: Seq
     if not vary:
         raise ValueError("nothing to vary: give at least one FIELD=V1,V2,...")
     fields = tuple(field for field, _ in vary)
+    check_count(math.prod(len(values) for _, values in vary), MAX_SWEEP_POINTS, None, "--vary",
+                "what-if points (the product of the --vary value counts)")
     settings = list(itertools.product(*(values for _, values in vary)))
     jobs = []
+    total = 0  # requests simulated in all, where the variants fix their count
     for combo in settings:
         changes: dict[str, Any] = {}
         for field, value in zip(fields, combo, strict=True):
             changes.update(_setting(field, value))
         variant = with_fields(data, changes)
-        build(variant, source)  # a bad value fails here, naming the field, before anything runs
+        # a bad value fails here, naming the field, before anything runs; so does a point too big to hold
+        requests = build(variant, source).workload.planned_requests or 0
+        check_fits(requests * replications, source, "workload.requests x --replications")
+        total += requests * replications
         jobs.append(make_job(variant, source, profile, seed, replications))
+    check_count(total, MAX_SWEEP_REQUESTS, None, "--vary x --replications", "requests to simulate in all")
     outcomes = run_sweep(jobs, executor, cache, desc="what-if")
     points = []
     for combo, outcome in zip(settings, outcomes, strict=True):
@@ -121,8 +130,9 @@ def whatif(data: dict[str, Any], source: str | None, profile: Profile, vary: Seq
 
 
 def step_trace(data: dict[str, Any], source: str | None, profile: Profile, factor: float, at_s: float,
-               seed: int, folder: Path) -> Path:
-    """The scenario's arrivals with the rate times ``factor`` after ``at_s``, as a Mooncake jsonl trace."""
+               seed: int, folder: Path, window_s: float | None = None) -> Path:
+    """The scenario's arrivals with the rate times ``factor`` after ``at_s``, as a Mooncake jsonl trace; with
+    ``window_s``, refused before it is written when its arrivals span more than MAX_WINDOWS windows."""
     if not factor > 0 or not at_s >= 0:
         raise ValueError(f"load step wants FACTOR > 0 and SECONDS >= 0, got {factor}@{at_s}")
     scenario = build(data, source)
@@ -131,9 +141,13 @@ def step_trace(data: dict[str, Any], source: str | None, profile: Profile, facto
     if rate is None:
         raise ValueError("a load step needs Poisson or gamma arrivals (a trace replay has its own timestamps)")
     requests = generate_requests(scenario.workload, np.random.default_rng(seed), rate)
+    times = [r.arrival_s if r.arrival_s <= at_s else at_s + (r.arrival_s - at_s) / factor for r in requests]
+    end = max(times, default=0.0)
+    if window_s is not None:
+        check_count(max(1, math.ceil(end / window_s)), MAX_WINDOWS, None, "--window-s",
+                    f"windows of {window_s:g} s over the {end:,.0f} s of arrivals")
     lines = []
-    for r in requests:
-        t = r.arrival_s if r.arrival_s <= at_s else at_s + (r.arrival_s - at_s) / factor
+    for r, t in zip(requests, times, strict=True):
         lines.append(json.dumps({"timestamp": t * 1000.0, "input_length": r.prompt_tokens,
                                  "output_length": r.output_tokens}))
     text = "\n".join(lines) + "\n"
@@ -169,12 +183,15 @@ def load_step(data: dict[str, Any], source: str | None, profile: Profile, factor
     """P99 per window around a load step, under the scenario's batching ("fixed") and "adaptive"."""
     folder = (cache.directory if cache is not None else Path(tempfile.gettempdir()) / DEFAULT_CACHE_DIR) / "traces"
     window = window_s or max(at_s / 5.0, 1.0)
+    requests = build(data, source).workload.planned_requests or 0
+    check_count(2 * replications * requests, MAX_SWEEP_REQUESTS, None, "--replications",
+                "requests to simulate in all (2 policies x replications x the scenario's requests)")
     policies = {"fixed": get_field(data, "batching.policy") or "continuous", "adaptive": "adaptive"}
     jobs, labels = [], []
     seeds = np.random.SeedSequence(seed).generate_state(replications)
     for label, policy in policies.items():
         for rep_seed in seeds:
-            trace = step_trace(data, source, profile, factor, at_s, int(rep_seed), folder)
+            trace = step_trace(data, source, profile, factor, at_s, int(rep_seed), folder, window)
             variant = with_fields(data, {"batching.policy": policy, "workload.requests": None,
                                          "workload.duration_s": None, "workload.arrival": {"kind": "trace",
                                                                                            "trace": str(trace)},

@@ -22,7 +22,7 @@ from functools import partial
 from tripath.core.errors import InputError
 from tripath.profile.codec import Section, json_field, note_field
 from tripath.profile.cost_table import CostTable
-from tripath.profile.fields import VALUE_SOURCES, Hook, check_number, count, number, text
+from tripath.profile.fields import MAX_STEP_MS, MIN_LINK_GBPS, VALUE_SOURCES, Hook, check_number, count, number, text
 from tripath.profile.formulas import FORMULAS
 
 
@@ -36,14 +36,15 @@ class Coefficient(Section):
     note: str = note_field()
 
 
-def coefficient(*, positive: bool = False, high: float | None = None, unit: str | None = None) -> Hook:
-    """Hook: a Coefficient whose value is >= 0 (> 0 when ``positive``, <= ``high`` when given), in ``unit``
-    when given."""
+def coefficient(*, low: float = 0.0, positive: bool = False, high: float | None = None,
+                unit: str | None = None) -> Hook:
+    """Hook: a Coefficient whose value is >= low (> low when ``positive``, <= ``high`` when given; the physical
+    ranges are in tripath/profile/fields.py), in ``unit`` when given."""
 
     def run(field: str, value: object) -> Coefficient:
         if not isinstance(value, Coefficient):
             raise InputError(None, field, "must be a Coefficient")
-        check_number(f"{field}.value", value.value, positive=positive, high=high)
+        check_number(f"{field}.value", value.value, low=low, positive=positive, high=high)
         if unit is not None and value.unit != unit:
             raise InputError(None, f"{field}.unit", f"must be {unit!r}, got {value.unit!r}")
         return value
@@ -102,8 +103,9 @@ class CostModel(Section):
                                  f"(it has {', '.join(spec.coefficients)})")
             if not isinstance(coef, Coefficient):
                 raise InputError(None, f"coefficients.{name}", "must be a Coefficient")
-            if name in spec.positive:
-                check_number(f"coefficients.{name}.value", coef.value, positive=True)
+            # one that divides is a bandwidth in GB/s (paging_v1's); every other is ms, or ms per unit of an input
+            low, high = (MIN_LINK_GBPS, None) if name in spec.positive else (0.0, MAX_STEP_MS)
+            check_number(f"coefficients.{name}.value", coef.value, low=low, high=high)
         object.__setattr__(self, "inputs", tuple(self.inputs))
         if self.inputs != spec.inputs:
             raise InputError(None, "inputs",

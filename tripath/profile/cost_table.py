@@ -27,7 +27,7 @@ import numpy as np
 
 from tripath.core.errors import InputError
 from tripath.profile.codec import Section, json_field, note_field
-from tripath.profile.fields import VALUE_SOURCES, check_number, number, text
+from tripath.profile.fields import MAX_STEP_MS, VALUE_SOURCES, check_number, number, text
 
 
 def _axis(field_name: str, values: object) -> tuple[float, ...]:
@@ -74,7 +74,7 @@ class CostTable(Section):
                 raise InputError(None, f"ms[{i}]", f"must hold one value per column ({len(self.columns)}), "
                                  f"got {len(row)}")
             for j, value in enumerate(row):
-                check_number(f"ms[{i}][{j}]", value, positive=True)
+                check_number(f"ms[{i}][{j}]", value, positive=True, high=MAX_STEP_MS)
         object.__setattr__(self, "ms", grid)
         cols = self.columns
         slopes = tuple(tuple((row[j + 1] - row[j]) / (cols[j + 1] - cols[j]) for j in range(len(cols) - 1))

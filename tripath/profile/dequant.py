@@ -30,7 +30,7 @@ import numpy as np
 from tripath.core.errors import InputError
 from tripath.profile.codec import Section, json_field, note_field
 from tripath.profile.cost_model import Coefficient, FitQuality, coefficient
-from tripath.profile.fields import check_number
+from tripath.profile.fields import MAX_STEP_MS, check_number
 
 COEFFICIENTS = ("q0", "q_seq", "q_ctx", "q_len")
 UNITS = {"q0": "ms", "q_seq": "ms/sequence", "q_ctx": "ms/token", "q_len": "ms/token of the longest sequence"}
@@ -43,7 +43,7 @@ def _coefficients(field: str, coefficients: dict[str, Coefficient]) -> dict[str,
     if set(coefficients) != set(COEFFICIENTS):
         raise InputError(None, field, f"must name exactly {', '.join(COEFFICIENTS)}; got "
                          f"{', '.join(sorted(coefficients)) or 'none'}")
-    check = coefficient()
+    check = coefficient(high=MAX_STEP_MS)
     return {name: check(f"{field}.{name}", coefficients[name]) for name in COEFFICIENTS}
 
 
@@ -55,8 +55,8 @@ def _points(field: str, points: tuple[tuple[int, int, float, float], ...]) -> tu
         batch, context, fp_ms, mode_ms = point
         check_number(f"{field}.{i}.batch", batch, low=1)
         check_number(f"{field}.{i}.total_context", context, low=batch)
-        check_number(f"{field}.{i}.fp_ms", fp_ms, positive=True)
-        check_number(f"{field}.{i}.mode_ms", mode_ms, positive=True)
+        check_number(f"{field}.{i}.fp_ms", fp_ms, positive=True, high=MAX_STEP_MS)
+        check_number(f"{field}.{i}.mode_ms", mode_ms, positive=True, high=MAX_STEP_MS)
     return points
 
 

@@ -12,12 +12,26 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from tripath.core.errors import InputError
+from tripath.core.errors import InputError, shown
+from tripath.core.limits import MAX_INT
 
 Hook = Callable[[str, Any], Any]
 
 # The provenance vocabulary of one number (a coefficient, a memory budget, an acceptance).
 VALUE_SOURCES = ("measured", "fitted", "projected", "published", "seed", "derived")
+
+# The physical range of a profile's cost numbers. Far outside it a number is a typo or a unit slip, and a run on
+# it would print latencies of hundreds of digits or overflow to infinity (a --json report cannot hold those).
+# No one kernel step (an iteration, a merge, a transfer's setup) takes more than an hour; a cost per token, per
+# sequence or per query-key pair is held to the same hour. The shipped profiles' largest step is ~2 minutes.
+MAX_STEP_MS = 3_600_000.0
+# A link's bandwidth in GB/s is at least 1 KB/s (slower than any link a KV cache pages over): it divides a
+# transfer's bytes, so the floor keeps a transfer's time finite. No ceiling: a fit over transfers too small to
+# time has a slope near 0, a bandwidth far above any link's, and then prices a transfer at its setup (harmless).
+MIN_LINK_GBPS = 1e-6
+# A ratio of one cost to another (a draft step to a target step, a verify pass or a compressed step to a plain
+# decode step, a sequence-parallel speedup): within a factor of 1000 either way (shipped: 0.007 .. 8).
+MAX_COST_RATIO = 1000.0
 
 
 def json_type(value: object) -> str:
@@ -39,25 +53,32 @@ def json_type(value: object) -> str:
 
 def check_number(field: str, value: object, *, low: float = 0.0, positive: bool = False,
                  high: float | None = None) -> float:
-    """A finite number >= low (> low when ``positive``, <= high when given), returned as float."""
+    """A finite number >= low (> low when ``positive``, <= high when given), returned as float; an integer past
+    a float's range counts as infinite (refused, not an OverflowError)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise InputError(None, field, f"must be a number, got {json_type(value)}")
-    bad = not math.isfinite(value) or value < low or (positive and value <= low)
-    bad = bad or (high is not None and value > high)
+    try:
+        number = float(value)
+    except OverflowError:
+        number = math.inf
+    bad = not math.isfinite(number) or number < low or (positive and number <= low)
+    bad = bad or (high is not None and number > high)
     if bad:
         bound = f"> {low:g}" if positive else f">= {low:g}"
         if high is not None:
             bound += f" and <= {high:g}"
-        raise InputError(None, field, f"must be a finite number {bound}, got {value!r}")
-    return float(value)
+        raise InputError(None, field, f"must be a finite number {bound}, got {shown(value)}")
+    return number
 
 
 def check_count(field: str, value: object, *, low: int = 0) -> int:
-    """An integer >= low."""
+    """An integer in low..MAX_INT (2^53: exact as a float, and room for products in int64)."""
     if isinstance(value, bool) or not isinstance(value, int):
-        raise InputError(None, field, f"must be an integer, got {json_type(value)} {value!r}")
+        raise InputError(None, field, f"must be an integer, got {json_type(value)} {shown(value)}")
     if value < low:
-        raise InputError(None, field, f"must be an integer >= {low}, got {value!r}")
+        raise InputError(None, field, f"must be an integer >= {low}, got {shown(value)}")
+    if value > MAX_INT:
+        raise InputError(None, field, f"must be an integer <= 2^53, got {shown(value)}")
     return value
 
 

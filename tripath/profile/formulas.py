@@ -84,7 +84,8 @@ def overhead_v1(*, sequences: float, new_tokens: float, o0: float, o_seq: float,
 class Formula:
     """A registered cost formula: its name, input names, coefficient names, and the function.
 
-    ``positive`` names coefficients that divide and therefore must be > 0, not merely >= 0.
+    ``positive`` names coefficients that divide, each a bandwidth in GB/s: held to tripath/profile/fields.py's
+    MIN_LINK_GBPS (> 0, so a transfer's time stays finite) where every other coefficient is >= 0 and <= MAX_STEP_MS.
     ``table``: the formula reads a measured grid (tripath/profile/cost_table.py, the cost model's ``table``)
     instead of coefficients; it has none, and is never fitted.
     """

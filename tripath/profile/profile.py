@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from tripath.core.atomic import write_text
 from tripath.core.data_dirs import PROFILES_DIR
-from tripath.core.errors import InputError, read_input_text
+from tripath.core.errors import InputError, check_regular_file, describe_os_error, read_input_text
 from tripath.core.limits import MAX_NESTING_DEPTH, MAX_PROFILE_BYTES, check_depth
 from tripath.profile import fields
 from tripath.profile.codec import Section, json_field
@@ -94,6 +94,7 @@ class Profile(Section):
             if self.costs[name].inputs != inputs:
                 raise InputError(None, f"costs.{name}.inputs", f"must be {list(inputs)}, "
                                  f"got {list(self.costs[name].inputs)}")
+        self._check_steps_take_time()
         for name, inputs in OPTIONAL_COSTS.items():
             if name in self.costs and self.costs[name].inputs != inputs:
                 raise InputError(None, f"costs.{name}.inputs", f"must be {list(inputs)}, "
@@ -109,6 +110,16 @@ class Profile(Section):
             if sp.degree != degree:
                 raise InputError(None, f"sequence_parallel.{degree}",
                                  f"keyed by {degree} but has degree {sp.degree}")
+
+    def _check_steps_take_time(self) -> None:
+        """Every iteration must take time: a step costing 0 ms everywhere gives a run infinite throughput (and its
+        clock never moves). The formulas grow with their inputs, so the smallest real steps, a one-token prefill
+        and a one-sequence decode over one cached token, guard the whole range (as the simulator's
+        tripath/simulator/costs.py IterationCost assumes)."""
+        for name, ms in (("prefill", self.prefill_ms(1, 0)), ("decode", self.decode_ms(1, 1))):
+            if not ms > 0:
+                raise InputError(None, f"costs.{name}", f"a step of one token costs {ms:g} ms (every coefficient 0?): "
+                                 "a step must take time, else a run has infinite throughput")
 
     def __hash__(self) -> int:
         # Fields hold dicts (unhashable); equal profiles have equal keys and sources, so this agrees with ==.
@@ -191,7 +202,8 @@ def save_profile(profile: Profile, path: str | os.PathLike[str]) -> None:
     try:
         write_text(path, text)
     except OSError as err:
-        raise InputError(str(path), None, f"cannot write profile: {err}") from None
+        raise InputError(str(path), None, "cannot write profile: "
+                         + describe_os_error(err).removeprefix(f"{path}: ")) from None
 
 
 def available_profiles() -> list[str]:
@@ -226,6 +238,7 @@ def save_samples(path: str | os.PathLike[str], header: Sequence[str],
 
 def load_samples(path: str | os.PathLike[str]) -> list[dict[str, str]]:
     """The samples CSV as rows of column -> text (callers convert the columns they use)."""
+    check_regular_file(path)
     try:
         with open(path, encoding="utf-8", newline="") as handle:
             return list(csv.DictReader(handle))

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from tripath.core.errors import InputError
 from tripath.profile.codec import Section, json_field, note_field
 from tripath.profile.cost_model import Coefficient, coefficient
-from tripath.profile.fields import VALUE_SOURCES, check_text, count, each, entries, text
+from tripath.profile.fields import MIN_LINK_GBPS, VALUE_SOURCES, check_text, count, each, entries, text
 
 # Link bandwidths are Coefficients whose unit must be this, so consumers never guess GB vs Gb.
 LINK_UNIT = "GB/s"
@@ -52,7 +52,7 @@ class Hardware(Section):
     device_memory_bytes: int = json_field(count(1))
     host_memory_bytes: int = json_field(count())
     ssd_bytes: int = json_field(count())
-    links: dict[str, Coefficient] = json_field(entries(coefficient(positive=True, unit=LINK_UNIT)))
+    links: dict[str, Coefficient] = json_field(entries(coefficient(low=MIN_LINK_GBPS, unit=LINK_UNIT)))
     note: str = note_field()
 
     def link_gbps(self, name: str) -> float:

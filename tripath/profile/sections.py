@@ -17,7 +17,17 @@ from tripath.core.errors import InputError
 from tripath.profile.codec import Section, json_field, note_field
 from tripath.profile.cost_model import Coefficient, CostModel, coefficient, cost_model_of
 from tripath.profile.dequant import DecodeDequant
-from tripath.profile.fields import VALUE_SOURCES, check_count, check_number, count, entries, number, text
+from tripath.profile.fields import (
+    MAX_COST_RATIO,
+    MAX_STEP_MS,
+    VALUE_SOURCES,
+    check_count,
+    check_number,
+    count,
+    entries,
+    number,
+    text,
+)
 from tripath.profile.speculative import Speculative, TaskAcceptance
 
 __all__ = ["MISS_KINDS", "CompressionMode", "PagingLink", "SequenceParallel", "SpDecodeRow", "SpRow", "Speculative",
@@ -45,7 +55,7 @@ class PagingLink(Section):
     """
 
     cost: CostModel = json_field(cost_model_of("bytes", " (e.g. paging_v1)"))
-    ms_per_2k_tokens: float = json_field(number())
+    ms_per_2k_tokens: float = json_field(number(high=MAX_STEP_MS))
     by_chunk_tokens: dict[int, CostModel] = json_field(entries(cost_model_of("bytes"), counted=True),
                                                        default_factory=dict, omit=True, key="a chunk size in tokens")
 
@@ -71,8 +81,8 @@ class SpRow(Section):
     """One measured (or seed) point: speedup over one GPU and merge overhead at a context length."""
 
     context_tokens: int = json_field(count(1))
-    speedup: float = json_field(number(positive=True))
-    merge_ms: float = json_field(number())
+    speedup: float = json_field(number(low=1.0 / MAX_COST_RATIO, high=MAX_COST_RATIO))  # divides the work
+    merge_ms: float = json_field(number(high=MAX_STEP_MS))
 
 
 def _increasing_rows(field: str, rows: tuple[SpRow, ...]) -> tuple[SpRow, ...]:
@@ -92,8 +102,8 @@ class SpDecodeRow(Section):
     attention reads from its own shard."""
 
     batch: int = json_field(count(1))
-    merge_ms: float = json_field(number())
-    comm_ms: float = json_field(number())
+    merge_ms: float = json_field(number(high=MAX_STEP_MS))
+    comm_ms: float = json_field(number(high=MAX_STEP_MS))
 
 
 def _increasing_batches(field: str, rows: tuple[SpDecodeRow, ...]) -> tuple[SpDecodeRow, ...]:
@@ -134,7 +144,7 @@ def _increasing_points(field: str, points: tuple[tuple[int, float], ...]) -> tup
     """(tokens, ratio) pairs, both > 0, by increasing tokens."""
     for i, (tokens, ratio) in enumerate(points):
         check_number(f"{field}.{i}.tokens", tokens, positive=True)
-        check_number(f"{field}.{i}.ratio", ratio, positive=True)
+        check_number(f"{field}.{i}.ratio", ratio, positive=True, high=MAX_COST_RATIO)
         if i and tokens <= points[i - 1][0]:
             raise InputError(None, f"{field}.{i}", "prompt lengths must increase")
     return points
@@ -168,10 +178,11 @@ class CompressionMode(Section):
     """
 
     kv_bytes_ratio: Coefficient = json_field(coefficient(positive=True, high=1.0))
-    decode_overhead_ratio: Coefficient = json_field(coefficient())
+    decode_overhead_ratio: Coefficient = json_field(coefficient(high=MAX_COST_RATIO))
     quality_loss: Coefficient = json_field(coefficient())
     acceptance_drop: Coefficient = json_field(coefficient(high=1.0))
-    prefill_overhead_ratio: Coefficient | None = json_field(coefficient(positive=True), default=None, omit=True)
+    prefill_overhead_ratio: Coefficient | None = json_field(coefficient(positive=True, high=MAX_COST_RATIO),
+                                                            default=None, omit=True)
     prefill_overhead_points: tuple[tuple[int, float], ...] = json_field(
         _increasing_points, default=(), omit=True, shape="a [tokens, ratio] pair")
     decode_extra: DecodeDequant | None = json_field(_dequant, default=None, omit=True)

@@ -13,7 +13,17 @@ from dataclasses import dataclass, field
 from tripath.core.errors import InputError
 from tripath.profile.codec import Section, json_field, note_field
 from tripath.profile.cost_model import Coefficient, FitQuality, coefficient
-from tripath.profile.fields import VALUE_SOURCES, check_count, count, each, entries, number, text
+from tripath.profile.fields import (
+    MAX_COST_RATIO,
+    MAX_STEP_MS,
+    VALUE_SOURCES,
+    check_count,
+    count,
+    each,
+    entries,
+    number,
+    text,
+)
 
 
 def interpolate(points: dict[int, float], k: int, anchor: tuple[float, float] | None) -> float:
@@ -41,7 +51,7 @@ def _step_points(field: str, points: object) -> tuple[tuple[int, float], ...]:
         raise InputError(None, field, f"must hold at least 2 [tokens, ms] points, got {len(rows)}")
     for i, (tokens, ms) in enumerate(rows):
         check_count(f"{field}[{i}][0]", tokens, low=1)
-        number(positive=True)(f"{field}[{i}][1]", ms)
+        number(positive=True, high=MAX_STEP_MS)(f"{field}[{i}][1]", ms)
         if i and tokens <= rows[i - 1][0]:
             raise InputError(None, f"{field}[{i}][0]", f"tokens must increase, got {tokens} after {rows[i - 1][0]}")
     return tuple((int(t), float(ms)) for t, ms in rows)
@@ -62,7 +72,7 @@ class StepCurve(Section):
     model: str = json_field(text())
     tp: int = json_field(count(1))
     points: tuple[tuple[int, float], ...] = json_field(_step_points, shape="a pair [tokens, ms]")
-    attention_per_token: Coefficient = json_field(coefficient(positive=True, unit="ms/token"))
+    attention_per_token: Coefficient = json_field(coefficient(positive=True, high=MAX_STEP_MS, unit="ms/token"))
     source: str = json_field(text(allowed=VALUE_SOURCES))
     note: str = note_field()
     _tokens: tuple[int, ...] = field(init=False, repr=False, compare=False)  # the points' T, for bisect
@@ -128,6 +138,10 @@ class RoundCosts(Section):
         return (drafts + self.verify_ms(batch, k, context)) / plain
 
 
+# a round's cost ratios: target decode steps, > 0 and within fields.py's MAX_COST_RATIO
+_RATIO = coefficient(positive=True, high=MAX_COST_RATIO)
+
+
 @dataclass(frozen=True)
 class Speculative(Section):
     """Draft model and the cost of one speculative round, in units of one target decode step.
@@ -142,17 +156,17 @@ class Speculative(Section):
 
     draft_model: str = json_field(text())
     k: int = json_field(count(1))
-    cost_ratio: Coefficient = json_field(coefficient(positive=True))
-    verify_cost_ratio: Coefficient = json_field(coefficient(positive=True))
+    cost_ratio: Coefficient = json_field(_RATIO)
+    verify_cost_ratio: Coefficient = json_field(_RATIO)
     fit: FitQuality | None = None
     note: str = note_field()
     # written only when measured, so single-K profiles keep their exact bytes (likewise the two below)
-    verify_by_k: dict[int, Coefficient] = json_field(entries(coefficient(positive=True), counted=True),
+    verify_by_k: dict[int, Coefficient] = json_field(entries(_RATIO, counted=True),
                                                      default_factory=dict, omit=True, key="a proposal length K")
-    draft_prefill_ratio: Coefficient | None = json_field(coefficient(positive=True), default=None, omit=True)
+    draft_prefill_ratio: Coefficient | None = json_field(_RATIO, default=None, omit=True)
     # extra batch-1 target decode steps each sequence beyond the first adds to a round at K = k (measured by
     # tripath/calibrate/sweeps/spec_batch.py); absent: a round at batch B is the batch-1 ratio x the batch's decode step
-    round_per_sequence: Coefficient | None = json_field(coefficient(), default=None, omit=True)
+    round_per_sequence: Coefficient | None = json_field(coefficient(high=MAX_COST_RATIO), default=None, omit=True)
     # GPU profiles: the round's cost by batch and context (RoundCosts); absent, the batch-1 ratios above price
     # every batch. With it the scalars hold its batch-1 values (the adaptive controller and break-even read them)
     round_costs: RoundCosts | None = json_field(default=None, omit=True)

@@ -22,7 +22,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from tripath.core.errors import InputError, read_input_text
+from tripath.core.errors import InputError, read_input_text, shown
+from tripath.core.limits import MAX_INT
 from tripath.core.speculative import acceptance_for_tokens
 from tripath.profile.profile import Profile
 from tripath.profile.speculative import TaskAcceptance
@@ -35,6 +36,7 @@ PER_POS = PREFIX + "num_accepted_tokens_per_pos"
 COUNTERS = (DRAFTS, DRAFT_TOKENS, ACCEPTED, PER_POS)
 _NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")  # a TOML bare key; other task names are quoted
+_POSITION = re.compile(r"[0-9]{1,9}")  # ASCII digits: str.isdigit also takes "²", which int() refuses
 _LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*(,|$)')
 _SAMPLE = re.compile(r"(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>[^}]*)\})?\s+(?P<value>\S+)"
                      r"(?:\s+(?P<timestamp>-?\d+))?\s*$")
@@ -103,10 +105,20 @@ def _samples(text: str, source: str) -> list[tuple[int, str, dict[str, str], flo
         except ValueError:
             raise InputError(source, f"line {number}", f"{counter}: value {sample.group('value')!r} is not a "
                                                        "number") from None
-        if not (math.isfinite(value) and value >= 0):
-            raise InputError(source, f"line {number}", f"{counter}: a count must be finite and >= 0, got {value}")
+        if not (value.is_integer() and 0 <= value <= MAX_INT):  # NaN and infinities are not integers
+            raise InputError(source, f"line {number}", f"{counter}: a count must be a whole number in 0..2^53 "
+                                                       f"(exact in a float), got {shown(sample.group('value'))}")
         out.append((number, counter, _labels(sample.group("labels") or "", source, number), value))
     return out
+
+
+def _add(total: float, value: float, source: str, line: int, counter: str) -> float:
+    """A counter's running sum over its series; past 2^53 a float no longer counts exactly, so it is refused."""
+    total += value
+    if total > MAX_INT:
+        raise InputError(source, f"line {line}", f"{counter}: the sum over its series passes 2^53 (a count is "
+                                                 "exact in a float only up to there)")
+    return total
 
 
 def parse_counters(text: str, source: str, model: str | None = None) -> SpecCounters:
@@ -134,11 +146,14 @@ def parse_counters(text: str, source: str, model: str | None = None) -> SpecCoun
         key = counter
         if counter == PER_POS:
             pos = labels.get("position", "")
-            if not pos.isdigit():
-                raise InputError(source, f"line {number}", f'{PER_POS} needs a position="N" label, got {pos!r}')
-            positions.setdefault(int(pos), [0.0, number])[0] += value
+            if not _POSITION.fullmatch(pos):
+                raise InputError(source, f"line {number}", f'{PER_POS} needs a position="N" label (N a whole '
+                                                           f'number, at most 9 digits), got {shown(pos)}')
+            entry = positions.setdefault(int(pos), [0.0, number])
+            entry[0] = _add(entry[0], value, source, number, counter)
             continue
-        sums.setdefault(key, [0.0])[0] += value
+        total = sums.setdefault(key, [0.0])
+        total[0] = _add(total[0], value, source, number, counter)
         first.setdefault(key, number)
     for counter in (DRAFTS, DRAFT_TOKENS, ACCEPTED):
         if counter not in sums:
@@ -201,8 +216,8 @@ def acceptance(c: SpecCounters, task: str) -> TaskAcceptance:
         if c.draft_tokens.value < k * drafts:
             note += "; some rounds proposed fewer than K tokens (each counted as K long)"
         return TaskAcceptance(a, k, per_position(c), "measured", note)
-    k = round(c.draft_tokens.value / drafts)
-    if k < 1 or not math.isclose(k * drafts, c.draft_tokens.value, rel_tol=1e-9):
+    k, left = divmod(int(c.draft_tokens.value), int(drafts))  # whole numbers up to 2^53: exact
+    if k < 1 or left:
         c.fail(c.draft_tokens, f"{DRAFT_TOKENS} / {DRAFTS} = {c.draft_tokens.value / drafts:.4g} is not a whole K "
                                f"and the dump has no {PER_POS} counter to read K from")
     tokens = 1.0 + accepted / drafts

@@ -64,6 +64,12 @@ def format_summary(report: dict[str, Any]) -> str:
         lines.append(f"loop     {report.get('loop')}: {report['loop_reason']}")
     for reason, n in sorted(report.get("reject_reasons", {}).items()):
         lines.append(f"         rejected {n}: {reason}")
+    overload = report.get("overload")
+    if overload:  # the waiting queue grew without bound (tripath/simulator/tally.py)
+        growth, peak = overload["queue_growth_per_arrival"]["mean"], overload["peak_waiting"]["mean"]
+        lines.append(f"OVERLOADED in {overload['overloaded_replications']} of {report['replications']} replication(s): "
+                     f"the waiting queue grew by {growth:.0%} of the arrivals over the second half (peak "
+                     f"{peak:,.0f} waiting): the queue grows without bound and the latencies with the run's length")
     lines.append("")
     header = f"{'latency, ms (mean [95% CI] over replications)':<34}" + "".join(f"{lvl:>24}" for lvl in _LEVELS)
     lines.append(header)

@@ -11,6 +11,12 @@ scenario's (``rate_per_s``) or ``load_fraction`` x the saturation *estimate* of
 tripath/simulator/capacity.py, or none for a closed loop of users (its arrivals follow the finishes); the KV
 budget is the profile's, or tp x cluster.device_memory_gib minus the model's weights.
 
+Where the fast replicas serve a scenario (``streams``: the baseline, compression and/or SP; continuous batching,
+open-loop arrivals, no time series), ``simulate_recording`` runs it with the workload as arrays and every record
+written to a CSV as its request finishes (tripath/simulator/loop/streaming.py), the summary's inputs tallied on the
+way (tripath/simulator/tally.py): memory flat in the number of requests, the same records and summary as
+``simulate``. Anything else runs in memory (``simulate``).
+
 The profile is read here, at the top: ``RunCosts.for_scenario`` (tripath/simulator/run_costs.py) converts it
 once per run into the costs and path parameters the loops and the paths use, and nothing below reads it; a
 scenario's own ``[strategy.speculative] acceptance`` table replaces the profile's entries for its tasks first.
@@ -19,7 +25,9 @@ scenario's own ``[strategy.speculative] acceptance`` table replaces the profile'
 from __future__ import annotations
 
 import dataclasses
+import os
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,13 +39,20 @@ from tripath.profile.profile import Profile
 from tripath.simulator.capacity import Saturation, saturation
 from tripath.simulator.loop.cluster import ClosedLoop, ClusterConfig, simulate_requests
 from tripath.simulator.loop.replica import ReplicaConfig
-from tripath.simulator.loop.stepper_setup import loop_reason, stepper_setup
+from tripath.simulator.loop.stepper_setup import loop_reason, needs_stepper, stepper_setup
+from tripath.simulator.loop.streaming import InOrder, RecordWriter, RequestArrays, StreamingCluster, StreamResult
 from tripath.simulator.paths.capacity import path_saturation
 from tripath.simulator.paths.provenance import strategies
 from tripath.simulator.paths.step import Transforms, fast_transforms, replica_gpus
 from tripath.simulator.run_costs import RunCosts, kv_capacity, with_scenario_acceptance
 from tripath.simulator.scenario.scenario import Scenario
-from tripath.simulator.scenario.workload import generate_requests, generate_with_prefixes, mean_lengths
+from tripath.simulator.scenario.workload import (
+    generate_arrays,
+    generate_requests,
+    generate_with_prefixes,
+    mean_lengths,
+)
+from tripath.simulator.tally import RunTally
 
 
 @dataclass(frozen=True)
@@ -61,6 +76,9 @@ class SimulationResult:
     loop_reason: str = ""  # why that loop ran (tripath/simulator/loop/stepper_setup.py: loop_reason)
     # paths on, parameters, profile sources (tripath/simulator/paths/provenance.py)
     strategies: dict[str, Any] | None = None
+    # a streamed run (simulate_recording): its runs hold no records; the summary reads these tallies instead
+    tallies: tuple[RunTally, ...] | None = None
+    records_path: str | None = None  # where a streamed run wrote its records (None: nowhere)
 
 
 def cluster_config(scenario: Scenario, profile: Profile) -> tuple[ClusterConfig, str]:
@@ -156,19 +174,20 @@ def transformed_config(config: ClusterConfig, transforms: Transforms) -> Cluster
     return ClusterConfig(config.replicas, replica)
 
 
-def simulate(scenario: Scenario, profile: Profile, seed: int = 0, replications: int = 1,
-             fast: bool = True, workers: int = 1, timeseries_interval_s: float | None = None) -> SimulationResult:
-    """Run ``replications`` seeded replications of the scenario on the profile's costs.
+@dataclass(frozen=True)
+class _Setup:
+    """What every replication of a run shares: the profile (with the scenario's acceptance), cluster, costs, rate."""
 
-    ``workers`` > 1 runs replications in a local process pool; each replication depends only on
-    its own seed sequence, so the records are the same bit for bit whatever the worker count.
-    ``timeseries_interval_s`` samples queue, batch, KV per tier and paging every so many simulated
-    seconds (tripath/simulator/loop/timeseries.py); it runs the per-iteration loop, whose records equal the fast path's.
-    """
-    if replications < 1:
-        raise ValueError(f"replications must be >= 1, got {replications}")
-    if workers < 1:
-        raise ValueError(f"workers must be >= 1, got {workers}")
+    profile: Profile
+    config: ClusterConfig
+    capacity_source: str
+    costs: RunCosts
+    rate: float | None
+    rate_source: str
+    saturation: Saturation | None
+
+
+def _setup(scenario: Scenario, profile: Profile) -> _Setup:
     # the scenario's own acceptance table, where it has one, is the run's (and the summary's provenance)
     profile = with_scenario_acceptance(profile, scenario.strategy, scenario.source_path)
     config, capacity_source = cluster_config(scenario, profile)
@@ -183,6 +202,35 @@ def simulate(scenario: Scenario, profile: Profile, seed: int = 0, replications: 
         if comp is not None and comp.prefill_overhead_ratio is None and not comp.prefill_overhead_points:
             capacity_source += "; prefill not slowed by compression (the profile has no prefill_overhead_ratio)"
     rate, rate_source, sat = arrival_rate(scenario, profile, config, costs)
+    return _Setup(profile, config, capacity_source, costs, rate, rate_source, sat)
+
+
+def _result(scenario: Scenario, setup: _Setup, seed: int, fast: bool, runs: list[RunResult], stepper: bool,
+            timeseries_interval_s: float | None, tallies: tuple[RunTally, ...] | None = None,
+            records_path: str | None = None) -> SimulationResult:
+    profile, config = setup.profile, setup.config
+    _, reason = loop_reason(scenario, timeseries_interval_s)
+    return SimulationResult(scenario, profile.key_str(), profile.source, seed, fast, config.replicas,
+                            config.replica.kv_capacity_bytes, setup.capacity_source, setup.rate, setup.rate_source,
+                            setup.saturation, tuple(runs), "stepper" if stepper else "replica", timeseries_interval_s,
+                            reason, strategies(scenario, profile), tallies, records_path)
+
+
+def simulate(scenario: Scenario, profile: Profile, seed: int = 0, replications: int = 1,
+             fast: bool = True, workers: int = 1, timeseries_interval_s: float | None = None) -> SimulationResult:
+    """Run ``replications`` seeded replications of the scenario on the profile's costs.
+
+    ``workers`` > 1 runs replications in a local process pool; each replication depends only on
+    its own seed sequence, so the records are the same bit for bit whatever the worker count.
+    ``timeseries_interval_s`` samples queue, batch, KV per tier and paging every so many simulated
+    seconds (tripath/simulator/loop/timeseries.py); it runs the per-iteration loop, whose records equal the fast path's.
+    """
+    if replications < 1:
+        raise ValueError(f"replications must be >= 1, got {replications}")
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
+    run = _setup(scenario, profile)
+    config, costs, rate = run.config, run.costs, run.rate
     children = np.random.SeedSequence(seed).spawn(replications)
     # Bad batching/preemption input fails here, before any replication runs.
     setup = stepper_setup(scenario, costs, config.replicas, children[0], timeseries_interval_s)
@@ -191,12 +239,70 @@ def simulate(scenario: Scenario, profile: Profile, seed: int = 0, replications: 
         runs = [replicate(scenario, costs, config, rate, child, fast, interval) for child in children]
     else:
         with ProcessPoolExecutor(max_workers=min(workers, replications)) as pool:
-            futures = [pool.submit(replicate_converting, scenario, profile, config, rate, child, fast, interval)
+            futures = [pool.submit(replicate_converting, scenario, run.profile, config, rate, child, fast, interval)
                        for child in children]
             runs = [future.result() for future in futures]
-    capacity = config.replica.kv_capacity_bytes
-    _, reason = loop_reason(scenario, timeseries_interval_s)
-    return SimulationResult(scenario, profile.key_str(), profile.source, seed, fast, config.replicas,
-                            capacity, capacity_source, rate, rate_source, sat, tuple(runs),
-                            "replica" if setup is None else "stepper", timeseries_interval_s, reason,
-                            strategies(scenario, profile))
+    return _result(scenario, run, seed, fast, runs, setup is not None, timeseries_interval_s)
+
+
+def streams(scenario: Scenario, fast: bool = True, timeseries_interval_s: float | None = None) -> bool:
+    """Whether ``simulate_recording`` streams this run: the fast replicas serve it (the baseline, or compression
+    and/or SP only, on continuous batching without preemption or time series) and its arrivals are open-loop."""
+    return (fast and not needs_stepper(scenario, timeseries_interval_s) and closed_loop(scenario) is None
+            and scenario.strategy.prefix_cache is None)
+
+
+def simulate_recording(scenario: Scenario, profile: Profile, records_path: str | os.PathLike[str] | None,
+                       seed: int = 0, replications: int = 1, fast: bool = True,
+                       timeseries_interval_s: float | None = None) -> SimulationResult:
+    """``simulate``, with memory flat in the number of requests where the run ``streams``.
+
+    Streamed: each replication's workload stays as arrays, every record is written to ``records_path`` (CSV, the
+    rows and order summary.write_outputs writes; None: written nowhere) as soon as the records before it are,
+    and the summary's inputs are tallied on the way; the result holds those tallies and no records, and
+    summary() of it equals summary() of ``simulate``'s, records.csv byte for byte
+    (tests/simulator/loop/test_streamed_run.py). Otherwise ``simulate`` runs in memory (``records_path`` is then
+    not written: summary.write_outputs writes it from the records)."""
+    if not streams(scenario, fast, timeseries_interval_s):
+        return simulate(scenario, profile, seed, replications, fast, 1, timeseries_interval_s)
+    if replications < 1:
+        raise ValueError(f"replications must be >= 1, got {replications}")
+    run = _setup(scenario, profile)
+    writer = None if records_path is None else RecordWriter(records_path)
+    runs: list[RunResult] = []
+    tallies: list[RunTally] = []
+    with nullcontext() if writer is None else writer.writing():  # on any failure no records file is left
+        for replication, child in enumerate(np.random.SeedSequence(seed).spawn(replications)):
+            if writer is not None:
+                writer.replication = replication
+            stream, tally = _stream_one(scenario, run, child, writer)
+            runs.append(RunResult((), stream.replicas, stream.extrapolations, stream.events))
+            tallies.append(tally)
+    if writer is not None:
+        writer.close()
+    return _result(scenario, run, seed, fast, runs, False, timeseries_interval_s, tuple(tallies),
+                   None if records_path is None else str(records_path))
+
+
+def _stream_one(scenario: Scenario, run: _Setup, seed_sequence: np.random.SeedSequence,
+                writer: RecordWriter | None) -> tuple[StreamResult, RunTally]:
+    """One streamed replication: its StreamResult and tally (records in request order to ``writer`` and the tally)."""
+    arrays = RequestArrays(*generate_arrays(scenario.workload, np.random.default_rng(seed_sequence), run.rate))
+    sla = scenario.sla
+    tally = RunTally(len(arrays), sla.ttft_p99_ms, sla.tpot_p99_ms, sla.e2e_p99_ms)
+    if writer is None:
+        sink = tally.add
+    else:
+        def sink(record: Any) -> None:
+            writer(record)
+            tally.add(record)
+    ordered = InOrder(sink)
+    transforms = fast_transforms(run.costs)
+    if transforms is None:
+        cluster = StreamingCluster(arrays, run.config, run.costs.cost.fresh(), ordered)
+    else:  # compression / SP only: the fast replicas on the transformed cost model, as replicate()
+        cluster = StreamingCluster(arrays, transformed_config(run.config, transforms), transforms.cost, ordered,
+                                   transforms.sp)
+    stream = cluster.run()
+    ordered.close(len(arrays))
+    return stream, tally

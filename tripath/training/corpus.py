@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from tripath.core.atomic import AtomicFile
-from tripath.core.errors import InputError
+from tripath.core.errors import InputError, check_regular_file
 from tripath.training.corpus_tasks import (
     Sample,
     dialogue_sample,
@@ -193,6 +193,7 @@ def write_eval_prompts(samples: list[Sample], path: Path) -> None:
 def load_eval_prompts(path: Path) -> list[Sample]:
     """Reads eval_prompts.jsonl; a malformed line is an InputError naming the line."""
     samples = []
+    check_regular_file(path)
     try:
         lines = Path(path).read_text(encoding="utf-8").splitlines()
     except OSError as exc:

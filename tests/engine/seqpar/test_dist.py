@@ -6,20 +6,19 @@ single-device reference (out and LSE, relative error <= 1e-5) with zigzag, conti
 uneven (one rank empty) shards; greedy generation with the tiny target is token-for-token the
 same for P = 1, 2, 4 and the single-process dense-cache reference, also with each rank's shard
 in a tiered cache that spills to host memory and SSD files.  Separate small worlds
-check that a rank that dies, a peer that goes silent, or a stalled group ends in RankFailure
-within seconds instead of hanging.
+check that a rank that dies, a peer that goes silent, or a stalled group (tests/engine/seqpar/rank_faults.py)
+ends in RankFailure naming what happened instead of hanging.
 """
 
 from __future__ import annotations
-
-import os
-import time
 
 import pytest
 import torch
 import torch.distributed as dist
 
+from tests.engine.seqpar.rank_faults import dies, goes_silent, stalls
 from tests.helpers import dense_greedy
+from tests.timing import slack
 from tripath.core.data_dirs import MODELS_DIR
 from tripath.engine.model.checkpoint import load_checkpoint
 from tripath.engine.model.tokenizer import ByteTokenizer
@@ -93,9 +92,10 @@ def prompts() -> list[list[int]]:
 
 @pytest.fixture(scope="module")
 def world_results(prompts: list[list[int]]) -> list[dict]:
-    return spawn(world4, DistConfig(world_size=4, timeout_s=120), prompts, deadline_s=600)
+    return spawn(world4, DistConfig(world_size=4, timeout_s=slack(40)), prompts, deadline_s=slack(200))
 
 
+@pytest.mark.slow  # the 4-rank world: 83 s of set-up on a loaded 2-core machine
 def test_sharded_attention_equals_single_device(world_results: list[dict]) -> None:
     q, k, v = full_qkv()
     kf, vf = k.double().repeat_interleave(HQ // HKV, 1), v.double().repeat_interleave(HQ // HKV, 1)
@@ -121,6 +121,7 @@ def test_sharded_attention_equals_single_device(world_results: list[dict]) -> No
     assert checked == 8
 
 
+@pytest.mark.slow  # the 4-rank world: 83 s of set-up on a loaded 2-core machine
 def test_greedy_generation_is_the_same_for_every_degree(world_results: list[dict], prompts: list[list[int]]) -> None:
     torch.set_num_threads(1)
     model = load_checkpoint(MODELS_DIR / "tiny-target")[1]
@@ -136,30 +137,18 @@ def test_greedy_generation_is_the_same_for_every_degree(world_results: list[dict
         assert residency[0]["host"] > 0 and residency[0]["ssd"] > 0, residency
 
 
-def dies(rank: int, device: torch.device) -> None:
-    if rank == 1:
-        os._exit(3)  # a crash that skips every Python clean-up
-    dist.all_reduce(torch.ones(1))
-
-
-def goes_silent(rank: int, device: torch.device) -> None:
-    if rank == 1:
-        time.sleep(60)
-    dist.all_reduce(torch.ones(1))
-
-
-def stalls(rank: int, device: torch.device) -> None:
-    time.sleep(60)
-
-
+# What ended the group is asserted by the message, never by the wall clock (process start-up on a busy machine
+# took 38 s where 30 s were allowed): a rank's own error ("rank N failed") cannot come from the deadline, and the
+# deadline ("missed its N s deadline") is the hang guard, generous (tests/timing.py) except where it is the
+# mechanism under test. The silent rank sleeps far past the deadline, so only the 2 s collective timeout (or the
+# rendezvous under the same timeout, when rank 1 starts late) can end that group in time.
 @pytest.mark.parametrize(
     "fn,timeout_s,deadline_s,expected",
-    [(dies, 30.0, 60.0, r"rank \d failed"), (goes_silent, 2.0, 60.0, r"rank 0 failed.*(?i:timed out)"),
-     (stalls, 30.0, 3.0, r"missed its 3 s deadline")],
+    [(dies, slack(10), slack(60), r"rank \d failed"),
+     (goes_silent, 2.0, slack(60), r"rank 0 failed.*(?i:timed out)"),
+     (stalls, slack(10), 3.0, r"missed its 3 s deadline")],
     ids=["dead-rank", "silent-peer", "stalled-group"],
 )  # fmt: skip
 def test_failures_end_in_a_clear_error_not_a_hang(fn, timeout_s: float, deadline_s: float, expected: str) -> None:
-    start = time.monotonic()
     with pytest.raises(RankFailure, match=expected):
         spawn(fn, DistConfig(world_size=2, timeout_s=timeout_s), deadline_s=deadline_s)
-    assert time.monotonic() - start < 30.0

@@ -71,12 +71,12 @@ def test_cli_serves_with_tiering_and_reports_paging_per_step(scenario_path, tmp_
     assert "10 completed" in capsys.readouterr().out
 
 
-def test_bad_tier_flags_are_input_errors(scenario_path, tmp_path):
-    from tripath.core.errors import InputError
-
-    with pytest.raises(InputError, match="device_pages"):
+def test_bad_tier_flags_are_usage_errors(scenario_path, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exited:  # refused by the flag's type, before the model loads
         main([str(scenario_path), "--preset", "tiny-gqa", "--device", "cpu", "--tiered", "--device-pages", "-3",
               "--out", str(tmp_path / "r.csv")])
+    assert exited.value.code == 2
+    assert "argument --device-pages" in capsys.readouterr().err
     assert not (tmp_path / "r.csv").exists()
 
 

@@ -4,12 +4,15 @@ The stages' scenarios are checked by hand against the measured runs' settings (r
 
 from __future__ import annotations
 
+import pytest
+
 from tests.helpers import load_script
 from tripath.planning.validation.tables import render_tables
 from tripath.planning.validation.vllm_serving import STAGES, StageResult, stage_scenario
 from tripath.simulator.scenario.scenario import scenario_from_dict
 
 
+@pytest.mark.slow  # 79 s on a loaded 2-core machine
 def test_the_doc_holds_the_recomputed_tables() -> None:
     script = load_script("scripts/gpu_validation.py")
     text = script.DOC.read_text(encoding="utf-8")

@@ -37,7 +37,7 @@ def _quickstart(requests: int = 60, **changes) -> dict:
 
 # --- the [strategy.*] tables ---------------------------------------------------------------------
 @pytest.mark.parametrize(("table", "field", "problem"), [
-    ({"speculative": {"k": 0}}, "strategy.speculative.k", "must be >= 1"),
+    ({"speculative": {"k": 0}}, "strategy.speculative.k", "must be from 1 to 64"),
     ({"speculative": {"k": 2.5}}, "strategy.speculative.k", "must be int"),
     ({"speculative": {"adaptive": 1}}, "strategy.speculative.adaptive", "must be bool"),
     ({"speculative": {"fallback_acceptance": 0.5}}, "strategy.speculative.fallback_acceptance", "adaptive"),

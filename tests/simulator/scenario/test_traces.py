@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 
 import numpy as np
@@ -159,9 +160,23 @@ def test_registry_names_the_shipped_files() -> None:
         assert resolve_trace_path(name).is_file()
 
 
-def test_mooncake_without_hashes_on_every_row_keeps_none(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("missing", "line"), [((1,), 1), ((2,), 2), ((1, 2), 1)])
+def test_mooncake_with_hashes_on_some_rows_only_is_refused(tmp_path: Path, missing: tuple[int, ...],
+                                                            line: int) -> None:
+    """Prefix identity on some rows only would turn prefix reuse off for every row: refused, naming the first row
+    without it."""
     f = tmp_path / "partial.jsonl"
-    f.write_text('{"timestamp": 5, "input_length": 600, "output_length": 3, "hash_ids": [0, 1]}\n'
+    rows = [{"timestamp": 5 * i, "input_length": 600, "output_length": 3, "hash_ids": [0, i]} for i in range(3)]
+    for number in missing:
+        del rows[number - 1]["hash_ids"]
+    f.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    with pytest.raises(InputError, match=f"partial.jsonl: line {line}: hash_ids: missing"):
+        load_trace(str(f))
+
+
+def test_mooncake_without_hashes_on_any_row_keeps_none(tmp_path: Path) -> None:
+    f = tmp_path / "plain.jsonl"
+    f.write_text('{"timestamp": 5, "input_length": 600, "output_length": 3}\n'
                  '{"timestamp": 9.5, "input_length": 7, "output_length": 2}\n')
     trace = load_trace(str(f))
     assert trace.hash_ids is None and trace.unique_blocks is None

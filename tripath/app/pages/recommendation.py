@@ -40,8 +40,8 @@ TERM_UNIT = "ms"  # every latency on this page in milliseconds
 
 
 def _recommend(data_json: str, source: str, names: tuple[str, ...], qps: float, prices_json: str, seed: int,
-               replications: int, budget: int, max_replicas: int, allow_lossy: bool, disk_cache: bool
-               ) -> dict[str, Any]:
+               replications: int, budget: int, max_replicas: int, allow_lossy: bool, disk_cache: bool,
+               search_batch: bool = True) -> dict[str, Any]:
     """recommend() on these inputs, as JSON-ready data, once per distinct inputs this session: a bar counts the
     searches done in each phase and a Stop button ends the run (tripath/app/widgets/planning_runs.py)."""
     data = json.loads(data_json)
@@ -49,11 +49,12 @@ def _recommend(data_json: str, source: str, names: tuple[str, ...], qps: float, 
 
     def call(executor: Any, cache: ResultCache | None) -> dict[str, Any]:
         rec = recommend(data, source, list(names), qps, prices, seed, DecisionRule(replications, budget),
-                        max_replicas, executor, cache, allow_lossy=allow_lossy)
+                        max_replicas, executor, cache, allow_lossy=allow_lossy,
+                        batch_sizes=None if search_batch else ())
         return json.loads(json.dumps(rec.to_dict(), allow_nan=False))
 
     inputs = {"data": data_json, "names": names, "qps": qps, "prices": prices_json, "budget": budget,
-              "max_replicas": max_replicas, "allow_lossy": allow_lossy}
+              "max_replicas": max_replicas, "allow_lossy": allow_lossy, "search_batch": search_batch}
     workers = LocalPoolExecutor().workers  # every core, as the CLI
     return planning_runs.run("recommendation", inputs,
                              planning_runs.SweepSettings(seed, replications, workers, disk_cache), call,
@@ -135,8 +136,8 @@ def _inputs(base: dict[str, Any]) -> tuple[form.Choices, Settings]:
                                     help=shipped.source(gpu) if known else "no cited price: give yours")
             prices[gpu] = float(value)
     with st.expander("simulation settings (the CLI's --requests --seed --replications --budget-requests "
-                     "--max-replicas)"):
-        s = st.columns(6)
+                     "--max-replicas --batch-sizes)"):
+        s = st.columns(7)
         requests = int(s[0].number_input("requests per replication, first stage", 10, 100_000,
                                          **state.bind("rec.requests", start["requests"]),
                                          help="raised to the 1,000 a P99 needs"))
@@ -150,11 +151,14 @@ def _inputs(base: dict[str, Any]) -> tuple[form.Choices, Settings]:
                                              **state.bind("rec.max_replicas", MAX_REPLICAS)))
         disk = s[5].checkbox("use the result cache", **state.bind("rec.cache", True),
                              help=f"planning's on-disk cache ({DEFAULT_CACHE_DIR}/), shared with the CLI")
+        batch = s[6].checkbox("search other max batch sizes", **state.bind("rec.batch", True),
+                              help="the scenario's max batch size halved, doubled and quadrupled, on every simulated "
+                              "row below the cheapest found")
     choices = form.Choices(profile, workload, float(qps), None if ttft_none else float(ttft),
                            None if tpot_none else float(tpot), requests, lengths)
     names = tuple(n for n in family if profiles.load(n).key.hardware in chosen_gpus)
     settings = Settings(names, {gpu: prices[gpu] for gpu in chosen_gpus}, seed, reps, budget, max_replicas,
-                        bool(lossy), bool(disk))
+                        bool(lossy), bool(disk), bool(batch))
     return choices, settings
 
 
@@ -178,6 +182,7 @@ class Settings:
     max_replicas: int
     allow_lossy: bool
     disk: bool
+    search_batch: bool = True
 
 
 def main() -> None:
@@ -209,7 +214,8 @@ def main() -> None:
     text = profiles.profile_text(choices.profile)
     prices_json = json.dumps(settings.prices, sort_keys=True)
     key = json.dumps([data_json, text, choices.qps, prices_json, settings.names, settings.seed,
-                      settings.replications, settings.budget, settings.max_replicas, settings.allow_lossy])
+                      settings.replications, settings.budget, settings.max_replicas, settings.allow_lossy,
+                      settings.search_batch])
     run = st.button("Run", type="primary", key="rec.run")
     if run:
         try:
@@ -218,7 +224,7 @@ def main() -> None:
                        "back (`make run` fills the same cache).")
             result = _recommend(data_json, source, settings.names, choices.qps, prices_json, settings.seed,
                                 settings.replications, settings.budget, settings.max_replicas, settings.allow_lossy,
-                                settings.disk)
+                                settings.disk, settings.search_batch)
         except (InputError, ValueError) as err:
             st.error(str(err))
             return
@@ -272,8 +278,9 @@ def _sized(s: dict[str, Any]) -> str:
         f", ${s['cost_usd_per_hour']:,.2f}/h at ${layout['usd_per_gpu_hour']:,.3g} per GPU-hour")
     per_m = s.get("usd_per_million_output_tokens")
     tokens = "" if per_m is None else f", ${per_m:,.2f} per million output tokens"
-    return (f"on {_where(s)}: {s['replicas']} replica(s) x {s['gpus_per_replica']} GPU(s) = {s['gpus']} GPU(s)"
-            f"{cost}{tokens}")
+    batch = "" if s.get("max_batch_size") is None else f", max batch {s['max_batch_size']}"
+    return (f"on {_where(s)}{batch}: {s['replicas']} replica(s) x {s['gpus_per_replica']} GPU(s) = {s['gpus']} "
+            f"GPU(s){cost}{tokens}")
 
 
 def _factor(bound: dict[str, Any], what: str, unit: str) -> str:
@@ -328,6 +335,10 @@ def _show(result: dict[str, Any], max_replicas: int) -> None:
                     f"bisected to {robust['tolerance']:.0%}):\n"
                     f"- {_factor(robust['step_costs'], 'step costs', 'profiled')}\n"
                     f"- {_factor(robust['arrival_rate'], 'the request rate', rate)}")
+    batch = result.get("batch_search")
+    if batch and batch["sizes"]:
+        st.caption(f"Max batch sizes also searched: {', '.join(map(str, batch['sizes']))}, on every simulated row "
+                   f"below the cheapest found ({batch['searched']} searches, {batch['met_cheaper']} met cheaper).")
     if result["excluded_lossy"]:
         st.caption("Lossy paths not searched (they change the model's answers; tick 'allow lossy paths'): "
                    + ", ".join(result["excluded_lossy"]))
@@ -346,7 +357,8 @@ def _row(s: dict[str, Any]) -> dict[str, Any]:
               else "not searched: " + s["pruned"] if s.get("pruned") and not s.get("searched_replicas")
               else (s.get("verdict") or {}).get("verdict", "misses"))
     rejected = s.get("rejected_share")
-    return {"candidate": s["candidate"], "GPU": _where(s), "verdict": status,
+    return {"candidate": s["candidate"], "GPU": _where(s),
+            "max batch": "—" if s.get("max_batch_size") is None else str(s["max_batch_size"]), "verdict": status,
             "replicas": str(s["replicas"]) if meets else f"> {s['searched_replicas']}" if s["searched_replicas"]
             else "—",
             "GPUs": str(s["gpus"]) if meets else "—",

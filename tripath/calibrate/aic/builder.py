@@ -38,7 +38,8 @@ from tripath.calibrate.published.seqpar import LENGTHS as SP_LENGTHS
 from tripath.calibrate.published.seqpar import NETWORK_OF, build_sequence_parallel
 from tripath.calibrate.published.speculative import monotone, section_of, thinned
 from tripath.core.data_dirs import DATA_DIR
-from tripath.core.errors import InputError
+from tripath.core.errors import InputError, shown
+from tripath.core.limits import MAX_MODEL_SIZE
 from tripath.profile.cost_model import Coefficient, CostModel, FitQuality
 from tripath.profile.cost_table import CostTable
 from tripath.profile.profile import MemoryBudget, ModelSpec, Profile, ProfileKey, Provenance
@@ -119,9 +120,13 @@ class Architecture:
 
         def field(key: str, default: object = None) -> int:
             value = config.get(key, default)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise InputError(where, key, f"must be an integer >= 1, got {value!r}")
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_MODEL_SIZE:
+                raise InputError(where, key, f"must be an integer in 1..{MAX_MODEL_SIZE:,}, got {shown(value)}")
             return value
+
+        tied = config.get("tie_word_embeddings", False)
+        if not isinstance(tied, bool):
+            raise InputError(where, "tie_word_embeddings", f"must be true or false, got {shown(tied)}")
 
         if config.get("num_local_experts") or config.get("num_experts"):
             raise InputError(where, "num_experts", "mixture-of-experts models are not planned yet (dense only)")
@@ -131,8 +136,7 @@ class Architecture:
         if heads % kv_heads:
             raise InputError(where, "num_key_value_heads", f"must divide num_attention_heads ({heads})")
         return cls(name, field("num_hidden_layers"), heads, kv_heads, head_dim, hidden,
-                   field("intermediate_size"), field("vocab_size"), field("max_position_embeddings"),
-                   bool(config.get("tie_word_embeddings", False)))
+                   field("intermediate_size"), field("vocab_size"), field("max_position_embeddings"), tied)
 
     def params(self) -> tuple[int, int]:
         """(parameters in the decoder layers, parameters in the embeddings and LM head)."""

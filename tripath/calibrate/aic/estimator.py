@@ -27,7 +27,7 @@ from functools import cache
 from importlib import metadata
 from pathlib import Path
 
-from tripath.core.errors import InputError
+from tripath.core.errors import InputError, check_regular_file
 from tripath.profile.catalog import BACKENDS
 
 PACKAGE = "aiconfigurator-core"
@@ -179,6 +179,7 @@ def time_by_source(ops: list[tuple[str, float, str]]) -> Counter[str]:
 def read_config(model_dir: Path) -> dict[str, object]:
     """The model's HF config.json as a dict (an InputError naming the file when unreadable)."""
     path = model_dir / "config.json"
+    check_regular_file(path, "config.json")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:

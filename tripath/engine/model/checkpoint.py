@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
+from pathlib import Path, PurePosixPath
+from typing import Any
 
 import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from tripath.core.atomic import replacing, write_text
-from tripath.core.errors import InputError
+from tripath.core.errors import InputError, check_regular_file, read_input_text, shown
 from tripath.engine.model.config import ModelConfig
 from tripath.engine.model.model import LlamaModel
 
@@ -86,35 +87,62 @@ def _dtype_name(model: LlamaModel) -> str:
 
 def load_config(directory: str | os.PathLike) -> ModelConfig:
     path = Path(directory) / CONFIG_FILE
+    check_regular_file(path)
     if not path.is_file():
         raise InputError(str(path), None, "missing config.json")
     try:
-        raw = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InputError(str(path), None, f"not valid JSON: {exc}") from exc
+        return ModelConfig.from_hf_dict(_json_object(path))
+    except InputError as exc:  # from_hf_dict names the key; the file is ours to add
+        raise InputError(str(path), exc.field, exc.problem) from None
+
+
+def _json_object(path: Path) -> dict[str, Any]:
+    """The JSON object in one of the checkpoint's files; anything else (unreadable, not UTF-8, malformed, nested
+    past Python's stack, an integer past its digit limit, not an object) is an InputError naming the file."""
+    text = read_input_text(path, f"missing {path.name}", f"cannot read {path.name}")
+    try:
+        raw = json.loads(text)
+    except RecursionError:
+        raise InputError(str(path), None, "not valid JSON: nested too deeply") from None
+    except ValueError as exc:  # JSONDecodeError, or an integer past Python's int-to-text digit limit
+        raise InputError(str(path), None, f"not valid JSON: {exc}") from None
     if not isinstance(raw, dict):
         raise InputError(str(path), None, "must be a JSON object")
-    try:
-        return ModelConfig.from_hf_dict(raw)
-    except (ValueError, TypeError) as exc:
-        field, _, problem = str(exc).partition(": ")
-        raise InputError(str(path), field, problem or str(exc)) from exc
+    return raw
+
+
+def _index_shards(index_path: Path) -> dict[str, str]:
+    """The index's weight_map (tensor name -> shard file name), each name a file inside the checkpoint folder:
+    relative, without "..", so an index cannot point the loader at a file elsewhere (symbolic links inside the
+    folder, as the HF cache makes, are followed as usual)."""
+    mapping = _json_object(index_path).get("weight_map")
+    if not isinstance(mapping, dict):
+        raise InputError(str(index_path), "weight_map", "must be an object of tensor name -> shard file name")
+    for name, fname in mapping.items():
+        where = f"weight_map.{name}"
+        if not isinstance(fname, str) or not fname:
+            raise InputError(str(index_path), where, f"must be a shard file name, got {shown(fname)}")
+        shard = PurePosixPath(fname)
+        if "\0" in fname or shard.is_absolute() or ".." in shard.parts:
+            raise InputError(str(index_path), where, f"shard {shown(fname)} is not a file inside the checkpoint "
+                                                     "folder")
+    return mapping
 
 
 def _weight_map(directory: Path) -> dict[str, Path]:
     """tensor name -> file holding it, from the index (sharded) or the single file."""
     index_path = directory / INDEX_FILE
     single = directory / WEIGHTS_FILE
+    check_regular_file(index_path)
+    check_regular_file(single)
     if index_path.is_file():
-        try:
-            index = json.loads(index_path.read_text())
-            mapping = index["weight_map"]
-        except (json.JSONDecodeError, KeyError, TypeError) as exc:
-            raise InputError(str(index_path), "weight_map", f"unreadable index: {exc}") from exc
+        mapping = _index_shards(index_path)
         files = {fname: directory / fname for fname in set(mapping.values())}
         for fname, fpath in files.items():
+            check_regular_file(fpath)
             if not fpath.is_file():
-                raise InputError(str(fpath), None, f"shard {fname} named in {INDEX_FILE} is missing")
+                tensor = next(name for name, shard in mapping.items() if shard == fname)
+                raise InputError(str(index_path), f"weight_map.{tensor}", f"shard {shown(fname)} is missing ({fpath})")
         return {name: files[fname] for name, fname in mapping.items()}
     if not single.is_file():
         problem = f"missing weights: no {WEIGHTS_FILE} and no {INDEX_FILE}"
@@ -148,31 +176,42 @@ def load_checkpoint(
     for name, path in located.items():
         if name not in expected:
             raise InputError(str(path), name, "unexpected tensor (not a LLaMA parameter for this config)")
+    by_file: dict[Path, list[str]] = {}
+    for name, path in located.items():
+        by_file.setdefault(path, []).append(name)
+    # every tensor's shape and dtype from the files' headers before any memory is taken: a config.json whose
+    # sizes do not match its weights is refused here, not by an allocation of the size it claims
+    _check_tensors(by_file, {name: tuple(param.shape) for name, param in expected.items()})
     model = model.to_empty(device=device).to(dtype)
     if config.tie_word_embeddings:
         model.lm_head.weight = model.model.embed_tokens.weight
     params = dict(model.named_parameters())
-    by_file: dict[Path, list[str]] = {}
-    for name, path in located.items():
-        by_file.setdefault(path, []).append(name)
     with torch.no_grad():
         for path, names in by_file.items():
             try:
                 with safe_open(str(path), framework="pt", device="cpu") as f:
-                    present = set(f.keys())
                     for name in names:
-                        if name not in present:
-                            raise InputError(str(path), name, "missing tensor (named in the index)")
-                        tensor_slice = f.get_slice(name)
-                        want = tuple(params[name].shape)
-                        got = tuple(tensor_slice.get_shape())
-                        if got != want:
-                            problem = f"wrong shape {list(got)}, expected {list(want)}"
-                            raise InputError(str(path), name, problem)
-                        if tensor_slice.get_dtype() not in _FLOAT_DTYPES:
-                            problem = f"wrong dtype {tensor_slice.get_dtype()}, expected F32, F16 or BF16"
-                            raise InputError(str(path), name, problem)
                         params[name].copy_(f.get_tensor(name).to(dtype))
             except SafetensorError as exc:
                 raise InputError(str(path), None, f"not a readable safetensors file: {exc}") from exc
     return config, model.eval()
+
+
+def _check_tensors(by_file: dict[Path, list[str]], shapes: dict[str, tuple[int, ...]]) -> None:
+    """Each file holds its named tensors, each of its expected shape and a float dtype (headers only)."""
+    for path, names in by_file.items():
+        try:
+            with safe_open(str(path), framework="pt", device="cpu") as f:
+                present = set(f.keys())
+                for name in names:
+                    if name not in present:
+                        raise InputError(str(path), name, "missing tensor (named in the index)")
+                    tensor_slice = f.get_slice(name)
+                    got = tuple(tensor_slice.get_shape())
+                    if got != shapes[name]:
+                        raise InputError(str(path), name, f"wrong shape {list(got)}, expected {list(shapes[name])}")
+                    if tensor_slice.get_dtype() not in _FLOAT_DTYPES:
+                        problem = f"wrong dtype {tensor_slice.get_dtype()}, expected F32, F16 or BF16"
+                        raise InputError(str(path), name, problem)
+        except SafetensorError as exc:
+            raise InputError(str(path), None, f"not a readable safetensors file: {exc}") from exc

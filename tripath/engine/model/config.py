@@ -7,8 +7,65 @@ keys that HF checkpoints ship, so a checkpoint written here loads in transformer
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, NoReturn
+
+from tripath.core.errors import InputError, shown
+from tripath.core.limits import MAX_MODEL_SIZE
+
+# The config.json keys every checkpoint must give; the others have transformers' defaults.
+_REQUIRED = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads")
+# ModelConfig fields whose config.json key differs (errors name the key the user can find in the file).
+_HF_KEYS = {"num_layers": "num_hidden_layers", "num_heads": "num_attention_heads",
+            "num_kv_heads": "num_key_value_heads"}
+
+
+def _bad(key: str, problem: str) -> NoReturn:
+    raise InputError(None, key, problem)
+
+
+def _real(value: object) -> bool:
+    """A JSON number (bool is an int in Python, not in JSON)."""
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _number(key: str, value: object) -> float:
+    """A config.json number as a float; an integer too large for a float is refused, not an OverflowError."""
+    if not _real(value):
+        _bad(key, f"must be a number, got {shown(value)}")
+    try:
+        return float(value)  # type: ignore[arg-type]
+    except OverflowError:
+        _bad(key, f"must be a finite number, got an integer of {len(str(value))} digits")
+
+
+def _flag(key: str, value: object) -> bool:
+    """A config.json boolean: "false" is a string, which bool() would read as true."""
+    if not isinstance(value, bool):
+        _bad(key, f"must be true or false, got {shown(value)}")
+    return value
+
+
+def _rope_section(d: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """(key, RoPE settings): transformers >= 5 nests them in rope_parameters, older files in rope_scaling (null or
+    {} where plain); ("rope_parameters", {}) when neither holds any."""
+    found: list[tuple[str, dict[str, Any]]] = []
+    for key in ("rope_parameters", "rope_scaling"):
+        value = d.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, dict):
+            _bad(key, f"must be an object or null, got {shown(value)}")
+        if value:
+            found.append((key, value))
+    return found[0] if found else ("rope_parameters", {})
+
+
+def _check_size(name: str, value: object, low: int) -> None:
+    """A ModelConfig size: an integer in low..MAX_MODEL_SIZE (tripath/core/limits.py), else a ValueError naming it."""
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= MAX_MODEL_SIZE:
+        raise ValueError(f"ModelConfig.{name}: must be an integer in {low}..{MAX_MODEL_SIZE:,}, got {shown(value)}")
 
 
 @dataclass(frozen=True)
@@ -37,9 +94,7 @@ class ModelConfig:
             "num_kv_heads",
             "max_position_embeddings",
         ):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"ModelConfig.{name}: must be an integer >= 1, got {value!r}")
+            _check_size(name, getattr(self, name), 1)
         if self.num_heads % self.num_kv_heads != 0:
             raise ValueError(
                 f"ModelConfig.num_kv_heads: num_heads ({self.num_heads}) must be a multiple of "
@@ -52,17 +107,18 @@ class ModelConfig:
                     f"num_heads ({self.num_heads}); give head_dim explicitly"
                 )
             object.__setattr__(self, "head_dim", self.hidden_size // self.num_heads)
-        if isinstance(self.head_dim, bool) or not isinstance(self.head_dim, int) or self.head_dim < 2:
-            raise ValueError(f"ModelConfig.head_dim: must be an integer >= 2, got {self.head_dim!r}")
-        if self.head_dim % 2 != 0:  # RoPE rotates pairs of channels
+        _check_size("head_dim", self.head_dim, 2)
+        if int(self.head_dim) % 2 != 0:  # RoPE rotates pairs of channels
             raise ValueError(f"ModelConfig.head_dim: must be even for RoPE, got {self.head_dim}")
-        if not (self.rope_theta > 0.0):  # also rejects NaN
-            raise ValueError(f"ModelConfig.rope_theta: must be > 0, got {self.rope_theta}")
-        if not (self.rms_norm_eps > 0.0):
-            raise ValueError(f"ModelConfig.rms_norm_eps: must be > 0, got {self.rms_norm_eps}")
+        # theta^(-2i/D) must fall with the channel i, so the base is above 1 (published: 1e4 .. 5e6)
+        if not _real(self.rope_theta) or not (math.isfinite(self.rope_theta) and self.rope_theta > 1.0):
+            raise ValueError(f"ModelConfig.rope_theta: must be a finite number > 1, got {shown(self.rope_theta)}")
+        # a small guard added to the mean square of the activations (published: 1e-6 .. 1e-5)
+        if not _real(self.rms_norm_eps) or not 0.0 < self.rms_norm_eps <= 1.0:
+            raise ValueError(f"ModelConfig.rms_norm_eps: must be a number in (0, 1], got {shown(self.rms_norm_eps)}")
         if not isinstance(self.tie_word_embeddings, bool):
             raise ValueError(
-                f"ModelConfig.tie_word_embeddings: must be a bool, got {self.tie_word_embeddings!r}"
+                f"ModelConfig.tie_word_embeddings: must be a bool, got {shown(self.tie_word_embeddings)}"
             )
 
     @property
@@ -89,51 +145,53 @@ class ModelConfig:
 
     @classmethod
     def from_hf_dict(cls, d: dict[str, Any]) -> ModelConfig:
-        """Read an HF LlamaConfig config.json dict; raises ValueError naming the key on what we cannot run."""
+        """Read an HF LlamaConfig config.json dict; an InputError naming the config.json key (no file: the
+        caller adds it) on any value of the wrong JSON type, out of range, or a feature we cannot run."""
         arch = d.get("model_type", "llama")
         if arch not in ("llama", "mistral"):
-            raise ValueError(f"model_type: only LLaMA-architecture models are supported, got {arch!r}")
+            _bad("model_type", f"only LLaMA-architecture models are supported, got {shown(arch)}")
         if d.get("hidden_act", "silu") != "silu":
-            raise ValueError(f"hidden_act: only 'silu' (SwiGLU) is supported, got {d.get('hidden_act')!r}")
+            _bad("hidden_act", f"only 'silu' (SwiGLU) is supported, got {shown(d.get('hidden_act'))}")
         for key in ("attention_bias", "mlp_bias"):
-            if d.get(key, False):
-                raise ValueError(f"{key}: biases are not supported")
+            if _flag(key, d.get(key, False)):
+                _bad(key, "biases are not supported")
         if d.get("sliding_window") is not None:
-            raise ValueError("sliding_window: sliding-window attention is not supported")
-        # transformers >= 5 nests RoPE settings in rope_parameters; older files use rope_theta / rope_scaling.
-        rope = d.get("rope_parameters") or d.get("rope_scaling") or {}
+            _bad("sliding_window", "sliding-window attention is not supported")
+        rope_key, rope = _rope_section(d)
         rope_type = rope.get("rope_type", rope.get("type", "default"))
         if rope_type != "default":
-            raise ValueError(
-                f"rope_parameters.rope_type: only 'default' RoPE is supported, got {rope_type!r}"
-            )
-        theta = rope.get("rope_theta", d.get("rope_theta", 10000.0))
-        missing = [
-            k
-            for k in (
-                "vocab_size",
-                "hidden_size",
-                "intermediate_size",
-                "num_hidden_layers",
-                "num_attention_heads",
-            )
-            if k not in d
-        ]
+            _bad(f"{rope_key}.rope_type", f"only 'default' RoPE is supported, got {shown(rope_type)}")
+        if "factor" in rope:  # unused by default RoPE (as in transformers), but a wrong type is a broken file
+            factor = _number(f"{rope_key}.factor", rope["factor"])
+            if not (math.isfinite(factor) and factor >= 1.0):
+                _bad(f"{rope_key}.factor", f"must be a finite number >= 1, got {shown(rope['factor'])}")
+        theta_key = f"{rope_key}.rope_theta" if "rope_theta" in rope else "rope_theta"
+        theta = _number(theta_key, rope.get("rope_theta", d.get("rope_theta", 10000.0)))
+        eps = _number("rms_norm_eps", d.get("rms_norm_eps", 1e-5))
+        missing = [key for key in _REQUIRED if key not in d]
         if missing:
-            raise ValueError(f"{missing[0]}: required key is missing")
-        return cls(
-            vocab_size=d["vocab_size"],
-            hidden_size=d["hidden_size"],
-            intermediate_size=d["intermediate_size"],
-            num_layers=d["num_hidden_layers"],
-            num_heads=d["num_attention_heads"],
-            num_kv_heads=d.get("num_key_value_heads") or d["num_attention_heads"],
-            head_dim=d.get("head_dim"),
-            rope_theta=float(theta),
-            rms_norm_eps=float(d.get("rms_norm_eps", 1e-5)),
-            max_position_embeddings=d.get("max_position_embeddings", 2048),
-            tie_word_embeddings=bool(d.get("tie_word_embeddings", False)),
-        )
+            _bad(missing[0], "required key is missing")
+        kv_heads = d.get("num_key_value_heads")  # absent or null: multi-head attention, as in transformers
+        tied = _flag("tie_word_embeddings", d.get("tie_word_embeddings", False))
+        try:
+            return cls(
+                vocab_size=d["vocab_size"],
+                hidden_size=d["hidden_size"],
+                intermediate_size=d["intermediate_size"],
+                num_layers=d["num_hidden_layers"],
+                num_heads=d["num_attention_heads"],
+                num_kv_heads=d["num_attention_heads"] if kv_heads is None else kv_heads,
+                head_dim=d.get("head_dim"),
+                rope_theta=theta,
+                rms_norm_eps=eps,
+                max_position_embeddings=d.get("max_position_embeddings", 2048),
+                tie_word_embeddings=tied,
+            )
+        except ValueError as exc:  # a field's own check: name the config.json key, not the dataclass field
+            name, _, problem = str(exc).removeprefix("ModelConfig.").partition(": ")
+            if name == "rope_theta":
+                name = theta_key
+            raise InputError(None, _HF_KEYS.get(name, name), problem) from None
 
     def to_hf_dict(self) -> dict[str, Any]:
         """HF LlamaConfig config.json keys (both the rope_theta and the rope_parameters spelling)."""

@@ -1,24 +1,32 @@
-"""The baseline cluster with records streamed out as requests finish: memory flat in the number of requests.
+"""The fast-path cluster with records streamed out as requests finish: memory flat in the number of requests.
 
 tripath/simulator/loop/cluster.py keeps every request's times in lists and builds all records at the end,
 which for a million requests means a million objects. Here the workload stays as numpy arrays
-(tripath/simulator/scenario/workload.py: generate_arrays, ~32 bytes a request), the ledger holds only requests in
-flight (dicts, filled when a request is routed and emptied when its record is written), and each
-record goes to a sink as soon as the request has finished. The replicas are the same fast
-Replicas (tripath/simulator/loop/replica.py), which use the ledger only by request index; the router applies
-the same rule as Cluster._route, so the records are the same bit for bit (in finish order rather
-than request order: tests/simulator/loop/test_streaming.py).
+(tripath/simulator/scenario/workload.py: generate_arrays, ~32 bytes a request), the ledger reads lengths from
+them and holds times only for admitted requests in flight, and each record goes to a sink as soon as the
+request has finished. The replicas are the same fast Replicas (tripath/simulator/loop/replica.py), which use the
+ledger only by request index; the router applies the same rule as Cluster._route, so the records are the same
+bit for bit (in finish order rather than request order: tests/simulator/loop/test_streaming.py; ``InOrder``
+puts them back in request order). It serves what the fast replicas serve: the baseline, and compression and/or
+sequence parallelism as a transformed cost model (``sp``: the SP physics that books merge time to the records).
 
-Records are flushed at each arrival (after the replicas' events of earlier instants) and at the
-end: a finished request's entries are read by its replica until its iteration completes, so
-they are dropped only after that.
+Memory: the ledger's lengths and KV reservations are the workload's own arrays read through memoryviews
+(Python ints, as the in-memory Ledger's lists give), plus 4 bytes a request for the replica it was routed to,
+all allocated before the run; a request waiting in a queue costs only its queue entry (~40 bytes), and the
+times of admitted requests in flight are dicts emptied when their records are written. An overloaded run's
+queue still grows (requests wait), at that ~40 bytes a waiting request (tripath/simulator/tally.py reports it).
+
+A record is written the moment its request finishes (``Ledger.finished``): everything in it is final by then, and
+the replica reads only the arrays of a request after that (its length and reservation, as it frees its KV).
 """
 
 from __future__ import annotations
 
 import csv
 import os
+from collections import defaultdict
 from collections.abc import Callable, Generator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,11 +35,20 @@ import numpy as np
 import simpy
 
 from tripath.core.atomic import AtomicFile
-from tripath.core.records import COMPLETED, Extrapolations, ReplicaStats, RequestRecord, rejected_record
+from tripath.core.records import (
+    COMPLETED,
+    RECORD_COLUMNS,
+    Extrapolations,
+    ReplicaStats,
+    RequestRecord,
+    record_row,
+    rejected_record,
+)
 from tripath.simulator.costs import IterationCost
 from tripath.simulator.loop.clock import URGENT, Clock
 from tripath.simulator.loop.cluster import ClusterConfig
 from tripath.simulator.loop.replica import Replica
+from tripath.simulator.paths.seqpar import SpPhysics
 
 _CHUNK = 4096  # arrivals converted to Python numbers at a time
 
@@ -57,43 +74,45 @@ class RequestArrays:
         return int(self.arrival_s.shape[0])
 
 
-class FinishLog(dict):
-    """``ledger.finish``: a dict that also remembers the order in which requests finished."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.order: list[int] = []
-
-    def __setitem__(self, request: int, when: float) -> None:
-        super().__setitem__(request, when)
-        self.order.append(request)
-
-
 class StreamLedger:
-    """The Ledger's interface (tripath/simulator/loop/replica.py) over dicts of the requests in flight."""
+    """The Ledger's interface (tripath/simulator/loop/replica.py): lengths and reservations from arrays, times of
+    the admitted requests in flight in dicts.
 
-    def __init__(self) -> None:
-        self.prompt: dict[int, int] = {}
-        self.output: dict[int, int] = {}
-        self.reserve: dict[int, int] = {}
-        self.replica: dict[int, int] = {}
+    ``prompt``, ``output`` and ``reserve`` are memoryviews of int64 arrays (indexing gives Python ints, as the
+    Ledger's lists do); ``replica`` an int32 one. ``admitted`` and ``first_token`` are filled by the replicas at
+    admission, ``merge_s`` (SP only) as they book merge time; ``finished`` hands a request to ``on_finish``, which
+    ``drop``s its entries.
+    """
+
+    def __init__(self, prompt: np.ndarray, output: np.ndarray, kv_bytes_per_token: int,
+                 on_finish: Callable[[int, float], None], merge: bool = False) -> None:
+        prompt = np.ascontiguousarray(prompt, dtype=np.int64)
+        output = np.ascontiguousarray(output, dtype=np.int64)
+        tokens = prompt + output
+        if tokens.size and int(tokens.max()) * kv_bytes_per_token >= 1 << 63:
+            raise ValueError("a KV reservation of (prompt + output) tokens overflows int64 bytes")
+        self.prompt = memoryview(prompt)
+        self.output = memoryview(output)
+        self.reserve = memoryview(tokens * kv_bytes_per_token)
+        self.replica = memoryview(np.full(prompt.shape[0], -1, dtype=np.int32))
         self.admitted: dict[int, float] = {}
         self.first_token: dict[int, float] = {}
-        self.finish = FinishLog()
+        self.merge_s: defaultdict[int, float] | None = defaultdict(float) if merge else None
+        self.on_finish = on_finish
+        self.in_flight = 0  # routed and not yet finished
 
     def __len__(self) -> int:
-        return len(self.prompt)
+        return self.in_flight
 
     def finished(self, request: int, end: float) -> None:
-        """Ledger.finished: record the finish (logged in finish order for the flush)."""
-        self.finish[request] = end
+        """Ledger.finished: ``request`` emitted its last token at ``end``; its record is final."""
+        self.in_flight -= 1
+        self.on_finish(request, end)
 
     def drop(self, request: int) -> tuple[int, float, float, float]:
-        """(replica, admitted, first token, finish) of a finished request, forgetting it."""
-        for table in (self.prompt, self.output, self.reserve):
-            del table[request]
-        return (self.replica.pop(request), self.admitted.pop(request), self.first_token.pop(request),
-                dict.pop(self.finish, request))
+        """(replica, admitted, first token, merge seconds) of a finished request, forgetting it."""
+        merge = 0.0 if self.merge_s is None else self.merge_s.pop(request, 0.0)
+        return self.replica[request], self.admitted.pop(request), self.first_token.pop(request), merge
 
 
 @dataclass(frozen=True)
@@ -105,7 +124,7 @@ class StreamResult:
     replicas: tuple[ReplicaStats, ...]
     extrapolations: Extrapolations
     events: int
-    peak_in_flight: int  # most requests held in the ledger at once: the memory that scales
+    peak_in_flight: int  # most requests routed and not finished (waiting or running) at once
 
     @property
     def iterations(self) -> int:
@@ -113,20 +132,32 @@ class StreamResult:
 
 
 class StreamingCluster:
-    """Replicas, router and arrivals as in tripath/simulator/loop/cluster.py; ``run()`` streams records to ``sink``."""
+    """Replicas, router and arrivals as in tripath/simulator/loop/cluster.py; ``run()`` streams records to ``sink``.
+
+    ``sp``: with fast replicas on an SP-transformed ``cost`` (tripath/simulator/paths/step.py: fast_transforms),
+    the SP physics inside it, as simulate_requests takes it: records carry merge time, the run counts SP
+    extrapolations."""
 
     def __init__(self, requests: RequestArrays, config: ClusterConfig, cost: IterationCost,
-                 sink: Callable[[RequestRecord], None]) -> None:
+                 sink: Callable[[RequestRecord], None], sp: SpPhysics | None = None) -> None:
         self.requests = requests
         self.config = config
         self.cost = cost
         self.sink = sink
+        self.sp = sp
         self.env = Clock()
-        self.ledger = StreamLedger()
+        self.ledger = StreamLedger(requests.prompt, requests.output, config.replica.kv_bytes_per_token,
+                                   self._finished, merge=sp is not None)
+        # what a record reads by index, as Python numbers (numpy's scalar indexing is several times slower)
+        self._arrival_s = memoryview(np.ascontiguousarray(requests.arrival_s, dtype=np.float64))
+        self._task_index = memoryview(np.ascontiguousarray(requests.task, dtype=np.int64))
         self.completed = self.rejected = self.peak_in_flight = 0
         self.next_arrival_s = float(requests.arrival_s[0]) if len(requests) else float("inf")
         ledger: Any = self.ledger  # the Replica reads and writes it by request index, as it does a Ledger
-        self.replicas = [Replica(self.env, i, config.replica, cost, ledger, self._next_arrival, self._expects)
+        merge = None if sp is None else sp.decode_merge_array
+        prefill_merge = None if sp is None else sp.merge_array
+        self.replicas = [Replica(self.env, i, config.replica, cost, ledger, self._next_arrival, self._expects,
+                                 True, merge, prefill_merge)
                          for i in range(config.replicas)]
         self.env.process(self._arrivals())
 
@@ -153,7 +184,6 @@ class StreamingCluster:
             for offset, (prompt, output) in enumerate(zip(prompts, outputs, strict=True)):
                 yield self.env.at(times[offset], URGENT)
                 self.next_arrival_s = times[offset + 1] if offset + 1 < len(times) else float("inf")
-                self._flush()
                 self._route(start + offset, prompt, output)
 
     def _route(self, index: int, prompt: int, output: int) -> None:
@@ -163,63 +193,92 @@ class StreamingCluster:
             tokens = replica.kv_capacity_bytes // replica.kv_bytes_per_token
             reason = (f"KV reservation of (prompt + output) tokens exceeds the replica's KV capacity of "
                       f"{replica.kv_capacity_bytes} bytes ({tokens} tokens)")
-            self.sink(rejected_record(index, self._task(index), float(self.requests.arrival_s[index]), prompt,
-                                      output, reason))
+            self.sink(rejected_record(index, self._task(index), self._arrival_s[index], prompt, output, reason))
             self.rejected += 1
             return
         ledger = self.ledger
-        ledger.prompt[index], ledger.output[index], ledger.reserve[index] = prompt, output, need
-        ledger.admitted[index] = ledger.first_token[index] = float("nan")
         best = self._choice()
         ledger.replica[index] = best.index
-        self.peak_in_flight = max(self.peak_in_flight, len(ledger))
+        ledger.in_flight += 1
+        self.peak_in_flight = max(self.peak_in_flight, ledger.in_flight)
         best.enqueue(index)
 
     def _task(self, index: int) -> str:
-        return self.requests.names[int(self.requests.task[index])]
+        return self.requests.names[self._task_index[index]]
 
-    def _flush(self) -> None:
-        """Write the records of requests whose finishing iteration has completed, and forget them."""
-        order = self.ledger.finish.order
-        r = self.requests
-        for index in order:
-            replica, admitted, first, finish = self.ledger.drop(index)
-            self.sink(RequestRecord(index, self._task(index), float(r.arrival_s[index]), int(r.prompt[index]),
-                                    int(r.output[index]), replica, admitted, first, finish, COMPLETED))
-        self.completed += len(order)
-        order.clear()
+    def _finished(self, index: int, end: float) -> None:
+        """Write the record of a request that has just finished, and forget it."""
+        ledger = self.ledger
+        replica, admitted, first, merge = ledger.drop(index)
+        self.sink(RequestRecord(index, self._task(index), self._arrival_s[index], ledger.prompt[index],
+                                ledger.output[index], replica, admitted, first, end, COMPLETED, merge_s=merge))
+        self.completed += 1
 
     def run(self) -> StreamResult:
         self.env.run()
-        self._flush()
         if len(self.ledger) or any(r.queue or r.outstanding for r in self.replicas):
             raise AssertionError("a streamed run ended with unfinished requests")
         events = len(self.requests) + sum(r.wakeups + r.runs for r in self.replicas)
         capacity = self.config.replica.kv_capacity_bytes
         stats = tuple(ReplicaStats(r.index, r.busy_s, r.iterations, r.runs, r.peak_kv, capacity)
                       for r in self.replicas)
-        return StreamResult(self.completed, self.rejected, stats, self.cost.extrapolations(), events,
-                            self.peak_in_flight)
+        extrapolations = self.cost.extrapolations()
+        if self.sp is not None:
+            extrapolations = extrapolations.with_sp(self.sp.queries, self.sp.outside)
+        return StreamResult(self.completed, self.rejected, stats, extrapolations, events, self.peak_in_flight)
+
+
+class InOrder:
+    """A sink that passes records on in request order (request_id 0, 1, 2, ...), whatever order they come in.
+
+    A record that finished before an earlier request is held until that one comes: at most the requests that
+    finished while an earlier one was still in flight (``peak_held``), bounded by the service time of the longest
+    request in flight, not by how long requests wait."""
+
+    def __init__(self, sink: Callable[[RequestRecord], None]) -> None:
+        self.sink = sink
+        self.next = 0
+        self.held: dict[int, RequestRecord] = {}
+        self.peak_held = 0
+
+    def __call__(self, record: RequestRecord) -> None:
+        if record.request_id != self.next:
+            self.held[record.request_id] = record
+            self.peak_held = max(self.peak_held, len(self.held))
+            return
+        self.sink(record)
+        self.next += 1
+        held = self.held
+        while self.next in held:
+            self.sink(held.pop(self.next))
+            self.next += 1
+
+    def close(self, requests: int) -> None:
+        """Check that all ``requests`` records came and went on."""
+        if self.held or self.next != requests:
+            raise AssertionError(f"records passed on: {self.next} of {requests}, {len(self.held)} still held")
 
 
 class RecordWriter:
-    """A CSV sink for records (summary.RECORD_COLUMNS, replication 0): a temp file, renamed on close."""
+    """A CSV sink for records (RECORD_COLUMNS, rows as summary.write_outputs writes them): a temp file, renamed on
+    close. ``replication`` is the number written in the rows' first column (set it before each replication)."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
-        from tripath.simulator.summary import RECORD_COLUMNS
-
         self.path = Path(path)
         self._file = AtomicFile(path)
         self._writer = csv.writer(self._file.handle, lineterminator="\n")
         self._writer.writerow(RECORD_COLUMNS)
+        self.replication = 0
         self.rows = 0
 
     def __call__(self, r: RequestRecord) -> None:
-        self._writer.writerow((0, r.request_id, r.task, repr(r.arrival_s), r.prompt_tokens, r.output_tokens,
-                               r.replica, repr(r.admitted_s), repr(r.first_token_s), repr(r.finish_s), r.status,
-                               r.reject_reason, r.draft_rounds, r.accepted_tokens, repr(r.paging_s),
-                               repr(r.merge_s), r.preemptions))
+        self._writer.writerow(record_row(self.replication, r))
         self.rows += 1
+
+    def writing(self) -> AbstractContextManager[Any]:
+        """The context the rows are written in: on any exception (Ctrl-C, a full disk) the temp file is removed, and
+        an OSError names the records file, never the temp one (AtomicFile.writing)."""
+        return self._file.writing()
 
     def close(self, keep: bool = True) -> None:
         """Finish the file (renamed onto the path) or, with keep=False, remove it."""
@@ -233,10 +292,7 @@ def stream_requests(requests: RequestArrays, config: ClusterConfig, cost: Iterat
                     path: str | os.PathLike[str]) -> StreamResult:
     """Serve ``requests`` and write their records to ``path`` (CSV) as they finish; nothing half-written."""
     writer = RecordWriter(path)
-    try:
+    with writer.writing():
         result = StreamingCluster(requests, config, cost, writer).run()
-    except BaseException:
-        writer.close(keep=False)
-        raise
     writer.close()
     return result

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 
 from tripath.core.errors import InputError
+from tripath.core.limits import MAX_SIMULATED_S
 
 
 def fail(field: str, problem: str) -> None:
@@ -22,6 +23,12 @@ def check_kind(kind: str, allowed: tuple[str, ...]) -> None:
 def positive(field: str, value: float | None) -> None:
     if value is not None and not (math.isfinite(value) and value > 0):
         fail(field, f"must be > 0, got {value}")
+
+
+def wait_ms(field: str, value: float) -> None:
+    """A wait in milliseconds: finite, >= 0 and within the simulated time a float clock keeps to the ms."""
+    if not (math.isfinite(value) and 0 <= value <= MAX_SIMULATED_S * 1000.0):
+        fail(field, f"must be >= 0 and <= {MAX_SIMULATED_S * 1000.0:g} ms, got {value}")
 
 
 def at_least(field: str, value: int | None, low: int) -> None:

@@ -8,7 +8,6 @@ tripath/simulator/scenario/workload_spec.py. Field names are the ones in docs/co
 
 from __future__ import annotations
 
-import math
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,8 +15,8 @@ from typing import Any
 
 from tripath.core.data_dirs import SCENARIOS_DIR
 from tripath.core.errors import InputError, read_input_text
-from tripath.core.limits import MAX_NESTING_DEPTH, MAX_SCENARIO_BYTES, check_depth
-from tripath.simulator.scenario.checks import at_least, fail, positive
+from tripath.core.limits import MAX_GPUS, MAX_NESTING_DEPTH, MAX_SCENARIO_BYTES, check_depth
+from tripath.simulator.scenario.checks import at_least, at_most, fail, positive, wait_ms
 from tripath.simulator.scenario.prefix_workload import prefix_workload_from_dict
 from tripath.simulator.scenario.strategy import StrategySpec, strategy_from_dict
 from tripath.simulator.scenario.toml_reader import build, check_keys, subtable, traced, typed
@@ -48,6 +47,7 @@ class ClusterSpec:
 
     def __post_init__(self) -> None:
         at_least("gpus", self.gpus, 1)
+        at_most("gpus", self.gpus, MAX_GPUS)  # every replica is simulated at every step
         positive("device_memory_gib", self.device_memory_gib)
 
 
@@ -71,8 +71,7 @@ class BatchingSpec:
             fail("policy", f"unsupported policy {self.policy!r}; supported: {', '.join(BATCHING_POLICIES)}")
         at_least("max_batch_size", self.max_batch_size, 1)
         at_least("max_batched_tokens", self.max_batched_tokens, 1)
-        if not (math.isfinite(self.max_wait_ms) and self.max_wait_ms >= 0):
-            fail("max_wait_ms", f"must be >= 0, got {self.max_wait_ms}")
+        wait_ms("max_wait_ms", self.max_wait_ms)
         if self.preemption not in PREEMPTION_MODES:
             fail("preemption", f"must be one of {', '.join(PREEMPTION_MODES)}, got {self.preemption!r}")
         at_least("adaptive_window", self.adaptive_window, 1)
@@ -82,8 +81,7 @@ class BatchingSpec:
             fail("adaptive_margin", f"must be in (0, 1], got {self.adaptive_margin}")
         if not 0.0 < self.adaptive_decrease < 1.0:
             fail("adaptive_decrease", f"must be in (0, 1), got {self.adaptive_decrease}")
-        if not (math.isfinite(self.adaptive_wait_step_ms) and self.adaptive_wait_step_ms >= 0):
-            fail("adaptive_wait_step_ms", f"must be >= 0, got {self.adaptive_wait_step_ms}")
+        wait_ms("adaptive_wait_step_ms", self.adaptive_wait_step_ms)
 
     @property
     def needs_stepper(self) -> bool:

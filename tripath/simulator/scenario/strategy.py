@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tripath.core.errors import InputError
+from tripath.core.limits import MAX_SPECULATIVE_K
 from tripath.profile.profile import Profile
 
 PROPOSERS = ("draft", "prompt_lookup")
@@ -46,8 +47,8 @@ class SpeculativeSpec:
     acceptance: tuple[tuple[str, float], ...] = ()
 
     def __post_init__(self) -> None:
-        if self.k is not None and self.k < 1:
-            _fail("k", f"must be >= 1, got {self.k}")
+        if self.k is not None and not 1 <= self.k <= MAX_SPECULATIVE_K:
+            _fail("k", f"must be from 1 to {MAX_SPECULATIVE_K}, got {self.k}")
         if not isinstance(self.adaptive, bool):
             _fail("adaptive", f"must be true or false, got {self.adaptive!r}")
         _finite("fallback_acceptance", self.fallback_acceptance, 0.0, 1.0)

@@ -9,7 +9,7 @@ from dataclasses import MISSING, fields
 from pathlib import Path
 from typing import Any
 
-from tripath.core.errors import InputError
+from tripath.core.errors import InputError, check_regular_file
 from tripath.core.limits import MAX_INT
 from tripath.simulator.scenario.traces import SHIPPED_TRACES, resolve_trace_path
 
@@ -87,6 +87,7 @@ def traced(table: dict[str, Any], source: str | None, prefix: str, base_dir: Pat
     if not isinstance(ref, str) or ref in SHIPPED_TRACES:
         return table
     path = resolve_trace_path(ref, base_dir)
+    check_regular_file(path, f"{prefix}.trace")
     if not path.is_file():
         raise InputError(source, f"{prefix}.trace", f"trace file not found: {ref!r} (shipped traces: "
                                                     f"{', '.join(sorted(SHIPPED_TRACES))})")

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from tripath.core.data_dirs import TRACES_DIR
-from tripath.core.errors import InputError, describe_os_error
+from tripath.core.errors import InputError, check_regular_file, describe_os_error
 from tripath.core.limits import MAX_LINE_BYTES, MAX_REQUESTS, MAX_TOKENS, MAX_TRACE_BYTES
 
 AZURE_HEADER = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
@@ -113,6 +113,7 @@ def load_trace(name_or_path: str, base_dir: Path | None = None) -> Trace:
     shipped = SHIPPED_TRACES.get(name_or_path)
     name = name_or_path if shipped is not None else path.stem
     licence = shipped.licence if shipped is not None else "unknown (user-supplied file)"
+    check_regular_file(path)
     if not path.is_file():
         known = ", ".join(sorted(SHIPPED_TRACES))
         raise InputError(str(path), None, f"trace file not found (shipped traces: {known})")
@@ -255,7 +256,8 @@ def _read_mooncake_jsonl(path: Path) -> tuple[list[float], list[int], list[int],
     times: list[float] = []
     prompt: list[int] = []
     output: list[int] = []
-    hashes: list[np.ndarray] | None = []
+    hashes: list[np.ndarray] = []
+    first_without: int | None = None  # the first line without hash_ids
     with path.open(encoding="utf-8") as fh:
         # readline with a limit: one huge line is refused without being read whole
         for line_no, text in enumerate(iter(lambda: fh.readline(MAX_LINE_BYTES + 1), ""), start=1):
@@ -290,9 +292,14 @@ def _read_mooncake_jsonl(path: Path) -> tuple[list[float], list[int], list[int],
             output.append(_count(row["output_length"], source, f"line {line_no}: output_length"))
             ids = row.get("hash_ids")
             if ids is None:
-                hashes = None  # a trace without prefix hashes on every row keeps none
-            elif hashes is not None:
+                first_without = first_without or line_no
+            else:
                 if not isinstance(ids, list) or not all(type(i) is int and 0 <= i < 1 << 63 for i in ids):
                     raise InputError(source, f"line {line_no}: hash_ids", "must be a list of ints >= 0 and < 2**63")
                 hashes.append(np.asarray(ids, dtype=np.int64))
-    return times, prompt, output, hashes
+    # prefix identity on some rows only would silently turn prefix reuse off for all of them (or guess for some)
+    if hashes and first_without is not None:
+        raise InputError(source, f"line {first_without}: hash_ids",
+                         f"missing, while {len(hashes):,} other rows have it: give every row its prompt's block "
+                         "hashes, or none")
+    return times, prompt, output, hashes if first_without is None else None

@@ -12,7 +12,7 @@ import math
 import numpy as np
 
 from tripath.core.errors import InputError
-from tripath.core.limits import MAX_REQUESTS, MAX_TOKENS
+from tripath.core.limits import MAX_REQUESTS, MAX_SIMULATED_S, MAX_TOKENS
 from tripath.core.request import RequestSpec
 from tripath.simulator.scenario.prefix_workload import (
     RequestPrefixes,
@@ -83,6 +83,11 @@ def generate_arrays(
         scale = trace_time_scale(workload, trace)
         rows = _replayed_rows(workload, trace, scale)
         arrivals = trace.arrival_s[rows] * scale
+        if arrivals.shape[0] and arrivals[-1] > MAX_SIMULATED_S:  # rows are in time order
+            field = "time_scale" if arrival.rate_per_s is None else "rate_per_s"
+            raise InputError(trace.source_path, f"workload.arrival.{field}",
+                             f"the replayed rows span {arrivals[-1]:.3g} s at time scale {scale:.3g}, more than the "
+                             f"{MAX_SIMULATED_S:g} s a simulated clock keeps to the ms")
     else:
         if rate_per_s is None or not (math.isfinite(rate_per_s) and rate_per_s > 0):
             raise InputError(None, "workload.arrival.rate_per_s", f"must be > 0, got {rate_per_s}")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from tripath.core.limits import MAX_REQUESTS, MAX_TOKENS
+from tripath.core.limits import MAX_REQUESTS, MAX_SIMULATED_S, MAX_TIME_SCALE, MAX_TOKENS, MIN_TIME_SCALE
 from tripath.simulator.scenario.checks import at_least, at_most, check_kind, fail, only_for, positive
 from tripath.simulator.scenario.prefix_workload import PrefixWorkloadSpec
 
@@ -45,13 +45,15 @@ class ArrivalSpec:
             fail("users", "required for kind = 'closed' (the number of concurrent users)")
         at_least("users", self.users, 1)
         at_most("users", self.users, MAX_REQUESTS)
-        if self.think_s is not None and not (math.isfinite(self.think_s) and self.think_s >= 0):
-            fail("think_s", f"must be >= 0 seconds, got {self.think_s}")
+        if self.think_s is not None and not (math.isfinite(self.think_s) and 0 <= self.think_s <= MAX_SIMULATED_S):
+            fail("think_s", f"must be >= 0 and <= {MAX_SIMULATED_S:g} seconds, got {self.think_s}")
         positive("rate_per_s", self.rate_per_s)
         if self.load_fraction is not None and not (0.0 < self.load_fraction <= 2.0):
             fail("load_fraction", f"must be in (0, 2], got {self.load_fraction}")
         positive("cv", self.cv)
         positive("time_scale", self.time_scale)
+        if not MIN_TIME_SCALE <= self.time_scale <= MAX_TIME_SCALE:  # past these a float clock loses the ms
+            fail("time_scale", f"must be >= {MIN_TIME_SCALE:g} and <= {MAX_TIME_SCALE:g}, got {self.time_scale:g}")
         if self.kind in rated and (self.rate_per_s is None) == (self.load_fraction is None):
             fail("rate_per_s", "give exactly one of rate_per_s or load_fraction")
         if self.kind == "gamma" and self.cv is None:
@@ -126,7 +128,13 @@ class WorkloadSpec:
         at_least("requests", self.requests, 1)
         at_most("requests", self.requests, MAX_REQUESTS)
         positive("duration_s", self.duration_s)
+        if self.duration_s is not None and self.duration_s > MAX_SIMULATED_S:
+            fail("duration_s", f"must be <= {MAX_SIMULATED_S:g} s of simulated time, got {self.duration_s:g}")
         rate = self.arrival.rate_per_s
+        if (rate is not None and self.requests is not None and self.arrival.kind != "trace"
+                and self.requests / rate > MAX_SIMULATED_S):
+            fail("arrival.rate_per_s", f"{self.requests:,} requests at {rate:g} req/s span ~{self.requests / rate:.3g} "
+                                       f"s, more than the {MAX_SIMULATED_S:g} s a simulated clock keeps to the ms")
         if rate is not None and self.duration_s is not None and rate * self.duration_s > MAX_REQUESTS:
             fail("duration_s", f"{self.duration_s:g} s at {rate:g} req/s is more than {MAX_REQUESTS:,} requests")
         if self.requests is not None and self.duration_s is not None:
@@ -141,3 +149,14 @@ class WorkloadSpec:
                 fail(f"{name}.kind", "'trace' lengths need arrival kind = 'trace' (use 'empirical' instead)")
         if self.prefix is not None and self.prefix.kind == "trace" and self.arrival.kind != "trace":
             fail("prefix.kind", "'trace' block ids need arrival kind = 'trace' (a Mooncake trace)")
+
+    @property
+    def planned_requests(self) -> int | None:
+        """The requests one replication draws when the scenario fixes them up front (``requests``, or rate x
+        ``duration_s``); None when only the run knows (a load fraction's rate, a trace's rows)."""
+        if self.requests is not None:
+            return self.requests
+        rate = self.arrival.rate_per_s
+        if rate is not None and self.duration_s is not None and self.arrival.kind != "trace":
+            return math.ceil(rate * self.duration_s)
+        return None
