@@ -30,7 +30,7 @@ from tripath.profile.profile import resolve_profile
 from tripath.simulator.loop.cluster import Cluster, ClusterConfig
 from tripath.simulator.loop.stepper import Stepper, StepperSetup
 from tripath.simulator.loop.stepper_setup import stepper_setup
-from tripath.simulator.run_costs import RunCosts
+from tripath.simulator.paths.run_costs import RunCosts
 from tripath.simulator.runner import arrival_rate, cluster_config
 from tripath.simulator.scenario.scenario import scenario_from_dict
 from tripath.simulator.scenario.workload import generate_requests

@@ -155,7 +155,7 @@ def paths_run(n: int, load: float, seed: int, bare_cpu: float) -> None:
 
     from tripath.core.data_dirs import SCENARIOS_DIR
     from tripath.simulator.loop.stepper_setup import stepper_setup
-    from tripath.simulator.run_costs import RunCosts
+    from tripath.simulator.paths.run_costs import RunCosts
     from tripath.simulator.scenario.scenario import scenario_from_dict
 
     with open(SCENARIOS_DIR / "quickstart.toml", "rb") as fh:

@@ -73,7 +73,7 @@ def worker(case: str, requests: int) -> dict:
     specs = generate_requests(scenario.workload, np.random.default_rng(0), rate)
     if case == "paths":
         from tripath.simulator.loop.stepper_setup import stepper_setup
-        from tripath.simulator.run_costs import RunCosts
+        from tripath.simulator.paths.run_costs import RunCosts
 
         setup = stepper_setup(scenario, RunCosts.for_scenario(scenario, profile), config.replicas,
                               np.random.SeedSequence(0))

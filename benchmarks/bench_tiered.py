@@ -7,7 +7,7 @@ transfers: nothing else on the clock).  In the same run, one plain tensor copy a
 write / read of the same bytes give this machine's reference bandwidth.  Goal: every
 link at >= 70% of its plain figure.
 
-Both sides are timed on two clocks (tripath/engine/tiered/paging_meter.py): wall time, and the transferring
+Both sides are timed on two clocks (scripts/measurements/paging_meter.py): wall time, and the transferring
 thread's CPU time.  On a CPU shared with other jobs the wall clock also counts waits for a core, so
 each (context, repeat) gives a share of plain on each clock and the verdict uses the median share
 over all of them; the CPU-time share is the steadier one on a shared machine.
@@ -30,7 +30,9 @@ import dataclasses
 import json
 import os
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
 
@@ -38,9 +40,11 @@ from tripath.engine.engine import Engine
 from tripath.engine.engine_config import EngineConfig
 from tripath.engine.model.config import PRESETS, ModelConfig
 from tripath.engine.model.model import LlamaModel
-from tripath.engine.tiered.paging_meter import LINKS, measure_paging
 from tripath.engine.tiered.ssd import SSDTier
 from tripath.engine.tiered.tier_config import TierConfig, TransferStats
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts" / "measurements"))
+from paging_meter import LINKS, measure_paging  # noqa: E402 - a measurement helper of the scripts, not the package
 
 GOAL = 0.70
 

@@ -27,8 +27,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from tripath.profile.profile import Profile, resolve_profile
+from tripath.simulator.paths.run_costs import RunCosts
 from tripath.simulator.paths.step import PathStep
-from tripath.simulator.run_costs import RunCosts
 from tripath.simulator.scenario.strategy import SequenceParallelSpec, SpeculativeSpec, StrategySpec, TieredSpec
 from tripath.simulator.step_model import Decode
 

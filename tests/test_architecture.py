@@ -3,6 +3,10 @@
 Read with ast from tripath/**.py, every import statement counted: at module level, inside a function (it
 still makes the importer depend on the module) and under ``if TYPE_CHECKING:`` (two modules that need each
 other's types are one concept in two places, even if the circle never runs).
+
+The same graph folded onto sub-packages (each module counted in the package folder it sits in) must be acyclic
+too: two sibling folders that import each other (``engine.kv`` <-> ``engine.tiered``) are one layer split in two,
+even where no single module circles back. A package and the folders inside it may import each other.
 """
 
 from __future__ import annotations
@@ -119,6 +123,32 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return sorted(found)
 
 
+def packages_in(graph: dict[str, set[str]]) -> set[str]:
+    """The modules that are packages (some other module's name starts with theirs and a dot)."""
+    names = sorted(graph)
+    return {a for a, b in zip(names, names[1:], strict=False) if b.startswith(a + ".")} | {
+        m.rsplit(".", 1)[0] for m in names if "." in m}
+
+
+def folder_of(module: str, packages: set[str]) -> str:
+    """The package folder a module sits in: a package is its own, a plain module its parent's."""
+    return module if module in packages else module.rsplit(".", 1)[0]
+
+
+def subpackage_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """Package -> the packages its modules import, leaving out a package's own ancestors and descendants (an
+    ``__init__`` re-exporting its folder, a sub-folder using its parent's shared modules)."""
+    packages = packages_in(graph)
+    folded: dict[str, set[str]] = {p: set() for p in packages}
+    for mod, targets in graph.items():
+        a = folder_of(mod, packages)
+        for target in targets:
+            b = folder_of(target, packages)
+            if not (a == b or a.startswith(b + ".") or b.startswith(a + ".")):
+                folded[a].add(b)
+    return folded
+
+
 def _cycle_path(graph: dict[str, set[str]], component: list[str]) -> str:
     """One circle through the component's first module, as ``a -> b -> a``."""
     members, start = set(component), component[0]
@@ -157,6 +187,25 @@ def test_the_reader_sees_relative_function_level_and_guarded_imports(tmp_path: P
     assert _cycle_path(internal(graph), ["tripath.a.x", "tripath.a.y"]) == "tripath.a.x -> tripath.a.y -> tripath.a.x"
 
 
+def test_sibling_packages_importing_each_other_are_a_cycle_without_a_module_cycle(tmp_path: Path) -> None:
+    pkg = tmp_path / "tripath"
+    for folder in ("e", "e/kv", "e/tiered"):
+        (pkg / folder).mkdir(parents=True, exist_ok=True)
+        (pkg / folder / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "e" / "kv" / "backend.py").write_text("from tripath.e.tiered.store import S\n")
+    (pkg / "e" / "kv" / "paged.py").write_text("X = 1\n")
+    (pkg / "e" / "tiered" / "store.py").write_text("from tripath.e.kv.paged import X\nS = X\n")
+    (pkg / "e" / "engine.py").write_text("from tripath.e.kv import backend\n")  # parent -> child: allowed
+    (pkg / "e" / "kv" / "cfg.py").write_text("from tripath.e import engine\n")  # child -> parent: allowed
+    graph = internal(import_graph(pkg))
+    assert cycles(graph) == []
+    folded = subpackage_graph(graph)
+    assert folded["tripath.e.kv"] == {"tripath.e.tiered"} and folded["tripath.e.tiered"] == {"tripath.e.kv"}
+    assert folded["tripath.e"] == set()
+    assert cycles(folded) == [["tripath.e.kv", "tripath.e.tiered"]]
+
+
 def test_layer_rules_flag_upward_and_torch_imports() -> None:
     graph = {
         "tripath.simulator.costs": {"tripath.profile.profile", "tripath.engine.engine", "numpy"},
@@ -187,3 +236,9 @@ def test_no_import_cycles() -> None:
     graph = internal(import_graph())
     circles = [f"{_cycle_path(graph, c)}  (all in the circle: {', '.join(c)})" for c in cycles(graph)]
     assert not circles, "import cycles:\n" + "\n".join(circles)
+
+
+def test_no_import_cycles_between_subpackages() -> None:
+    folded = subpackage_graph(internal(import_graph()))
+    circles = [f"{_cycle_path(folded, c)}  (all in the circle: {', '.join(c)})" for c in cycles(folded)]
+    assert not circles, "sub-package import cycles:\n" + "\n".join(circles)

@@ -11,12 +11,12 @@ import dataclasses
 import sys
 
 import torch
+from store_meter import measure_store  # beside this script (scripts/measurements/, first on sys.path)
 
 from tripath.engine.engine import Engine
 from tripath.engine.engine_config import EngineConfig
 from tripath.engine.kv.modes import MODES, KVCompression
 from tripath.engine.kv.quality import compare, greedy_acceptance, perplexity, teacher_forced_logits
-from tripath.engine.kv.store_meter import measure_store
 from tripath.engine.model.tokenizer import ByteTokenizer
 from tripath.training.corpus import TASKS, CorpusConfig, build_corpus
 from tripath.training.needle import NeedleConfig, filler_pool, needle_cases

@@ -53,7 +53,7 @@ def render(step_rows: list[dict], link_rows: list[dict], fit: dict, q_rows: list
         "`tripath/engine/kv/quant.py`, `tripath/engine/kv/modes.py`, `tripath/engine/kv/window.py` "
         "(compression modes),",
         "`tripath/engine/kv/compressed_store.py`, `compressed_attention.py` (compressed KV resident at run time),",
-        "`tripath/engine/tiered/paging_meter.py`, `tripath/engine/kv/quality.py` (the measurements).",
+        "`scripts/measurements/paging_meter.py`, `tripath/engine/kv/quality.py` (the measurements).",
         "",
         "## Paging cost per decode step",
         "",

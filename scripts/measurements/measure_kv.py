@@ -32,13 +32,13 @@ from tripath.core.data_dirs import MODELS_DIR
 from tripath.engine.kv.quant import bytes_per_token
 from tripath.engine.model.checkpoint import load_checkpoint
 from tripath.engine.model.config import PRESETS, ModelConfig
-from tripath.engine.tiered.paging_meter import measure_paging
 from tripath.training.corpus import load_eval_prompts
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from kv_compression_report import render_compression, splice  # noqa: E402 - beside this script
 from kv_compression_runs import acceptance, needle, quality, store  # noqa: E402 - beside this script
 from kv_report import render  # noqa: E402 - the report template lives beside this script
+from paging_meter import measure_paging  # noqa: E402 - beside this script
 
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "data" / "measurements"

@@ -127,10 +127,10 @@ def serve_steps(data: dict[str, Any], source: str, profile: Any, target: Any, se
                 requests: int | None) -> tuple[list[tuple[Any, float, float]], float]:
     """Serve the scenario on the plain engine: ((StepRecord, thread s, wall s) per timed step, thread s of
     the serving loop outside Engine.step: arrivals, prompts, booking; the simulator has no such cost)."""
+    from tripath.engine.batching_policy import Windowed
     from tripath.engine.workload_replay import PromptSource, serve
     from tripath.fidelity.engine_side import build_engine
     from tripath.fidelity.sim_side import requests_for
-    from tripath.fidelity.window_serving import serve_batched
 
     if data.get("strategy"):
         raise InputError(source, "strategy", "step residuals price the plain engine only (BaselineStep)")
@@ -152,8 +152,9 @@ def serve_steps(data: dict[str, Any], source: str, profile: Any, target: Any, se
     policy = batching.get("policy", "continuous")
     c0 = time.thread_time()
     if policy in ("static", "dynamic"):
-        result = serve_batched(engine, specs, prompts, int(batching.get("max_batch_size", 256)),
-                               float(batching.get("max_wait_ms", 0.0)) / 1000.0, policy == "dynamic")
+        result = serve(engine, specs, prompts, batching=Windowed(int(batching.get("max_batch_size", 256)),
+                                                                 float(batching.get("max_wait_ms", 0.0)) / 1000.0,
+                                                                 policy == "dynamic"))
     else:
         result = serve(engine, specs, prompts)
     loop_s = time.thread_time() - c0 - sum(t[1] for t in timed)

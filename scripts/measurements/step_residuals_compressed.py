@@ -38,8 +38,8 @@ from tripath.engine.workload_replay import PromptSource, serve
 from tripath.fidelity.engine_side import CpuClock, engine_config
 from tripath.fidelity.sim_side import requests_for
 from tripath.profile.profile import load_profile
+from tripath.simulator.paths.run_costs import RunCosts
 from tripath.simulator.paths.step import build_step_model
-from tripath.simulator.run_costs import RunCosts
 from tripath.simulator.scenario.scenario import scenario_from_dict
 from tripath.simulator.step_model import Decode, PrefillChunk
 

@@ -174,11 +174,12 @@ def test_recommendation_page_in_a_real_browser(app_url: str, tmp_path: Path) -> 
     the answer's screenshot there (docs/img/recommendation.png).
     """
     from tripath.app.widgets import recommend_form as form
+    from tripath.planning import recommend_text as render
     from tripath.planning.cache import DEFAULT_CACHE_DIR, ResultCache
     from tripath.planning.decision import DecisionRule
     from tripath.planning.executor import make_executor
     from tripath.planning.prices import load_prices
-    from tripath.planning.recommend import recommend
+    from tripath.planning.recommend import SearchOptions, recommend
     from tripath.planning.scenario_dict import load_scenario_dict
 
     profile, replications, budget, max_replicas = "published-llama3-8b-a100", 2, 1000, 2
@@ -186,9 +187,9 @@ def test_recommendation_page_in_a_real_browser(app_url: str, tmp_path: Path) -> 
     start = form.defaults(base)
     choices = form.Choices(profile, start["workload"], start["qps"], start["ttft_s"], start["tpot_ms"],
                            start["requests"])
-    rec = recommend(form.scenario(base, choices), source, [profile], choices.qps, load_prices(), 0,
-                    DecisionRule(replications, budget), max_replicas, make_executor("local"),
-                    ResultCache(REPO_ROOT / DEFAULT_CACHE_DIR)).to_dict()
+    options = SearchOptions(seed=0, rule=DecisionRule(replications, budget), max_replicas=max_replicas)
+    rec = recommend(form.scenario(base, choices), source, [profile], choices.qps, load_prices(), options,
+                    make_executor("local"), ResultCache(REPO_ROOT / DEFAULT_CACHE_DIR)).to_dict()
     best, runner = rec["recommended"], rec["runner_up"]
     assert best is not None, "the quick case has a recommendation (tripath recommend)"
     with _browser() as (browser, expect):
@@ -214,9 +215,11 @@ def test_recommendation_page_in_a_real_browser(app_url: str, tmp_path: Path) -> 
         answer = page.locator("[data-testid='stAlert']").filter(has_text="Recommended:")
         expect(answer).to_be_visible(timeout=ANSWER_TIMEOUT_MS)
         layout = best["layout"]
+        # the renderer's sentence, `tripath recommend`'s own line (tripath/planning/recommend_text.py)
+        expect(answer).to_contain_text(render.strip_markdown(render.headline(rec, max_replicas, True)[0].text))
         expect(answer).to_contain_text(
-            f"Recommended: {best['candidate']} on {layout['gpu']} TP{layout['tp']}, max batch "
-            f"{best['max_batch_size']}: {best['replicas']} replica(s) x "
+            f"Recommended: {best['candidate']} on {layout['gpu']} TP{layout['tp']} ({profile}, max batch "
+            f"{best['max_batch_size']}): {best['replicas']} replica(s) x "
             f"{best['gpus_per_replica']} GPU(s) = {best['gpus']} GPU(s), ${best['cost_usd_per_hour']:,.2f}/h")
         metrics = page.locator("[data-testid='stMetric']")
         for label, value in (("path", best["candidate"]), ("GPU", f"{layout['gpu']} TP{layout['tp']}"),

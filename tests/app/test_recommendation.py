@@ -12,13 +12,14 @@ from streamlit.testing.v1 import AppTest
 
 from tests.app.app_driver import app, frame
 from tripath.app.widgets import recommend_form as form
+from tripath.planning import recommend_text as render
 from tripath.planning.cache import DEFAULT_CACHE_DIR, ResultCache
 from tripath.planning.candidates import candidates
 from tripath.planning.decision import DecisionRule
 from tripath.planning.executor import make_executor
 from tripath.planning.export import recommended_suggestion
 from tripath.planning.prices import load_prices
-from tripath.planning.recommend import recommend
+from tripath.planning.recommend import SearchOptions, recommend
 from tripath.planning.scenario_dict import load_scenario_dict
 from tripath.profile.profile import resolve_profile
 
@@ -53,8 +54,9 @@ def _expected(choices: form.Choices, max_replicas: int) -> dict:
     base, source = load_scenario_dict("default")
     data = form.scenario(base, choices)
     prices = load_prices().with_overrides([("a100-80gb", PRICE)])
-    rec = recommend(data, source, [choices.profile], choices.qps, prices, 0, DecisionRule(REPLICATIONS, BUDGET),
-                    max_replicas, make_executor("local"), ResultCache(DEFAULT_CACHE_DIR))
+    options = SearchOptions(seed=0, rule=DecisionRule(REPLICATIONS, BUDGET), max_replicas=max_replicas)
+    rec = recommend(data, source, [choices.profile], choices.qps, prices, options, make_executor("local"),
+                    ResultCache(DEFAULT_CACHE_DIR))
     return json.loads(json.dumps(rec.to_dict(), allow_nan=False))
 
 
@@ -86,8 +88,10 @@ def test_none_sla_term_is_removed_and_the_answer_is_recommends() -> None:
     assert list(frame(at, "SLA term")["SLA term"]) == ["TTFT P99"]
     assert [m.value for m in at.metric][:4] == [best["candidate"], "a100-80gb TP1", str(best["replicas"]),
                                                  str(best["gpus"])]
-    assert at.success[0].value.startswith(f"Recommended: **{best['candidate']}** on a100-80gb TP1, max batch "
-                                          f"{best['max_batch_size']}: {best['replicas']} replica(s)")
+    assert at.success[0].value == render.headline(expected, MAX_REPLICAS, markdown=True)[0].text
+    assert at.success[0].value.startswith(f"**Recommended:** **{best['candidate']}** on a100-80gb TP1 ("
+                                          f"{QUICK.profile}, max batch {best['max_batch_size']}): {best['replicas']} "
+                                          "replica(s)")
     assert f"${best['cost_usd_per_hour']:,.2f}/h at $3 per GPU-hour" in at.success[0].value
     # the export shows the recommended candidate's vLLM and SGLang suggestions, the text `recommend --export` writes
     data = form.scenario(load_scenario_dict("default")[0], QUICK)

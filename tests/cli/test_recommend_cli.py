@@ -9,6 +9,7 @@ import pytest
 from tests.cli.test_planning_cli import run, scenario_file
 from tripath.cli.main import main
 from tripath.core.data_dirs import SCENARIOS_DIR
+from tripath.planning import recommend_text as render
 
 
 def test_help_exits_0(capsys):
@@ -33,8 +34,9 @@ def test_json_and_text(capsys, tmp_path):
     assert data["robustness"]["step_costs"]["misses_at"] > data["robustness"]["step_costs"]["meets_up_to"]
     assert data["headroom"]["thin"] == (data["headroom"]["headroom"] < 0.10)
     code, out, _ = run(capsys, "recommend", path, "--gpu-price", "a100-80gb=2.5", *common)
-    assert code == 0 and f"RECOMMENDED  {best['candidate']} on a100-80gb TP1" in out and "<- binds" in out
-    assert "meets the SLA with 95 % confidence up to step costs" in out and "headroom:" in out
+    assert code == 0 and f"Recommended: {best['candidate']} on a100-80gb TP1" in out and "<- binds" in out
+    assert "meets the SLA with 95 % confidence up to step costs" in out and "Headroom: " in out
+    assert "\n".join(render.headline_text(data, 2)) in out  # the one renderer's headline, from the --json read back
     assert "Numbers: simulated on" in out
 
 

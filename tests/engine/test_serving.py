@@ -10,14 +10,15 @@ import numpy as np
 import pytest
 import torch
 
-from tripath.cli.serve import main
+from tripath.cli.serve_parser import main
 from tripath.core.errors import InputError
 from tripath.core.records import COMPLETED, REJECTED
 from tripath.engine.engine import Engine
 from tripath.engine.engine_config import EngineConfig
 from tripath.engine.model.config import PRESETS
 from tripath.engine.model.model import LlamaModel
-from tripath.engine.serving import PromptSource, serve, write_records_csv
+from tripath.engine.serving import write_records_csv
+from tripath.engine.workload_replay import PromptSource, serve
 from tripath.simulator.scenario.scenario import load_scenario
 from tripath.simulator.scenario.workload import generate_requests
 

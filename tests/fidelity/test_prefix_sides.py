@@ -14,8 +14,9 @@ from tripath.core.data_dirs import MODELS_DIR, SCENARIOS_DIR
 from tripath.core.prefix import token_block_hashes
 from tripath.core.request import RequestSpec
 from tripath.engine.model.checkpoint import load_checkpoint
-from tripath.engine.serving import PromptSource
-from tripath.fidelity.engine_side import BLOCK_SIZE, KeyedPrompts, engine_config, measure, unsupported
+from tripath.engine.workload_replay import PromptSource
+from tripath.fidelity.engine_settings import BLOCK_SIZE
+from tripath.fidelity.engine_side import KeyedPrompts, engine_config, measure, unsupported
 from tripath.fidelity.sim_side import prefix_keys_for, requests_for, simulate_case
 from tripath.profile.profile import resolve_profile
 

@@ -58,7 +58,11 @@ def test_engine_side_records_rounds_and_accepted_per_request(target: LlamaModel)
     # remaining - 1. Output n after the prefill's first token: n - 1 tokens by rounds of min(4, left) tokens,
     # the last plain step (1 left, K = 0) not a draft round. By hand: n = 10 -> 9 left: 4 + 4 + 1 (plain)
     # -> 2 rounds, 6 accepted; n = 7 -> 6 left: 4 + 2 -> 2 rounds, 3 + 1 = 4 accepted; n = 2 -> 1 left: plain.
-    data = {"batching": {"policy": "continuous", "max_batch_size": 4, "max_batched_tokens": 512},
+    data = {"name": "rounds",  # a whole scenario: the engine side builds its engine from the parsed Scenario
+            "workload": {"requests": 3, "arrival": {"kind": "poisson", "rate_per_s": 1.0},
+                         "tasks": {"code": 1.0}, "prompt_tokens": {"kind": "fixed", "value": 12},
+                         "output_tokens": {"kind": "fixed", "value": 10}},
+            "batching": {"policy": "continuous", "max_batch_size": 4, "max_batched_tokens": 512},
             "strategy": {"speculative": {"k": 3}}}
     requests = [RequestSpec(0, 0.0, 12, 10, "code"), RequestSpec(1, 0.0, 9, 7, "code"),
                 RequestSpec(2, 0.0, 5, 2, "code")]

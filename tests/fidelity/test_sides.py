@@ -9,7 +9,8 @@ import pytest
 
 from tripath.core.records import rejected_record
 from tripath.fidelity.compare import check_same_requests
-from tripath.fidelity.engine_side import SSD_PAGES_CAP, CpuClock, engine_config, unsupported
+from tripath.fidelity.engine_settings import SSD_PAGES_CAP
+from tripath.fidelity.engine_side import CpuClock, engine_config, unsupported
 from tripath.fidelity.sim_side import requests_for, simulate_case, tier_tokens
 from tripath.profile.profile import resolve_profile
 

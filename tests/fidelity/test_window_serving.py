@@ -1,4 +1,4 @@
-"""tripath/fidelity/window_serving.py: static and dynamic groups form exactly when
+"""tripath/engine/batching_policy.py Windowed through the one replay loop: static and dynamic groups form exactly when
 tripath/simulator/loop/batching.py's rule says.
 
 The engine is real (a random-weight tiny preset); only time is virtual: every engine step costs
@@ -12,13 +12,13 @@ import pytest
 import torch
 
 from tripath.core.request import RequestSpec
+from tripath.engine.batching_policy import Windowed
 from tripath.engine.engine import Engine
 from tripath.engine.engine_config import EngineConfig
 from tripath.engine.model.config import PRESETS
 from tripath.engine.model.model import LlamaModel
-from tripath.engine.serving import PromptSource
 from tripath.engine.step_record import StepRecord
-from tripath.fidelity.window_serving import serve_batched
+from tripath.engine.workload_replay import PromptSource, serve
 
 STEP_S = 0.1
 
@@ -54,7 +54,7 @@ def run(joins: bool) -> dict[int, tuple[float, float, float]]:
     clock = VirtualClock()
     engine = TimedEngine(clock, model, EngineConfig(4, 8192, 16, 64))
     prompts = PromptSource(np.random.default_rng(0), model.config.vocab_size, path=None)
-    result = serve_batched(engine, requests, prompts, 4, 0.1, joins, clock=clock, sleep=clock.sleep, warmup=False)
+    result = serve(engine, requests, prompts, clock, clock.sleep, False, Windowed(4, 0.1, joins))
     return {r.request_id: (r.admitted_s, r.first_token_s, r.finish_s) for r in result.records}
 
 
@@ -82,4 +82,4 @@ def test_bad_settings_are_refused() -> None:
     engine = Engine(model, EngineConfig(4, 8192, 16, 64))
     prompts = PromptSource(np.random.default_rng(0), model.config.vocab_size, path=None)
     with pytest.raises(ValueError, match="max_wait_s"):
-        serve_batched(engine, [], prompts, 4, -1.0, True, warmup=False)
+        serve(engine, [], prompts, warmup=False, batching=Windowed(4, -1.0, True))

@@ -13,6 +13,8 @@ from tripath.planning.capacity import SearchSpec, sized_job
 from tripath.planning.headroom import scaled_step_costs, threshold
 from tripath.planning.prices import load_prices
 from tripath.planning.recommend import (
+    RowSummary,
+    SearchOptions,
     binding_term,
     p99_prompt,
     rank_key,
@@ -39,7 +41,8 @@ def small_scenario(ttft_ms: float = 4000.0, tpot_ms: float = 80.0) -> dict:
 
 @pytest.fixture(scope="module")
 def feasible():
-    return recommend(small_scenario(), None, [PROFILE], QPS, replications=1, max_replicas=8, allow_lossy=True)
+    return recommend(small_scenario(), None, [PROFILE], QPS,
+                     options=SearchOptions(replications=1, max_replicas=8, allow_lossy=True))
 
 
 @pytest.mark.parametrize("flip", [1.003, 1.049, 1.237, 2.9])
@@ -126,11 +129,12 @@ def test_recommended_is_the_fewest_gpus_meeting_the_sla(feasible):
 def test_lossy_paths_only_when_allowed_and_with_their_quality_cost():
     profile = resolve_profile("aic-llama3.1-70b-tp4-h100")
     data = small_scenario(ttft_ms=60000.0, tpot_ms=1000.0)
-    strict = recommend(data, None, [profile], 0.5, replications=1, max_replicas=1, with_robustness=False)
+    strict = recommend(data, None, [profile], 0.5,
+                       options=SearchOptions(replications=1, max_replicas=1, with_robustness=False))
     assert not any("compression" in r["candidate"]["paths"] for r in strict.rows)
     assert set(strict.excluded_lossy) == {c.name for c in by_names(profile, None) if "compression" in c.paths}
-    lossy = recommend(data, None, [profile], 0.5, replications=1, max_replicas=1, with_robustness=False,
-                      allow_lossy=True)
+    lossy = recommend(data, None, [profile], 0.5, options=SearchOptions(replications=1, max_replicas=1,
+                                                                   with_robustness=False, allow_lossy=True))
     assert lossy.excluded_lossy == ()
     comp = {r["candidate"]["name"]: r for r in lossy.rows if "compression" in r["candidate"]["paths"]}
     assert set(comp) == set(strict.excluded_lossy)
@@ -142,14 +146,14 @@ def test_gpu_prices_choose_the_layout_and_an_override_changes_the_choice():
     data = small_scenario(ttft_ms=60000.0, tpot_ms=1000.0)
     names = ["aic-llama3.1-8b-a100", "aic-llama3.1-8b-h100"]
     prices = load_prices()
-    cheap = recommend(data, None, names, 0.5, prices, replications=1, max_replicas=2, with_robustness=False)
+    quick = SearchOptions(replications=1, max_replicas=2, with_robustness=False)
+    cheap = recommend(data, None, names, 0.5, prices, quick)
     best = cheap.row(cheap.recommended)
     assert best["layout"]["gpu"] == "a100-80gb"  # one replica meets on either: the cheaper GPU-hour wins
     assert best["cost_usd_per_hour"] == pytest.approx(best["gpus"] * prices.price("a100-80gb"))
     assert best["usd_per_million_output_tokens"] == pytest.approx(
         best["cost_usd_per_hour"] / (best["outcome"]["output_tokens_per_s"] * 3600.0) * 1e6)
-    flipped = recommend(data, None, names, 0.5, prices.with_overrides([("h100-sxm", 0.5)]), replications=1,
-                        max_replicas=2, with_robustness=False)
+    flipped = recommend(data, None, names, 0.5, prices.with_overrides([("h100-sxm", 0.5)]), quick)
     assert flipped.row(flipped.recommended)["layout"]["gpu"] == "h100-sxm"
 
 
@@ -161,8 +165,8 @@ def test_ttft_floor_is_the_unloaded_prefill_and_rules_a_layout_out():
 
     assert floor == pytest.approx(IterationCost.from_profile(PROFILE).mixed_s([1024], 0, 0) * 1000.0)
     # a target under the floor: the baseline is never simulated, and nothing meets
-    rec = recommend(small_scenario(ttft_ms=floor / 2.0), None, [PROFILE], QPS, replications=1, max_replicas=2,
-                    with_robustness=False)
+    rec = recommend(small_scenario(ttft_ms=floor / 2.0), None, [PROFILE], QPS,
+                    options=SearchOptions(replications=1, max_replicas=2, with_robustness=False))
     base = next(r for r in rec.rows if r["candidate"]["name"] == "baseline")
     assert "prefill alone" in base["pruned"] and "outcome" not in base
     assert rec.recommended is None
@@ -194,7 +198,8 @@ def test_robustness_brackets_the_cost_and_rate_thresholds(feasible):
 
 
 def test_impossible_sla_gives_the_closest_candidate_and_by_how_much():
-    rec = recommend(small_scenario(ttft_ms=950.0), None, [PROFILE], QPS, replications=1, max_replicas=2)
+    rec = recommend(small_scenario(ttft_ms=950.0), None, [PROFILE], QPS,
+                    options=SearchOptions(replications=1, max_replicas=2))
     assert rec.recommended is None and rec.robustness is None
     ran = [r for r in rec.rows if r.get("outcome") and not r["outcome"].get("error")]
     best_margin = max(r["outcome"]["sla_margin"] for r in ran)
@@ -237,9 +242,10 @@ def test_max_batch_is_searched_below_the_cheapest_row_and_exported():
     from tripath.planning.scenario_dict import with_fields
 
     data = with_fields(small_scenario(), {"batching.max_batch_size": 1})
-    fixed = recommend(data, None, [PROFILE], QPS, replications=1, max_replicas=8, with_robustness=False,
-                      batch_sizes=())
-    searched = recommend(data, None, [PROFILE], QPS, replications=1, max_replicas=8, with_robustness=False)
+    fixed = recommend(data, None, [PROFILE], QPS, options=SearchOptions(replications=1, max_replicas=8,
+                                                                    with_robustness=False, batch_sizes=()))
+    searched = recommend(data, None, [PROFILE], QPS,
+                         options=SearchOptions(replications=1, max_replicas=8, with_robustness=False))
     own, best = fixed.row(fixed.recommended), searched.row(searched.recommended)
     assert fixed.batch_search == {"sizes": [], "searched": 0, "met_cheaper": 0}
     assert own["max_batch_size"] == 1 and best["max_batch_size"] == 2  # measured: 5 replicas at 1, 4 at 2
@@ -252,3 +258,14 @@ def test_max_batch_is_searched_below_the_cheapest_row_and_exported():
     assert summary["recommended"]["max_batch_size"] == 2
     assert "--max-num-seqs 2" in recommended_suggestion(summary, PROFILE, data).command()
     assert "--max-running-requests 2" in recommended_sglang(summary, PROFILE, data).command()
+
+
+def test_every_row_summary_round_trips_through_its_one_codec(feasible):
+    result = feasible.to_dict()
+    shown = [result["recommended"], result["runner_up"], result["closest"], *result["others"]]
+    for summary in (s for s in shown if s is not None):
+        typed = RowSummary.from_dict(summary)
+        assert typed.to_dict() == summary and list(typed.to_dict()) == list(summary)
+        assert RowSummary.from_dict(json.loads(json.dumps(summary))) == typed
+    with pytest.raises(ValueError, match="missing"):
+        RowSummary.from_dict({"id": "x"})

@@ -4,6 +4,7 @@ parallel) gives exactly the serial full search's recommendation, with fewer simu
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -13,7 +14,7 @@ from tripath.planning.cache import ResultCache
 from tripath.planning.candidates import by_names
 from tripath.planning.capacity import SearchSpec, cost_estimate, plan
 from tripath.planning.executor import LocalPoolExecutor
-from tripath.planning.recommend import recommend
+from tripath.planning.recommend import SearchOptions, recommend
 
 MAX_REPLICAS = 4
 
@@ -97,15 +98,17 @@ def test_preload_traces_reads_the_scenarios_traces_into_this_process(monkeypatch
 def test_a_warm_rerun_and_a_partly_warm_one_give_the_cold_answer(tmp_path):
     data = small_scenario(ttft_ms=1500.0)
     cache = ResultCache(tmp_path)
-    kwargs = {"replications": 1, "max_replicas": MAX_REPLICAS, "cache": cache}
-    sized = recommend(data, None, [PROFILE], QPS, executor=LocalPoolExecutor(2), with_robustness=False, **kwargs)
+    options = SearchOptions(replications=1, max_replicas=MAX_REPLICAS)
+    sized = recommend(data, None, [PROFILE], QPS, options=replace(options, with_robustness=False),
+                      executor=LocalPoolExecutor(2), cache=cache)
     assert sized.robustness is None
     sized_only = simulations(cache)
-    cold = recommend(data, None, [PROFILE], QPS, executor=LocalPoolExecutor(2), **kwargs)  # sizing cached
+    cold = recommend(data, None, [PROFILE], QPS, options=options, executor=LocalPoolExecutor(2),
+                     cache=cache)  # sizing cached
     assert simulations(cache) > sized_only
     entries = simulations(cache)
-    warm = recommend(data, None, [PROFILE], QPS, executor=LocalPoolExecutor(2), **kwargs)
+    warm = recommend(data, None, [PROFILE], QPS, options=options, executor=LocalPoolExecutor(2), cache=cache)
     assert simulations(cache) == entries  # nothing simulated again
     assert warm.to_dict() == cold.to_dict()
-    assert cold.to_dict() == recommend(data, None, [PROFILE], QPS, executor=LocalPoolExecutor(1),
-                                       **{**kwargs, "cache": None}).to_dict()
+    assert cold.to_dict() == recommend(data, None, [PROFILE], QPS, options=options,
+                                       executor=LocalPoolExecutor(1)).to_dict()

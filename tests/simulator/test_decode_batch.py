@@ -7,8 +7,8 @@ import pytest
 
 from tests.helpers import SEED, TINY
 from tripath.simulator.costs import IterationCost
+from tripath.simulator.paths.run_costs import RunCosts
 from tripath.simulator.paths.step import PathStep, TransformedStep, Transforms
-from tripath.simulator.run_costs import RunCosts
 from tripath.simulator.scenario.strategy import (
     CompressionSpec,
     SequenceParallelSpec,

@@ -10,8 +10,8 @@ import pytest
 from tripath.core.errors import InputError
 from tripath.profile.profile import resolve_profile
 from tripath.simulator.loop.stepper_setup import stepper_setup
+from tripath.simulator.paths.run_costs import RunCosts, kv_capacity
 from tripath.simulator.paths.step import build_step_model
-from tripath.simulator.run_costs import RunCosts, kv_capacity
 from tripath.simulator.scenario.scenario import load_scenario
 from tripath.simulator.scenario.strategy import (
     CompressionSpec,

@@ -9,7 +9,7 @@ import pytest
 from tests.helpers import SEED, shipped_scenario_dict
 from tripath.core.errors import InputError
 from tripath.simulator.paths.provenance import one_line
-from tripath.simulator.run_costs import RunCosts, with_scenario_acceptance
+from tripath.simulator.paths.run_costs import RunCosts, with_scenario_acceptance
 from tripath.simulator.runner import simulate
 from tripath.simulator.scenario.scenario import scenario_from_dict
 from tripath.simulator.scenario.strategy import strategy_from_dict, strategy_to_dict

@@ -15,8 +15,8 @@ from tripath.profile.formulas import overhead_v1
 from tripath.profile.profile import load_profile, save_profile
 from tripath.simulator.costs import IterationCost
 from tripath.simulator.paths.provenance import one_line, strategies
+from tripath.simulator.paths.run_costs import RunCosts
 from tripath.simulator.paths.step import PathStep
-from tripath.simulator.run_costs import RunCosts
 from tripath.simulator.runner import simulate
 from tripath.simulator.scenario.scenario import scenario_from_dict
 from tripath.simulator.scenario.strategy import SpeculativeSpec, StrategySpec, TieredSpec

@@ -16,6 +16,8 @@ from __future__ import annotations
 import csv
 import json
 import os
+import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -42,6 +44,18 @@ class Sample:
     @property
     def key(self) -> tuple[str, int, int, int]:
         return (self.sweep, self.layers, self.x1, self.x2)
+
+    @classmethod
+    def of(cls, sweep: str, layers: int, x1: int, x2: int, values: Sequence[float]) -> Sample:
+        """The point from its repeated measurements (median, min, max, how many): the one way a sweep turns its
+        timings into a row, so every sweep summarises its repetitions alike."""
+        return cls(sweep, layers, x1, x2, statistics.median(values), min(values), max(values), len(values))
+
+    @classmethod
+    def constant(cls, sweep: str, layers: int, x1: int, x2: int, value: float, reps: int) -> Sample:
+        """A point that is one number over ``reps`` trials (a count, an agreement): median = min = max."""
+        v = float(value)
+        return cls(sweep, layers, x1, x2, v, v, v, reps)
 
     def row(self) -> list[object]:
         return [self.sweep, self.layers, self.x1, self.x2, f"{self.median_ms:.6g}", f"{self.min_ms:.6g}",

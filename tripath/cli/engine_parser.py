@@ -8,8 +8,14 @@ import argparse
 from tripath.cli.arg_types import fraction_threshold, gib, positive_thread_count, seed, timed_layers
 
 
-def add_calibrate(sub: argparse._SubParsersAction) -> None:
-    """Register `calibrate` and `profile` on the tripath parser."""
+def register(sub: argparse._SubParsersAction) -> None:
+    """Register `calibrate`, `profile` and `validate` on the tripath parser."""
+    _add_calibrate(sub)
+    _add_validate(sub)
+
+
+def _add_calibrate(sub: argparse._SubParsersAction) -> None:
+    """`calibrate` and `profile`."""
     from tripath.calibrate import commands
 
     cal = sub.add_parser("calibrate", help="time the real engine, fit the cost formulas, write a profile",
@@ -121,8 +127,8 @@ def add_calibrate(sub: argparse._SubParsersAction) -> None:
     acc.set_defaults(func=commands.cmd_acceptance)
 
 
-def add_validate(sub: argparse._SubParsersAction) -> None:
-    """Register `validate` on the tripath parser."""
+def _add_validate(sub: argparse._SubParsersAction) -> None:
+    """`validate`."""
     from tripath.fidelity import validate
     from tripath.fidelity.validate import DEFAULT_OUT, DEFAULT_SCENARIOS, PARTIAL_OUT, QUICK_REQUESTS, QUICK_SCENARIOS
 

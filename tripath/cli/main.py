@@ -143,25 +143,18 @@ def _cmd_app(args: argparse.Namespace) -> int:
     return 0  # not reached: execv does not return
 
 
-def _cmd_serve(args: argparse.Namespace) -> int:
-    # tripath/cli/serve.py's parser owns its options (`tripath serve --help` shows them); torch loads only here.
-    from tripath.cli.serve import main as serve_main
-
-    return serve_main(args.rest)
-
-
-class _Passthrough(argparse.Namespace):
-    """`tripath serve ARGS...`: ARGS go untouched to serve's own parser (argparse would eat --help)."""
-
-    def __init__(self, rest: list[str]) -> None:
-        super().__init__(func=_cmd_serve, rest=rest)
-
-
 def _json_default(value: object) -> object:
     raise TypeError(f"not JSON serialisable: {type(value).__name__}")
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The `tripath` parser: every subcommand is registered one way, by its parser module's ``register(sub)``.
+
+    Argparse only (`tripath --help` stays fast): each command's heavy imports (SimPy, torch, the planning
+    package) happen in its ``func`` when it runs.
+    """
+    from tripath.cli import engine_parser, planning_parser, serve_parser
+
     parser = OneLineParser(
         prog="tripath",
         description="Which long-context inference path meets your P99 SLA at the lowest GPU cost.",
@@ -170,7 +163,15 @@ def build_parser() -> argparse.ArgumentParser:
         "docs/cli_contract.md.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    # simulate and app (here); serve; calibrate, profile, validate (engine side); recommend, matrix, plan, whatif,
+    # stack, breakeven (planning)
+    for register_commands in (register, serve_parser.register, engine_parser.register, planning_parser.register):
+        register_commands(sub)
+    return parser
 
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Register `simulate` and `app` on the tripath parser."""
     sim = sub.add_parser(
         "simulate",
         help="simulate a scenario on a calibration profile and report tail latency against the SLA",
@@ -195,13 +196,6 @@ def build_parser() -> argparse.ArgumentParser:
                      "with --out, written to timeseries.csv (runs the per-iteration loop; same records)")
     sim.set_defaults(func=_cmd_simulate)
 
-    serve = sub.add_parser(
-        "serve", add_help=False,
-        help="replay a scenario's workload on the real engine (measured records; --help for options)",
-    )
-    serve.add_argument("rest", nargs=argparse.REMAINDER)
-    serve.set_defaults(func=_cmd_serve)
-
     app = sub.add_parser(
         "app", help="start the Streamlit app (headless server; open the printed address in a browser)",
         description="Run `streamlit run app.py` headless: scenario explorer, decision matrix, capacity planner, "
@@ -212,26 +206,22 @@ def build_parser() -> argparse.ArgumentParser:
                      help="address to bind (default localhost; 0.0.0.0 to serve other machines)")
     app.set_defaults(func=_cmd_app)
 
-    # calibrate, profile, validate: the engine-side commands (argparse only; torch loads when they run)
-    from tripath.cli.engine_parser import add_calibrate, add_validate
-
-    add_calibrate(sub)
-    add_validate(sub)
-    # matrix, plan, whatif, stack, breakeven: planning analyses (tripath/planning/ loads when they run)
-    from tripath.cli.planning_parser import add_subcommands as add_planning
-
-    add_planning(sub)
-    return parser
-
-
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
-    args = _Passthrough(argv[1:]) if argv[:1] == ["serve"] else parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # named by the command's own parser: "tripath serve: error: ... (see tripath serve --help)"
+        _command_parser(parser, args.command).error(f"unrecognized arguments: {' '.join(extra)}")
     with signals_as_interrupts():
         return run_guarded(lambda: int(args.func(args)), argv)
+
+
+def _command_parser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:
+    """The subparser ``build_parser`` registered for ``command``."""
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return action.choices[command]
 
 
 def _error(text: str) -> int:

@@ -14,6 +14,7 @@ import json
 from typing import Any
 
 from tripath.core.errors import InputError
+from tripath.core.metrics import TERMS
 
 
 def _runtime(args: argparse.Namespace) -> tuple[Any, Any]:
@@ -69,7 +70,7 @@ def _ms(value: Any) -> str:
 
 def _p99s(row: dict[str, Any]) -> str:
     p99 = row.get("p99_ms") or {}
-    return " / ".join(_ms(p99.get(t)) for t in ("ttft", "tpot", "e2e"))
+    return " / ".join(_ms(p99.get(t)) for t in TERMS)
 
 
 # --- matrix -------------------------------------------------------------------------------------
@@ -282,78 +283,13 @@ def _ms3(value: float | None) -> str:
 DEFAULT_SCENARIO = "default"
 
 
-def _interval(term: dict[str, Any]) -> str:
-    """The verdict's replication interval (tripath/planning/decision.py); "n/a" for an end there is none of."""
-    lo, hi = term["ci_low_ms"], term["ci_high_ms"]
-    if lo is None and hi is None:
-        return ""
-    ends = ["n/a" if v is None else f"{v:,.0f}" for v in (lo, hi)]
-    return f" [95% {ends[0]} to {ends[1]}]"
-
-
-def _term_lines(summary: dict[str, Any]) -> list[str]:
-    lines = []
-    for name, t in summary["terms"].items():
-        verdict = t.get("verdict") or ("meets" if t["over_by"] is None else "misses")
-        if verdict == "misses" and t["over_by"] is not None:
-            verdict = f"MISSES by {t['over_by']:.0%}"
-        bind = "  <- binds" if name == summary["binding_term"] else ""
-        lines.append(f"    {name.upper():<5} P99 {_ms(t['p99_ms'])} ms{_interval(t)} vs target "
-                     f"{_ms(t['target_ms'])} ms: {verdict}{bind}")
-    rejected = summary.get("rejected_share")
-    if rejected:
-        lines.append(f"    rejected: {rejected:.1%} of requests")
-    for key in ("remark", "idle"):
-        if summary.get(key):
-            lines.append(f"    ({summary[key]})")
-    return lines
-
-
-def _where(summary: dict[str, Any]) -> str:
-    layout = summary["layout"]
-    return f"{layout['gpu']} TP{layout['tp']}"
-
-
-def _sized(summary: dict[str, Any]) -> str:
-    layout = summary["layout"]
-    cost = ""
-    if summary.get("cost_usd_per_hour") is not None:
-        cost = f", ${summary['cost_usd_per_hour']:,.2f}/h at ${layout['usd_per_gpu_hour']:,.3g} per GPU-hour"
-        if summary.get("usd_per_million_output_tokens") is not None:
-            cost += f", ${summary['usd_per_million_output_tokens']:,.2f} per million output tokens"
-    batch = "" if summary.get("max_batch_size") is None else f", max batch {summary['max_batch_size']}"
-    return (f"{summary['candidate']} on {_where(summary)} ({layout['profile']}{batch}): {summary['replicas']} "
-            f"replica(s) x {summary['gpus_per_replica']} GPU(s) = {summary['gpus']} GPU(s){cost}")
-
-
-def _factor(bound: dict[str, Any], what: str, unit: str) -> str:
-    met, missed = bound["meets_up_to"], bound["misses_at"]
-    if missed is None:
-        return f"  still meets the SLA with {what} x{met:g} ({unit}; searched no further)"
-    return (f"  meets the SLA with 95 % confidence up to {what} {met - 1.0:+.0%} ({unit}; "
-            f"met at x{met:.3f}, not at x{missed:.3f})")
-
-
-def _quality(summary: dict[str, Any]) -> list[str]:
-    loss = summary.get("quality_loss")
-    if not loss:
-        return []
-    return [f"    quality cost (lossy: {loss['source']}): {loss['value']:g} {loss['unit']}"]
-
-
-def _below(summary: dict[str, Any]) -> list[str]:
-    below = summary.get("verdict_below")
-    if not below:
-        return []
-    return [f"    one replica fewer: {below['why']}"]
-
-
 def _cmd_recommend(args: argparse.Namespace) -> int:
     from tripath.core.atomic import check_dir_target
+    from tripath.planning import recommend_text as render
     from tripath.planning.decision import DecisionRule
     from tripath.planning.export import recommended_sglang, recommended_suggestion, write_export
     from tripath.planning.prices import load_prices
-    from tripath.planning.recommend import recommend, scenario_qps
+    from tripath.planning.recommend import SearchOptions, recommend, scenario_qps
     from tripath.planning.scenario_dict import with_fields, with_rate, with_requests
     from tripath.profile.catalog import layouts
     from tripath.profile.profile import resolve_profile
@@ -386,9 +322,10 @@ def _cmd_recommend(args: argparse.Namespace) -> int:
     _check_fits(args.budget_requests, args.replications, None, "--budget-requests x --replications")
     rule = DecisionRule(args.replications, args.budget_requests)
     try:
-        rec = recommend(data, source, names, qps, prices, args.seed, rule, args.max_replicas, executor, cache,
-                        with_robustness=not args.no_robustness, allow_lossy=args.allow_lossy,
-                        candidate_names=args.candidates, batch_sizes=args.batch_sizes)
+        options = SearchOptions(seed=args.seed, rule=rule, max_replicas=args.max_replicas,
+                                with_robustness=not args.no_robustness, allow_lossy=args.allow_lossy,
+                                candidate_names=args.candidates, batch_sizes=args.batch_sizes)
+        rec = recommend(data, source, names, qps, prices, options, executor, cache)
     except ValueError as err:
         if isinstance(err, InputError):
             raise
@@ -408,31 +345,13 @@ def _cmd_recommend(args: argparse.Namespace) -> int:
              f"of arrivals dropped), 95 % interval over {rule_d['replications']} seeded replications; meets only "
              f"when the whole interval is under the target; {rule_d['tail_minimum_requests']:,} requests per "
              f"replication first, doubled while undecided up to {rule_d['budget_requests_per_replication']:,}", ""]
-    best, runner, closest = result["recommended"], result["runner_up"], result["closest"]
-    if best is not None:
-        lines.append(f"  RECOMMENDED  {_sized(best)}")
-        lines += _term_lines(best) + _quality(best) + _below(best)
-        room = result["headroom"]
-        if room is not None:
-            what = "load" if room["least"] == "arrival_rate" else "step costs"
-            lines.append(f"    headroom: {room['headroom']:+.0%} on {what}" + (
-                "  WARNING: under 10 %: a small change in load or costs breaks the SLA" if room["thin"] else ""))
-        lines.append(f"  runner-up    {_sized(runner) if runner else 'none (no other candidate meets the SLA)'}")
-        if runner is not None:
-            lines += _term_lines(runner) + _quality(runner)
-    else:
-        lines.append(f"  NO candidate meets the SLA with 95 % confidence with up to {args.max_replicas} replicas "
-                     "(--max-replicas).")
-        if closest is not None:
-            lines.append(f"  closest      {closest['candidate']} on {_where(closest)} at "
-                         f"{closest['searched_replicas']} replica(s):")
-            lines += _term_lines(closest)
+    lines += render.headline_text(result, args.max_replicas)
     others = [o for o in result["others"] if not o["not_applicable"]]
     simulated = [o for o in others if not (o["pruned"] and o["searched_replicas"] is None)]
     if simulated:
         lines += ["", "the others simulated (cheapest first):"]
         for o in sorted(simulated, key=lambda o: (o["cost_usd_per_hour"] is None, o["cost_usd_per_hour"] or 0.0)):
-            label = f"{o['candidate']} on {_where(o)}"
+            label = f"{o['candidate']} on {render.where(o)}"
             if o["gpus"] is not None:
                 cost = "" if o["cost_usd_per_hour"] is None else f", ${o['cost_usd_per_hour']:,.2f}/h"
                 idle = " (never engaged: not ranked)" if o["idle"] else ""
@@ -452,15 +371,12 @@ def _cmd_recommend(args: argparse.Namespace) -> int:
                     else "tiering would never engage (the baseline's KV never filled the device)"
                     if "tiering would never engage" in why
                     else "one replica costs as much as the cheapest baseline or more")
-            groups.setdefault(kind, []).append(f"{o['candidate']} on {_where(o)}")
+            groups.setdefault(kind, []).append(f"{o['candidate']} on {render.where(o)}")
         for kind, labels in groups.items():
             lines.append(f"  {kind}: " + ", ".join(labels))
-    robust = result["robustness"]
-    if robust is not None:
-        lines += ["", f"Headroom ({robust['candidate']} on {robust['replicas']} replica(s) held fixed, bisected to "
-                  f"{robust['tolerance']:.0%}):",
-                  _factor(robust["step_costs"], "step costs", "profiled"),
-                  _factor(robust["arrival_rate"], "the request rate", f"{qps:g} req/s")]
+    robust = render.robustness_lines(result)
+    if robust:
+        lines += ["", robust[0], *("  " + line for line in robust[1:])]
     batch = result["batch_search"]
     if batch is not None and batch["sizes"]:
         lines += ["", f"max batch sizes also searched: {', '.join(map(str, batch['sizes']))} (--batch-sizes), on every "

@@ -31,6 +31,7 @@ from tripath.cli.planning_cli import (
     _cmd_stack,
     _cmd_whatif,
 )
+from tripath.core.metrics import TERMS
 from tripath.planning.prices import parse_price_override
 
 
@@ -47,7 +48,7 @@ def _sweep_options(parser: argparse.ArgumentParser, replications: int) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
 
 
-def add_subcommands(sub: Any) -> None:
+def register(sub: Any) -> None:
     """Register recommend, matrix, plan, whatif, stack and breakeven on the `tripath` subparsers."""
     rec = sub.add_parser("recommend", help="the answer: which GPU, how many, which path, what it costs, how sure",
                          description="Size every candidate path on every GPU type and TP degree shipped for the "
@@ -138,7 +139,7 @@ def add_subcommands(sub: Any) -> None:
     stk.add_argument("scenario", help="scenario TOML path or shipped name")
     stk.add_argument("--profile", help="profile name or path (default: the scenario's)")
     stk.add_argument("--compression-mode", help="which of the profile's compression modes to stack (default: first)")
-    stk.add_argument("--metric", choices=("ttft", "tpot", "e2e"), default="e2e", help="metric of the order table")
+    stk.add_argument("--metric", choices=TERMS, default="e2e", help="metric of the order table")
     _sweep_options(stk, replications=2)
     stk.set_defaults(func=_cmd_stack)
 

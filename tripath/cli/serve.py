@@ -1,8 +1,9 @@
 """``tripath serve``: replay a scenario's workload through the real engine and write the measured records.
 
-The command line, the tier flags and the measured summary; the replay is tripath/engine/workload_replay.py,
-the CSV writers tripath/engine/serving.py. The scenario is read here, so the engine never imports the
-simulator.
+The command (its flags: tripath/cli/serve_parser.py), the engine the scenario describes with the flags on top
+(tripath/fidelity/engine_settings.py, as the validation runner builds it) and the measured summary; the replay
+is tripath/engine/workload_replay.py, the CSV writers tripath/engine/serving.py. The scenario is read here, so
+the engine never imports the simulator.
 """
 
 from __future__ import annotations
@@ -16,22 +17,15 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from tripath.cli.arg_types import (
-    OneLineParser,
-    non_negative_int,
-    positive_int,
-    rate_per_s,
-    request_count,
-    seed,
-    thread_count,
-)
 from tripath.core.errors import InputError
 from tripath.core.records import COMPLETED, REJECTED, RequestRecord
 from tripath.engine.engine import Engine
 from tripath.engine.engine_config import EngineConfig
 from tripath.engine.serving import write_serve_outputs
-from tripath.engine.tiered.tier_config import TierConfig
 from tripath.engine.workload_replay import PromptSource, prefix_hit_tokens, serve
+from tripath.fidelity.engine_settings import EngineOverrides, engine_settings
+
+GIB = 2**30
 
 if TYPE_CHECKING:
     from tripath.engine.model.model import LlamaModel
@@ -47,7 +41,8 @@ def resolve_rate(arrival_rate: float | None, override: float | None, source: str
     return rate
 
 
-def main(argv: list[str] | None = None) -> int:
+def run(args: argparse.Namespace) -> int:
+    """Serve the scenario's requests on the engine it describes (engine_settings, the flags on top)."""
     from tripath.engine.model.checkpoint import load_checkpoint
     from tripath.engine.model.config import PRESETS
     from tripath.engine.model.model import LlamaModel
@@ -55,31 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     from tripath.simulator.scenario.scenario import load_scenario
     from tripath.simulator.scenario.workload import generate_requests, generate_with_prefixes
 
-    p = OneLineParser(  # a usage error is one line, exit 2, as every tripath command's
-        prog="tripath serve",
-        description="Replay a scenario's workload through the real engine (measured).",
-    )
-    p.add_argument("scenario")
-    p.add_argument("--checkpoint", help="HF-layout checkpoint folder; default: a random-weight preset")
-    p.add_argument("--preset", default="tiny-target", choices=sorted(PRESETS))
-    p.add_argument(
-        "--rate", type=rate_per_s, help="arrivals per second (needed when the scenario uses load_fraction)"
-    )
-    p.add_argument("--requests", type=request_count, help="replay only the first N requests")
-    p.add_argument("--seed", type=seed, default=0)
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    p.add_argument("--num-blocks", type=positive_int, default=1024)
-    p.add_argument("--block-size", type=positive_int, default=16)
-    p.add_argument("--out", default="engine_records.csv")
-    p.add_argument("--steps-out", help="also write per-step timing records (CSV)")
-    p.add_argument("--threads", type=thread_count, default=0, help="torch CPU threads (0: torch's default)")
-    p.add_argument("--json", action="store_true", help="print the measured latency percentiles as one JSON object")
-    p.add_argument("--prefix-caching", action=argparse.BooleanOptionalAction, default=None,
-                   help="reuse cached full prompt blocks across requests (default: on when the scenario has an "
-                        "enabled [strategy.prefix_cache]); prompts share blocks where the workload's prefix "
-                        "structure ([workload.prefix], a trace's hash_ids) says they do")
-    _add_tier_arguments(p)
-    args = p.parse_args(argv)
+    if args.device is None:
+        args.device = "cuda" if torch.cuda.is_available() else "cpu"
     _check_outputs(args.out, args.steps_out)
     if args.threads:  # on a shared CPU, fewer threads avoid OpenMP spin-waits that dominate small ops
         torch.set_num_threads(args.threads)
@@ -94,23 +66,19 @@ def main(argv: list[str] | None = None) -> int:
         raise InputError(
             scenario.source_path, "workload.arrival.load_fraction", "pass --rate to replay on the engine"
         )
+    cfg = serve_config(args, scenario, model)
+    prefix_on = cfg.prefix_caching
     rng = np.random.default_rng(args.seed)
     prefix_on = scenario.strategy.prefix_cache is not None if args.prefix_caching is None else args.prefix_caching
-    tiered = tier_config(args, scenario, model.config.num_layers)
     prefixes = None
     if prefix_on:  # the same requests (the keys draw from a later child of rng) and their prompts' block keys
         spec = scenario.strategy.prefix_cache
-        page = tiered.chunk_tokens if tiered is not None else args.block_size
+        page = cfg.tiered.chunk_tokens if cfg.tiered is not None else cfg.block_size
         requests, prefixes = generate_with_prefixes(scenario.workload, rng, rate,
                                                     spec.block_tokens if spec is not None else page)
         requests = requests[: args.requests]
     else:
         requests = generate_requests(scenario.workload, rng, rate)[: args.requests]
-    try:
-        cfg = EngineConfig(scenario.batching.max_batch_size, scenario.batching.max_batched_tokens, args.block_size,
-                           args.num_blocks, tiered=tiered, prefix_caching=prefix_on)
-    except ValueError as exc:
-        raise InputError(scenario.source_path, "--prefix-caching" if prefix_on else "--tiered", str(exc)) from None
     check_kv_memory(cfg, model, args.device)
     with Engine(model, cfg, torch.Generator(device=args.device).manual_seed(args.seed)) as engine:
         prompts = PromptSource(np.random.default_rng(args.seed + 1), model.config.vocab_size)
@@ -188,43 +156,29 @@ def _prefix_summary(engine: Engine, records: list[RequestRecord], prefixes: Requ
     return out
 
 
-def _add_tier_arguments(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("tiered KV (on with --tiered or a [strategy.tiered] table in the scenario)")
-    g.add_argument("--tiered", action="store_true",
-                   help="KV in device / host / SSD tiers (tripath/engine/tiered/store.py)")
-    g.add_argument("--chunk-tokens", type=positive_int,
-                   help="tokens per page (default: [strategy.tiered] chunk_tokens, or 256)")
-    g.add_argument("--device-pages", type=positive_int,
-                   help="device pool in pages (default: --num-blocks x --block-size)")
-    g.add_argument("--host-pages", type=non_negative_int,
-                   help="host tier in pages (default: as many as the device pool)")
-    g.add_argument("--ssd-pages", type=non_negative_int, help="SSD tier in pages (default: 8x the device pool)")
-    g.add_argument("--ssd-dir", help="parent of the SSD tier's temp directory (default: the system temp dir)")
-    g.add_argument("--sink-tokens", type=non_negative_int, default=4, help="attention sinks kept on the device")
-    g.add_argument("--window-tokens", type=non_negative_int, default=256, help="recent window kept on the device")
-
-
-def tier_config(args: argparse.Namespace, scenario: Scenario, num_layers: int) -> TierConfig | None:
-    """The TierConfig the flags and the scenario's [strategy.tiered] ask for, or None (tiering off).
-
-    Capacities are pages (chunk_tokens tokens of one layer's K and V).  Only chunk_tokens comes from the
-    scenario: its host/SSD GiB describe the simulated hardware, and this engine preallocates its tiers,
-    so they are sized by the flags here.
+def serve_config(args: argparse.Namespace, scenario: Scenario, model: LlamaModel) -> EngineConfig:
+    """The engine the scenario describes (tripath.fidelity.engine_settings, the same function the validation
+    runner uses), with serve's flags on top: the device pool is --num-blocks x --block-size tokens (its tiered
+    pages too, unless --device-pages), the host tier as many pages as the device pool (it is preallocated: the
+    scenario's host_capacity_gib describes the simulated machine), the SSD tier the scenario's ssd_capacity_gib
+    (the engine's own bytes per token) at most SSD_PAGES_CAP x the device pool; explicit page flags win.
     """
     spec = scenario.strategy.tiered
-    if not args.tiered and spec is None:
-        return None
-    chunk = args.chunk_tokens or (spec.chunk_tokens if spec is not None else 256)
+    ssd_tokens = None
+    if spec is not None and spec.ssd_capacity_gib is not None:
+        per_token = model.config.kv_bytes_per_token(next(model.parameters()).element_size())
+        ssd_tokens = int(spec.ssd_capacity_gib * GIB) // per_token
+    overrides = EngineOverrides(
+        block_size=args.block_size, tiered=args.tiered, chunk_tokens=args.chunk_tokens,
+        device_pages=args.device_pages, host_pages=args.host_pages, ssd_pages=args.ssd_pages, ssd_dir=args.ssd_dir,
+        sink_tokens=args.sink_tokens, window_tokens=args.window_tokens, prefix_caching=args.prefix_caching)
     try:
-        if chunk < 1:
-            raise ValueError(f"TierConfig.chunk_tokens: must be an integer >= 1, got {chunk}")
-        device = args.device_pages or max(1, args.num_blocks * args.block_size // chunk) * num_layers
-        host = device if args.host_pages is None else args.host_pages
-        ssd = 8 * device if args.ssd_pages is None else args.ssd_pages
-        return TierConfig(chunk, device, host, ssd, args.ssd_dir, sink_tokens=args.sink_tokens,
-                          window_tokens=args.window_tokens)
+        return engine_settings(scenario, args.num_blocks * args.block_size, model.config.num_layers,
+                               ssd_tokens=ssd_tokens, overrides=overrides)
     except ValueError as exc:
-        raise InputError(None, "--tiered", str(exc)) from exc
+        field = ("--tiered" if args.tiered or spec is not None else
+                 "strategy.compression" if scenario.strategy.compression is not None else "--prefix-caching")
+        raise InputError(scenario.source_path, field, str(exc)) from None
 
 
 def _measured_summary(records: list[RequestRecord], steps: int, args: argparse.Namespace,
@@ -246,11 +200,3 @@ def _measured_summary(records: list[RequestRecord], steps: int, args: argparse.N
         "latency_ms": latency,
         "records": str(args.out),
     }
-
-
-if __name__ == "__main__":
-    try:
-        raise SystemExit(main())
-    except InputError as exc:  # bad user input: one line, exit 2, nothing written
-        print(f"error: {exc}", file=__import__("sys").stderr)
-        raise SystemExit(2) from None

@@ -32,20 +32,29 @@ independent draws. Too few requests for an end (at P99 the upper end needs n >= 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
 
 import numpy as np
 
 from tripath.core.records import COMPLETED, REJECTED, ReplicaStats, RequestRecord
 
 PERCENTILES: dict[str, float] = {"p50": 50.0, "p90": 90.0, "p99": 99.0, "p999": 99.9}
-LATENCY_METRICS = ("ttft", "tpot", "e2e", "queueing")
-SLA_TERMS = {"ttft": "ttft_p99_ms", "tpot": "tpot_p99_ms", "e2e": "e2e_p99_ms"}
+SlaTerm = Literal["ttft", "tpot", "e2e"]
+TERMS: tuple[SlaTerm, ...] = ("ttft", "tpot", "e2e")  # the SLA terms, the one spelling every package uses
+LATENCY_METRICS = (*TERMS, "queueing")
+SLA_TERMS: dict[SlaTerm, str] = {term: f"{term}_p99_ms" for term in TERMS}  # term -> its key in [sla]
 CONFIDENCE = 0.95
 INTERVAL_METHOD = "order-statistic 95 %"
 INTERVAL_NOTE = ("distribution-free binomial interval of each percentile over the requests of all replications "
                  "pooled (its ends are observed latencies, never below zero; None where too few requests for an "
                  "end); mean = the mean over replications of each replication's percentile (tripath/core/metrics.py)")
+
+
+def sla_targets(sla: Mapping[str, Any] | None) -> dict[SlaTerm, float | None]:
+    """A scenario's ``[sla]`` table as the P99 target in ms per term (None: not given, or no table), so every
+    reader of the table spells the terms and their keys the same way."""
+    return {term: (sla or {}).get(SLA_TERMS[term]) for term in TERMS}
 
 
 def completed(records: Sequence[RequestRecord]) -> list[RequestRecord]:

@@ -7,13 +7,16 @@ Metrics (tripath/core/metrics.py) are pure functions over these records, testabl
 
 from __future__ import annotations
 
+import csv
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import IO, Any
 
 COMPLETED = "completed"
 REJECTED = "rejected"
-# The columns of records.csv (tripath/simulator/summary.py writes it whole, tripath/simulator/loop/streaming.py as a
-# run goes): a replication number, then a RequestRecord's fields in order.
+# The columns of records.csv (write_records writes it whole, tripath/simulator/loop/streaming.py as a run goes,
+# tripath/engine/serving.py for a served run): a replication number, then a RequestRecord's fields in order.
 RECORD_COLUMNS = ("replication", "request_id", "task", "arrival_s", "prompt_tokens", "output_tokens",
                   "replica", "admitted_s", "first_token_s", "finish_s", "status", "reject_reason",
                   "draft_rounds", "accepted_tokens", "paging_s", "merge_s", "preemptions")
@@ -125,3 +128,19 @@ def record_row(replication: int, r: RequestRecord) -> tuple[object, ...]:
     return (replication, r.request_id, r.task, repr(r.arrival_s), r.prompt_tokens, r.output_tokens, r.replica,
             repr(r.admitted_s), repr(r.first_token_s), repr(r.finish_s), r.status, r.reject_reason, r.draft_rounds,
             r.accepted_tokens, repr(r.paging_s), repr(r.merge_s), r.preemptions)
+
+
+def record_csv_writer(handle: IO[str]) -> Any:
+    """A csv writer onto ``handle`` in records.csv's dialect (``\\n`` line ends), the header already written: the
+    one place the simulator's and the engine's record files get their format, so they compare column by column."""
+    writer = csv.writer(handle, lineterminator="\n")
+    writer.writerow(RECORD_COLUMNS)
+    return writer
+
+
+def write_records(handle: IO[str], runs_records: Iterable[Sequence[RequestRecord]]) -> None:
+    """All replications' records as records.csv (a header, then record_row per record) onto an open text handle;
+    the replication column counts the runs from 0."""
+    writer = record_csv_writer(handle)
+    for replication, records in enumerate(runs_records):
+        writer.writerows(record_row(replication, r) for r in records)

@@ -1,8 +1,9 @@
 """The serving engine: continuous batching over a KV back end (tripath/engine/kv/backend.py), one forward pass per step.
 
-``add_request`` queues a prompt; ``step`` schedules, runs the model once over every
-scheduled sequence's new tokens (and the drafts of a speculative strategy: tripath/engine/decoding.py),
-keeps what the strategy accepts, retires finished sequences and returns a StepRecord with the
+``add_request`` queues a prompt; ``step`` runs in phases: ``_schedule`` (who runs, the strategy's drafts:
+tripath/engine/decoding.py), ``_pack`` (every scheduled sequence's new tokens and drafts as one forward:
+tripath/engine/batch.py), ``_forward`` (the model once, the strategy's accept) and ``_book`` (what each
+sequence keeps; finished and faulted ones retired), and returns a StepRecord with the
 wall time measured after device synchronisation: the raw material for calibration (prefill
 tokens, decode sequences, total context -> latency).
 """
@@ -14,14 +15,15 @@ from typing import Any
 
 import torch
 
-from tripath.engine.batch import Part, pack
+from tripath.engine.backends import make_backend
+from tripath.engine.batch import Part, StepBatch
 from tripath.engine.decoding import DecodeStrategy, PlainDecoding
 from tripath.engine.engine_config import EngineConfig, RequestRejected
-from tripath.engine.kv.backend import KVBackend, make_backend
+from tripath.engine.kv.backend import KVBackend, StepAttention
 from tripath.engine.model.fusion import fuse_projections
 from tripath.engine.model.model import LlamaModel
 from tripath.engine.sampling import SamplingParams
-from tripath.engine.scheduler import Scheduler, SchedulerConfig
+from tripath.engine.scheduler import ScheduledChunk, Scheduler, SchedulerConfig, SchedulerOutput
 from tripath.engine.sequence import Sequence
 from tripath.engine.step_record import StepRecord
 
@@ -102,88 +104,87 @@ class Engine:
 
     @torch.inference_mode()
     def step(self) -> StepRecord:
+        """One iteration in three phases: schedule and pack the batch, run the one forward, book the results."""
         start = time.perf_counter()
+        plan, drafts = self._schedule()
+        forward_start = time.perf_counter()
+        batch = self._pack(plan.chunks, drafts)
+        attention, results = self._forward(batch)
+        forward_s = time.perf_counter() - forward_start
+        failed = self.backend.faults(attention)  # those requests end here, the rest go on
+        first, finished = self._book(plan.chunks, dict(zip(batch.sampled, results, strict=True)), failed)
+        self._sync()  # .tolist() already waited for the device; this also covers non-CUDA-stream backends
+        wall = time.perf_counter() - start
+        self._steps += 1
+        fields = dict(step=self._steps - 1, start_s=start, wall_s=wall, num_preempted=len(plan.preempted),
+                      blocks_used=self.kv_manager.blocks_used, first_tokens=tuple(first),
+                      finished=tuple(finished), failed=tuple(failed),
+                      **batch.fields(), **self.backend.step_fields())
+        return self.strategy.record(fields, forward_s)
+
+    def _schedule(self) -> tuple[SchedulerOutput, list[list[int]]]:
+        """Who runs this step (preempted sequences told to the strategy, block copies done) and their drafts."""
         plan = self.scheduler.schedule()
         if not plan.chunks:
             raise RuntimeError("step() with nothing schedulable; check has_unfinished first")
         for seq in plan.preempted:
             self.strategy.preempted(seq)
         self.backend.prepare(plan.copies)
-        drafts = self.strategy.propose(plan.chunks)
-        forward_start = time.perf_counter()
-        parts: list[Part] = []
-        prefill_seqs = prefill_tokens = decode_seqs = context = 0
-        admitted: list[int] = []
-        shapes: list[tuple[int, int]] = []  # (cached, new) per sequence: StepRecord.chunk_shapes
-        for ch, extra in zip(plan.chunks, drafts, strict=True):
+        return plan, self.strategy.propose(plan.chunks)
+
+    def _pack(self, chunks: list[ScheduledChunk], drafts: list[list[int]]) -> StepBatch:
+        """Every chunk's new tokens (and drafts) as one packed forward, with the step's phase mix."""
+        batch = StepBatch(chunks)
+        for ch, extra in zip(chunks, drafts, strict=True):
             seq, n = ch.seq, ch.num_new
             if not seq.admitted:
                 seq.admitted = True
-                admitted.append(seq.request_id)
-            if seq.is_decode:
-                decode_seqs += 1
-            else:
-                prefill_seqs += 1
-                prefill_tokens += n
+                batch.admitted.append(seq.request_id)
             tokens = seq.token_slice(seq.num_computed, seq.num_computed + n) + extra
             # a chunk that reaches the end of its tokens gives the next one (and verifies its drafts)
             wanted = 1 + len(extra) if seq.num_computed + n == seq.num_tokens else 0
             table = self.kv_manager.block_table(seq.request_id)
-            parts.append(Part(seq.request_id, seq.num_computed, tokens, table, wanted, split=bool(extra)))
-            shapes.append((seq.num_computed, len(tokens)))
-            context += seq.num_computed + len(tokens)
-        batch = pack(parts)
-        sampled = [i for i, p in enumerate(parts) if p.num_logits]
-        attention = self.strategy.attention(batch.chunks, batch.request_ids)
-        ids = torch.tensor(batch.token_ids, dtype=torch.int64).to(self.device, non_blocking=True).unsqueeze(0)
-        index = torch.tensor(batch.rows, dtype=torch.int64).to(self.device, non_blocking=True)
+            batch.add(Part(seq.request_id, seq.num_computed, tokens, table, wanted, split=bool(extra)),
+                      prefill=not seq.is_decode, num_new=n)
+        return batch
+
+    def _forward(self, batch: StepBatch) -> tuple[StepAttention, list[tuple[int, list[int]]]]:
+        """The model over the packed batch; the strategy's (accepted, emitted) per sampling chunk."""
+        packed = batch.packed
+        attention = self.strategy.attention(packed.chunks, packed.request_ids)
+        ids = torch.tensor(packed.token_ids, dtype=torch.int64).to(self.device, non_blocking=True).unsqueeze(0)
+        index = torch.tensor(packed.rows, dtype=torch.int64).to(self.device, non_blocking=True)
         logits = self.model(ids, attention.positions, attention, logits_index=index)[0]  # [R, V]
-        results = self.strategy.accept([plan.chunks[i].seq for i in sampled], logits,
-                                       [batch.spans[i] for i in sampled])  # .tolist() inside waits for the device
-        forward_s = time.perf_counter() - forward_start
-        first, finished = [], []
-        failed = self.backend.faults(attention)  # those requests end here, the rest go on
-        outcome = dict(zip(sampled, results, strict=True))
-        for i, ch in enumerate(plan.chunks):
+        results = self.strategy.accept([batch.chunks[i].seq for i in batch.sampled], logits,
+                                       [packed.spans[i] for i in batch.sampled])  # .tolist() inside waits
+        return attention, results
+
+    def _book(self, chunks: list[ScheduledChunk], outcome: dict[int, tuple[int, list[int]]],
+              failed: dict[int, str]) -> tuple[list[int], list[int]]:
+        """Advance every chunk's sequence by what it computed and kept; retire finished and failed ones.
+        Returns the request ids that produced their first token and those that finished."""
+        first: list[int] = []
+        finished: list[int] = []
+        for i, ch in enumerate(chunks):
             seq = ch.seq
             accepted, emitted = outcome.get(i, (0, []))
             seq.num_computed += ch.num_new + accepted
             if seq.request_id in failed:
                 self.errors[seq.request_id] = failed[seq.request_id]
-                self.scheduler.finish(seq)
-                self.strategy.finished(seq)
+                self._retire(seq)
                 continue
             if emitted and not seq.output_ids:
                 first.append(seq.request_id)
             seq.output_ids += emitted
             self.strategy.settle(seq)
             if emitted and seq.finished:
-                self.scheduler.finish(seq)
-                self.strategy.finished(seq)
+                self._retire(seq)
                 finished.append(seq.request_id)
-        self._sync()  # .tolist() already waited for the device; this also covers non-CUDA-stream backends
-        wall = time.perf_counter() - start
-        self._steps += 1
-        fields = dict(
-            step=self._steps - 1,
-            start_s=start,
-            wall_s=wall,
-            batch_size=len(plan.chunks),
-            num_tokens=len(batch.token_ids),
-            prefill_seqs=prefill_seqs,
-            prefill_tokens=prefill_tokens,
-            decode_seqs=decode_seqs,
-            total_context=context,
-            num_preempted=len(plan.preempted),
-            blocks_used=self.kv_manager.blocks_used,
-            admitted=tuple(admitted),
-            first_tokens=tuple(first),
-            finished=tuple(finished),
-            chunk_shapes=tuple(shapes),
-            failed=tuple(failed),
-            **self.backend.step_fields(),
-        )
-        return self.strategy.record(fields, forward_s)
+        return first, finished
+
+    def _retire(self, seq: Sequence) -> None:
+        self.scheduler.finish(seq)
+        self.strategy.finished(seq)
 
     def output(self, request_id: int) -> list[int]:
         return list(self.sequences[request_id].output_ids)

@@ -26,7 +26,7 @@ import numpy as np
 from tripath.core import metrics
 from tripath.core.records import RequestRecord
 
-LATENCY_METRICS = ("ttft", "tpot", "e2e")
+LATENCY_METRICS = metrics.TERMS  # the latencies compared: the SLA terms
 LEVELS = {"p50": 50.0, "p90": 90.0, "p99": 99.0}
 THROUGHPUT = ("requests_per_s", "output_tokens_per_s")
 # (central bar, tail bar) as fractions: the first fidelity bar and the tighter second one

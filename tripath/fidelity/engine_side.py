@@ -1,16 +1,18 @@
 """The measured side: a validation scenario's requests served by the real engine on this machine.
 
-The engine is built from the same scenario tables the simulator reads (names shared on purpose):
-[batching] -> EngineConfig (max_batch_size, max_batched_tokens; the KV pool holds the tokens the
-simulator's KV budget holds), [strategy.speculative] -> Engine with SpeculativeDecoding and the tiny draft at
+The engine is built from the same scenario tables the simulator reads, parsed to a Scenario and turned into an
+EngineConfig by tripath.fidelity.engine_settings.engine_settings, the function `tripath serve` uses too (the KV
+pool holds the tokens the simulator's KV budget holds, the tiers the host and SSD tokens it sizes),
+[strategy.speculative] -> Engine with SpeculativeDecoding and the tiny draft at
 fixed K (with [strategy.compression]: the target's KV compressed, the draft's exact). Policies
-continuous/chunked go through tripath.engine.serving.serve; static/dynamic through
-tripath.fidelity.window_serving. A path the engine cannot serve in a timed loop yet raises NotAvailable
-with what is missing: the report says "not run: <reason>", never a made-up number.
+continuous/chunked go through tripath.engine.workload_replay.serve; static/dynamic through the same loop with
+tripath.engine.batching_policy's Windowed policy. A path the engine cannot serve in a timed loop yet raises
+NotAvailable with what is missing: the report says "not run: <reason>", never a made-up number.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import hashlib
 import time
@@ -20,23 +22,23 @@ from typing import Any
 import numpy as np
 import torch
 
+from tripath.core.errors import InputError
 from tripath.core.prefix import key_bytes
 from tripath.core.records import RequestRecord
 from tripath.core.request import RequestSpec
 from tripath.core.speculative import FixedK
+from tripath.engine.batching_policy import Windowed
 from tripath.engine.engine import Engine
 from tripath.engine.engine_config import EngineConfig
 from tripath.engine.model.model import LlamaModel
-from tripath.engine.serving import PromptSource, serve
 from tripath.engine.speculative.decoding import SpeculativeDecoding
 from tripath.engine.speculative.metrics import SpecCounters
 from tripath.engine.speculative.proposers import DraftModelProposer
-from tripath.engine.workload_replay import prefix_hit_tokens
+from tripath.engine.workload_replay import PromptSource, prefix_hit_tokens, serve
+from tripath.fidelity.engine_settings import BLOCK_SIZE, engine_settings
 from tripath.fidelity.tier_paging import move_stall_ms_per_request
-from tripath.fidelity.window_serving import serve_batched
+from tripath.simulator.scenario.scenario import Scenario, scenario_from_dict
 
-SSD_PAGES_CAP = 16  # SSD tier of at most 16x the device pool's pages (it is preallocated; the workloads need less)
-BLOCK_SIZE = 16  # tripath serve's default block size (the profile's KV budget is 1024 such blocks)
 Paths = dict[str, tuple[float | None, str]]
 
 
@@ -78,33 +80,24 @@ class Measured:
     mean_batch: float | None = None  # sequences per engine step, averaged over steps
 
 
-def engine_config(data: dict[str, Any], kv_tokens: int, layers: int,
-                  tier_tokens: tuple[int, int] = (0, 0)) -> EngineConfig:
-    """The engine the scenario describes; ``kv_tokens`` is the device KV the simulator's budget holds.
+def scenario_of(data: dict[str, Any], source: str | None) -> Scenario:
+    """The parsed Scenario of a validation case's table (NotAvailable where the scenario reader refuses it)."""
+    try:
+        return scenario_from_dict(copy.deepcopy(data), source)
+    except InputError as exc:
+        raise NotAvailable(f"engine: {exc.field}: {exc.problem}") from None
 
-    Tiered: the engine's tiers are counted in pages of chunk_tokens tokens of ONE layer, so each tier
-    gets (its tokens // chunk_tokens) x layers pages; ``tier_tokens`` = (host, SSD) tokens as the
-    simulator sizes them from the scenario (SSD capped: the engine preallocates its tiers).
-    """
-    batching = data.get("batching", {})
-    strategy = data.get("strategy", {})
-    extra: dict[str, Any] = {}
-    if "compression" in strategy:
-        extra["kv_compression"] = str(strategy["compression"]["mode"])
-    if "prefix_cache" in strategy and strategy["prefix_cache"].get("enabled", True):
-        extra["prefix_caching"] = True
-    if "tiered" in strategy:
-        from tripath.engine.tiered.tier_config import TierConfig
 
-        chunk = int(strategy["tiered"].get("chunk_tokens", 256))
-        device = max(1, kv_tokens // chunk) * layers
-        host, ssd = (max(0, t // chunk) * layers for t in tier_tokens)
-        tiered = strategy["tiered"]  # sinks and window: the simulator's TieredSpec defaults are TierConfig's
-        extra["tiered"] = TierConfig(chunk, device, host, min(ssd, SSD_PAGES_CAP * device),
-                                     sink_tokens=int(tiered.get("sink_tokens", 4)),
-                                     window_tokens=int(tiered.get("window_tokens", 256)))
-    return EngineConfig(int(batching.get("max_batch_size", 256)), int(batching.get("max_batched_tokens", 8192)),
-                        BLOCK_SIZE, max(1, kv_tokens // BLOCK_SIZE), **extra)
+def engine_config(data: dict[str, Any], kv_tokens: int, layers: int, tier_tokens: tuple[int, int] = (0, 0),
+                  source: str | None = None) -> EngineConfig:
+    """The engine the validation case describes: its parsed Scenario through engine_settings (the function
+    `tripath serve` uses), on the ``kv_tokens`` of device KV the simulator's budget holds and the (host, SSD)
+    ``tier_tokens`` it sizes from the scenario (tripath.fidelity.sim_side.tier_tokens). NotAvailable where
+    the scenario reader or the engine (EngineConfig / TierConfig) refuses it: that ends this case only."""
+    try:
+        return engine_settings(scenario_of(data, source), kv_tokens, layers, *tier_tokens)
+    except ValueError as exc:
+        raise NotAvailable(f"engine: {exc}") from None
 
 
 def unsupported(data: dict[str, Any]) -> str | None:
@@ -183,32 +176,34 @@ class KeyedPrompts:
 
 
 def build_engine(data: dict[str, Any], target: LlamaModel, draft: LlamaModel | None, kv_tokens: int, seed: int,
-                 default_k: int, tier_tokens: tuple[int, int] = (0, 0)) -> tuple[Engine, SpecCounters | None]:
+                 default_k: int, tier_tokens: tuple[int, int] = (0, 0),
+                 source: str | None = None) -> tuple[Engine, SpecCounters | None]:
+    """The engine the scenario describes (tripath.fidelity.engine_settings, as `tripath serve` builds it) on
+    ``kv_tokens`` of device KV and ``tier_tokens`` = (host, SSD) tokens as the simulator sizes them; with
+    [strategy.speculative] the draft proposes at the scenario's fixed K (else ``default_k``)."""
     reason = unsupported(data)
     if reason is not None:
         raise NotAvailable(f"engine: {reason}")
-    try:  # settings the engine refuses (EngineConfig / TierConfig validation) end this scenario only
-        cfg = engine_config(data, kv_tokens, target.config.num_layers, tier_tokens)
-    except ValueError as exc:
-        raise NotAvailable(f"engine: {exc}") from None
+    cfg = engine_config(data, kv_tokens, target.config.num_layers, tier_tokens, source)
     gen = torch.Generator().manual_seed(seed)
-    spec = data.get("strategy", {}).get("speculative")
+    spec = scenario_of(data, source).strategy.speculative
     if spec is None:
         return Engine(target, cfg, gen), None
     if draft is None:
         raise NotAvailable("engine: speculative decoding needs the draft checkpoint")
     proposer = DraftModelProposer(draft, cfg.num_blocks, cfg.block_size, torch.Generator().manual_seed(seed + 1))
-    strategy = SpeculativeDecoding(proposer, FixedK(int(spec.get("k", default_k))))
+    strategy = SpeculativeDecoding(proposer, FixedK(spec.k if spec.k is not None else default_k))
     return Engine(target, cfg, gen, strategy), strategy.counters
 
 
 def measure(data: dict[str, Any], requests: list[RequestSpec], target: LlamaModel, draft: LlamaModel | None,
             kv_tokens: int, seed: int, default_k: int, clock: str = "wall", target_path: str | None = None,
-            tier_tokens: tuple[int, int] = (0, 0), prefix_keys: Any = None) -> Measured:
+            tier_tokens: tuple[int, int] = (0, 0), prefix_keys: Any = None, source: str | None = None) -> Measured:
     """Serve ``requests`` on the engine this scenario describes (greedy, EOS ignored).
 
     clock "wall": real time, what users see on this (shared) machine; "cpu": CpuClock, the replay
-    an idle core would give (the difference between the two is the machine's contention).
+    an idle core would give (the difference between the two is the machine's contention). ``source``: the
+    scenario file's path (a trace's CSV is read relative to it).
     """
     if clock not in CLOCKS:
         raise ValueError(f"clock: must be one of {CLOCKS}, got {clock!r}")
@@ -219,7 +214,7 @@ def measure(data: dict[str, Any], requests: list[RequestSpec], target: LlamaMode
     sp = data.get("strategy", {}).get("sequence_parallel")
     if sp is not None:
         return _measure_seqpar(data, requests, prompts, target_path, int(sp.get("degree", 2)), clock)
-    engine, counters = build_engine(data, target, draft, kv_tokens, seed, default_k, tier_tokens)
+    engine, counters = build_engine(data, target, draft, kv_tokens, seed, default_k, tier_tokens, source)
     if prefix_keys is not None:  # tripath.fidelity.sim_side.prefix_keys_for: the simulator's block keys
         prompts = KeyedPrompts(prefix_keys.keys, prefix_keys.block_tokens, requests, prompts, engine.check_request)
     timing: dict[str, Any] = {}
@@ -230,8 +225,9 @@ def measure(data: dict[str, Any], requests: list[RequestSpec], target: LlamaMode
     policy = batching.get("policy", "continuous")
     t0, cpu0 = time.perf_counter(), time.thread_time()
     if policy in ("static", "dynamic"):
-        result = serve_batched(engine, requests, prompts, int(batching.get("max_batch_size", 256)),
-                               float(batching.get("max_wait_ms", 0.0)) / 1000.0, policy == "dynamic", **timing)
+        window = Windowed(int(batching.get("max_batch_size", 256)), float(batching.get("max_wait_ms", 0.0)) / 1000.0,
+                          policy == "dynamic")
+        result = serve(engine, requests, prompts, **timing, batching=window)
     elif policy in ("continuous", "chunked"):
         result = serve(engine, requests, prompts, **timing)
     else:

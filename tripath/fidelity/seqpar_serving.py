@@ -2,7 +2,7 @@
 
 tripath.engine.seqpar.parallel.SequenceParallel holds one sequence across P processes (batch 1 by design), so
 SeqParEngine serves requests one after another; every rank replays the workload through the engine's own
-replay loop (tripath.engine.workload_replay.serve, timed_step, replay_records), makes the same
+replay loop (tripath.engine.workload_replay.serve and its ReplayLog), makes the same
 prefill/decode calls (the collectives keep them in step), and rank 0's records (admission, first
 token and finish, the simulator's fields) are the result. The validation scenario
 sets max_batch_size = 1, so the simulator serves the same way.

@@ -126,7 +126,7 @@ def run_case(path: str, data: dict[str, Any], profile: Profile, models: tuple[An
     k_default = profile.speculative.k if profile.speculative is not None else 4
     serve_on = partial(measure, data, requests, models[0], models[1], kv_tokens, seed, k_default,
                        target_path=target_path, tier_tokens=tier_tokens(data, profile),
-                       prefix_keys=prefix_keys_for(data, path, profile, seed))
+                       prefix_keys=prefix_keys_for(data, path, profile, seed), source=path)
     res = ScenarioResult(data["name"], data.get("description", ""), path, len(requests))
     reasons, real, sim = [], None, None
     try:

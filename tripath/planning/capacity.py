@@ -35,11 +35,12 @@ from typing import Any
 from tqdm import tqdm
 
 from tripath.core.errors import InputError
+from tripath.core.metrics import sla_targets as scenario_sla_targets
 from tripath.planning.cache import ResultCache
 from tripath.planning.candidates import Candidate, by_names, is_lossy, tiering_idle
 from tripath.planning.decision import DecisionRule, RefusedError, Verdict, decide
 from tripath.planning.executor import Executor, LocalPoolExecutor
-from tripath.planning.scenario_dict import with_fields, with_rate, with_requests
+from tripath.planning.scenario_dict import canonical, with_fields, with_rate, with_requests
 from tripath.planning.sweep import Job, Outcome, is_cached, preload_traces, run_cached
 from tripath.profile.profile import Profile
 from tripath.simulator.loop.stepper_setup import needs_stepper
@@ -95,7 +96,7 @@ def sized_job(spec: SearchSpec, replicas: int, rate: float, requests: int | None
         replications = spec.rule.replications if spec.rule is not None else replications
         if data.get("batching", {}).get("policy") != "adaptive":  # only the adaptive policy steers by the SLA
             data = with_fields(data, {"sla": None})  # so a stage's cache entry serves any SLA (judged after)
-    scenario_json = json.dumps(data, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    scenario_json = canonical(data)
     return Job(scenario_json, spec.source, spec.profile_json, spec.seed, replications)
 
 
@@ -120,8 +121,7 @@ def probe(spec: SearchSpec, replicas: int, rate: float) -> tuple[Outcome, Verdic
 
 def sla_targets(spec: SearchSpec) -> dict[str, float | None]:
     """The scenario's P99 targets in ms per term (None: not given)."""
-    sla = json.loads(spec.scenario_json).get("sla") or {}
-    return {term: sla.get(f"{term}_p99_ms") for term in ("ttft", "tpot", "e2e")}
+    return scenario_sla_targets(json.loads(spec.scenario_json).get("sla"))
 
 
 def first_job(spec: SearchSpec, replicas: int) -> Job:
@@ -366,12 +366,12 @@ def plan(data: dict[str, Any], source: str | None, profile: Profile, qps: float,
     searches by descending ``cost_estimate`` (else in the candidates' order); the rows are the same either way."""
     changes = {f"sla.{term}_p99_ms": value for term, value in (sla_ms or {}).items() if value is not None}
     data = with_fields(data, changes)
-    sla = {term: data.get("sla", {}).get(f"{term}_p99_ms") for term in ("ttft", "tpot", "e2e")}
+    sla = scenario_sla_targets(data.get("sla"))
     if all(v is None for v in sla.values()):
         raise ValueError("no SLA term: give the scenario an [sla] table or --sla-ttft-ms/--sla-tpot-ms/--sla-e2e-ms")
     chosen = by_names(profile, list(candidate_names) if candidate_names else None)
     cache_dir = None if cache is None else str(cache.directory)
-    text = json.dumps(data, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    text = canonical(data)
     profile_json = profile.to_json()
     specs = [SearchSpec(text, source, profile_json, c, qps, seed, replications, max_replicas,
                         attainment_levels, cache_dir=cache_dir, bound_first=bound_first, rule=rule) for c in chosen]

@@ -35,9 +35,9 @@ from typing import Any
 import numpy as np
 
 from tripath.core import metrics
+from tripath.core.metrics import TERMS
 from tripath.core.records import RequestRecord
 
-TERMS = ("ttft", "tpot", "e2e")
 MAX_REJECTED = 0.01  # a sweep rejecting more than this share of its arrivals misses the SLA (tripath/planning/sweep.py)
 QUANTILE = 0.99
 TAIL_EXCEEDANCES = 10  # requests expected beyond the P99 per replication at the first stage

@@ -11,7 +11,6 @@ probe uses the plan's seed (common random numbers), and the two bisections run i
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +20,7 @@ from tripath.planning.candidates import by_names
 from tripath.planning.capacity import SearchSpec, first_job, probe
 from tripath.planning.decision import DecisionRule, RefusedError
 from tripath.planning.executor import Executor, LocalPoolExecutor
+from tripath.planning.scenario_dict import canonical
 from tripath.planning.sweep import Job, is_cached
 from tripath.profile.profile import Profile
 
@@ -122,7 +122,7 @@ def robustness(data: dict[str, Any], source: str | None, profile: Profile, candi
     (the two bisections in parallel on ``executor``; each is a pure function of its job; in this process when
     the cache holds both first probes, a warm rerun)."""
     by_names(profile, [candidate_name])  # an unknown name fails here, before any job
-    text = json.dumps(data, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    text = canonical(data)
     cache_dir = None if cache is None else str(cache.directory)
     out: dict[str, Any] = {"candidate": candidate_name, "replicas": replicas, "tolerance": tol,
                            "max_factor": MAX_FACTOR}

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tripath.core.metrics import sla_targets
 from tripath.planning.attribution import Attribution, attribute
 from tripath.planning.cache import ResultCache
 from tripath.planning.candidates import (
@@ -294,7 +295,7 @@ def decision_matrix(profile: Profile, cells: Sequence[tuple[str, str | None]] = 
             outcome = None if i is None or outcomes[i].error else outcomes[i]
             results.append(CandidateResult(c, reason if reason is not None else outcomes[i].error, outcome,
                                            tiering_idle(c, None if outcome is None else outcome.data, batch)))
-        sla = {t: data.get("sla", {}).get(f"{t}_p99_ms") for t in ("ttft", "tpot", "e2e")}
+        sla = sla_targets(data.get("sla"))
         cells_out.append(Cell(data.get("name", "?"), sla, int(data.get("cluster", {}).get("gpus", 1)), rate,
                               tuple(results), seed_choice, sizing))
     return Matrix(profile.key_str(), profile.source, seed, replications, tuple(cells_out))

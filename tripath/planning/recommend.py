@@ -19,12 +19,13 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
 
 from tripath.core.errors import InputError
+from tripath.core.metrics import TERMS, sla_targets
 from tripath.planning.cache import ResultCache
 from tripath.planning.candidates import BASELINE, Candidate, candidates, idle_paths, is_lossy
 from tripath.planning.capacity import SearchSpec, run_searches
@@ -32,8 +33,7 @@ from tripath.planning.decision import DecisionRule
 from tripath.planning.executor import Executor
 from tripath.planning.headroom import BISECTIONS, robustness
 from tripath.planning.prices import GpuPrices, cost_per_million_output_tokens
-from tripath.planning.scenario_dict import build, refuse_closed_loop, with_fields
-from tripath.planning.sweep import TERMS
+from tripath.planning.scenario_dict import build, canonical, refuse_closed_loop, with_fields
 from tripath.profile.profile import Profile, resolve_profile
 
 GO_FURTHER = ("to go further: measure your own deployment (`tripath calibrate`, docs/) and rerun with --profile; "
@@ -150,6 +150,64 @@ def rank_key(row: dict[str, Any]) -> tuple[float, bool, int, float]:
 
 
 @dataclass(frozen=True)
+class RowSummary:
+    """One searched (layout, candidate) row as the answer reports it: the JSON shape of ``recommended``,
+    ``runner_up``, ``closest`` and each of ``others`` in ``Recommendation.to_dict()`` (what `tripath recommend
+    --json` prints and the app keeps in session state), typed once so the CLI, the app and the export read the same
+    fields. ``to_dict``/``from_dict`` are its one codec: ``from_dict(s.to_dict()) == s``."""
+
+    id: str
+    candidate: str
+    paths: list[str] | None
+    layout: dict[str, Any]
+    max_batch_size: int | None
+    replicas: int | None  # the sized count; None when no count searched meets
+    gpus: int | None
+    gpus_per_replica: int | None
+    searched_replicas: int | None  # the most replicas simulated (where a miss was last seen)
+    cost_usd_per_hour: float | None
+    usd_per_million_output_tokens: float | None
+    terms: dict[str, dict[str, Any]]  # row_terms: per given SLA term, P99, interval, target, margin, verdict
+    binding_term: str | None
+    rejected_share: float | None
+    verdict: dict[str, Any] | None
+    verdict_below: dict[str, Any] | None
+    quality_loss: dict[str, Any] | None
+    idle: str | None
+    pruned: str | None
+    remark: str | None
+    not_applicable: str | None
+
+    @classmethod
+    def of_row(cls, row: dict[str, Any]) -> RowSummary:
+        """The summary of one of ``Recommendation.rows`` (the search's own row dicts)."""
+        outcome = row.get("outcome") or {}
+        terms = row_terms(row)
+        return cls(id=row["id"], candidate=row["candidate"]["name"], paths=row["candidate"].get("paths"),
+                   layout=row["layout"], max_batch_size=row.get("max_batch_size"), replicas=row.get("replicas"),
+                   gpus=row.get("gpus"), gpus_per_replica=row.get("gpus_per_replica"),
+                   searched_replicas=outcome.get("replicas"), cost_usd_per_hour=row.get("cost_usd_per_hour"),
+                   usd_per_million_output_tokens=row.get("usd_per_million_output_tokens"), terms=terms,
+                   binding_term=binding_term(terms), rejected_share=outcome.get("rejected_share"),
+                   verdict=row.get("verdict"), verdict_below=row.get("verdict_below"),
+                   quality_loss=row.get("quality_loss"), idle=row.get("idle"), pruned=row.get("pruned"),
+                   remark=row.get("remark"), not_applicable=row.get("not_applicable"))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON-ready dict, keys in field order (the nested dicts are the row's own, not copies)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RowSummary:
+        """Back from ``to_dict`` (or the stored ``--json``); a missing or unknown key is refused by name."""
+        names = {f.name for f in fields(cls)}
+        missing, unknown = sorted(names - set(data)), sorted(set(data) - names)
+        if missing or unknown:
+            raise ValueError(f"not a row summary: missing {missing}, unknown {unknown}")
+        return cls(**data)
+
+
+@dataclass(frozen=True)
 class Recommendation:
     """Every (layout, candidate) row searched, the recommended row, the runner-up, the closest when none meets,
     the winner's headroom, and where the numbers come from."""
@@ -174,21 +232,7 @@ class Recommendation:
 
     def _summary(self, row_id: str | None) -> dict[str, Any] | None:
         row = self.row(row_id)
-        if row is None:
-            return None
-        outcome = row.get("outcome") or {}
-        terms = row_terms(row)
-        return {"id": row["id"], "candidate": row["candidate"]["name"], "paths": row["candidate"].get("paths"),
-                "layout": row["layout"], "max_batch_size": row.get("max_batch_size"),
-                "replicas": row.get("replicas"), "gpus": row.get("gpus"),
-                "gpus_per_replica": row.get("gpus_per_replica"),
-                "searched_replicas": outcome.get("replicas"),
-                "cost_usd_per_hour": row.get("cost_usd_per_hour"),
-                "usd_per_million_output_tokens": row.get("usd_per_million_output_tokens"),
-                "terms": terms, "binding_term": binding_term(terms), "rejected_share": outcome.get("rejected_share"),
-                "verdict": row.get("verdict"), "verdict_below": row.get("verdict_below"),
-                "quality_loss": row.get("quality_loss"), "idle": row.get("idle"), "pruned": row.get("pruned"),
-                "remark": row.get("remark"), "not_applicable": row.get("not_applicable")}
+        return None if row is None else RowSummary.of_row(row).to_dict()
 
     def headroom(self) -> dict[str, Any] | None:
         """The recommended row's smallest factor of load or step cost still met, and whether it is under 10 %."""
@@ -268,8 +312,8 @@ def ttft_floor_ms(data: dict[str, Any], source: str | None, profile: Profile, ca
     chunked as the scenario's policy chunks. Every request's TTFT is at least its own prefill, and prefill time grows
     with the prompt, so the TTFT P99 is at least this whatever the replica count; queueing, decodes sharing the
     iteration, SP merges, a draft's own prefill and paging only add. None when the scenario cannot be built."""
+    from tripath.simulator.paths.run_costs import RunCosts
     from tripath.simulator.paths.step import Transforms
-    from tripath.simulator.run_costs import RunCosts
     from tripath.simulator.scenario.scenario import scenario_from_dict
 
     try:
@@ -368,29 +412,55 @@ def cheaper_cap(best: float, per_replica: float, max_replicas: int) -> int:
     return max_replicas if math.isinf(best) else min(max_replicas, math.ceil(best / per_replica - 1e-9) - 1)
 
 
+@dataclass(frozen=True)
+class SearchOptions:
+    """How recommend() searches, apart from what it searches (scenario, layouts, rate, prices) and where it runs
+    (executor, cache): one value the CLI, the app and the tests build, instead of nine loose parameters.
+
+    ``rule`` decides each probe with confidence (tripath/planning/decision.py); None: ``replications`` runs of the
+    scenario's requests, P99 mean. ``max_replicas`` bounds every sizing search. ``tol``: the headroom bisection's
+    relative tolerance; ``with_robustness=False`` skips the headroom. Lossy candidates (compression) only with
+    ``allow_lossy``. ``candidate_names``: search only these (the baseline always: it sets the cost bound).
+    ``batch_sizes``: the max batch sizes searched besides the scenario's (``batch_ladder``; empty: the scenario's
+    only; None: the ladder)."""
+
+    seed: int = 0
+    rule: DecisionRule | None = None
+    max_replicas: int = 16
+    tol: float = 0.02
+    with_robustness: bool = True
+    allow_lossy: bool = False
+    replications: int = 2
+    candidate_names: tuple[str, ...] | None = None
+    batch_sizes: tuple[int, ...] | None = None
+
+    def __post_init__(self) -> None:  # any sequence given is kept as a tuple: the options stay hashable
+        for name in ("candidate_names", "batch_sizes"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, tuple):
+                object.__setattr__(self, name, tuple(value))
+
+
 def recommend(data: dict[str, Any], source: str | None, layouts: Sequence[str | Profile], qps: float,
-              prices: GpuPrices | None = None, seed: int = 0, rule: DecisionRule | None = None,
-              max_replicas: int = 16, executor: Executor | None = None, cache: ResultCache | None = None,
-              tol: float = 0.02, with_robustness: bool = True, allow_lossy: bool = False,
-              replications: int = 2, candidate_names: Sequence[str] | None = None,
-              batch_sizes: Sequence[int] | None = None) -> Recommendation:
+              prices: GpuPrices | None = None, options: SearchOptions | None = None,
+              executor: Executor | None = None, cache: ResultCache | None = None) -> Recommendation:
     """Which layout (GPU type, TP), which path, how many replicas: the cheapest row meeting the SLA.
 
     ``layouts``: shipped profile names (or profiles) to choose among (catalog.layouts gives a model's family).
-    Search: first the baseline on every layout (up to ``max_replicas``), then every other candidate only up to the
-    replicas that cost less than the cheapest baseline found (one as dear could never be recommended: at the same
-    bill the baseline wins the tie; it is reported as pruned). Lossy candidates (compression) only with
-    ``allow_lossy``. ``rule`` decides each probe with confidence (tripath/planning/decision.py); None:
-    ``replications`` runs of the scenario's requests, P99 mean. ``candidate_names``: search only these (the
-    baseline always: it sets the cost bound). ``batch_sizes``: the max batch sizes searched besides the scenario's
-    (``batch_ladder``; empty: the scenario's only)."""
-    sla = {term: data.get("sla", {}).get(f"{term}_p99_ms") for term in ("ttft", "tpot", "e2e")}
+    Search: first the baseline on every layout (up to ``options.max_replicas``), then every other candidate only up
+    to the replicas that cost less than the cheapest baseline found (one as dear could never be recommended: at
+    the same bill the baseline wins the tie; it is reported as pruned), then the other max batch sizes. ``options``
+    (SearchOptions; its defaults when None): the seed, decision rule, bounds and filters."""
+    opts = options if options is not None else SearchOptions()
+    seed, rule, max_replicas, tol = opts.seed, opts.rule, opts.max_replicas, opts.tol
+    allow_lossy, candidate_names, batch_sizes = opts.allow_lossy, opts.candidate_names, opts.batch_sizes
+    sla = sla_targets(data.get("sla"))
     if all(v is None for v in sla.values()):
         raise ValueError("no SLA term: give the scenario an [sla] table")
     chosen = _layouts(layouts, prices)
     cache_dir = None if cache is None else str(cache.directory)
-    text = json.dumps(data, sort_keys=True, separators=(",", ":"), allow_nan=False)
-    reps = rule.replications if rule is not None else replications
+    text = canonical(data)
+    reps = rule.replications if rule is not None else opts.replications
 
     def spec(layout: Layout, candidate: Candidate, cap: int, scenario: str = text) -> SearchSpec:
         return SearchSpec(scenario, source, layout.profile.to_json(), candidate, qps, seed, reps, cap, (),
@@ -486,8 +556,7 @@ def recommend(data: dict[str, Any], source: str | None, layouts: Sequence[str | 
         cap = cheaper_cap(cheapest, candidate.gpus_per_replica(layout.profile) * (layout.usd_per_gpu_hour or 1.0),
                           max_replicas)
         for size in ladder if cap >= 1 else ():
-            varied = json.dumps(with_fields(data, {"batching.max_batch_size": size}), sort_keys=True,
-                                separators=(",", ":"), allow_nan=False)
+            varied = canonical(with_fields(data, {"batching.max_batch_size": size}))
             batch_specs.append(spec(layout, candidate, cap, varied))
             batch_layouts.append(layout)
             batches.append(size)
@@ -504,7 +573,7 @@ def recommend(data: dict[str, Any], source: str | None, layouts: Sequence[str | 
         ran = [r for r in rows if r.get("outcome") and not r["outcome"].get("error") and row_margin(r) is not None]
         closest = max(ran, key=lambda r: row_margin(r) or 0.0)["id"] if ran else None
     probe_result = None
-    if winner is not None and with_robustness:
+    if winner is not None and opts.with_robustness:
         row = ranked[0]
         layout = next(la for la in chosen if la.name == row["layout"]["profile"])
         held = data if row.get("max_batch_size", own) == own else with_fields(data, {"batching.max_batch_size":

@@ -27,11 +27,12 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from tripath.core.metrics import TERMS
 from tripath.planning.cache import ResultCache
 from tripath.planning.candidates import BASELINE, PATH_ORDER, SP_DEGREE, Candidate, Sizing, size_to_profile
 from tripath.planning.executor import Executor
 from tripath.planning.scenario_dict import with_fields
-from tripath.planning.sweep import MAX_REJECTED, TERMS, Outcome, make_job, run_sweep
+from tripath.planning.sweep import MAX_REJECTED, Outcome, make_job, run_sweep
 from tripath.profile.profile import Profile
 
 NOISE_FRACTION = 0.01

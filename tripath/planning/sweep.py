@@ -25,9 +25,11 @@ from tqdm import tqdm
 
 from tripath.core import metrics
 from tripath.core.errors import InputError
+from tripath.core.metrics import TERMS
 from tripath.planning.cache import ResultCache, cache_key
-from tripath.planning.decision import MAX_REJECTED, TERMS, steady_p99s
+from tripath.planning.decision import MAX_REJECTED, steady_p99s
 from tripath.planning.executor import Executor, LocalPoolExecutor
+from tripath.planning.scenario_dict import canonical
 from tripath.profile.profile import Profile
 from tripath.simulator.runner import simulate
 from tripath.simulator.scenario.scenario import scenario_from_dict
@@ -53,7 +55,7 @@ class Job:
 
 def make_job(data: dict[str, Any], source: str | None, profile: Profile, seed: int = 0, replications: int = 1,
              window_s: float | None = None) -> Job:
-    scenario_json = json.dumps(data, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    scenario_json = canonical(data)
     return Job(scenario_json, source, profile.to_json(), seed, replications, window_s)
 
 

@@ -41,7 +41,6 @@ from tripath.simulator.scenario.workload import generate_requests
 ALIASES = {"workload.rate": "workload.arrival.rate_per_s", "workload.rate_per_s": "workload.arrival.rate_per_s",
            "workload.load": "workload.arrival.load_fraction",
            "workload.load_fraction": "workload.arrival.load_fraction"}
-TERMS = ("ttft", "tpot", "e2e")
 
 
 def parse_value(text: str) -> Any:
@@ -213,7 +212,7 @@ def load_step(data: dict[str, Any], source: str | None, profile: Profile, factor
             rows = [o.data["windows"][i] for o in mine]
             row: dict[str, Any] = {"start_s": rows[0]["start_s"], "end_s": rows[0]["end_s"],
                                    "arrived": sum(r["arrived"] for r in rows)}
-            for term in TERMS:  # the jobs' window latencies pooled: the order-statistic interval over them all
+            for term in metrics.TERMS:  # the jobs' window latencies pooled: the order-statistic interval over them all
                 row[f"{term}_p99_ms"] = metrics.percentile_estimate([np.asarray(r[f"{term}_ms"]) for r in rows],
                                                                     "p99")
             windows.append(row)

@@ -200,7 +200,8 @@ class Speculative(Section):
         return interpolate({kk: c.value for kk, c in self.verify_by_k.items()}, k, (0.0, 1.0))
 
 
-# A scenario's own acceptance table (tripath/simulator/run_costs.py) labels the entries it puts in a run's profile so.
+# A scenario's own acceptance table (tripath/simulator/paths/run_costs.py) labels the entries it puts in a run's
+# profile so.
 SCENARIO_SOURCE = "scenario"
 ACCEPTANCE_SOURCES = (*VALUE_SOURCES, SCENARIO_SOURCE)
 

@@ -17,7 +17,7 @@ written to a CSV as its request finishes (tripath/simulator/loop/streaming.py), 
 way (tripath/simulator/tally.py): memory flat in the number of requests, the same records and summary as
 ``simulate``. Anything else runs in memory (``simulate``).
 
-The profile is read here, at the top: ``RunCosts.for_scenario`` (tripath/simulator/run_costs.py) converts it
+The profile is read here, at the top: ``RunCosts.for_scenario`` (tripath/simulator/paths/run_costs.py) converts it
 once per run into the costs and path parameters the loops and the paths use, and nothing below reads it; a
 scenario's own ``[strategy.speculative] acceptance`` table replaces the profile's entries for its tasks first.
 """
@@ -43,8 +43,8 @@ from tripath.simulator.loop.stepper_setup import loop_reason, needs_stepper, ste
 from tripath.simulator.loop.streaming import InOrder, RecordWriter, RequestArrays, StreamingCluster, StreamResult
 from tripath.simulator.paths.capacity import path_saturation
 from tripath.simulator.paths.provenance import strategies
+from tripath.simulator.paths.run_costs import RunCosts, kv_capacity, with_scenario_acceptance
 from tripath.simulator.paths.step import Transforms, fast_transforms, replica_gpus
-from tripath.simulator.run_costs import RunCosts, kv_capacity, with_scenario_acceptance
 from tripath.simulator.scenario.scenario import Scenario
 from tripath.simulator.scenario.workload import (
     generate_arrays,

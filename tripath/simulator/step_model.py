@@ -114,13 +114,31 @@ class StepResult:
     merge_s: float = 0.0  # seconds of sequence-parallel merge in this iteration (included in seconds)
 
 
+class Tiers(Protocol):
+    """What the loop and its prefix cache read of a tiered model's KV tiers (tripath/simulator/paths/tiered.py:
+    TierPhysics): the tier sizes, the engine's device residency rule and the links' costs."""
+
+    device_tokens: int
+    host_tokens: int
+
+    def device_fits(self, lengths: list[int]) -> bool:
+        """Whether live sequences holding these many tokens each fit the device residency rule."""
+        ...
+
+    def link_ms(self, link: str, nbytes: int) -> float:
+        """Milliseconds to move ``nbytes`` over ``link`` ("device_host", "host_ssd")."""
+        ...
+
+
 class StepModel(Protocol):
     """Physics of one replica's iterations; one instance per replica (it may keep state, e.g. tiers)."""
 
+    cost: IterationCost  # the iteration cost model it prices with (its extrapolation counters: shared or not)
     kv_bytes_per_token: int  # device bytes per token after compression
     device_kv_tokens: int  # tokens that fit on the device
     kv_capacity_tokens: int  # tokens that may be admitted (device + host + SSD with tiering)
     gpus: int  # GPUs one replica occupies (tp x sequence-parallel degree)
+    tiers: Tiers | None  # the KV tiers with tiering on (their residency rule also bounds admission), else None
 
     def step(self, prefills: Sequence[PrefillChunk], decodes: DecodeBatch | Sequence[Decode],
              live_tokens: int) -> StepResult:
@@ -150,6 +168,7 @@ class BaselineStep:
     """
 
     deterministic = True
+    tiers: Tiers | None = None  # the device only: no tiering on the baseline and its transforms
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)

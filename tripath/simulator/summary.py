@@ -13,7 +13,6 @@ held whole as text.
 
 from __future__ import annotations
 
-import csv
 import io
 import json
 import math
@@ -21,14 +20,14 @@ import os
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from tripath.core import metrics
 from tripath.core.atomic import AtomicFile, write_text
 from tripath.core.errors import InputError
-from tripath.core.records import RECORD_COLUMNS, RequestRecord, record_row
+from tripath.core.records import RECORD_COLUMNS, RequestRecord, write_records
 from tripath.simulator.prefix_summary import prefix_section
 from tripath.simulator.tally import OVERLOAD_GROWTH, PATH_FIELDS, RunTally, tally_records
 
@@ -204,14 +203,6 @@ def _extrapolations(result: SimulationResult) -> dict[str, Any]:
                           "chunks priced on the sequence-parallel rows outside their contexts or the merge fit's "
                           "domain (the same chunks are in prefill_queries too)")
     return totals_any
-
-
-def write_records(handle: IO[str], runs_records: Iterable[tuple[RequestRecord, ...]]) -> None:
-    """All replications' records as CSV rows (a header, then record_row per record) onto an open text handle."""
-    writer = csv.writer(handle, lineterminator="\n")
-    writer.writerow(RECORD_COLUMNS)
-    for replication, records in enumerate(runs_records):
-        writer.writerows(record_row(replication, r) for r in records)
 
 
 def records_csv(runs_records: list[tuple[RequestRecord, ...]]) -> str:

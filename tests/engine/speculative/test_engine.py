@@ -15,9 +15,9 @@ from tripath.engine.engine import Engine
 from tripath.engine.engine_config import EngineConfig
 from tripath.engine.model.model import LlamaModel
 from tripath.engine.sampling import SamplingParams
-from tripath.engine.serving import PromptSource, serve
 from tripath.engine.speculative.decoding import SpeculativeDecoding
 from tripath.engine.speculative.proposers import DraftModelProposer, PromptLookupProposer
+from tripath.engine.workload_replay import PromptSource, serve
 
 CFG = EngineConfig(num_blocks=64, block_size=4)
 V = 256

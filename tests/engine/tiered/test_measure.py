@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tests.helpers import load_script
 from tripath.engine.kv.modes import KVCompression
 from tripath.engine.kv.quality import (
     compare,
@@ -15,9 +16,10 @@ from tripath.engine.kv.quality import (
 )
 from tripath.engine.model.config import PRESETS
 from tripath.engine.model.model import LlamaModel
-from tripath.engine.tiered.paging_meter import LINKS, measure_paging
 
 CFG = PRESETS["tiny-gqa"]
+_METER = load_script("scripts/measurements/paging_meter.py")  # a scripts-only helper, not a package module
+LINKS, measure_paging = _METER.LINKS, _METER.measure_paging
 
 
 @pytest.fixture(scope="module")

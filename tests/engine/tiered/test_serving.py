@@ -9,14 +9,15 @@ import numpy as np
 import pytest
 import torch
 
-from tripath.cli.serve import main
+from tripath.cli.serve_parser import main
 from tripath.core.records import COMPLETED, REJECTED
+from tripath.engine.batching_policy import Continuous, Windowed
 from tripath.engine.engine import Engine
 from tripath.engine.engine_config import EngineConfig
 from tripath.engine.model.config import PRESETS
 from tripath.engine.model.model import LlamaModel
-from tripath.engine.serving import PromptSource, serve
 from tripath.engine.tiered.tier_config import TierConfig
+from tripath.engine.workload_replay import PromptSource, serve
 from tripath.simulator.scenario.scenario import load_scenario
 from tripath.simulator.scenario.workload import generate_requests
 
@@ -80,7 +81,9 @@ def test_bad_tier_flags_are_usage_errors(scenario_path, tmp_path, capsys):
     assert not (tmp_path / "r.csv").exists()
 
 
-def test_a_tier_fault_becomes_a_record_with_the_reason_and_the_replay_goes_on(scenario_path, tmp_path):
+@pytest.mark.parametrize("batching", [Continuous(), Windowed(4, 0.01, joins=True), Windowed(4, 0.01, joins=False)],
+                         ids=["continuous", "dynamic", "static"])
+def test_a_tier_fault_becomes_a_record_with_the_reason_and_the_replay_goes_on(scenario_path, tmp_path, batching):
     blocker = tmp_path / "file"
     blocker.write_text("a regular file where the SSD directory should be")
     scenario = load_scenario(scenario_path)
@@ -88,7 +91,8 @@ def test_a_tier_fault_becomes_a_record_with_the_reason_and_the_replay_goes_on(sc
     model = LlamaModel(PRESETS["tiny-gqa"], torch.Generator().manual_seed(0)).eval()
     tiers = TierConfig(16, 48, 8, 2000, str(blocker / "kv"), window_tokens=32)
     with Engine(model, EngineConfig(4, 256, 16, 1, tiered=tiers)) as engine:
-        result = serve(engine, requests, PromptSource(np.random.default_rng(1), 256, path=None), warmup=False)
+        result = serve(engine, requests, PromptSource(np.random.default_rng(1), 256, path=None), warmup=False,
+                       batching=batching)
     failed = [r for r in result.records if r.status == REJECTED]
     done = [r for r in result.records if r.status == COMPLETED]
     assert failed and done  # the requests that spilled to the SSD failed, the others completed

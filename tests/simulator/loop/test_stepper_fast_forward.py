@@ -25,8 +25,8 @@ from tripath.simulator.loop.replica import ReplicaConfig
 from tripath.simulator.loop.run import Run
 from tripath.simulator.loop.stepper import Stepper, StepperConfig, StepperSetup
 from tripath.simulator.loop.stepper_setup import stepper_setup
+from tripath.simulator.paths.run_costs import RunCosts
 from tripath.simulator.paths.step import PathStep, TransformedStep
-from tripath.simulator.run_costs import RunCosts
 from tripath.simulator.runner import arrival_rate, closed_loop, cluster_config
 from tripath.simulator.scenario.scenario import scenario_from_dict
 from tripath.simulator.scenario.workload import generate_requests

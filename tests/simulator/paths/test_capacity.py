@@ -16,7 +16,7 @@ from tests.helpers import SEED, TINY, shipped_scenario_dict
 from tripath.core import metrics
 from tripath.simulator.capacity import saturation
 from tripath.simulator.paths.capacity import path_saturation
-from tripath.simulator.run_costs import RunCosts
+from tripath.simulator.paths.run_costs import RunCosts
 from tripath.simulator.runner import simulate
 from tripath.simulator.scenario.scenario import scenario_from_dict
 

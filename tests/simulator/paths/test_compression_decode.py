@@ -22,8 +22,8 @@ from tripath.profile.dequant import COEFFICIENTS, UNITS, DecodeDequant
 from tripath.profile.profile import CompressionMode
 from tripath.simulator.costs import IterationCost
 from tripath.simulator.paths.compression import CompressionPhysics
+from tripath.simulator.paths.run_costs import RunCosts
 from tripath.simulator.paths.step import PathStep
-from tripath.simulator.run_costs import RunCosts
 from tripath.simulator.scenario.strategy import CompressionSpec, SpeculativeSpec, StrategySpec
 from tripath.simulator.step_model import Decode
 

@@ -13,8 +13,8 @@ from tripath.core.errors import InputError
 from tripath.profile.cost_model import Coefficient
 from tripath.simulator.costs import IterationCost
 from tripath.simulator.paths.compression import CompressionPhysics
+from tripath.simulator.paths.run_costs import RunCosts
 from tripath.simulator.paths.step import PathStep
-from tripath.simulator.run_costs import RunCosts
 from tripath.simulator.scenario.strategy import CompressionSpec, SpeculativeSpec, StrategySpec, TieredSpec
 from tripath.simulator.step_model import Decode
 

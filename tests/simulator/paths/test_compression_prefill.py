@@ -15,8 +15,8 @@ from tripath.profile.cost_model import Coefficient
 from tripath.profile.sections import CompressionMode
 from tripath.simulator.costs import IterationCost
 from tripath.simulator.paths.compression import CompressionPhysics
+from tripath.simulator.paths.run_costs import RunCosts
 from tripath.simulator.paths.step import PathStep
-from tripath.simulator.run_costs import RunCosts
 from tripath.simulator.scenario.strategy import CompressionSpec, StrategySpec
 from tripath.simulator.step_model import Decode, PrefillChunk
 

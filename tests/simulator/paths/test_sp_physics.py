@@ -7,9 +7,9 @@ import pytest
 
 from tests.helpers import SEED, TINY, shipped_scenario_dict
 from tripath.simulator.costs import IterationCost
+from tripath.simulator.paths.run_costs import RunCosts
 from tripath.simulator.paths.seqpar import SpPhysics
 from tripath.simulator.paths.step import PathStep, TransformedStep, build_step_model, path_cost
-from tripath.simulator.run_costs import RunCosts
 from tripath.simulator.scenario.scenario import scenario_from_dict
 from tripath.simulator.scenario.strategy import SequenceParallelSpec, StrategySpec
 from tripath.simulator.step_model import Decode, PrefillChunk

@@ -15,8 +15,8 @@ from tripath.calibrate.sweeps.spec_sections import is_spec_sweep
 from tripath.core.errors import InputError
 from tripath.profile.profile import Coefficient, Speculative
 from tripath.simulator.costs import IterationCost
+from tripath.simulator.paths.run_costs import RunCosts
 from tripath.simulator.paths.step import PathStep
-from tripath.simulator.run_costs import RunCosts
 from tripath.simulator.scenario.strategy import SpeculativeSpec, StrategySpec
 from tripath.simulator.step_model import Decode
 

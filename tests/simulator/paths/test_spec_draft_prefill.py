@@ -11,9 +11,9 @@ import pytest
 
 from tests.helpers import SEED
 from tripath.simulator.costs import IterationCost
+from tripath.simulator.paths.run_costs import RunCosts
 from tripath.simulator.paths.speculative import SpeculativeParams, SpeculativePhysics
 from tripath.simulator.paths.step import PathStep
-from tripath.simulator.run_costs import RunCosts
 from tripath.simulator.scenario.strategy import SpeculativeSpec, StrategySpec
 from tripath.simulator.step_model import Decode, DecodeBatch, PrefillChunk
 

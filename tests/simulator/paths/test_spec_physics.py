@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from tests.helpers import SEED, TINY
+from tripath.simulator.paths.run_costs import RunCosts
 from tripath.simulator.paths.speculative import SpeculativeParams, SpeculativePhysics, acceptance_table
 from tripath.simulator.paths.step import PathStep
-from tripath.simulator.run_costs import RunCosts
 from tripath.simulator.scenario.strategy import SpeculativeSpec, StrategySpec
 from tripath.simulator.step_model import Decode, DecodeBatch
 

@@ -13,8 +13,8 @@ from tripath.profile.profile import Coefficient, Profile, resolve_profile
 from tripath.profile.speculative import RoundCosts, StepCurve, TaskAcceptance
 from tripath.simulator.costs import IterationCost
 from tripath.simulator.paths.capacity import path_saturation
+from tripath.simulator.paths.run_costs import RunCosts
 from tripath.simulator.paths.step import PathStep
-from tripath.simulator.run_costs import RunCosts
 from tripath.simulator.runner import simulate
 from tripath.simulator.scenario.scenario import scenario_from_dict
 from tripath.simulator.scenario.strategy import SpeculativeSpec, StrategySpec

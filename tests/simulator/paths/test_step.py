@@ -13,8 +13,8 @@ from tests.helpers import SEED, TINY, peak_in_flight, shipped_scenario_dict
 from tripath.core.errors import InputError
 from tripath.profile.profile import resolve_profile
 from tripath.simulator.costs import IterationCost
+from tripath.simulator.paths.run_costs import RunCosts
 from tripath.simulator.paths.step import PathStep, build_step_model, fast_transforms, replica_gpus
-from tripath.simulator.run_costs import RunCosts
 from tripath.simulator.runner import simulate
 from tripath.simulator.scenario.scenario import load_scenario, scenario_from_dict
 from tripath.simulator.scenario.strategy import (

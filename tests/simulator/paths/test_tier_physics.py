@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from tests.helpers import SEED
+from tripath.simulator.paths.run_costs import RunCosts
 from tripath.simulator.paths.step import PathStep
 from tripath.simulator.paths.tiered import TierPhysics, TierTables
-from tripath.simulator.run_costs import RunCosts
 from tripath.simulator.scenario.strategy import GIB, SequenceParallelSpec, StrategySpec, TieredSpec
 from tripath.simulator.step_model import Decode, PrefillChunk
 

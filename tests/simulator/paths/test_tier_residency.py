@@ -14,8 +14,8 @@ from tripath.core.data_dirs import SCENARIOS_DIR
 from tripath.core.errors import InputError
 from tripath.profile.profile import resolve_profile
 from tripath.simulator.paths.capacity import path_saturation
+from tripath.simulator.paths.run_costs import RunCosts, kv_capacity
 from tripath.simulator.paths.tiered import TierPhysics, TierTables
-from tripath.simulator.run_costs import RunCosts, kv_capacity
 from tripath.simulator.runner import simulate
 from tripath.simulator.scenario.scenario import scenario_from_dict
 from tripath.simulator.scenario.strategy import TieredSpec

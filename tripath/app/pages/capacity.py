@@ -14,6 +14,7 @@ import streamlit as st
 
 from tripath.app.widgets import charts, display, planning_runs, profiles, scenario_form, state
 from tripath.core.errors import InputError
+from tripath.core.metrics import TERMS
 from tripath.planning.candidates import Candidate, candidates
 from tripath.planning.capacity import plan
 from tripath.planning.recommend import binding_term, closest_candidate, sla_terms
@@ -21,7 +22,6 @@ from tripath.planning.scenario_dict import load_scenario_dict
 from tripath.planning.sweep import MAX_REJECTED
 
 RESULT = "capacity_result"
-TERMS = ("ttft", "tpot", "e2e")
 TERM_NAMES = {"ttft": "TTFT", "tpot": "TPOT", "e2e": "end-to-end"}
 # per simulation: the default plan (7 single-path candidates, replica search and goodput curves) in about 20 s on
 # 2 cores (docs/app.md); the P99 is over this many requests, which the page says; raise it for a steadier tail

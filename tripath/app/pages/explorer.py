@@ -15,6 +15,7 @@ import streamlit as st
 from tripath.app.widgets import charts, display, profiles, scenario_form, simulation, state, timeseries
 from tripath.app.widgets.provenance import profile_badge, simulated_caption
 from tripath.core.errors import InputError
+from tripath.planning.scenario_dict import canonical
 from tripath.planning.sweep import MAX_REJECTED
 from tripath.simulator.loop.timeseries import timeseries_csv
 from tripath.simulator.scenario.scenario import scenario_from_dict
@@ -55,7 +56,7 @@ def main() -> None:
     data, load_note = simulation.baseline_rate(data, profile)
     if load_note:
         st.caption(f"Load: {load_note}.")
-    key = (simulation.canonical(data), profile_name, seed, replications, interval or None)
+    key = (canonical(data), profile_name, seed, replications, interval or None)
     if st.button("Run simulation", type="primary", key="run"):
         _run(data, key)
     stored = st.session_state.get(RESULT)

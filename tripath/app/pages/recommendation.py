@@ -20,14 +20,15 @@ from tripath.app.widgets import memory_fit, pareto, planning_runs, profiles, sta
 from tripath.app.widgets import recommend_form as form
 from tripath.app.widgets.charts import png_bytes
 from tripath.core.errors import InputError
+from tripath.planning import recommend_text as render
 from tripath.planning.cache import DEFAULT_CACHE_DIR, ResultCache
 from tripath.planning.candidates import candidates
 from tripath.planning.decision import DecisionRule
 from tripath.planning.executor import LocalPoolExecutor
 from tripath.planning.export import recommended_sglang, recommended_suggestion, scenario_toml
 from tripath.planning.prices import load_prices
-from tripath.planning.recommend import recommend
-from tripath.planning.scenario_dict import load_scenario_dict
+from tripath.planning.recommend import SearchOptions, recommend
+from tripath.planning.scenario_dict import canonical, load_scenario_dict
 from tripath.profile.catalog import layouts
 from tripath.profile.profile import Profile
 
@@ -48,9 +49,9 @@ def _recommend(data_json: str, source: str, names: tuple[str, ...], qps: float, 
     prices = load_prices().with_overrides(list(json.loads(prices_json).items()))
 
     def call(executor: Any, cache: ResultCache | None) -> dict[str, Any]:
-        rec = recommend(data, source, list(names), qps, prices, seed, DecisionRule(replications, budget),
-                        max_replicas, executor, cache, allow_lossy=allow_lossy,
-                        batch_sizes=None if search_batch else ())
+        options = SearchOptions(seed=seed, rule=DecisionRule(replications, budget), max_replicas=max_replicas,
+                                allow_lossy=allow_lossy, batch_sizes=None if search_batch else ())
+        rec = recommend(data, source, list(names), qps, prices, options, executor, cache)
         return json.loads(json.dumps(rec.to_dict(), allow_nan=False))
 
     inputs = {"data": data_json, "names": names, "qps": qps, "prices": prices_json, "budget": budget,
@@ -210,7 +211,7 @@ def main() -> None:
     every = candidates(profile)
     runnable = [c for c in every if c.profile_support(profile, data) is None]
     _candidate_list(profile, data, every)
-    data_json = json.dumps(data, sort_keys=True)
+    data_json = canonical(data)
     text = profiles.profile_text(choices.profile)
     prices_json = json.dumps(settings.prices, sort_keys=True)
     key = json.dumps([data_json, text, choices.qps, prices_json, settings.names, settings.seed,
@@ -259,39 +260,16 @@ def _terms_table(summary: dict[str, Any]) -> pd.DataFrame:
     for term, t in summary["terms"].items():
         low, high = t["ci_low_ms"], t["ci_high_ms"]
         interval = "—" if low is None or high is None else f"{low:,.0f} to {high:,.0f} {TERM_UNIT}"
-        verdict = t.get("verdict") or ("meets" if t["over_by"] is None else "misses")
         rows.append({"SLA term": f"{TERM_NAMES[term]} P99", "simulated": _value(t["p99_ms"]),
                      "95 % interval (over replications)": interval, "target": _value(t["target_ms"]),
-                     "margin": "—" if t["margin"] is None else f"{t['margin']:+.0%}", "verdict": verdict,
+                     "margin": "—" if t["margin"] is None else f"{t['margin']:+.0%}", "verdict": render.verdict(t),
                      "binds": "yes" if term == summary["binding_term"] else "no"})
     return pd.DataFrame(rows)
 
 
-def _where(s: dict[str, Any]) -> str:
-    layout = s["layout"]
-    return f"{layout['gpu']} TP{layout['tp']}"
-
-
-def _sized(s: dict[str, Any]) -> str:
-    layout = s["layout"]
-    cost = "" if s.get("cost_usd_per_hour") is None else (
-        f", ${s['cost_usd_per_hour']:,.2f}/h at ${layout['usd_per_gpu_hour']:,.3g} per GPU-hour")
-    per_m = s.get("usd_per_million_output_tokens")
-    tokens = "" if per_m is None else f", ${per_m:,.2f} per million output tokens"
-    batch = "" if s.get("max_batch_size") is None else f", max batch {s['max_batch_size']}"
-    return (f"on {_where(s)}{batch}: {s['replicas']} replica(s) x {s['gpus_per_replica']} GPU(s) = {s['gpus']} "
-            f"GPU(s){cost}{tokens}")
-
-
-def _factor(bound: dict[str, Any], what: str, unit: str) -> str:
-    met, missed = bound["meets_up_to"], bound["misses_at"]
-    if missed is None:
-        return f"still meets the SLA with {what} x{met:g} ({unit}; searched no further)"
-    return f"meets the SLA with 95 % confidence up to {what} {met - 1.0:+.0%} ({unit}; not at x{missed:.3f})"
-
-
 def _show(result: dict[str, Any], max_replicas: int) -> None:
-    best, runner, closest = result["recommended"], result["runner_up"], result["closest"]
+    """The answer: the renderer's sentences (tripath/planning/recommend_text.py, the CLI's own) with the page's
+    widgets around them (metrics of the recommended row, a terms table under each chosen row)."""
     rule = result["decision_rule"]
     st.header("Answer")
     st.caption(f"{result['numbers_from']}; at {result['qps']:g} req/s. A verdict 'meets' needs the whole 95 % "
@@ -299,42 +277,31 @@ def _show(result: dict[str, Any], max_replicas: int) -> None:
                f"{rule['warmup_share']:.0%} of arrivals left out) under the target; requests per replication from "
                f"{rule['tail_minimum_requests']:,}, doubled while undecided up to "
                f"{rule['budget_requests_per_replication']:,}.")
-    if best is not None:
-        st.success(f"Recommended: **{best['candidate']}** {_sized(best)}")
-        cols = st.columns([2, 2, 1, 1, 2])
-        cols[0].metric("path", best["candidate"])
-        cols[1].metric("GPU", _where(best))
-        cols[2].metric("replicas", best["replicas"])
-        cols[3].metric("GPUs", best["gpus"])
-        cols[4].metric("cost (USD per hour)", "—" if best["cost_usd_per_hour"] is None
-                       else f"{best['cost_usd_per_hour']:,.2f}")
-        st.dataframe(_terms_table(best), hide_index=True, key="rec.terms")
-        room = result.get("headroom")
-        if room is not None:
-            what = "load" if room["least"] == "arrival_rate" else "step costs"
-            text = f"Headroom: {room['headroom']:+.0%} on {what} before the SLA is no longer met with confidence."
-            (st.warning if room["thin"] else st.caption)(text + (" Under 10 %: a small change breaks it."
-                                                                  if room["thin"] else ""))
-        if best.get("verdict_below"):
-            st.caption(f"One replica fewer: {best['verdict_below']['why']}")
-        if runner is not None:
-            st.markdown(f"**Runner-up:** {runner['candidate']} {_sized(runner)}")
-            st.dataframe(_terms_table(runner), hide_index=True, key="rec.runner_terms")
-        else:
-            st.markdown("**Runner-up:** none (no other candidate meets the SLA)")
-    else:
-        st.error(f"No candidate meets the SLA with 95 % confidence with up to {max_replicas} replicas.")
-        if closest is not None:
-            st.markdown(f"**Closest:** {closest['candidate']} on {_where(closest)} at "
-                        f"{closest['searched_replicas']} replica(s)")
-            st.dataframe(_terms_table(closest), hide_index=True, key="rec.closest_terms")
-    robust = result["robustness"]
-    rate = f"{result['qps']:g} req/s"
-    if robust is not None:
-        st.markdown(f"**Headroom** ({robust['candidate']} on {robust['replicas']} replica(s) held fixed, "
-                    f"bisected to {robust['tolerance']:.0%}):\n"
-                    f"- {_factor(robust['step_costs'], 'step costs', 'profiled')}\n"
-                    f"- {_factor(robust['arrival_rate'], 'the request rate', rate)}")
+    tables = {"recommended": "rec.terms", "runner_up": "rec.runner_terms", "closest": "rec.closest_terms"}
+    for sentence in render.headline(result, max_replicas, markdown=True):
+        row = sentence.summary
+        if sentence.kind == "recommended" and row is not None:
+            st.success(sentence.text)
+            cols = st.columns([2, 2, 1, 1, 2])
+            cols[0].metric("path", row["candidate"])
+            cols[1].metric("GPU", render.where(row))
+            cols[2].metric("replicas", row["replicas"])
+            cols[3].metric("GPUs", row["gpus"])
+            cols[4].metric("cost (USD per hour)", "—" if row["cost_usd_per_hour"] is None
+                           else f"{row['cost_usd_per_hour']:,.2f}")
+        elif sentence.kind == "none_meets":
+            st.error(sentence.text)
+        elif sentence.kind == "headroom":
+            (st.warning if sentence.warning else st.caption)(sentence.text)
+        elif sentence.kind in ("below", "quality"):
+            st.caption(sentence.text)
+        elif sentence.kind != "term":  # the runner-up, the closest; the term lines are the table below each
+            st.markdown(sentence.text)
+        if sentence.kind in tables and row is not None:
+            st.dataframe(_terms_table(row), hide_index=True, key=tables[sentence.kind])
+    robust = render.robustness_lines(result, markdown=True)
+    if robust:
+        st.markdown("\n".join([robust[0], *(f"- {line}" for line in robust[1:])]))
     batch = result.get("batch_search")
     if batch and batch["sizes"]:
         st.caption(f"Max batch sizes also searched: {', '.join(map(str, batch['sizes']))}, on every simulated row "
@@ -357,7 +324,7 @@ def _row(s: dict[str, Any]) -> dict[str, Any]:
               else "not searched: " + s["pruned"] if s.get("pruned") and not s.get("searched_replicas")
               else (s.get("verdict") or {}).get("verdict", "misses"))
     rejected = s.get("rejected_share")
-    return {"candidate": s["candidate"], "GPU": _where(s),
+    return {"candidate": s["candidate"], "GPU": render.where(s),
             "max batch": "—" if s.get("max_batch_size") is None else str(s["max_batch_size"]), "verdict": status,
             "replicas": str(s["replicas"]) if meets else f"> {s['searched_replicas']}" if s["searched_replicas"]
             else "—",

@@ -16,6 +16,7 @@ import streamlit as st
 
 from tripath.app.widgets import charts, display, planning_runs, profiles, scenario_form, state
 from tripath.core.errors import InputError
+from tripath.core.metrics import TERMS
 from tripath.planning.scenario_dict import load_scenario_dict
 from tripath.planning.sweep import MAX_REJECTED
 from tripath.planning.whatif import load_step, parse_value, rate_of, whatif
@@ -34,7 +35,6 @@ DEFAULTS = {"batching.max_wait_ms": "0, 50, 200, 1000", "workload.arrival.rate_p
             "workload.arrival.load_fraction": "0.3, 0.6, 0.9", "batching.max_batch_size": "8, 16, 32, 64",
             "sla.ttft_p99_ms": "1000, 2000, 5000", "sla.tpot_p99_ms": "50, 100, 200",
             "sla.e2e_p99_ms": "10000, 30000, 60000"}
-TERMS = ("ttft", "tpot", "e2e")
 TERM_NAMES = {"ttft": "TTFT", "tpot": "TPOT", "e2e": "end-to-end"}
 SWEEP, STEP = "whatif_sweep", "whatif_step"
 

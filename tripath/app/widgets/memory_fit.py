@@ -26,8 +26,8 @@ from tripath.planning.candidates import Candidate
 from tripath.planning.scenario_dict import build, with_fields, with_requests
 from tripath.profile.profile import Profile
 from tripath.simulator.paths.capacity import path_saturation
+from tripath.simulator.paths.run_costs import RunCosts
 from tripath.simulator.paths.step import PathStep
-from tripath.simulator.run_costs import RunCosts
 from tripath.simulator.scenario.workload import generate_arrays, mean_lengths
 
 GIB = 2**30

@@ -28,7 +28,7 @@ from tripath.simulator.runner import SimulationResult, simulate
 from tripath.simulator.scenario.scenario import scenario_from_dict
 from tripath.simulator.summary import records_csv, summary
 
-CDF_METRICS = ("ttft", "tpot", "e2e")
+CDF_METRICS = metrics.TERMS
 METRIC_NAMES = {"ttft": "TTFT", "tpot": "TPOT", "e2e": "end-to-end", "queueing": "queueing delay"}
 LEVEL_NAMES = {"p50": "P50", "p90": "P90", "p99": "P99", "p999": "P99.9"}
 
@@ -41,11 +41,6 @@ class Outcome:
     records_csv: str
     latencies_s: dict[str, tuple[np.ndarray, ...]]  # metric -> one array per replication
     result: SimulationResult
-
-
-def canonical(scenario: dict[str, Any]) -> str:
-    """One text per scenario dict (sorted keys), the cache key the app and its tests share."""
-    return json.dumps(scenario, sort_keys=True)
 
 
 @st.cache_data(show_spinner=False, max_entries=16)

@@ -146,10 +146,9 @@ def _prefill_rows(model: LlamaModel, prompt: list[int], mode: KVCompression, ind
             if reference:
                 ref.append(_prefill_ms(model, ids, fp, clock))
             ms.append(_prefill_ms(model, ids, mode, clock))
-        rows.append(Sample("comp_prefill", layers, index, length, statistics.median(ms), min(ms), max(ms), len(ms)))
+        rows.append(Sample.of("comp_prefill", layers, index, length, ms))
         if reference:
-            rows.append(Sample(REF_SWEEP, layers, index, length, statistics.median(ref), min(ref), max(ref),
-                               len(ref)))
+            rows.append(Sample.of(REF_SWEEP, layers, index, length, ref))
     return rows
 
 
@@ -195,13 +194,11 @@ def measure_compression(target: LlamaModel, draft: LlamaModel | None, prompts: l
                 a, _, rejections, _ = greedy_acceptance(target, draft, prompt, new_tokens, mode, k)
                 accepted, trials = accepted + a, trials + a + rejections
         ms = [s * 1e3 for s in step_s]
-        rows = [Sample("comp_bytes", layers, index, 0, statistics.median(nbytes), min(nbytes), max(nbytes),
-                       len(nbytes)),
-                Sample("comp_step", layers, index, 0, statistics.median(ms), min(ms), max(ms), len(ms)),
-                Sample("comp_agree", layers, index, 0, float(agree), float(agree), float(agree), positions)]
+        rows = [Sample.of("comp_bytes", layers, index, 0, nbytes),
+                Sample.of("comp_step", layers, index, 0, ms),
+                Sample.constant("comp_agree", layers, index, 0, agree, positions)]
         if draft is not None:
-            rows.append(Sample("comp_accept", layers, index, 0, float(accepted), float(accepted), float(accepted),
-                               trials))
+            rows.append(Sample.constant("comp_accept", layers, index, 0, accepted, trials))
         if prefill:
             rows += _prefill_rows(target, prompts[0], mode, index, clock)
         for row in rows:

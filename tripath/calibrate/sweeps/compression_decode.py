@@ -24,7 +24,6 @@ compressed step (what the simulator prices).
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Callable
 
 import numpy as np
@@ -105,8 +104,7 @@ def measure_decode_grid(model: LlamaModel, modes: tuple[str, ...], log: SampleLo
             if key in log.done:
                 continue
             ms = step_times(model, mode, batch, context, clock)
-            log.append(Sample(key[0], layers, batch, batch * context, statistics.median(ms), min(ms), max(ms),
-                              len(ms)))
+            log.append(Sample.of(key[0], layers, batch, batch * context, ms))
             measured += 1
     return measured
 

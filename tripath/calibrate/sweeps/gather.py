@@ -22,7 +22,6 @@ the extra of one (sequence, layer) read, the bandwidth its per-byte part. The pr
 
 from __future__ import annotations
 
-import statistics
 import time
 
 import numpy as np
@@ -76,7 +75,7 @@ def _measure_chunk(model: LlamaModel, timer: TimerConfig, log: SampleLog, chunk_
         tiered_ms, paged_ms = (ms[timer.warmup:] for ms in _interleaved(model, batch, prompt, steps, chunk_tokens))
         diff_ms = [t - p for t, p in zip(tiered_ms, paged_ms, strict=True)]
         for sweep, ms in zip(names, (tiered_ms, paged_ms, diff_ms), strict=True):
-            log.append(Sample(sweep, 0, x1, x2, statistics.median(ms), min(ms), max(ms), len(ms)))
+            log.append(Sample.of(sweep, 0, x1, x2, ms))
             measured += 1
     return measured
 

@@ -28,7 +28,6 @@ gives the figures measured on the tiny target.
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Callable
 
 import numpy as np
@@ -199,8 +198,7 @@ def measure_overhead(probe: StepProbe, preset: Preset, max_len: int, layers: int
         diffs = [s - f for s, f in pairs]
         for name, values in ((SWEEP, diffs), ("overhead_step", [s for s, _ in pairs]),
                              ("overhead_forward", [f for _, f in pairs])):
-            log.append(Sample(name, layers, sequences, new_tokens, statistics.median(values), min(values),
-                              max(values), len(values)))
+            log.append(Sample.of(name, layers, sequences, new_tokens, values))
         measured += 1
         if after_point is not None:
             after_point()

@@ -25,7 +25,6 @@ effective bandwidth for small pages, and the chunk-size sweep is what exposes it
 from __future__ import annotations
 
 import math
-import statistics
 import tempfile
 import time
 from collections.abc import Callable
@@ -144,8 +143,7 @@ def _measure_chunk(config: ModelConfig, dtype: torch.dtype, device: torch.device
                     if link == "ssd->host":
                         for page_id in list(tiers.ssd.live):
                             tiers.ssd.delete(page_id)
-                    log.append(Sample(sweep, 0, index, nbytes, statistics.median(ms), min(ms), max(ms),
-                                      len(ms)))
+                    log.append(Sample.of(sweep, 0, index, nbytes, ms))
                     measured += 1
         finally:
             tiers.close()

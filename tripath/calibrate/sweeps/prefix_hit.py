@@ -15,7 +15,6 @@ median, min and max step ms over the repetitions.
 
 from __future__ import annotations
 
-import statistics
 import time
 from dataclasses import dataclass
 
@@ -93,7 +92,7 @@ def measure_prefix_hits(model: LlamaModel, timer: TimerConfig, points: tuple[tup
                     times[name].append(ms)
         for name, x1, x2 in ((HIT, new, cached), (MISS, total, 0)):
             ms = times[name]
-            out.append(Sample(name, 0, x1, x2, statistics.median(ms), min(ms), max(ms), len(ms)))
+            out.append(Sample.of(name, 0, x1, x2, ms))
     return out
 
 

@@ -133,7 +133,7 @@ def _sweeps(length: int, config: ModelConfig) -> tuple[str, ...]:
 
 def _sample(sweep: str, length: int, degree: int, seconds: list[float]) -> Sample:
     ms = [s * 1e3 for s in seconds]
-    return Sample(sweep, 0, length, degree, statistics.median(ms), min(ms), max(ms), len(ms))
+    return Sample.of(sweep, 0, length, degree, ms)
 
 
 def measure_seqpar(config: ModelConfig, reps: int, log: SampleLog, lengths: tuple[int, ...] = LENGTHS,

@@ -20,7 +20,6 @@ the plain decode step's median ms, both by the job's clock (thread CPU time on a
 
 from __future__ import annotations
 
-import statistics
 import time
 from collections.abc import Callable
 from typing import Any
@@ -105,7 +104,7 @@ def batch_rows(target: Any, draft: Any, prompts: list[list[int]], k: int, layers
             continue
         for name, seconds in zip(BATCH_SWEEPS, (rounds, decodes), strict=True):
             ms = [s * 1e3 for s in seconds]
-            rows.append(Sample(name, layers, b, k, statistics.median(ms), min(ms), max(ms), len(ms)))
+            rows.append(Sample.of(name, layers, b, k, ms))
     return rows
 
 

@@ -101,7 +101,7 @@ class SpecSettings:
 
 def _stat_sample(sweep: str, layers: int, x1: int, x2: int, seconds: list[float]) -> Sample:
     ms = [s * 1e3 for s in seconds]
-    return Sample(sweep, layers, x1, x2, statistics.median(ms), min(ms), max(ms), len(ms))
+    return Sample.of(sweep, layers, x1, x2, ms)
 
 
 def _count_sample(k: int, layers: int, task: int, position: int, count: int, out_of: int) -> Sample:
@@ -109,7 +109,7 @@ def _count_sample(k: int, layers: int, task: int, position: int, count: int, out
 
 
 def _count_sample_named(sweep: str, layers: int, task: int, x2: int, count: int, out_of: int) -> Sample:
-    return Sample(sweep, layers, task, x2, float(count), float(count), float(count), out_of)
+    return Sample.constant(sweep, layers, task, x2, count, out_of)
 
 
 Step = tuple[StepRecord, float, list[tuple[int, int, float]]]
@@ -208,8 +208,7 @@ def _task_rows(target: LlamaModel, draft: LlamaModel, prompts: list[list[int]], 
     lengths = [len(p) for p in timed]
     rows += [_stat_sample("spec_prefill_target", layers, task, k, work[0]),
              _stat_sample("spec_prefill_draft", layers, task, k, work[1]),
-             Sample("spec_prefill_tokens", layers, task, k, float(statistics.median(lengths)), float(min(lengths)),
-                    float(max(lengths)), len(lengths))]
+             Sample.of("spec_prefill_tokens", layers, task, k, [float(n) for n in lengths])]
     return rows + (per_prompt if len(per_prompt) >= 2 else [])  # one prompt has no spread to tell
 
 

@@ -80,7 +80,7 @@ def measure_misses(model: LlamaModel, timer: TimerConfig, log: SampleLog, chunk_
             for name, ms in zip(names, (wall, cpu), strict=True):
                 if (name, 0, x1, x1 * page_bytes) in log.done:
                     continue  # two points with the same miss count: the first stands
-                log.append(Sample(name, 0, x1, x1 * page_bytes, statistics.median(ms), min(ms), max(ms), len(ms)))
+                log.append(Sample.of(name, 0, x1, x1 * page_bytes, ms))
                 measured += 1
     return measured
 

@@ -1,4 +1,5 @@
-"""Where an Engine keeps its sequences' K/V: the interface the serving loop calls, and the choice among back ends.
+"""Where an Engine keeps its sequences' K/V: the interface the serving loop calls (the choice among back ends,
+``make_backend``, is tripath/engine/backends.py, above both ``kv`` and ``tiered``).
 
 A back end owns the block accounting the Scheduler reserves against (``manager``) and the K/V behind
 it. Per step the loop calls ``prepare`` (before the forward: apply copy-on-write block copies, drop
@@ -12,16 +13,10 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-import torch
 from torch import Tensor
 
-from tripath.engine.engine_config import EngineConfig
-from tripath.engine.kv.compressed_backend import CompressedBackend
 from tripath.engine.kv.paged import KVCacheManager
 from tripath.engine.kv.paged_attention import SequenceChunk
-from tripath.engine.kv.paged_backend import PagedBackend
-from tripath.engine.model.config import ModelConfig
-from tripath.engine.tiered.store import TieredStore
 
 
 class StepAttention(Protocol):
@@ -48,14 +43,3 @@ class KVBackend(Protocol):
     def kv_bytes(self) -> int: ...
 
     def close(self) -> None: ...
-
-
-def make_backend(model_config: ModelConfig, config: EngineConfig, dtype: torch.dtype,
-                 device: torch.device) -> KVBackend:
-    """The back end config asks for: compressed (kv_compression), tiered (tiered) or the plain paged pool."""
-    if config.kv_compression is not None:
-        return CompressedBackend(model_config, config, dtype, device)
-    if config.tiered is not None:
-        return TieredStore(model_config, config.tiered, dtype, device, config.block_size, config.prefix_caching)
-    return PagedBackend(model_config, config, dtype, device)
-

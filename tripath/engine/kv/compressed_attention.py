@@ -16,12 +16,29 @@ a second pass over the staged blocks only, with the final log-sum-exp of each qu
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
 
 from tripath.engine.kv.compressed_store import CompressedKVStore
 from tripath.engine.kv.paged_attention import SequenceChunk
+
+
+def online_softmax_step(m: Tensor, l: Tensor, acc: Tensor, s: Tensor,  # noqa: E741
+                        weighted_values: Callable[[Tensor], Tensor]) -> tuple[Tensor, Tensor, Tensor]:
+    """One chunk of keys folded into the running (max ``m``, normaliser ``l``, unnormalised output ``acc``):
+    the online-softmax recurrence both the prefill and the decode pass use, written once so they stay equal.
+
+    ``s`` [..., C] are the chunk's scores (masked keys -inf), ``weighted_values(p)`` the chunk's values
+    weighted by ``p`` [..., C] ([..., D]). A row with no visible key yet keeps shift 0 (not -inf - -inf).
+    The pairwise merge of finished partials (sequence parallelism) is tripath/engine/seqpar/lse_merge.py.
+    """
+    m_new = torch.maximum(m, s.amax(-1))
+    shift = torch.where(torch.isinf(m_new), 0.0, m_new)  # rows with no visible key yet stay at 0
+    p = torch.exp(s - shift[..., None])
+    alpha = torch.exp(m - shift)
+    return m_new, l * alpha + p.sum(-1), acc * alpha[..., None] + weighted_values(p)
 
 
 def chunked_attention(q: Tensor, q_pos: Tensor, total: int, read: object, chunk_tokens: int,
@@ -45,13 +62,7 @@ def chunked_attention(q: Tensor, q_pos: Tensor, total: int, read: object, chunk_
         s = qg @ k.permute(1, 2, 0)  # [Hkv, G*T, C]
         visible = torch.arange(lo, hi, device=q.device)[None, :] <= rows_pos[:, None]  # [G*T, C]
         s = s.masked_fill(~visible, -math.inf)
-        m_new = torch.maximum(m, s.amax(-1))
-        shift = torch.where(torch.isinf(m_new), 0.0, m_new)  # rows with no visible key yet stay at 0
-        p = torch.exp(s - shift[..., None])
-        alpha = torch.exp(m - shift)
-        l = l * alpha + p.sum(-1)  # noqa: E741
-        acc = acc * alpha[..., None] + p @ v.transpose(0, 1)  # [Hkv, G*T, D]
-        m = m_new
+        m, l, acc = online_softmax_step(m, l, acc, s, lambda p: p @ v.transpose(0, 1))  # noqa: E741, B023
     out = acc / l[..., None]
     out = out.view(hkv, group, t, d).permute(2, 0, 1, 3).reshape(t, hq, d)
     return out, m + torch.log(l)
@@ -147,13 +158,8 @@ class CompressedAttention:
             key_pos = torch.arange(c0 * bs, (c0 + width) * bs, device=q.device)
             visible = key_pos[None, :] < self.decode_totals[:, None]  # [Bd, C]
             s = s.masked_fill(~visible[:, None, None, :], -math.inf)
-            m_new = torch.maximum(m, s.amax(-1))
-            shift = torch.where(torch.isinf(m_new), 0.0, m_new)
-            p = torch.exp(s - shift[..., None])
-            alpha = torch.exp(m - shift)
-            l = l * alpha + p.sum(-1)  # noqa: E741
-            acc = acc * alpha[..., None] + torch.einsum("bhgk,bkhd->bhgd", p, v)
-            m = m_new
+            m, l, acc = online_softmax_step(  # noqa: E741
+                m, l, acc, s, lambda p: torch.einsum("bhgk,bkhd->bhgd", p, v))  # noqa: B023
         return (acc / l[..., None]).reshape(bd, hq, d), m + torch.log(l)
 
     def _accumulate(self, layer: int, q: Tensor, q_pos: Tensor, lse: Tensor, c: SequenceChunk) -> None:

@@ -24,6 +24,7 @@ import torch
 from torch import Tensor
 
 from tripath.core.speculative import Controller, FixedK
+from tripath.engine.decoding import DecodeStrategy
 from tripath.engine.kv.compressed_backend import CompressedBackend
 from tripath.engine.kv.paged_backend import PagedBackend
 from tripath.engine.sampling import sample
@@ -55,7 +56,7 @@ class SpecStepRecord(StepRecord):
     ks: tuple[int, ...]  # tokens proposed per decoding sequence (0: plain decoding)
 
 
-class SpeculativeDecoding:
+class SpeculativeDecoding(DecodeStrategy):
     """``proposer`` drafts (a DraftModelProposer needs a pool of at least the engine's num_blocks blocks of its
     block_size), ``controller`` picks K per sequence and round (FixedK(4))."""
 

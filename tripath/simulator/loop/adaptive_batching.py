@@ -26,10 +26,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tripath.core.metrics import TERMS
 from tripath.simulator.loop.batching import Windowed
 from tripath.simulator.loop.stepper import Stepper
-
-TERMS = ("ttft", "tpot", "e2e")
 
 
 @dataclass(frozen=True)

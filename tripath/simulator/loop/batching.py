@@ -30,7 +30,8 @@ from __future__ import annotations
 
 import math
 
-from tripath.simulator.loop.stepper import Chunks, SeqState, Stepper
+from tripath.simulator.loop.sequence import Chunks, SeqState
+from tripath.simulator.loop.stepper import Stepper
 
 
 def _whole(admitted: list[SeqState]) -> Chunks:

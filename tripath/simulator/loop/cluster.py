@@ -12,10 +12,11 @@
   its next boundary (a sleeping replica wakes for it at once). The fast replicas cannot know such an
   arrival ahead, so none of them watches for one: every run that an arrival could join may be cut by it.
   Records carry the time each request was sent, so TTFT and E2E are measured from it.
-- Router: a request whose KV reservation ((prompt + output) * kv_bytes_per_token) exceeds a
-  replica's whole KV capacity can never be served and is rejected at arrival. Any other goes to
-  the replica with the fewest outstanding requests (routed, not yet finished; a request finishing
-  at the very instant of the arrival still counts), ties to the lowest index — deterministic.
+- Router (tripath/simulator/loop/router.py, shared with the streamed cluster): a request whose KV reservation
+  ((prompt + output) * kv_bytes_per_token) exceeds a replica's whole KV capacity can never be served and is
+  rejected at arrival. Any other goes to the replica with the fewest outstanding requests (routed, not yet
+  finished; a request finishing at the very instant of the arrival still counts), ties to the lowest index —
+  deterministic.
 
 With a StepperSetup (tripath/simulator/loop/stepper.py) the replicas are Steppers: any batching policy,
 preemption and path physics, one event per iteration; capacity is then the StepModel's
@@ -34,7 +35,8 @@ from tripath.core.records import COMPLETED, Extrapolations, ReplicaStats, Reques
 from tripath.core.request import RequestSpec
 from tripath.simulator.costs import IterationCost
 from tripath.simulator.loop.clock import URGENT, Clock
-from tripath.simulator.loop.replica import Ledger, Replica, ReplicaConfig
+from tripath.simulator.loop.replica import Ledger, Replica, ReplicaConfig, fast_replicas
+from tripath.simulator.loop.router import expects, least_outstanding, too_big_reason
 from tripath.simulator.loop.stepper import PathLedger, Stepper, StepperSetup
 from tripath.simulator.loop.timeseries import Sampler
 from tripath.simulator.paths.prefix import PrefixCache, PrefixCounters, PrefixRun, route
@@ -96,25 +98,11 @@ class Cluster:
         self.prefix_caches: list[PrefixCache] = []
         if setup is None:
             self.ledger = Ledger(prompts, outputs, config.replica.kv_bytes_per_token, merge=sp is not None)
-            merge = None if sp is None else sp.decode_merge_array
-            prefill_merge = None if sp is None else sp.merge_array
-            self.replicas = [
-                Replica(self.env, i, config.replica, cost, self.ledger, self._next_arrival, self._expects, fast,
-                        merge, prefill_merge)
-                for i in range(config.replicas)
-            ]
+            self.replicas = self._fast_replicas(fast)
         else:
             self.ledger = PathLedger(prompts, outputs, config.replica.kv_bytes_per_token,
                                      setup.task_indexes([r.task for r in requests]))
-            models = [setup.model_for(i) for i in range(config.replicas)]
-            self.prefix_caches = [] if setup.prefix is None else [
-                PrefixCache(setup.prefix, m.kv_capacity_tokens, m.kv_bytes_per_token, _work_ms(m.cost),
-                            getattr(m, "tiers", None)) for m in models]
-            self.replicas = [Stepper(self.env, i, models[i], setup.policy_for(i), self.ledger, setup.config,
-                                     self.prefix_caches[i] if self.prefix_caches else None)
-                             for i in range(config.replicas)]
-            if setup.timeseries_interval_s is not None:
-                self.sampler = Sampler(self.env, self.replicas, setup.timeseries_interval_s, self._all_done)
+            self.replicas = self._steppers(setup)
         if closed is None:
             self.env.process(self._arrivals())
         else:
@@ -122,6 +110,28 @@ class Cluster:
             self._unsent = min(closed.users, len(requests))
             for index in range(self._unsent):
                 self._send_at(0.0, index)
+
+    def _fast_replicas(self, fast: bool) -> list[Replica]:
+        """The baseline's fast Replicas (``fast``: a run per event; else the one-event-per-iteration reference),
+        booking SP merge time where ``self.sp`` is on."""
+        config = self.config
+        return fast_replicas(self.env, config.replicas, config.replica, self.cost, self.ledger, self._next_arrival,
+                             self._expects, fast, self.sp)
+
+    def _steppers(self, setup: StepperSetup) -> list[Stepper]:
+        """A Stepper per replica on the setup's models and policies (a prefix cache each where it is on), and the
+        time-series sampler over them where asked."""
+        assert isinstance(self.ledger, PathLedger)
+        models = [setup.model_for(i) for i in range(self.config.replicas)]
+        self.prefix_caches = [] if setup.prefix is None else [
+            PrefixCache(setup.prefix, m.kv_capacity_tokens, m.kv_bytes_per_token, _work_ms(m.cost), m.tiers)
+            for m in models]
+        steppers = [Stepper(self.env, i, model, setup.policy_for(i), self.ledger, setup.config,
+                            self.prefix_caches[i] if self.prefix_caches else None)
+                    for i, model in enumerate(models)]
+        if setup.timeseries_interval_s is not None:
+            self.sampler = Sampler(self.env, steppers, setup.timeseries_interval_s, self._all_done)
+        return steppers
 
     def _next_arrival(self) -> float:
         return self.next_arrival_s
@@ -152,21 +162,12 @@ class Cluster:
             self._send_at(when + self.closed.think_s, self._unsent)
             self._unsent += 1
 
-    def _choice(self) -> Replica:
-        """The replica the router would pick now: fewest outstanding, ties to the lowest index."""
-        replicas = self.replicas
-        best = replicas[0]
-        for replica in replicas[1:]:
-            if replica.outstanding < best.outstanding:  # strict: ties stay with the lower index
-                best = replica
-        return best
-
     def _expects(self, index: int) -> bool:
         """Whether replica ``index`` would receive a request arriving now (a hint for the fast path); never in a
         closed loop, whose next arrival is not known ahead (so every replica's open run may be cut)."""
         if self.closed is not None:
             return False
-        return len(self.replicas) == 1 or self._choice().index == index
+        return expects(self.replicas, index)
 
     def _all_done(self) -> bool:
         return len(self.reject_reason) + sum(r.retired for r in self.replicas) == len(self.requests)
@@ -188,16 +189,14 @@ class Cluster:
                                              f"{cache.index.num_blocks} prefix-cache blocks of {cache.bt} tokens")
                 return
         if too_big:
-            # One stable text per run (the request's own need is in its record), so the summary can count reasons.
-            self.reject_reason[index] = (f"KV reservation of (prompt + output) tokens exceeds the replica's KV "
-                                         f"capacity of {capacity} bytes ({tokens} tokens)")
+            self.reject_reason[index] = too_big_reason(capacity, tokens)
             return
         if self.setup is not None and self.setup.prefix is not None and len(self.replicas) > 1:
             chosen = route(self.prefix_caches, [r.outstanding for r in self.replicas], index,
                            self.ledger.prompt[index], self.setup.prefix.spec)
             best = self.replicas[chosen]
         else:
-            best = self._choice()
+            best = least_outstanding(self.replicas)
         self.ledger.replica[index] = best.index
         best.enqueue(index)
 
@@ -236,7 +235,7 @@ class Cluster:
         seen: dict[int, Extrapolations] = {}
         for replica in self.replicas:
             model = replica.model  # type: ignore[union-attr]
-            seen.setdefault(id(getattr(model, "cost", model)), model.extrapolations())
+            seen.setdefault(id(model.cost), model.extrapolations())
         fields = ("prefill_queries", "prefill_outside", "decode_queries", "decode_outside", "sp_prefill_queries",
                   "sp_prefill_outside")
         return Extrapolations(*(sum(getattr(e, f) for e in seen.values()) for f in fields))

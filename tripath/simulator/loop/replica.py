@@ -44,6 +44,7 @@ import simpy
 from tripath.simulator.costs import IterationCost
 from tripath.simulator.loop.clock import Clock
 from tripath.simulator.loop.run import Run
+from tripath.simulator.paths.seqpar import SpPhysics
 
 _NEVER = 1 << 62  # more iterations than any run: "no finish pending"
 # Iterations evaluated at once while watching for an arrival: evaluating a few hundred unused
@@ -332,3 +333,15 @@ class Replica:
         seconds = total_ms / 1000.0
         for request in (*before, *admitted):
             ledger.merge_s[request] += seconds
+
+
+def fast_replicas(env: Clock, count: int, config: ReplicaConfig, cost: IterationCost, ledger: Any,
+                  next_arrival: Callable[[], float], expects_next_arrival: Callable[[int], bool], fast: bool = True,
+                  sp: SpPhysics | None = None) -> list[Replica]:
+    """``count`` Replicas on one clock and ledger (a Ledger, or the streamed cluster's, used by request index), as
+    both clusters build them; ``sp``: the SP physics inside an SP-transformed ``cost``, whose merge time the
+    replicas book to the requests (decode merges at a total context, prefill merges per prompt)."""
+    merge = None if sp is None else sp.decode_merge_array
+    prefill_merge = None if sp is None else sp.merge_array
+    return [Replica(env, i, config, cost, ledger, next_arrival, expects_next_arrival, fast, merge, prefill_merge)
+            for i in range(count)]

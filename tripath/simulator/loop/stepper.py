@@ -8,7 +8,8 @@ preempted, one token per decode). Everything else runs here, one event per itera
 - The StepModel (tripath/simulator/step_model.py; the paths' physics in tripath/simulator/paths/step.py) says
   what the iteration costs and how many tokens each decode emitted; a request finishes at the
   end of the iteration in which it emitted its output_tokens-th token.
-- Memory is counted in tokens. With preemption = "none" a request reserves prompt + output at
+- Memory is counted in tokens, by a memory policy (tripath/simulator/loop/memory.py), never a mode flag. With
+  preemption = "none" a request reserves prompt + output at
   admission, as replica.py does, so nothing is ever evicted. Otherwise it reserves only what it
   holds (prompt + emitted + the token the next iteration writes); when the next iteration would
   not fit, the most recently admitted sequence is evicted: "recompute" drops its KV and re-queues
@@ -37,7 +38,15 @@ one replica after another: whether it sees a replica's boundary at that instant 
 have retired their finishes) follows SimPy's order of same-instant events, which a run's single event does not
 keep — replica.py's fast path differs from its reference there when boundaries tie exactly.
 
-Beside the Stepper: its bookkeeping (PathLedger per request, SeqState per sequence), the contract a
+Admission (``admit_fcfs``) applies four rules in order, each its own check: batch room, KV (the memory policy's
+need against the free tokens, or the prefix cache's blocks: ``_fit``), the iteration's token budget, and with
+tiering the engine's device residency (``_device_admits``, through the StepModel's ``tiers``). An iteration's end
+(``_complete``) is applied in steps: progress and emitted tokens (``_emit_speculative`` with speculation), the
+per-request sums (``_book_sums``), first tokens (``_first_tokens``), reservations that grew (the memory policy),
+retirements.
+
+Beside the Stepper: its bookkeeping (PathLedger per request; SeqState per sequence, in
+tripath/simulator/loop/sequence.py), the contract a
 batching policy meets (BatchPolicy), and how a cluster configures its Steppers (StepperConfig: preemption
 and swap cost; StepperSetup: per-replica physics and policy).
 """
@@ -48,14 +57,16 @@ import math
 from collections import deque
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, replace
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import simpy
 
 from tripath.simulator.loop.clock import Clock
+from tripath.simulator.loop.memory import Memory, memory_for
 from tripath.simulator.loop.replica import Ledger
 from tripath.simulator.loop.run import Run
+from tripath.simulator.loop.sequence import Chunks, SeqState
 from tripath.simulator.paths.prefix import PrefixCache, PrefixSetup
 from tripath.simulator.scenario.scenario import PREEMPTION_MODES
 from tripath.simulator.step_model import BaselineStep, DecodeBatch, PrefillChunk, StepModel, StepResult
@@ -85,35 +96,6 @@ class PathLedger(Ledger):
         self.preemptions = [0] * n
 
 
-class SeqState:
-    """One admitted (or preempted) request's progress."""
-
-    __slots__ = ("admit_order", "emitted", "output", "prefilled", "prompt", "request", "reserved", "swapped",
-                 "target", "task")
-
-    def __init__(self, request: int, prompt: int, output: int, task: int) -> None:
-        self.request = request
-        self.task = task
-        self.prompt = prompt
-        self.output = output
-        self.target = prompt  # tokens to prefill before decoding (prompt + generated after a recompute)
-        self.prefilled = 0  # of target, cached so far
-        self.emitted = 0
-        self.reserved = 0  # tokens of KV budget it holds
-        self.swapped = False  # its KV waits in host memory (swap preemption)
-        self.admit_order = 0
-
-    @property
-    def context(self) -> int:
-        """KV tokens it holds once prefilled: prompt + tokens emitted (the counting replica.py uses)."""
-        return self.prompt + self.emitted
-
-    @property
-    def decoding(self) -> bool:
-        return self.prefilled >= self.target
-
-
-Chunks = dict[SeqState, int]  # an iteration's prefill chunks: tokens per sequence, in admission order
 
 
 class BatchPolicy(Protocol):
@@ -190,11 +172,9 @@ class Stepper:
         self.policy = policy
         self.ledger = ledger
         self.config = config or StepperConfig()
-        self.reserve_output = self.config.preemption == "none"
+        self.memory: Memory = memory_for(self.config.preemption)  # what a sequence reserves; whether it is evicted
         self.capacity = model.kv_capacity_tokens
-        # tiered KV: the engine's device residency rule also bounds who runs (TierPhysics.device_fits)
-        tiers = getattr(model, "tiers", None)
-        self._device_fits: Callable[[list[int]], bool] | None = None if tiers is None else tiers.device_fits
+        self.tiers = model.tiers  # tiered KV: the engine's device residency rule also bounds who runs
         self.queue: deque[int] = deque()  # requests waiting (preempted ones at the head)
         self.waiting: dict[int, SeqState] = {}  # preempted sequences by request, while queued
         self.running: list[SeqState] = []  # in admission order
@@ -216,7 +196,7 @@ class Stepper:
         self._wakeup: simpy.Event | None = None
         # fast-forward: the model whose decode-only stretches may be advanced at once (None: never), the run in
         # progress (while a routed request may cut it), and how many runs and iterations it advanced
-        exact = self.config.fast_forward and self.reserve_output and prefix is None
+        exact = self.config.fast_forward and not self.memory.evicts and prefix is None
         self._runs: BaselineStep | None = None
         if exact and isinstance(model, BaselineStep) and model.deterministic:
             self._runs = model
@@ -267,60 +247,79 @@ class Stepper:
         return seq
 
     def need_tokens(self, seq: SeqState) -> int:
-        """KV tokens admitting ``seq`` reserves now."""
-        if self.reserve_output:
-            return seq.prompt + seq.output
-        return seq.context + 1 if seq.swapped else seq.target + 1
+        """KV tokens admitting ``seq`` reserves now (the memory policy's rule)."""
+        return self.memory.need(seq)
 
     def free_tokens(self) -> int:
         """KV tokens an admission may take now, after the running sequences' next writes."""
-        return self.capacity - self.used - (0 if self.reserve_output else self._next_writes())
+        return self.capacity - self.used - self.memory.next_writes(self.running)
 
     def admit_fcfs(self, now: float, room: int, token_budget: float, first_always: bool = True) -> list[SeqState]:
         """Pop waiting requests FCFS while there is room, KV fits and their prefill stays within the budget.
 
         The first prefill is always allowed by the budget (``first_always``), as replica.py does, so a
         prompt longer than the budget is served alone rather than starving. Strict FCFS: nobody
-        overtakes a head that does not fit.
+        overtakes a head that does not fit. Four rules, each its own check: batch room (``room``), KV
+        (``_fit``: the memory policy's need against the free tokens, or the prefix cache's blocks), the token
+        budget, and with tiering the engine's device residency (``_device_admits``).
         """
         queue, admitted = self.queue, []
         free = self.free_tokens()
         tokens = 0
         while queue and len(admitted) < room:
             seq = self.sequence_for(queue[0])
-            need = self.need_tokens(seq)
-            prefill = 0 if seq.swapped else seq.target
-            plan = None
-            if self.prefix is not None:  # its blocks decide the fit; a hit's prefill is the uncached suffix
-                plan = self.prefix.plan(seq.request, seq.prompt, need)
-                fits = plan is not None
-                if plan is not None:
-                    prefill -= plan.start_tokens
-            else:
-                fits = need <= free
-            over = tokens + prefill > token_budget and (admitted or not first_always)
-            if not fits or over:
+            need = self.memory.need(seq)
+            fit = self._fit(seq, need, free)
+            if fit is None:
                 break
-            if self._device_fits is not None and not self._device_fits([s.reserved for s in self.running] + [need]):
+            prefill, plan = fit
+            if tokens + prefill > token_budget and (admitted or not first_always):
                 break
-            queue.popleft()
-            self.waiting.pop(seq.request, None)
-            if plan is not None:
-                assert self.prefix is not None
-                seq.prefilled = self.prefix.commit(seq.request, seq.prompt, plan)
+            if not self._device_admits(need):
+                break
+            self._take(seq, need, plan, now)
             free -= need
             tokens += prefill
-            seq.reserved = need
-            self._admit_count += 1
-            seq.admit_order = self._admit_count
-            if math.isnan(self.ledger.admitted[seq.request]):
-                self.ledger.admitted[seq.request] = now
-            self.used += need
-            self.running.append(seq)
             admitted.append(seq)
         held = self.used if self.prefix is None else self.prefix.occupied_tokens()  # shared blocks counted once
         self.peak_tokens = max(self.peak_tokens, held)
         return admitted
+
+    def _fit(self, seq: SeqState, need: int, free: int) -> tuple[int, Any] | None:
+        """(prompt tokens ``seq`` prefills this iteration, its prefix-cache plan or None) when its KV fits, else None.
+
+        Without a prefix cache it fits when ``need`` <= ``free``; with one, its blocks decide (PrefixCache.plan,
+        which changes nothing) and a hit's prefill is only the uncached suffix. A swapped-in sequence prefills
+        nothing: its KV comes back whole.
+        """
+        prefill = 0 if seq.swapped else seq.target
+        if self.prefix is None:
+            return (prefill, None) if need <= free else None
+        plan = self.prefix.plan(seq.request, seq.prompt, need)
+        if plan is None:
+            return None
+        return prefill - plan.start_tokens, plan
+
+    def _device_admits(self, need: int) -> bool:
+        """Tiered KV: whether the running sequences plus one reserving ``need`` keep the engine's device residency
+        rule (tripath/simulator/paths/tiered.py: TierPhysics.device_fits); always without tiers."""
+        tiers = self.tiers
+        return tiers is None or tiers.device_fits([s.reserved for s in self.running] + [need])
+
+    def _take(self, seq: SeqState, need: int, plan: Any, now: float) -> None:
+        """Admit the queue's head ``seq``: it reserves ``need`` tokens (its prefix ``plan`` committed) and runs."""
+        self.queue.popleft()
+        self.waiting.pop(seq.request, None)
+        if plan is not None:
+            assert self.prefix is not None
+            seq.prefilled = self.prefix.commit(seq.request, seq.prompt, plan)
+        seq.reserved = need
+        self._admit_count += 1
+        seq.admit_order = self._admit_count
+        if math.isnan(self.ledger.admitted[seq.request]):  # a re-admitted (preempted) one keeps its first
+            self.ledger.admitted[seq.request] = now
+        self.used += need
+        self.running.append(seq)
 
     # ---- the loop ------------------------------------------------------------------------------
 
@@ -335,12 +334,13 @@ class Stepper:
                 if stretch >= _MIN_RUN:
                     yield from self._fast_forward(start, stretch)
                     continue
-            swap_s = self._preempt() if not self.reserve_output else 0.0
+            evicts = self.memory.evicts
+            swap_s = self._preempt() if evicts else 0.0
             prefills = policy.schedule(self, start)
             if not self.running:
                 yield from self._idle(policy.next_look(self, start))
                 continue
-            if not self.reserve_output:
+            if evicts:
                 swap_s += self._swap_in()
             if self.prefix is not None:
                 swap_s += self._prefix_loads()
@@ -427,8 +427,8 @@ class Stepper:
 
     def _book_merges(self, decodes: list[SeqState], merges: np.ndarray) -> None:
         """Add each iteration's merge seconds to every sequence in it, one addition per iteration in order, as
-        ``_complete`` does: np.add.accumulate adds left to right, so each sum is the same float (adding a 0.0 that
-        ``_complete`` skips changes nothing: the sums start at +0.0)."""
+        ``_book_sums`` does: np.add.accumulate adds left to right, so each sum is the same float (adding a 0.0 that
+        ``_book_sums`` skips changes nothing: the sums start at +0.0)."""
         merge_s = self.ledger.merge_s
         table = np.empty((len(decodes), len(merges) + 1))
         table[:, 0] = [merge_s[s.request] for s in decodes]
@@ -452,45 +452,60 @@ class Stepper:
 
     def _complete(self, prefills: Chunks, decodes: list[SeqState], result: StepResult,
                   swap_s: float, end: float) -> None:
-        ledger = self.ledger
+        """Apply the iteration that ended at ``end``: progress, the per-request sums, first tokens, reservations that
+        grew, then retire whoever emitted its last token."""
         for s, n in prefills.items():
             s.prefilled += n
-        emitted = result.emitted.tolist()
-        if result.rounds is not None and result.accepted is not None:
-            rounds, accepted = ledger.draft_rounds, ledger.accepted
-            for s, n, r, a in zip(decodes, emitted, result.rounds.tolist(), result.accepted.tolist(), strict=True):
+        if result.rounds is None or result.accepted is None:  # one call fewer in the hot plain iteration
+            for s, n in zip(decodes, result.emitted.tolist(), strict=True):
                 s.emitted += n
-                rounds[s.request] += r
-                accepted[s.request] += a
         else:
-            for s, n in zip(decodes, emitted, strict=True):
-                s.emitted += n
+            self._emit_speculative(decodes, result)
         for link, nbytes in result.paging_bytes.items():
             self.paging_bytes[link] = self.paging_bytes.get(link, 0) + nbytes
-        paging = result.paging_s + swap_s  # swaps stall the whole iteration, like the tiers' paging
         members = [*prefills, *decodes]
-        # per request, one addition per iteration it was in (adding 0.0 would change nothing, so skip it)
-        if paging:
-            paging_s = ledger.paging_s
-            for s in members:
-                paging_s[s.request] += paging
-        if result.merge_s:
-            merge_s, merge = ledger.merge_s, result.merge_s
-            for s in members:
-                merge_s[s.request] += merge
-        for s in prefills:
-            if s.prefilled >= s.target:  # the prompt (or the recompute) completed: one token out
-                s.emitted += 1
-                if math.isnan(ledger.first_token[s.request]):
-                    ledger.first_token[s.request] = end
+        paging = result.paging_s + swap_s  # swaps stall the whole iteration, like the tiers' paging
+        if paging or result.merge_s:  # (the checks here spare the hot decode-only iteration two calls)
+            self._book_sums(members, paging, result.merge_s)
+        if prefills:
+            self._first_tokens(prefills, end)
         done = [s for s in members if s.emitted >= s.output]
-        if not self.reserve_output:  # a decoding sequence now holds prompt + emitted tokens
-            for s in members:
-                if s.decoding and s.context > s.reserved:
-                    self.used += s.context - s.reserved
-                    s.reserved = s.context
+        if self.memory.evicts:
+            self.used += self.memory.grow(members)
             self.peak_tokens = max(self.peak_tokens, self.used)
         self._retire(done, end)
+
+    def _emit_speculative(self, decodes: list[SeqState], result: StepResult) -> None:
+        """Add each decode's emitted tokens, draft rounds and accepted tokens (a speculative iteration)."""
+        assert result.rounds is not None and result.accepted is not None
+        rounds, accepted = self.ledger.draft_rounds, self.ledger.accepted
+        for s, n, r, a in zip(decodes, result.emitted.tolist(), result.rounds.tolist(), result.accepted.tolist(),
+                              strict=True):
+            s.emitted += n
+            rounds[s.request] += r
+            accepted[s.request] += a
+
+    def _book_sums(self, members: list[SeqState], paging: float, merge: float) -> None:
+        """Add the iteration's paging stall and merge seconds to every request in it: one addition per iteration
+        it was in, in order, so the sums are the same floats whatever the loop (adding 0.0 would change nothing,
+        so it is skipped)."""
+        if paging:
+            paging_s = self.ledger.paging_s
+            for s in members:
+                paging_s[s.request] += paging
+        if merge:
+            merge_s = self.ledger.merge_s
+            for s in members:
+                merge_s[s.request] += merge
+
+    def _first_tokens(self, prefills: Chunks, end: float) -> None:
+        """A prompt (or a recompute) that completed emits one token; a request's first one is its first token."""
+        first_token = self.ledger.first_token
+        for s in prefills:
+            if s.prefilled >= s.target:
+                s.emitted += 1
+                if math.isnan(first_token[s.request]):
+                    first_token[s.request] = end
 
     def _retire(self, done: list[SeqState], end: float) -> None:
         """The sequences that emitted their last token at ``end`` leave: their KV is freed, the policy told."""
@@ -514,7 +529,8 @@ class Stepper:
         token). Returns the seconds of swap-out transfers this causes.
         """
         seconds = 0.0
-        while self.running and (self.used + self._next_writes() > self.capacity or self._device_over()):
+        while self.running and (self.used + self.memory.next_writes(self.running) > self.capacity
+                                or self._device_over()):
             victim = max(self.running, key=lambda s: s.admit_order)
             if len(self.running) == 1:
                 break  # alone it fits by the router's rule (prompt + output <= capacity)
@@ -524,13 +540,10 @@ class Stepper:
     def _device_over(self) -> bool:
         """Tiered KV: whether the running sequences, after the next iteration's writes, break the
         engine's device residency rule (tripath/simulator/paths/tiered.py), so one must go."""
-        if self._device_fits is None:
+        if self.tiers is None:
             return False
-        return not self._device_fits([max(s.reserved, s.context + 1) if s.decoding else s.reserved
+        return not self.tiers.device_fits([max(s.reserved, s.context + 1) if s.decoding else s.reserved
                                       for s in self.running])
-
-    def _next_writes(self) -> int:
-        return sum(max(0, s.context + 1 - s.reserved) for s in self.running if s.decoding)
 
     def _evict(self, seq: SeqState) -> float:
         self.running.remove(seq)
@@ -539,7 +552,7 @@ class Stepper:
         self.ledger.preemptions[seq.request] += 1
         self.preempted += 1
         seconds = 0.0
-        if self.config.preemption == "swap" and seq.decoding:
+        if self.memory.swaps and seq.decoding:
             seq.swapped = True
             seconds = self._transfer(seq)
             self.ledger.paging_s[seq.request] += seconds  # its own way out (it is not in the iteration)

@@ -6,7 +6,7 @@ parallelism (deterministic: a transformed cost model, tripath/simulator/paths/st
 the per-iteration loop (tripath/simulator/loop/stepper.py): another batching policy (waits, chunks, adaptive
 control), preemption, speculation or tiering (per-iteration randomness, tier state), or
 time-series samples. Each replica then gets its own StepModel — tripath/simulator/paths/step.py's
-``build_step_model``, on the run's converted costs (tripath/simulator/run_costs.py) — with its own cost
+``build_step_model``, on the run's converted costs (tripath/simulator/paths/run_costs.py) — with its own cost
 counters and random stream, and its own policy (``build_policy``: the adaptive controller keeps per-replica
 state).
 
@@ -24,8 +24,8 @@ from tripath.simulator.loop.adaptive_batching import Adaptive, AimdController, A
 from tripath.simulator.loop.batching import Chunked, Continuous, Windowed
 from tripath.simulator.loop.stepper import BatchPolicy, StepperConfig, StepperSetup
 from tripath.simulator.paths.prefix import PrefixSetup
+from tripath.simulator.paths.run_costs import RunCosts
 from tripath.simulator.paths.step import build_step_model
-from tripath.simulator.run_costs import RunCosts
 from tripath.simulator.scenario.prefix_workload import RequestPrefixes
 from tripath.simulator.scenario.scenario import BatchingSpec, Scenario, SlaSpec
 from tripath.simulator.step_model import StepModel

@@ -22,7 +22,6 @@ the replica reads only the arrays of a request after that (its length and reserv
 
 from __future__ import annotations
 
-import csv
 import os
 from collections import defaultdict
 from collections.abc import Callable, Generator
@@ -37,17 +36,18 @@ import simpy
 from tripath.core.atomic import AtomicFile
 from tripath.core.records import (
     COMPLETED,
-    RECORD_COLUMNS,
     Extrapolations,
     ReplicaStats,
     RequestRecord,
+    record_csv_writer,
     record_row,
     rejected_record,
 )
 from tripath.simulator.costs import IterationCost
 from tripath.simulator.loop.clock import URGENT, Clock
 from tripath.simulator.loop.cluster import ClusterConfig
-from tripath.simulator.loop.replica import Replica
+from tripath.simulator.loop.replica import fast_replicas
+from tripath.simulator.loop.router import expects, least_outstanding, too_big_reason
 from tripath.simulator.paths.seqpar import SpPhysics
 
 _CHUNK = 4096  # arrivals converted to Python numbers at a time
@@ -153,26 +153,16 @@ class StreamingCluster:
         self._task_index = memoryview(np.ascontiguousarray(requests.task, dtype=np.int64))
         self.completed = self.rejected = self.peak_in_flight = 0
         self.next_arrival_s = float(requests.arrival_s[0]) if len(requests) else float("inf")
-        ledger: Any = self.ledger  # the Replica reads and writes it by request index, as it does a Ledger
-        merge = None if sp is None else sp.decode_merge_array
-        prefill_merge = None if sp is None else sp.merge_array
-        self.replicas = [Replica(self.env, i, config.replica, cost, ledger, self._next_arrival, self._expects,
-                                 True, merge, prefill_merge)
-                         for i in range(config.replicas)]
+        # the Replicas read and write the ledger by request index, as they do a Ledger
+        self.replicas = fast_replicas(self.env, config.replicas, config.replica, cost, self.ledger,
+                                      self._next_arrival, self._expects, True, sp)
         self.env.process(self._arrivals())
 
     def _next_arrival(self) -> float:
         return self.next_arrival_s
 
-    def _choice(self) -> Replica:
-        best = self.replicas[0]
-        for replica in self.replicas[1:]:
-            if replica.outstanding < best.outstanding:  # strict: ties stay with the lower index
-                best = replica
-        return best
-
     def _expects(self, index: int) -> bool:
-        return len(self.replicas) == 1 or self._choice().index == index
+        return expects(self.replicas, index)
 
     def _arrivals(self) -> Generator[simpy.Event, None, None]:
         r, n = self.requests, len(self.requests)
@@ -189,15 +179,13 @@ class StreamingCluster:
     def _route(self, index: int, prompt: int, output: int) -> None:
         replica = self.config.replica
         need = (prompt + output) * replica.kv_bytes_per_token
-        if need > replica.kv_capacity_bytes:  # Cluster._route's rule and text
-            tokens = replica.kv_capacity_bytes // replica.kv_bytes_per_token
-            reason = (f"KV reservation of (prompt + output) tokens exceeds the replica's KV capacity of "
-                      f"{replica.kv_capacity_bytes} bytes ({tokens} tokens)")
+        if need > replica.kv_capacity_bytes:  # Cluster._route's rule and text (tripath/simulator/loop/router.py)
+            reason = too_big_reason(replica.kv_capacity_bytes, replica.kv_capacity_bytes // replica.kv_bytes_per_token)
             self.sink(rejected_record(index, self._task(index), self._arrival_s[index], prompt, output, reason))
             self.rejected += 1
             return
         ledger = self.ledger
-        best = self._choice()
+        best = least_outstanding(self.replicas)
         ledger.replica[index] = best.index
         ledger.in_flight += 1
         self.peak_in_flight = max(self.peak_in_flight, ledger.in_flight)
@@ -266,8 +254,7 @@ class RecordWriter:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         self._file = AtomicFile(path)
-        self._writer = csv.writer(self._file.handle, lineterminator="\n")
-        self._writer.writerow(RECORD_COLUMNS)
+        self._writer = record_csv_writer(self._file.handle)
         self.replication = 0
         self.rows = 0
 

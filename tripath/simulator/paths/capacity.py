@@ -44,10 +44,10 @@ import numpy as np
 
 from tripath.core.speculative import SpecCosts, best_k, predicted_speedup, round_cost
 from tripath.simulator.capacity import Saturation
+from tripath.simulator.paths.run_costs import RunCosts
 from tripath.simulator.paths.speculative import SpeculativeParams, expected_survival, linear_verify
 from tripath.simulator.paths.step import Transforms
 from tripath.simulator.paths.tiered import TierPhysics
-from tripath.simulator.run_costs import RunCosts
 from tripath.simulator.scenario.scenario import Scenario
 
 

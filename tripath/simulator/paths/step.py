@@ -21,7 +21,7 @@ iteration on top, in ``PathStep``. One iteration's milliseconds, from the profil
 
 tripath/simulator/paths/speculative.py, tiered.py, seqpar.py and compression.py hold each path's formulas
 and say where their numbers come from; docs/simulator_paths.md puts them together. Every model here is
-built from the run's RunCosts (tripath/simulator/run_costs.py: the profile converted once), never from the
+built from the run's RunCosts (tripath/simulator/paths/run_costs.py: the profile converted once), never from the
 profile. ``build_step_model`` returns step_model.BaselineStep with every strategy off (records equal the
 baseline's bit for bit), ``TransformedStep`` (BaselineStep on the transformed model) with only
 compression and/or SP on, and ``PathStep`` otherwise.
@@ -36,10 +36,10 @@ import numpy as np
 from tripath.core.records import Extrapolations
 from tripath.simulator.costs import IterationCost
 from tripath.simulator.paths.compression import CompressionPhysics
+from tripath.simulator.paths.run_costs import RunCosts
 from tripath.simulator.paths.seqpar import SpPhysics
 from tripath.simulator.paths.speculative import SpeculativePhysics
 from tripath.simulator.paths.tiered import TierPhysics
-from tripath.simulator.run_costs import RunCosts
 from tripath.simulator.scenario.strategy import StrategySpec
 from tripath.simulator.step_model import (
     BaselineStep,

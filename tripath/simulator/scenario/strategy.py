@@ -43,7 +43,7 @@ class SpeculativeSpec:
     fallback_acceptance: float | None = None  # adaptive: plain decoding below this acceptance; None: break-even
     proposer: str = "draft"
     # the user's own per-task acceptance a, (task, a) in table order: replaces the profile's entry for that task
-    # (tripath/simulator/run_costs.py with_scenario_acceptance); the proposer's entry (prompt_lookup: too)
+    # (tripath/simulator/paths/run_costs.py with_scenario_acceptance); the proposer's entry (prompt_lookup: too)
     acceptance: tuple[tuple[str, float], ...] = ()
 
     def __post_init__(self) -> None:
