@@ -253,8 +253,8 @@ def _wait_ready(tmp_path: Path, procs: list[subprocess.Popen[str]]) -> None:
 
 
 @pytest.mark.parametrize(("signum", "code", "words"), [
-    (signal.SIGTERM, 128 + signal.SIGTERM, "tripath: interrupted by SIGTERM"),
-    (signal.SIGHUP, 128 + signal.SIGHUP, "tripath: interrupted by SIGHUP"),
+    (signal.SIGTERM, 130, "tripath: interrupted by SIGTERM"),
+    (signal.SIGHUP, 130, "tripath: interrupted by SIGHUP"),
     (signal.SIGINT, 130, "tripath: interrupted"),  # Ctrl-C, for comparison
 ], ids=["SIGTERM", "SIGHUP", "SIGINT"])
 def test_a_signal_mid_write_leaves_no_folder(tmp_path: Path, signum: int, code: int, words: str) -> None:

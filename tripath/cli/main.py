@@ -5,7 +5,7 @@ Every subcommand takes --help; every one that reports numbers takes --json. Exit
 nested scenario, profile or trace; a value past tripath/core/limits.py; an unreadable or unwritable
 path; a full disk; out of memory): one line on stderr naming the file and field or the operation,
 nothing written; 70 a defect in tripath: one line, the traceback saved to a file it names; 130 interrupted
-(Ctrl-C), 143 / 129 terminated by SIGTERM / SIGHUP, after the same cleanup as Ctrl-C (no temp file or folder left).
+(Ctrl-C, SIGTERM or SIGHUP: the same cleanup for each, no temp file or folder left).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from tripath.core.errors import InputError
 EXIT_INPUT = 2
 EXIT_INTERNAL = 70  # sysexits.h EX_SOFTWARE
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
-TERMINATING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)  # handled like Ctrl-C; exit 128 + the signal's number
+TERMINATING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)  # handled like Ctrl-C, exit 130 too
 
 
 class Terminated(KeyboardInterrupt):
@@ -159,7 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="tripath",
         description="Which long-context inference path meets your P99 SLA at the lowest GPU cost.",
         epilog="Exit status: 0 done, 2 bad input or environment (one line naming file and field), 70 internal "
-        "error (traceback saved to a file it names), 130 interrupted (143 SIGTERM, 129 SIGHUP). Limits on sizes: "
+        "error (traceback saved to a file it names), 130 interrupted (Ctrl-C, SIGTERM, SIGHUP). Limits on sizes: "
         "docs/cli_contract.md.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -254,7 +254,7 @@ def run_guarded(command: Callable[[], int], argv: Sequence[str]) -> int:
                       "or a shorter duration (limits: docs/cli_contract.md)")
     except Terminated as err:
         print(f"tripath: interrupted by {signal.Signals(err.signum).name}", file=sys.stderr)
-        return 128 + err.signum
+        return EXIT_INTERRUPTED
     except KeyboardInterrupt:
         print("tripath: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
