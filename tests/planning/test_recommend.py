@@ -256,6 +256,12 @@ def test_max_batch_is_searched_below_the_cheapest_row_and_exported():
             assert row["outcome"]["replicas"] * row["gpus_per_replica"] < own["gpus"]
     summary = searched.to_dict()
     assert summary["recommended"]["max_batch_size"] == 2
+    from tripath.planning.recommend_text import batch_search_line
+
+    line = batch_search_line(summary)
+    assert line is not None and "searched: 2, 4 " in line
+    assert f"{searched.batch_search['met_cheaper']} met cheaper" in line
+    assert batch_search_line(fixed.to_dict()) is None  # the phase did not run
     assert "--max-num-seqs 2" in recommended_suggestion(summary, PROFILE, data).command()
     assert "--max-running-requests 2" in recommended_sglang(summary, PROFILE, data).command()
 

@@ -377,11 +377,9 @@ def _cmd_recommend(args: argparse.Namespace) -> int:
     robust = render.robustness_lines(result)
     if robust:
         lines += ["", robust[0], *("  " + line for line in robust[1:])]
-    batch = result["batch_search"]
-    if batch is not None and batch["sizes"]:
-        lines += ["", f"max batch sizes also searched: {', '.join(map(str, batch['sizes']))} (--batch-sizes), on every "
-                  f"simulated row below the cheapest found: {batch['searched']} search(es), {batch['met_cheaper']} "
-                  "met cheaper"]
+    batch = render.batch_search_line(result)
+    if batch is not None:
+        lines += ["", batch]
     if result["excluded_lossy"]:
         lines += ["", "lossy paths not searched (they change the model's answers; --allow-lossy searches them): "
                   + ", ".join(result["excluded_lossy"])]

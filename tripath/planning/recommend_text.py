@@ -158,6 +158,16 @@ class Sentence:
     warning: bool = False  # a thin headroom: the app shows it as a warning
 
 
+def batch_search_line(result: Summary) -> str | None:
+    """What the max batch phase searched (tripath/planning/recommend.py ``batch_ladder``), None when it did not run."""
+    batch = result.get("batch_search")
+    if not batch or not batch["sizes"]:
+        return None
+    return (f"Max batch sizes also searched: {', '.join(map(str, batch['sizes']))} (--batch-sizes), on the baselines "
+            f"and every path that met, each below the cheapest bill found: {batch['searched']} search(es), "
+            f"{batch['met_cheaper']} met cheaper.")
+
+
 def headline(result: Summary, max_replicas: int, markdown: bool = False) -> list[Sentence]:
     """The answer's sentences in order: the recommended row with its verdict lines, quality cost, one replica fewer
     and headroom, then the runner-up and its lines; or, when none meets, that sentence and the closest with its

@@ -302,10 +302,9 @@ def _show(result: dict[str, Any], max_replicas: int) -> None:
     robust = render.robustness_lines(result, markdown=True)
     if robust:
         st.markdown("\n".join([robust[0], *(f"- {line}" for line in robust[1:])]))
-    batch = result.get("batch_search")
-    if batch and batch["sizes"]:
-        st.caption(f"Max batch sizes also searched: {', '.join(map(str, batch['sizes']))}, on every simulated row "
-                   f"below the cheapest found ({batch['searched']} searches, {batch['met_cheaper']} met cheaper).")
+    batch = render.batch_search_line(result)
+    if batch is not None:
+        st.caption(batch)
     if result["excluded_lossy"]:
         st.caption("Lossy paths not searched (they change the model's answers; tick 'allow lossy paths'): "
                    + ", ".join(result["excluded_lossy"]))
