@@ -1,4 +1,4 @@
-"""Every shipped scenario's records, bit for bit, through every loop that can serve it (issue 28 item 1).
+"""Every shipped scenario's records, bit for bit, through every loop that can serve it.
 
 The simulator's serving loops (tripath/simulator/loop/: the fast replica, the stepper with and without its
 fast-forward, the streaming cluster) are being merged into one; this is the guard that the merge moves no
