@@ -46,6 +46,9 @@ HEAD = ("vllm serve meta-llama/Meta-Llama-3-70B \\\n    --tensor-parallel-size 4
 KINDS = ("baseline", "speculative", "tiered", "sequence_parallel", "compression:fp8", "compression:int8",
          "compression:int4", "prefix_cache", "prefix_cache+tiered", "speculative+tiered")
 ENGINES: dict[str, Callable[..., Suggestion]] = {"vllm": vllm_suggestion, "sglang": sglang_suggestion}
+# Hugging Face repositories whose checkpoints store quantized weights (read off their model cards and
+# config.json's quantization_config): the engine reads the format from them, so no --quantization goes with them
+STORED_QUANTIZED = {"Qwen/Qwen3-235B-A22B-FP8", "deepseek-ai/DeepSeek-V3", "openai/gpt-oss-120b"}
 
 
 @pytest.fixture(scope="module")
@@ -103,11 +106,21 @@ class Ran:
     def draft_repo(self) -> str | None:
         return AIC_DRAFT.get(self.p("speculative", "draft_model"))
 
+    def online_fp8(self, model: str) -> bool:
+        """fp8 weights timed, served from a 16-bit checkpoint: the engine must quantize it when it loads."""
+        return self.profile.key.dtype == "fp8" and model not in STORED_QUANTIZED
 
-def _check_vllm(ran: Ran, env: dict[str, str], flags: dict[str, str | None]) -> None:
+    @property
+    def expert_parallel(self) -> bool:
+        return bool(self.profile.key.expert_parallel)
+
+
+def _check_vllm(ran: Ran, model: str, env: dict[str, str], flags: dict[str, str | None]) -> None:
     b, tiers = ran.scenario.batching, {"prefix_cache", "tiered"} <= ran.on
     checks: dict[str, Callable[[str | None], bool]] = {
         "--tensor-parallel-size": lambda v: v == str(ran.tp),
+        "--quantization": lambda v: ran.online_fp8(model) and v == "fp8",
+        "--enable-expert-parallel": lambda v: ran.expert_parallel and v is None,
         "--max-num-seqs": lambda v: v == str(b.max_batch_size),
         "--max-num-batched-tokens": lambda v: b.policy in ("continuous", "chunked") and v == str(b.max_batched_tokens),
         "--enable-chunked-prefill": lambda v: b.policy == "chunked" and v is None,
@@ -146,12 +159,14 @@ def _close(value: str, gib: float) -> bool:
     return abs(float(value) - gib) < 1e-3
 
 
-def _check_sglang(ran: Ran, env: dict[str, str], flags: dict[str, str | None]) -> None:
+def _check_sglang(ran: Ran, model: str, env: dict[str, str], flags: dict[str, str | None]) -> None:
     b, tiers = ran.scenario.batching, {"prefix_cache", "tiered"} <= ran.on
     drafted = "speculative" in ran.on and ran.p("speculative", "proposer") == "draft" and ran.draft_repo() is not None
     k = ran.p("speculative", "k") if drafted else None
     checks: dict[str, Callable[[str | None], bool]] = {
         "--tp-size": lambda v: v == str(ran.tp),
+        "--quantization": lambda v: ran.online_fp8(model) and v == "fp8",
+        "--ep-size": lambda v: ran.expert_parallel and v == str(ran.tp),
         "--max-running-requests": lambda v: v == str(b.max_batch_size),
         "--chunked-prefill-size": lambda v: b.policy == "chunked" and v == str(b.max_batched_tokens),
         "--enable-mixed-chunk": lambda v: b.policy == "chunked" and v is None,
@@ -174,9 +189,13 @@ def _check_sglang(ran: Ran, env: dict[str, str], flags: dict[str, str | None]) -
 
 
 # what each engine must carry when it was simulated (the other half: nothing simulated is silently dropped)
-def _required(ran: Ran, engine: str) -> set[str]:
+def _required(ran: Ran, engine: str, model: str) -> set[str]:
     b, vllm = ran.scenario.batching, engine == "vllm"
     need = {"--tensor-parallel-size", "--max-num-seqs"} if vllm else {"--tp-size", "--max-running-requests"}
+    if ran.online_fp8(model):
+        need.add("--quantization")
+    if ran.expert_parallel:
+        need.add("--enable-expert-parallel" if vllm else "--ep-size")
     if b.policy == "chunked":
         need |= {"--max-num-batched-tokens", "--enable-chunked-prefill"} if vllm else {"--chunked-prefill-size",
                                                                                        "--enable-mixed-chunk"}
@@ -216,13 +235,36 @@ def test_every_exported_flag_is_a_simulated_setting_with_its_value(setup, aic, e
     suggestion = ENGINES[engine](aic, data, candidate, 3)
     model, env, flags = parsed(suggestion)
     assert model == AIC_MODEL
-    (_check_vllm if engine == "vllm" else _check_sglang)(ran, env, flags)
-    assert _required(ran, engine) <= set(flags), "a simulated setting the engine has is missing"
+    _check_all(ran, engine, suggestion)
+
+
+def _check_all(ran: Ran, engine: str, suggestion: Suggestion) -> None:
+    model, env, flags = parsed(suggestion)
+    (_check_vllm if engine == "vllm" else _check_sglang)(ran, model, env, flags)
+    assert _required(ran, engine, model) <= set(flags), "a simulated setting the engine has is missing"
     # the parsed command is the settings' own list: each with where its value comes from
     assert {s.name for s in suggestion.settings} == set(flags) | set(env)
     assert all(s.source and s.verified for s in suggestion.settings)
     for what in _unmatched(ran):
         assert any(n.startswith(f"{NO_MATCH} {what}") for n in suggestion.notes), what
+
+
+# (profile, the repository it must be served from): fp8 weights from a 16-bit checkpoint, and MoE layouts
+WEIGHT_LAYOUTS = (("aic-llama3.1-70b-tp4-h100-fp8", "meta-llama/Llama-3.1-70B"),)
+
+
+@pytest.mark.parametrize("engine", sorted(ENGINES))
+@pytest.mark.parametrize("name,repo", WEIGHT_LAYOUTS)
+def test_weights_and_expert_layout_are_exported_as_simulated(setup, engine, name, repo):
+    _, data = setup
+    profile = resolve_profile(name)
+    candidate = _one(profile, "baseline")
+    data = with_fields(data, {"batching.policy": "chunked"})
+    suggestion = ENGINES[engine](profile, data, candidate, 2)
+    model, _, flags = parsed(suggestion)
+    assert model == repo
+    _check_all(Ran(profile, data, candidate), engine, suggestion)
+    assert ("--quantization" in flags) == (profile.key.dtype == "fp8" and repo not in STORED_QUANTIZED)
 
 
 def test_baseline_commands_by_hand(setup):

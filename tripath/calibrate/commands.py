@@ -198,10 +198,11 @@ def cmd_build(args: argparse.Namespace) -> int:
     name = args.name or (preset.name if preset is not None else model_dir.name.lower())
     out = Path(args.out)
     draft = None if args.no_draft or preset is None else draft_for(preset.name)
+    ep = bool(getattr(args, "expert_parallel", False))
     profile = build_profile(name, model_dir, args.gpu, args.tp, args.weights, args.kv, args.backend,
-                            args.backend_version, draft)
+                            args.backend_version, draft, expert_parallel=ep)
     est = Estimator(EstimatorKey(model_dir, args.gpu, args.backend, args.backend_version, args.tp, args.weights,
-                                 args.kv))
+                                 args.kv, ep))
     window = int(profile.costs["prefill"].domain["context_tokens"][1])
     points = [("decode", b, c) for b in (1, 7, 33, 100, 257) for c in (100, window // 3)]
     points += [("prefill", t, c) for t in (17, 700, 3000) for c in (0, window // 5)]
@@ -212,6 +213,7 @@ def cmd_build(args: argparse.Namespace) -> int:
                "decode_ms_batch1_1k": profile.decode_ms(1, 1024),
                "decode_ms_batch64_1k": profile.decode_ms(64, 64 * 1024),
                "weight_read_floor_ms": weight_read_floor_ms(profile),
+               "weight_read_floor_all_experts_ms": weight_read_floor_ms(profile, all_experts=True),
                "kv_capacity_bytes": profile.kv_capacity_bytes,
                "measured_share_decode": decode.measured_share if decode else None,
                "largest_error_vs_estimator": check}
@@ -219,8 +221,10 @@ def cmd_build(args: argparse.Namespace) -> int:
         print(json.dumps(summary, indent=2))
     else:
         print(f"wrote {out} ({profile.key_str()}) from {est.describe()}")
+        every = ("" if profile.model.moe is None else
+                 f", every expert's {summary['weight_read_floor_all_experts_ms']:.2f} ms")
         print(f"  decode step, batch 1 at 1K context: {summary['decode_ms_batch1_1k']:.2f} ms (weight-read floor "
-              f"{summary['weight_read_floor_ms']:.2f} ms); batch 64: {summary['decode_ms_batch64_1k']:.2f} ms")
+              f"{summary['weight_read_floor_ms']:.2f} ms{every}); batch 64: {summary['decode_ms_batch64_1k']:.2f} ms")
         print(f"  KV budget {profile.kv_capacity_bytes / 2**30:.1f} GiB; {decode.measured_share:.1%} of the decode "
               f"grid's time from measured kernel rows; largest difference from the estimator at {len(points)} "
               f"off-grid checks: {check:.2%}")

@@ -94,10 +94,14 @@ def _add_calibrate(sub: argparse._SubParsersAction) -> None:
                     "a grid of decode and prefill iterations and write a tripath profile whose step costs are "
                     "those tables (docs/aic_profiles.md). Install the estimator with pip install -e '.[aic]'.")
     build.add_argument("--model", required=True, help="a shipped model (llama-2-7b, llama-2-70b, codellama-34b, "
-                       "llama-3.1-8b, llama-3.1-70b, llama-3.1-405b, qwen3-32b) or a folder with an HF config.json")
+                       "llama-3.1-8b, llama-3.1-70b, llama-3.1-405b, qwen3-32b, mixtral-8x7b, qwen3-235b-a22b, "
+                       "deepseek-v3, gpt-oss-120b) or a folder with an HF config.json")
     build.add_argument("--gpu", required=True, choices=("a100-80gb", "h100-sxm", "h200", "b200"))
     build.add_argument("--tp", type=int, default=1, choices=(1, 2, 4, 8), help="tensor-parallel degree")
-    build.add_argument("--weights", default="fp16", choices=("fp16", "fp8"))
+    build.add_argument("--weights", default="fp16", choices=("fp16", "fp8", "fp4"),
+                       help="fp4: mxfp4 mixture-of-experts checkpoints (gpt-oss)")
+    build.add_argument("--expert-parallel", action="store_true", help="mixture of experts: shard the experts by "
+                       "expert parallelism over the TP group (vLLM's --enable-expert-parallel) instead of by TP")
     build.add_argument("--kv", default="fp16", choices=("fp16", "fp8"), help="KV-cache precision")
     build.add_argument("--backend", default="vllm", choices=("vllm", "sglang", "trtllm"))
     build.add_argument("--backend-version", help="default: the estimator's current version for that GPU")

@@ -52,6 +52,13 @@ HF_REPOS = {
     "qwen3-32b": "Qwen/Qwen3-32B",
     "qwen3-0.6b": "Qwen/Qwen3-0.6B",
 }
+# checkpoints that store their weights at the profile's precision (model, weights): the engine reads the
+# quantization from the checkpoint's config, so no --quantization flag goes with them
+QUANTIZED_REPOS = {
+    ("qwen3-235b-a22b", "fp8"): "Qwen/Qwen3-235B-A22B-FP8",
+    ("deepseek-v3", "fp8"): "deepseek-ai/DeepSeek-V3",
+    ("gpt-oss-120b", "fp4"): "openai/gpt-oss-120b",
+}
 # how tripath/calibrate/published/speculative.py names a draft shape no released checkpoint has
 HYPOTHETICAL = "hypothetical-"
 NO_MATCH = "no served feature matches"
@@ -343,9 +350,37 @@ def _assemble(kind: type[S], sim: Simulated, candidate: str, replicas: int | Non
     if strategy.speculative is not None:
         settings += speculative(sim, strategy.speculative, notes)
     notes += _path_notes(sim, kind.ENGINE) + _routing_note(sim, replicas)
-    name = sim.profile.model.name
-    model, why = _hf(name)
-    return kind(candidate, model, f"profile model.name {name!r}: {why}", replicas, tuple(settings), tuple(notes))
+    model, why = _checkpoint(kind.KEY, sim, settings, notes)
+    return kind(candidate, model, why, replicas, tuple(settings), tuple(notes))
+
+
+def _checkpoint(engine: str, sim: Simulated, settings: list[Setting], notes: list[str]) -> tuple[str, str]:
+    """(the model the engine loads, why) for the profile's weight precision, adding the settings that serve the
+    simulated weights and expert layout: a checkpoint stored at that precision (``QUANTIZED_REPOS``) as it is;
+    fp8 from a 16-bit checkpoint by the engine's online fp8 quantization (E4M3 weights and activations, what the
+    estimator's fp8 GEMM tables time); experts sharded by expert parallelism over the TP group where the profile
+    was built so (``key.expert_parallel``)."""
+    key, name = sim.profile.key, sim.profile.model.name
+    base = _name_and_tp(name)[0]
+    repo = QUANTIZED_REPOS.get((base, key.dtype))
+    if repo is not None:
+        model, why = repo, f"profile model.name {name!r} with {key.dtype} weights: the checkpoint stores them so"
+    else:
+        model, why = _hf(name)
+        why = f"profile model.name {name!r}: {why}"
+        if key.dtype == "fp8":
+            settings.append(Setting("--quantization", "fp8", "profile key.dtype 'fp8': fp8 (E4M3) weights and "
+                                    "activations, as the profile's fp8 GEMM tables were timed; the engine quantizes "
+                                    "the 16-bit checkpoint when it loads it"))
+        elif key.dtype not in ("fp16", "bf16", "fp32"):
+            notes.append(f"{NO_MATCH} the profile's {key.dtype} weights: no checkpoint stored at that precision is "
+                         f"known for {base!r} (export.py QUANTIZED_REPOS) and no engine quantizes to it online")
+    if key.expert_parallel:
+        flag, value = ("--enable-expert-parallel", None) if engine == "vllm" else ("--ep-size", str(sim.tp))
+        settings.append(Setting(flag, value, f"profile key.expert_parallel: the experts sharded by expert "
+                                f"parallelism over the {sim.tp} GPUs of the TP group, as the profile's MoE layers "
+                                "were timed (the attention stays tensor-parallel)"))
+    return model, why
 
 
 # --- vLLM ---------------------------------------------------------------------------------------------------

@@ -5,9 +5,14 @@ tripath/calibrate/aic/ builds them; the planning side only needs their names (``
 Every model in ``MODELS`` has its HF config.json under data/model_configs/ (the shapes only; no weights). A
 combination ships when its weights leave at least 10 % of the replica's memory for KV
 (tripath/calibrate/aic/builder.py ``kv_budget``) and the estimator has tables for it (A100 has no fp8 tensor
-cores, so no fp8 profile on A100). ``SPECULATIVE`` pairs each target with the draft its speculative section is
-priced for (Llama-3.1-8B has no small same-vocabulary draft in the catalogue, so its profiles have none).
-``tripath profile build`` builds any other combination on demand.
+cores, so no fp8 profile on A100). Mixture-of-experts models (``CatalogModel.moe``) ship on H100, H200 and B200
+(not the block-fp8 checkpoints on B200: ``MODELS``' comment) at TP 4 and 8, their experts sharded by TP and, as a
+second profile named ``-ep``, by expert parallelism over the same GPUs; each in the precisions its checkpoint is
+served in (``CatalogModel.weights``: Qwen3-235B-A22B and DeepSeek-V3 are fp8 block-scaled checkpoints,
+gpt-oss-120b's experts mxfp4, "fp4"). ``SPECULATIVE`` pairs each target with the draft its speculative section is
+priced for (Llama-3.1-8B has no small same-vocabulary draft in the catalogue, so its profiles have none; nor have
+the mixture-of-experts models). ``tripath profile build``
+builds any other combination on demand.
 """
 
 from __future__ import annotations
@@ -26,6 +31,9 @@ class CatalogModel:
     name: str  # the profile key's model
     short: str  # in the file name
     config: str  # folder under data/model_configs/
+    weights: tuple[str, ...] = ("fp16", "fp8")  # the precisions shipped
+    moe: bool = False  # mixture of experts: MOE_TPS, with and without expert parallelism
+    gpus: tuple[str, ...] | None = None  # None: GPUS (dense), MOE_GPUS (mixture of experts)
 
     @property
     def config_dir(self) -> Path:
@@ -40,6 +48,12 @@ MODELS = {m.name: m for m in (
     CatalogModel("llama-3.1-70b", "llama3.1-70b", "Llama-3.1-70B"),
     CatalogModel("llama-3.1-405b", "llama3.1-405b", "Llama-3.1-405B"),
     CatalogModel("qwen3-32b", "qwen3-32b", "Qwen3-32B"),
+    CatalogModel("mixtral-8x7b", "mixtral-8x7b", "Mixtral-8x7B-v0.1", moe=True),
+    # block-fp8 checkpoints: not on B200, whose vLLM 0.24.0 block-fp8 GEMM rows in the package (DeepGEMM) take
+    # 0.27 ms at one token for any width, 30 x its bf16 rows and 4.5 x H200's (docs/aic_profiles.md)
+    CatalogModel("qwen3-235b-a22b", "qwen3-235b-a22b", "Qwen3-235B-A22B-FP8", ("fp8",), True, ("h100-sxm", "h200")),
+    CatalogModel("deepseek-v3", "deepseek-v3", "DeepSeek-V3", ("fp8",), True, ("h100-sxm", "h200")),
+    CatalogModel("gpt-oss-120b", "gpt-oss-120b", "gpt-oss-120b", ("fp4",), moe=True),
 )}
 # drafts: priced, never shipped as profiles of their own
 DRAFTS = {m.name: m for m in (
@@ -60,19 +74,29 @@ SPECULATIVE = {
 }
 GPUS = ("a100-80gb", "h100-sxm", "h200", "b200")
 TPS = (1, 2, 4, 8)
-WEIGHTS = ("fp16", "fp8")
+WEIGHTS = ("fp16", "fp8", "fp4")
+MOE_GPUS = ("h100-sxm", "h200", "b200")
+MOE_TPS = (4, 8)
 BACKENDS = ("vllm", "sglang", "trtllm")  # the serving frameworks whose kernel tables aiconfigurator-core ships
 
 
-def combinations() -> Iterator[tuple[CatalogModel, str, int, str]]:
-    """(model, GPU, TP, weights) of every profile to try building, fp8 only where the GPU has fp8 tensor cores."""
+def _layouts_of(model: CatalogModel) -> Iterator[tuple[str, int, str, bool]]:
+    """(GPU, TP, weights, expert parallel) of ``model``'s catalogue, fp8 and fp4 only where the GPU has fp8 tensor
+    cores (not A100)."""
+    for gpu in model.gpus or (MOE_GPUS if model.moe else GPUS):
+        for tp in MOE_TPS if model.moe else TPS:
+            for weights in model.weights:
+                if weights != "fp16" and gpu == "a100-80gb":
+                    continue
+                for ep in (False, True) if model.moe else (False,):
+                    yield gpu, tp, weights, ep
+
+
+def combinations() -> Iterator[tuple[CatalogModel, str, int, str, bool]]:
+    """(model, GPU, TP, weights, expert parallel) of every profile to try building."""
     for model in MODELS.values():
-        for gpu in GPUS:
-            for tp in TPS:
-                for weights in WEIGHTS:
-                    if weights == "fp8" and gpu == "a100-80gb":
-                        continue
-                    yield model, gpu, tp, weights
+        for gpu, tp, weights, ep in _layouts_of(model):
+            yield model, gpu, tp, weights, ep
 
 
 def draft_for(model: str) -> tuple[str, Path, str, str] | None:
@@ -84,26 +108,32 @@ def draft_for(model: str) -> tuple[str, Path, str, str] | None:
     return entry.name, entry.config_dir, pair, why
 
 
-def profile_name(model_short: str, hardware: str, tp: int, weights: str, backend: str = "vllm") -> str:
-    """aic-MODEL[-tpN]-GPU[-fp8][-BACKEND]: the shipped file name (data/profiles/); vLLM's tables are the default."""
+def profile_name(model_short: str, hardware: str, tp: int, weights: str, backend: str = "vllm",
+                 expert_parallel: bool = False) -> str:
+    """aic-MODEL[-tpN]-GPU[-fp8|-fp4][-ep][-BACKEND]: the shipped file name (data/profiles/); vLLM's tables are the
+    default, 16-bit weights and experts sharded by TP unsuffixed."""
     gpu = {"a100-80gb": "a100", "h100-sxm": "h100", "h200": "h200", "b200": "b200"}[hardware]
-    suffix = ("-fp8" if weights == "fp8" else "") + ("" if backend == "vllm" else f"-{backend}")
+    suffix = (("" if weights == "fp16" else f"-{weights}") + ("-ep" if expert_parallel else "")
+              + ("" if backend == "vllm" else f"-{backend}"))
     return f"aic-{model_short}{f'-tp{tp}' if tp > 1 else ''}-{gpu}{suffix}"
 
 
 def layouts(name: str, profiles_dir: Path | None = None) -> list[str]:
     """The shipped profiles a deployment of ``name``'s model could choose instead: the same model, weights and
-    serving backend on every GPU type and TP degree shipped (``name`` among them), in catalogue order (GPUS, then
-    TPS). A name outside the catalogue's pattern (a measured or user profile) has no family: only itself."""
+    serving backend on every GPU type and TP degree shipped (``name`` among them; a mixture-of-experts model's
+    with and without expert parallelism), in catalogue order (GPUS, then TPS). A name outside the catalogue's
+    pattern (a measured or user profile) has no family: only itself."""
     folder = profiles_dir or DATA_DIR / "profiles"
     for model in MODELS.values():
         for gpu in GPUS:
             for tp in TPS:
-                for weights in WEIGHTS:
-                    for backend in BACKENDS:
-                        if profile_name(model.short, gpu, tp, weights, backend) != name:
-                            continue
-                        family = [profile_name(model.short, g, t, weights, backend) for g in GPUS for t in TPS
-                                  if not (weights == "fp8" and g == "a100-80gb")]
-                        return [n for n in family if (folder / f"{n}.json").is_file()]
+                for weights in model.weights:
+                    for ep in (False, True) if model.moe else (False,):
+                        for backend in BACKENDS:
+                            if profile_name(model.short, gpu, tp, weights, backend, ep) != name:
+                                continue
+                            family = [profile_name(model.short, g, t, weights, backend, e) for g in GPUS
+                                      for t in TPS for e in ((False, True) if model.moe else (False,))
+                                      if not (weights != "fp16" and g == "a100-80gb")]
+                            return [n for n in family if (folder / f"{n}.json").is_file()]
     return [name]

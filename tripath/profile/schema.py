@@ -28,16 +28,23 @@ def _key_part(field: str, value: object) -> str:
 
 @dataclass(frozen=True)
 class ProfileKey(Section):
-    """What a profile is for: one (hardware, model, dtype, tensor-parallel degree, engine commit)."""
+    """What a profile is for: one (hardware, model, dtype, tensor-parallel degree, engine commit).
+
+    expert_parallel (mixture-of-experts models only; left out of the JSON when false): the experts are sharded by
+    expert parallelism over the tensor-parallel group (vLLM's --enable-expert-parallel: each GPU holds whole
+    experts) instead of each expert's matrices by tensor parallelism.
+    """
 
     hardware: str = json_field(_key_part)
     model: str = json_field(_key_part)
     dtype: str = json_field(_key_part)
     tp: int = json_field(count(1))
     engine_commit: str = json_field(_key_part)
+    expert_parallel: bool = json_field(default=False, omit=True)
 
     def __str__(self) -> str:
-        return f"{self.hardware}/{self.model}/{self.dtype}/tp{self.tp}/{self.engine_commit}"
+        ep = "/ep" if self.expert_parallel else ""
+        return f"{self.hardware}/{self.model}/{self.dtype}/tp{self.tp}{ep}/{self.engine_commit}"
 
 
 @dataclass(frozen=True)
@@ -60,12 +67,38 @@ class Hardware(Section):
         return self.links[name].value
 
 
+ATTENTION_KINDS = ("mha", "gqa", "mla")
+
+
+@dataclass(frozen=True)
+class MoESpec(Section):
+    """A mixture-of-experts model's experts: every expert is resident (weight_bytes counts them all); a token
+    passes through top_k routed experts (and the shared ones) per MoE layer: active_params, whose bytes at the
+    weights' precision are active_weight_bytes (what one token's decode reads)."""
+
+    experts: int = json_field(count(1))
+    top_k: int = json_field(count(1))
+    shared_experts: int = json_field(count(0))
+    expert_intermediate: int = json_field(count(1))
+    dense_layers: int = json_field(count(0))  # leading layers with a dense MLP (DeepSeek's first_k_dense_replace)
+    active_params: int = json_field(count(1))
+    active_weight_bytes: int = json_field(count(1))
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.top_k > self.experts:
+            raise InputError(None, "top_k", f"must be at most experts ({self.experts}), got {self.top_k}")
+
+
 @dataclass(frozen=True)
 class ModelSpec(Section):
     """The served model's architecture and sizes.
 
-    kv_bytes_per_token must equal 2 (K and V) x layers x kv_heads x head_dim x dtype_bytes: the
-    cache stores one key and one value vector per KV head per layer for every token.
+    attention (left out of the JSON when absent: the files written before it existed, MHA or GQA by kv_heads):
+    "mha" / "gqa": kv_bytes_per_token must equal 2 (K and V) x layers x kv_heads x head_dim x dtype_bytes, the
+    cache stores one key and one value vector per KV head per layer for every token; "mla" (DeepSeek's latent
+    attention): it must equal layers x kv_latent_dim x dtype_bytes, one compressed latent (kv_lora_rank +
+    qk_rope_head_dim elements) per layer per token. moe: the experts of a mixture-of-experts model (``MoESpec``).
     """
 
     name: str = json_field(text())
@@ -79,15 +112,37 @@ class ModelSpec(Section):
     kv_bytes_per_token: int = json_field(count(1))
     weight_bytes: int = json_field(count(1))
     note: str = note_field()
+    attention: str | None = json_field(text(allowed=ATTENTION_KINDS), default=None, omit=True)
+    kv_latent_dim: int | None = json_field(count(1), default=None, omit=True)
+    moe: MoESpec | None = json_field(default=None, omit=True)
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.heads % self.kv_heads:
             raise InputError(None, "kv_heads", f"must divide heads ({self.heads}), got {self.kv_heads}")
-        expected = 2 * self.layers * self.kv_heads * self.head_dim * self.dtype_bytes
+        if self.attention == "mha" and self.kv_heads != self.heads:
+            raise InputError(None, "attention", f"mha has as many KV heads as heads ({self.heads}), got "
+                             f"{self.kv_heads}; gqa is the name for fewer")
+        if (self.attention == "mla") != (self.kv_latent_dim is not None):
+            raise InputError(None, "kv_latent_dim", "is given exactly when attention is mla")
+        if self.attention == "mla":
+            assert self.kv_latent_dim is not None
+            expected = self.layers * self.kv_latent_dim * self.dtype_bytes
+            formula = "layers*kv_latent_dim*dtype_bytes"
+        else:
+            expected = 2 * self.layers * self.kv_heads * self.head_dim * self.dtype_bytes
+            formula = "2*layers*kv_heads*head_dim*dtype_bytes"
         if self.kv_bytes_per_token != expected:
-            raise InputError(None, "kv_bytes_per_token", f"must be 2*layers*kv_heads*head_dim*dtype_bytes = "
-                             f"{expected}, got {self.kv_bytes_per_token}")
+            raise InputError(None, "kv_bytes_per_token", f"must be {formula} = {expected}, got "
+                             f"{self.kv_bytes_per_token}")
+        if self.moe is not None and self.moe.active_params > self.params:
+            raise InputError(None, "moe.active_params", f"must be at most params ({self.params}), got "
+                             f"{self.moe.active_params}")
+
+    @property
+    def attention_kind(self) -> str:
+        """"mha", "gqa" or "mla": the stated kind, else MHA or GQA by the KV heads."""
+        return self.attention or ("mha" if self.kv_heads == self.heads else "gqa")
 
 
 @dataclass(frozen=True)

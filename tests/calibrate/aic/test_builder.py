@@ -68,12 +68,12 @@ def test_simplified_axis_keeps_the_steps_and_drops_the_straight_parts():
     assert kept[0] == 1 and kept[-1] == 100 and 50 in kept and 51 in kept and len(kept) == 4
 
 
-def test_a_moe_config_and_a_model_that_does_not_fit_are_refused(tmp_path):
+def test_a_moe_config_without_its_top_k_and_a_model_that_does_not_fit_are_refused(tmp_path):
     config = json.loads((LLAMA2_70B.config_dir / "config.json").read_text())
     moe = tmp_path / "moe"
     moe.mkdir()
     (moe / "config.json").write_text(json.dumps({**config, "num_local_experts": 8}))
-    with pytest.raises(InputError, match="num_experts"):
+    with pytest.raises(InputError, match="experts_per_tok"):  # mixture-of-experts: tests/calibrate/aic/test_aic_moe.py
         Architecture.from_config("moe", moe)
     bad = tmp_path / "bad"
     bad.mkdir()

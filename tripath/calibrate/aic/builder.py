@@ -22,12 +22,13 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
-from tripath.calibrate.aic.estimator import PACKAGE, Estimator, EstimatorKey, read_config, time_by_source
+from tripath.calibrate.aic.architecture import Architecture
+from tripath.calibrate.aic.estimator import PACKAGE, Estimator, EstimatorKey, time_by_source
 from tripath.calibrate.fit import fit_formula
 from tripath.calibrate.hardware import SPECS
 from tripath.calibrate.job import GPU_MEMORY_UTILISATION
@@ -38,12 +39,14 @@ from tripath.calibrate.published.seqpar import LENGTHS as SP_LENGTHS
 from tripath.calibrate.published.seqpar import NETWORK_OF, build_sequence_parallel
 from tripath.calibrate.published.speculative import monotone, section_of, thinned
 from tripath.core.data_dirs import DATA_DIR
-from tripath.core.errors import InputError, shown
-from tripath.core.limits import MAX_MODEL_SIZE
+from tripath.core.errors import InputError
 from tripath.profile.cost_model import Coefficient, CostModel, FitQuality
 from tripath.profile.cost_table import CostTable
 from tripath.profile.profile import MemoryBudget, ModelSpec, Profile, ProfileKey, Provenance
+from tripath.profile.schema import MoESpec
 from tripath.profile.speculative import RoundCosts, Speculative, StepCurve
+
+__all__ = ["Architecture", "build_profile", "grid_error", "model_section", "simplified_axis", "weight_read_floor_ms"]
 
 CREATED_UTC = "2026-12-03T00:00:00Z"  # fixed, so rebuilding gives identical bytes
 COMMAND = "python scripts/make_aic_profiles.py"
@@ -55,7 +58,7 @@ DENSE_PREFILL = 8192
 ROW_TOLERANCE = 0.004
 SIGNIFICANT = 6
 VIDUR_ROOT = DATA_DIR / "peer-data" / "vidur"  # Vidur's NCCL send/recv and all-reduce rows (MIT), for the SP ring
-_WEIGHT_BYTES = {"fp16": 2, "fp8": 1}
+_WEIGHT_BYTES = {"fp16": 2, "fp8": 1}  # the KV cache's bytes per element
 
 
 def context_axis(window: int, start: int = 16) -> tuple[int, ...]:
@@ -98,72 +101,52 @@ def _sig(value: float) -> float:
     return float(f"{value:.{SIGNIFICANT}g}")
 
 
-@dataclass(frozen=True)
-class Architecture:
-    """The shapes tripath needs from an HF config.json (Llama-family dense decoders)."""
-
-    name: str
-    layers: int
-    heads: int
-    kv_heads: int
-    head_dim: int
-    hidden: int
-    intermediate: int
-    vocab: int
-    window: int
-    tied: bool
-
-    @classmethod
-    def from_config(cls, name: str, model_dir: Path) -> Architecture:
-        config = read_config(model_dir)
-        where = str(model_dir / "config.json")
-
-        def field(key: str, default: object = None) -> int:
-            value = config.get(key, default)
-            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_MODEL_SIZE:
-                raise InputError(where, key, f"must be an integer in 1..{MAX_MODEL_SIZE:,}, got {shown(value)}")
-            return value
-
-        tied = config.get("tie_word_embeddings", False)
-        if not isinstance(tied, bool):
-            raise InputError(where, "tie_word_embeddings", f"must be true or false, got {shown(tied)}")
-
-        if config.get("num_local_experts") or config.get("num_experts"):
-            raise InputError(where, "num_experts", "mixture-of-experts models are not planned yet (dense only)")
-        heads, hidden = field("num_attention_heads"), field("hidden_size")
-        kv_heads = field("num_key_value_heads", heads)
-        head_dim = field("head_dim", hidden // heads)
-        if heads % kv_heads:
-            raise InputError(where, "num_key_value_heads", f"must divide num_attention_heads ({heads})")
-        return cls(name, field("num_hidden_layers"), heads, kv_heads, head_dim, hidden,
-                   field("intermediate_size"), field("vocab_size"), field("max_position_embeddings"), tied)
-
-    def params(self) -> tuple[int, int]:
-        """(parameters in the decoder layers, parameters in the embeddings and LM head)."""
-        attention = self.hidden * self.head_dim * (self.heads * 2 + self.kv_heads * 2)  # q, o, k, v
-        mlp = 3 * self.hidden * self.intermediate  # gate, up, down
-        layer = attention + mlp + 2 * self.hidden  # two RMSNorms
-        embeddings = self.vocab * self.hidden * (1 if self.tied else 2) + self.hidden  # + final norm
-        return self.layers * layer, embeddings
-
-
 def model_section(arch: Architecture, weights: str, kv: str) -> ModelSpec:
     """ModelSpec: fp8 weights quantize the decoder layers' linear weights (embeddings and LM head stay 16-bit,
-    as vLLM's fp8 checkpoints do); the KV cache's dtype sets dtype_bytes."""
+    as vLLM's fp8 checkpoints do); fp4, gpt-oss's mxfp4 experts (architecture.py); every expert resident. The KV
+    cache's dtype sets dtype_bytes. A mixture-of-experts or MLA model states its attention kind, latent and
+    experts (fields a dense GQA / MHA profile leaves out, so its file keeps its bytes)."""
     layers, embeddings = arch.params()
-    weight_bytes = layers * _WEIGHT_BYTES[weights] + embeddings * 2
     kv_bytes = _WEIGHT_BYTES[kv]
+    note = (f"HF config.json shapes; params counted from them; {weights} weights (embeddings and LM head 16-bit), "
+            f"{kv} KV cache; context window {arch.window} tokens")
+    extra: dict[str, object] = {}
+    if arch.moe is not None or arch.mla is not None:
+        extra["attention"] = arch.attention
+    if arch.mla is not None:
+        extra["kv_latent_dim"] = arch.mla.latent
+        note += (f"; MLA: the cache holds kv_lora_rank {arch.mla.kv_lora_rank} + qk_rope_head_dim "
+                 f"{arch.mla.qk_rope_head_dim} elements per layer and token, on every GPU of the group")
+    if arch.moe is not None:
+        m = arch.moe
+        extra["moe"] = MoESpec(m.experts, m.top_k, m.shared_experts, m.expert_intermediate, m.dense_layers,
+                               arch.active_params(), arch.weight_bytes(weights, active=True))
+        note += (f"; mixture of experts: {m.experts} routed experts of intermediate {m.expert_intermediate}, top "
+                 f"{m.top_k}" + (f", {m.shared_experts} shared" if m.shared_experts else "")
+                 + (f", {m.dense_layers} dense layers" if m.dense_layers else "")
+                 + ", every expert resident (weight_bytes), top_k per token read (moe.active_weight_bytes)")
+        if weights == "fp4":
+            note += "; fp4: the routed experts mxfp4 (17/32 byte per weight with its scales), the rest 16-bit"
     return ModelSpec(arch.name, arch.layers, arch.heads, arch.kv_heads, arch.head_dim, arch.hidden,
-                     layers + embeddings, kv_bytes, 2 * arch.layers * arch.kv_heads * arch.head_dim * kv_bytes,
-                     weight_bytes, f"HF config.json shapes; params counted from them; {weights} weights "
-                     f"(embeddings and LM head 16-bit), {kv} KV cache; context window {arch.window} tokens")
+                     layers + embeddings, kv_bytes, arch.kv_bytes_per_token(kv_bytes), arch.weight_bytes(weights),
+                     note, **extra)
 
 
-def kv_room(hardware: str, tp: int, weight_bytes: int, weights: str) -> MemoryBudget | None:
+def kv_room(hardware: str, tp: int, weight_bytes: int, weights: str, replication: int = 1) -> MemoryBudget | None:
     """The replica's KV budget (the published profiles' rule, published.builder ``kv_budget``); None when the
-    weights leave under 10 % of the usable memory for KV (the profile is not built)."""
+    weights leave under 10 % of the usable memory for KV (the profile is not built). ``replication``: how many
+    GPUs hold each cached element (``Architecture.kv_replication``: KV heads fewer than GPUs, MLA's latent); the
+    budget is stated in the model's bytes, so it is divided by it."""
     usable = int(tp * SPECS[hardware].memory_bytes * GPU_MEMORY_UTILISATION)
-    return kv_budget(hardware, tp, weight_bytes, weights) if usable - weight_bytes >= usable // 10 else None
+    if usable - weight_bytes < usable // 10:
+        return None
+    budget = kv_budget(hardware, tp, weight_bytes, weights)
+    if replication == 1:
+        return budget
+    return replace(budget, kv_capacity_bytes=budget.kv_capacity_bytes // replication,
+                   note=f"{budget.note}, divided by {replication}: vLLM holds each cached element on {replication} "
+                   "GPUs of the group (KV heads replicated once there are fewer than GPUs; MLA's latent on every "
+                   "GPU), so the group's memory holds 1/" f"{replication} as many of the model's KV bytes")
 
 
 def _share_note(shares: Counter[str], total: float) -> str:
@@ -270,7 +253,7 @@ def fp8_attention(profile: Profile, est: Estimator, model_dir: Path) -> Profile:
     key = est.key
     try:
         fp8 = Estimator(EstimatorKey(model_dir, key.hardware, key.backend, key.backend_version, key.tp, key.weights,
-                                     "fp8"))
+                                     "fp8", key.expert_parallel))
         ratios = [fp8.attention_ms(b, c) / est.attention_ms(b, c) for b, c in FP8_POINTS]
     except Exception as exc:  # the estimator's own errors: no fp8-KV attention table for this GPU and head size
         return replace(profile, notes=(*profile.notes, "KV compression fp8: decode attention derived (the estimator "
@@ -281,6 +264,26 @@ def fp8_attention(profile: Profile, est: Estimator, model_dir: Path) -> Profile:
                         f"attention kernels, mean over (batch, context) {list(FP8_POINTS)}: "
                         f"{', '.join(f'{r:.3f}' for r in ratios)} ({fp8.describe()})")
     return replace(profile, compression={**profile.compression, "fp8": replace(mode, decode_overhead_ratio=ratio)})
+
+
+def moe_notes(arch: Architecture, est: Estimator, tp: int, expert_parallel: bool) -> tuple[str, ...]:
+    """What a mixture-of-experts profile's tables include, how its experts are laid out, what is not priced."""
+    m = arch.moe
+    assert m is not None
+    layout = (f"expert parallel: each of the {tp} GPUs holds {m.experts / tp:g} whole experts (moe_tp 1, moe_ep "
+              f"{tp}), tokens dispatched to their experts and combined back around each MoE layer" if expert_parallel
+              else f"tensor parallel: every expert's matrices split over the {tp} GPUs (moe_tp {tp}, moe_ep 1)")
+    return (
+        f"Mixture of experts ({m.experts} experts, top {m.top_k}), {layout}. The estimator composes each MoE layer "
+        "from its measured MoE kernel rows (grouped GEMMs by tokens per expert, vLLM's fused MoE for this "
+        f"precision) with the router GEMM and the dispatch / combine; {est.describe()}.",
+        "No speculative section: no draft model is priced for this model" + (
+            f" (the checkpoint's {arch.mtp_layers} multi-token-prediction layer(s) are not priced: the estimator "
+            "only scales the step by (layers + nextn) / layers, and no published per-task acceptance for them is "
+            "in tripath's tables; their weights are not counted)" if arch.mtp_layers else "") + ".",
+        "No attention data parallelism: vLLM's --data-parallel-size runs one scheduler and KV pool per attention "
+        "rank, which one replica's single batch and KV budget cannot express.",
+    )
 
 
 def ring_coefficients(profile: Profile) -> tuple[dict[str, float], FitQuality]:
@@ -298,11 +301,19 @@ def ring_coefficients(profile: Profile) -> tuple[dict[str, float], FitQuality]:
 
 def build_profile(model_name: str, model_dir: Path, hardware: str, tp: int, weights: str = "fp16",
                   kv: str = "fp16", backend: str = "vllm", backend_version: str | None = None,
-                  draft: tuple[str, Path, str, str] | None = None) -> Profile:
+                  draft: tuple[str, Path, str, str] | None = None, expert_parallel: bool = False) -> Profile:
     """One profile for (model, GPU, backend, TP, precision) from the estimator (module docstring).
 
     ``draft``: (draft model name, its config folder, the acceptance pair, why that table) to price speculative
-    decoding for; None leaves the profile without a speculative section.
+    decoding for; None leaves the profile without a speculative section. ``expert_parallel``: a mixture-of-experts
+    model's experts sharded by EP over the TP group (``ProfileKey.expert_parallel``) rather than by TP.
+
+    A mixture-of-experts model's tables come from the same estimator calls: it composes each MoE layer itself
+    (the router, the grouped expert GEMMs by tokens per expert from its measured MoE kernel rows, the dispatch and
+    combine around them under EP). Its profile has no speculative section (no draft priced; DeepSeek's MTP head is
+    not modelled) and no sequence-parallel section (the ring model's even split of linear work does not hold for
+    expert GEMMs); an MLA model has no KV-compression section (the modes are derived for per-head K and V); the
+    profile's notes say so.
 
     An InputError when the model's weights do not fit ``tp`` GPUs with room for KV, or the estimator has no
     tables for the combination.
@@ -310,11 +321,11 @@ def build_profile(model_name: str, model_dir: Path, hardware: str, tp: int, weig
     arch = Architecture.from_config(model_name, model_dir)
     spec = SPECS[hardware]
     mspec = model_section(arch, weights, kv)
-    memory = kv_room(hardware, tp, mspec.weight_bytes, weights)
+    memory = kv_room(hardware, tp, mspec.weight_bytes, weights, arch.kv_replication(tp))
     if memory is None:
         raise InputError(str(model_dir), "tp", f"{model_name} ({mspec.weight_bytes / 1e9:.0f} GB of {weights} "
                          f"weights) leaves under 10 % of {tp} x {spec.device_name} for KV")
-    est = Estimator(EstimatorKey(model_dir, hardware, backend, backend_version, tp, weights, kv))
+    est = Estimator(EstimatorKey(model_dir, hardware, backend, backend_version, tp, weights, kv, expert_parallel))
     try:
         costs = {"prefill": prefill_table(est, arch.window), "decode": decode_table(est, arch.window)}
     except Exception as exc:  # the estimator's own errors (missing tables, flops) are its package's classes
@@ -343,14 +354,27 @@ def build_profile(model_name: str, model_dir: Path, hardware: str, tp: int, weig
             notes = (*notes, f"Speculative decoding priced for the draft {draft_name} at tp {tp} from the same "
                      f"tables; acceptance from {pair}: {why}.")
     profile = Profile(
-        key=ProfileKey(hardware, model_name, weights, tp, commit), source="published",
+        key=ProfileKey(hardware, model_name, weights, tp, commit, expert_parallel), source="published",
         speculative=speculative, acceptance=acceptance,
         hardware=spec.hardware(f"Step costs from {PACKAGE}'s measured kernel tables for this GPU"), model=mspec,
         memory=memory, costs=costs,
         provenance=Provenance(f"{COMMAND} (tripath profile build)", commit, None, None, spec.device_name,
                               CREATED_UTC),
         paging=paging_links(hardware, mspec.kv_bytes_per_token), notes=notes)
-    profile = fp8_attention(replace(profile, compression=compression_sections(profile)), est, model_dir)
+    if arch.moe is not None:
+        profile = replace(profile, notes=(*profile.notes, *moe_notes(arch, est, tp, expert_parallel)))
+    if arch.mla is not None:
+        profile = replace(profile, notes=(*profile.notes, "No KV-compression section: its fp8, int8 and int4 modes "
+                                          "are derived for per-head K and V (bytes per element, the engine's "
+                                          "per-channel key groups), not for MLA's one latent per token; not "
+                                          "derived differently here."))
+    else:
+        profile = fp8_attention(replace(profile, compression=compression_sections(profile)), est, model_dir)
+    if arch.moe is not None:
+        return replace(profile, notes=(*profile.notes, "No sequence-parallel section: the ring model splits each "
+                                       "layer's linear work evenly over the GPUs (c_tok per token, fitted to the "
+                                       "prefill table); an MoE layer's grouped expert GEMMs cost by tokens per "
+                                       "expert, which a split prompt changes, so the fit does not carry over."))
     if hardware not in NETWORK_OF:
         return replace(profile, notes=(*profile.notes, f"No sequence-parallel section: no NCCL send/recv rows for "
                                        f"{spec.device_name} (Vidur measured DGX A100 and H100 only)."))
@@ -365,10 +389,14 @@ def build_profile(model_name: str, model_dir: Path, hardware: str, tp: int, weig
     return replace(profile, sequence_parallel=sections)
 
 
-def weight_read_floor_ms(profile: Profile) -> float:
-    """The least time a decode step can take: every GPU reads its share of the weights once at HBM peak."""
+def weight_read_floor_ms(profile: Profile, all_experts: bool = False) -> float:
+    """The least time a decode step can take: every GPU reads its share of the weights once at HBM peak. For a
+    mixture-of-experts model the weights one token reads (``moe.active_weight_bytes``: top_k experts per layer),
+    the floor at batch 1; ``all_experts``: every expert's (what a large batch that routes to all of them reads)."""
     spec = SPECS[profile.key.hardware]
-    return profile.model.weight_bytes / profile.key.tp / (spec.memory_tbps * 1e12) * 1e3
+    moe = profile.model.moe
+    read = moe.active_weight_bytes if moe is not None and not all_experts else profile.model.weight_bytes
+    return read / profile.key.tp / (spec.memory_tbps * 1e12) * 1e3
 
 
 def grid_error(profile: Profile, est: Estimator, points: list[tuple[str, int, int]]) -> float:

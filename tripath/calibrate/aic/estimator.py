@@ -19,7 +19,6 @@ Questions asked (``Estimator``), all in ms for the whole tensor-parallel replica
 
 from __future__ import annotations
 
-import json
 import logging
 from collections import Counter
 from dataclasses import dataclass
@@ -27,15 +26,16 @@ from functools import cache
 from importlib import metadata
 from pathlib import Path
 
-from tripath.core.errors import InputError, check_regular_file
+from tripath.calibrate.aic.architecture import WEIGHTS, Architecture
+from tripath.core.errors import InputError
 from tripath.profile.catalog import BACKENDS
 
 PACKAGE = "aiconfigurator-core"
 PINNED_VERSION = "0.12.0"  # pyproject's aic extra; every profile records the version it was built with
 # tripath's hardware key -> the estimator's system name (aiconfigurator_core/systems/*.yaml)
 SYSTEMS = {"a100-80gb": "a100_sxm", "h100-sxm": "h100_sxm", "h200": "h200_sxm", "b200": "b200_sxm"}
-# tripath's weight / KV precision names -> the estimator's quant modes (sdk/common.py GEMMQuantMode, ...)
-WEIGHT_MODES = {"fp16": "bfloat16", "fp8": "fp8"}
+# tripath's KV precision names -> the estimator's quant modes (sdk/common.py KVCacheQuantMode); the weights' GEMM
+# and MoE modes follow the checkpoint (architecture.py ``Architecture.quant_modes``)
 KV_MODES = {"fp16": "bfloat16", "fp8": "fp8"}
 # attention computes in 16-bit even over an fp8 KV cache: the package has no fp8 context-attention table for vLLM
 FMHA_MODE = "bfloat16"
@@ -61,6 +61,7 @@ class EstimatorKey:
     tp: int = 1
     weights: str = "fp16"
     kv: str = "fp16"
+    expert_parallel: bool = False  # MoE: experts sharded by EP over the TP group (moe_tp 1, moe_ep tp), not by TP
 
     def __post_init__(self) -> None:
         if self.hardware not in SYSTEMS:
@@ -69,8 +70,8 @@ class EstimatorKey:
             raise InputError(None, "backend", f"must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
         if self.tp not in (1, 2, 4, 8):
             raise InputError(None, "tp", f"must be 1, 2, 4 or 8, got {self.tp!r}")
-        if self.weights not in WEIGHT_MODES:
-            raise InputError(None, "weights", f"must be one of {', '.join(WEIGHT_MODES)}, got {self.weights!r}")
+        if self.weights not in WEIGHTS:
+            raise InputError(None, "weights", f"must be one of {', '.join(WEIGHTS)}, got {self.weights!r}")
         if self.kv not in KV_MODES:
             raise InputError(None, "kv", f"must be one of {', '.join(KV_MODES)}, got {self.kv!r}")
         config = self.model_dir / "config.json"
@@ -91,14 +92,24 @@ class Estimator:
         logging.getLogger("aiconfigurator_core").setLevel(logging.ERROR)
         from aiconfigurator_core.sdk.engine import EngineHandle, compile_engine  # only when building
 
+        arch = Architecture.from_config(key.model_dir.name, key.model_dir)
+        gemm, moe = arch.quant_modes(key.weights, str(key.model_dir / "config.json"))
+        layout: dict[str, object] = {}
+        if moe is not None:  # vLLM: experts sharded by TP, or by EP over the same GPUs (--enable-expert-parallel)
+            layout = {"moe_quant_mode": moe, "moe_tp_size": 1 if key.expert_parallel else key.tp,
+                      "moe_ep_size": key.tp if key.expert_parallel else 1}
+        elif key.expert_parallel:
+            raise InputError(str(key.model_dir / "config.json"), "expert_parallel", "only a mixture-of-experts "
+                             "model has experts to shard")
         fp8 = key.weights == "fp8" or key.kv == "fp8"
         try:
             spec = compile_engine(str(key.model_dir), key.system, key.backend, key.backend_version, tp_size=key.tp,
-                                  gemm_quant_mode=WEIGHT_MODES[key.weights], kvcache_quant_mode=KV_MODES[key.kv],
-                                  fmha_quant_mode=FMHA_MODE)
+                                  gemm_quant_mode=gemm, kvcache_quant_mode=KV_MODES[key.kv],
+                                  fmha_quant_mode=FMHA_MODE, **layout)
         except (ValueError, KeyError, RuntimeError, FileNotFoundError) as exc:
             raise InputError(str(key.model_dir), "model", f"aiconfigurator-core cannot compile it for {key.system}/"
-                             f"{key.backend} tp {key.tp}{' fp8' if fp8 else ''}: {exc}") from exc
+                             f"{key.backend} tp {key.tp}{' ep' if key.expert_parallel else ''}"
+                             f"{' fp8' if fp8 else ''}: {exc}") from exc
         self._engine = EngineHandle(spec)
         self.backend_version = self._resolved_version()
 
@@ -152,7 +163,7 @@ class Estimator:
     def describe(self) -> str:
         k = self.key
         return (f"{PACKAGE} {self.package_version}, system {k.system}, backend {k.backend} {self.backend_version}, "
-                f"tp {k.tp}, weights {k.weights}, KV {k.kv}")
+                f"tp {k.tp}{', expert parallel' if k.expert_parallel else ''}, weights {k.weights}, KV {k.kv}")
 
 
 @cache
@@ -174,16 +185,3 @@ def time_by_source(ops: list[tuple[str, float, str]]) -> Counter[str]:
     for _, ms, source in ops:
         out[source] += ms
     return out
-
-
-def read_config(model_dir: Path) -> dict[str, object]:
-    """The model's HF config.json as a dict (an InputError naming the file when unreadable)."""
-    path = model_dir / "config.json"
-    check_regular_file(path, "config.json")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(str(path), "config.json", f"unreadable: {exc}") from exc
-    if not isinstance(data, dict):
-        raise InputError(str(path), "config.json", "must be a JSON object")
-    return data
