@@ -336,7 +336,7 @@ def _cmd_recommend(args: argparse.Namespace) -> int:
     result["vllm"] = None if suggestion is None else suggestion.to_dict()
     result["sglang"] = None if sglang is None else sglang.to_dict()
     sla = ", ".join(f"{t.upper()} P99 <= {_ms(v)} ms" for t, v in result["sla_ms"].items() if v is not None)
-    shapes = ", ".join(f"{la['gpu']} TP{la['tp']}" for la in result["layouts"])
+    shapes = ", ".join(render.shape(la) for la in result["layouts"])
     rule_d = result["decision_rule"]
     lines = [f"Recommendation for {result['scenario']} at {qps:g} req/s ({sla})",
              f"searched: {len(result['layouts'])} layout(s): {shapes}; prices: {prices.path} "

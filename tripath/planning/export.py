@@ -51,6 +51,8 @@ HF_REPOS = {
     "llama-3.1-405b": "meta-llama/Llama-3.1-405B",
     "qwen3-32b": "Qwen/Qwen3-32B",
     "qwen3-0.6b": "Qwen/Qwen3-0.6B",
+    "mixtral-8x7b": "mistralai/Mixtral-8x7B-v0.1",
+    "qwen3-235b-a22b": "Qwen/Qwen3-235B-A22B",
 }
 # checkpoints that store their weights at the profile's precision (model, weights): the engine reads the
 # quantization from the checkpoint's config, so no --quantization flag goes with them

@@ -109,7 +109,9 @@ class Layout:
         return int(self.profile.key.tp)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"profile": self.name, "gpu": self.gpu, "tp": self.tp, "profile_key": self.profile.key_str(),
+        key = self.profile.key
+        return {"profile": self.name, "gpu": self.gpu, "tp": self.tp, "weights": key.dtype,
+                "expert_parallel": key.expert_parallel, "profile_key": self.profile.key_str(),
                 "usd_per_gpu_hour": self.usd_per_gpu_hour, "price_source": self.price_source}
 
 

@@ -36,8 +36,13 @@ def ms(value: float | None) -> str:
 
 def where(summary: Summary) -> str:
     """The row's GPU type and TP degree: "a100-80gb TP1"."""
-    layout = summary["layout"]
-    return f"{layout['gpu']} TP{layout['tp']}"
+    return shape(summary["layout"])
+
+
+def shape(layout: dict[str, Any]) -> str:
+    """A layout's GPU type and TP degree, and "EP" where a mixture-of-experts model's experts are sharded by expert
+    parallelism: "h200 TP8 EP"."""
+    return f"{layout['gpu']} TP{layout['tp']}" + (" EP" if layout.get("expert_parallel") else "")
 
 
 def sized(summary: Summary, markdown: bool = False) -> str:

@@ -16,6 +16,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
+from tripath.planning.recommend_text import shape  # noqa: E402
+
 AXES = {"cost": "cost (USD per hour)", "gpus": "GPUs"}
 TERM_UNITS = {"ttft": ("TTFT P99 (s)", 1e-3), "tpot": ("TPOT P99 (ms)", 1.0), "e2e": ("end-to-end P99 (s)", 1e-3)}
 
@@ -46,7 +48,7 @@ def points(result: dict[str, Any], term: str, y: str) -> list[dict[str, Any]]:
             continue
         value = gpus * price if y == "cost" else gpus
         layout = s.get("layout") or {}
-        name = s["candidate"] if not layout else f"{s['candidate']} ({layout['gpu']} TP{layout['tp']})"
+        name = s["candidate"] if not layout else f"{s['candidate']} ({shape(layout)})"
         out.append({"candidate": name, "x": given["p99_ms"] * scale, "y": float(value), "gpus": gpus,
                     "meets": meets, "recommended": best is not None and s.get("id") == best})
     return out
