@@ -32,7 +32,14 @@ from tripath.cli.planning_cli import (
     _cmd_whatif,
 )
 from tripath.core.metrics import TERMS
-from tripath.planning.prices import parse_price_override
+
+
+def parse_price_override(text: str) -> tuple[str, float]:
+    """--gpu-price TYPE=PRICE (tripath/planning/prices.py), the planning package imported only when one is given:
+    `tripath simulate` builds this parser too."""
+    from tripath.planning.prices import parse_price_override as parse
+
+    return parse(text)
 
 
 def _sweep_options(parser: argparse.ArgumentParser, replications: int) -> None:

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from concurrent.futures import ProcessPoolExecutor
 from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
@@ -238,6 +237,8 @@ def simulate(scenario: Scenario, profile: Profile, seed: int = 0, replications: 
     if workers == 1 or replications == 1:
         runs = [replicate(scenario, costs, config, rate, child, fast, interval) for child in children]
     else:
+        from concurrent.futures import ProcessPoolExecutor  # here: a single process never loads it
+
         with ProcessPoolExecutor(max_workers=min(workers, replications)) as pool:
             futures = [pool.submit(replicate_converting, scenario, run.profile, config, rate, child, fast, interval)
                        for child in children]

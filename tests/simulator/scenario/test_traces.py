@@ -29,6 +29,11 @@ BLOBS = {
     "azure-conv-2023": "5b9219f2caf93bbbf95ec29894e206115658e235",
     "mooncake-synthetic": "e4838049c0dcfc358a5f24ab08251279475cba94",
     "mooncake-conversation": "5a371794b81d7fc7487ec8a02a2c631bcc7fbdf8",
+    "vidur-arxiv": "a0f23bceb4a19edc032faf92b23e4547e60293d3",
+}
+# Length-only traces (data/traces/vidur-arxiv/README.md): rows, (prompt stats), (output stats), as DOCUMENTED.
+LENGTH_ONLY = {
+    "vidur-arxiv": (28257, (1, 2730, 2588.1, 3933, 4054), (5, 167, 291.4, 3271, 4056)),
 }
 
 
@@ -59,6 +64,7 @@ def test_shipped_files_are_byte_for_byte_copies_with_licences() -> None:
         assert hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest() == blob
     assert (TRACES_DIR / "azure-llm-2023" / "LICENSE-CC-BY-4.0").is_file()
     assert (TRACES_DIR / "mooncake" / "LICENSE-APACHE").is_file()
+    assert (TRACES_DIR / "vidur-arxiv" / "LICENSE-MIT").is_file()
     assert "Splitwise" in (TRACES_DIR / "README.md").read_text()
     assert "FAST" in (TRACES_DIR / "README.md").read_text()
 
@@ -154,7 +160,7 @@ def test_missing_and_unknown_files(tmp_path: Path) -> None:
 
 
 def test_registry_names_the_shipped_files() -> None:
-    assert set(SHIPPED_TRACES) == set(DOCUMENTED)
+    assert set(SHIPPED_TRACES) == set(DOCUMENTED) | set(LENGTH_ONLY)
     for name, shipped in SHIPPED_TRACES.items():
         assert resolve_trace_path(name) == TRACES_DIR / shipped.relative_path
         assert resolve_trace_path(name).is_file()
@@ -181,3 +187,45 @@ def test_mooncake_without_hashes_on_any_row_keeps_none(tmp_path: Path) -> None:
     trace = load_trace(str(f))
     assert trace.hash_ids is None and trace.unique_blocks is None
     assert trace.arrival_s.tolist() == [0.0, 0.0045]  # ms relative to the first request, in seconds
+
+
+@pytest.mark.parametrize("name", sorted(LENGTH_ONLY))
+def test_length_only_trace_matches_its_readme(name: str) -> None:
+    rows, prompt, output = LENGTH_ONLY[name]
+    trace = load_trace(name)
+    assert len(trace) == rows and not trace.timed
+    assert not trace.arrival_s.any()  # no arrival times: all 0
+    for got, want in zip(_stats(trace.prompt_tokens), prompt, strict=True):
+        assert got == pytest.approx(want, abs=0.6)
+    for got, want in zip(_stats(trace.output_tokens), output, strict=True):
+        assert got == pytest.approx(want, abs=0.6)
+    assert trace.licence.startswith("MIT")
+
+
+def test_length_only_trace_bootstraps_lengths_but_replays_no_arrivals(tmp_path: Path) -> None:
+    from tripath.simulator.scenario.scenario import ArrivalSpec, LengthSpec, WorkloadSpec
+    from tripath.simulator.scenario.workload import generate_arrays
+
+    lengths = {key: LengthSpec(kind="empirical", trace="vidur-arxiv", column=column)
+               for key, column in (("prompt_tokens", "prompt"), ("output_tokens", "output"))}
+    workload = WorkloadSpec(arrival=ArrivalSpec(kind="poisson", rate_per_s=2.0), requests=500, **lengths)
+    _, prompts, outputs, _, _ = generate_arrays(workload, np.random.default_rng(0), 2.0)
+    trace = load_trace("vidur-arxiv")
+    assert np.isin(prompts, trace.prompt_tokens).all() and np.isin(outputs, trace.output_tokens).all()
+    replay = WorkloadSpec(arrival=ArrivalSpec(kind="trace", trace="vidur-arxiv"), requests=10,
+                          prompt_tokens=LengthSpec(kind="trace"), output_tokens=LengthSpec(kind="trace"))
+    with pytest.raises(InputError, match="length-only trace has no arrival times"):
+        generate_arrays(replay, np.random.default_rng(0), None)
+
+
+def test_vidur_rows_are_checked(tmp_path: Path) -> None:
+    f = tmp_path / "lengths.csv"
+    f.write_text("num_prefill_tokens,num_decode_tokens,num_total_tokens,pd_ratio\n10,2,12,5.0\n7,-1,6,0.0\n")
+    with pytest.raises(InputError, match="line 3: num_decode_tokens: must be >= 0"):
+        load_trace(str(f))
+    f.write_text("num_prefill_tokens,num_decode_tokens\n10,2\n7\n")
+    with pytest.raises(InputError, match="line 3: expected 2 fields, got 1"):
+        load_trace(str(f))
+    f.write_text("num_prefill_tokens,num_decode_tokens\n10,2\n\n7,3\n")
+    trace = load_trace(str(f))
+    assert trace.prompt_tokens.tolist() == [10, 7] and trace.output_tokens.tolist() == [2, 3] and not trace.timed

@@ -99,14 +99,16 @@ class Chunked:
 
     def schedule(self, stepper: Stepper, now: float) -> Chunks:
         running = stepper.running
-        budget = self.max_batched_tokens - sum(1 for s in running if s.decoding or s.swapped)
+        # prompts in progress, in admission order (SeqState.decoding read as its fields: once per sequence per
+        # iteration); the others decode one token each
+        prompts = [s for s in running if s.prefilled < s.target and not s.swapped]
+        budget = self.max_batched_tokens - (len(running) - len(prompts))
         chunks: Chunks = {}
-        for s in running:  # prompts in progress first, in admission order
+        for s in prompts:  # prompts in progress first, in admission order
             if budget <= 0:
                 return chunks
-            if not s.decoding and not s.swapped:
-                chunks[s] = n = min(s.target - s.prefilled, budget)
-                budget -= n
+            chunks[s] = n = min(s.target - s.prefilled, budget)
+            budget -= n
         while budget > 0 and stepper.queue and len(running) < self.max_batch_size:
             admitted = stepper.admit_fcfs(now, 1, math.inf)
             if not admitted:

@@ -19,7 +19,7 @@ Two processes implement this and must give bit-identical records:
 - reference (``fast=False``): one SimPy event per iteration, boundary = previous + cost.
 - fast: a run of iterations in which the batch cannot change (tripath/simulator/loop/run.py: no finish
   before its end, and no admission possible) is advanced in one event. Its boundaries are a
-  cumulative sum of the same per-iteration costs (np.cumsum adds left to right: the same float
+  cumulative sum of the same per-iteration costs (added left to right: the same float
   additions as repeated ``now + cost``). A run ends at the first finish. While the queue is
   empty and the batch has room, an arrival could join at any boundary: the replica the router
   would pick now ends its run at the first boundary at or after the next arrival to the
@@ -47,9 +47,11 @@ from tripath.simulator.loop.run import Run
 from tripath.simulator.paths.seqpar import SpPhysics
 
 _NEVER = 1 << 62  # more iterations than any run: "no finish pending"
-# Iterations evaluated at once while watching for an arrival: evaluating a few hundred unused
-# ones costs less than a second round of numpy calls.
+# Iterations evaluated at once while watching for an arrival, at most: the first chunk is the iterations to the
+# arrival at the first decode's cost and a few more (``_watch_chunk``), so one chunk mostly suffices and few are
+# evaluated unused; a chunk that falls short is followed by one twice its size.
 _FIRST_CHUNK = 256
+_CHUNK_MARGIN = 4
 # Longest run evaluated ahead when an interrupt may cut it: bounds the work an arrival wastes.
 # Ending a run where nothing changes is harmless: the next run continues with the same floats.
 _HORIZON = 2048
@@ -271,13 +273,23 @@ class Replica:
                 return run
         if not watch:
             limit = min(limit, run.iterations + _HORIZON)
-        chunk = _FIRST_CHUNK if watch else limit - run.iterations
+        chunk = self._watch_chunk(run, next_arrival) if watch else limit - run.iterations
         while True:
             count = min(chunk, limit - run.iterations)
             if run.add_decodes(cost, count, next_arrival) or run.iterations == limit:
                 run.cuttable = open_to_arrivals and not watch and run.iterations > 1
                 return run
             chunk *= 2
+
+    def _watch_chunk(self, run: Run, next_arrival: float) -> int:
+        """Decodes to evaluate first while watching for ``next_arrival``: as many as fit before it at the first
+        decode's cost (decode costs grow with the context, so rarely fewer than needed), a few more, at most
+        _FIRST_CHUNK. Only how much is evaluated at once: the boundaries are the same floats whatever the chunks."""
+        first_s = self.cost.decode_one_s(run.batch, run.decode_context)
+        if not first_s > 0.0:
+            return _FIRST_CHUNK
+        gap = (next_arrival - run.end) / first_s
+        return _FIRST_CHUNK if not gap < _FIRST_CHUNK else max(int(gap), 0) + _CHUNK_MARGIN
 
     def _complete(self, admitted: list[int], iterations: int, first_end: float, end: float) -> None:
         """Apply a finished run: first tokens, context growth, then retire whoever finished at ``end``."""

@@ -5,8 +5,10 @@ so the fast path (tripath/simulator/loop/replica.py) advances the whole run in o
 iteration may prefill newly admitted requests (a mixed iteration, costed by IterationCost.mixed_s);
 the rest are decodes of the same ``batch`` sequences, whose total context grows by ``batch`` per
 iteration (and whose longest context by 1: IterationCost.run_keys prices either). Boundaries are a
-cumulative sum of per-iteration costs: np.cumsum adds left to right, so each boundary is the same
-float the reference reaches by repeated ``now + cost``.
+cumulative sum of per-iteration costs: itertools.accumulate adds left to right from the run's end so far, so
+each boundary is the same float the reference reaches by repeated ``now + cost`` (on a Python list: for the
+few hundred iterations a run evaluates at once, numpy's cumsum and searchsorted cost more in call overhead than
+they save).
 
 A run can be cut short: when a request is routed to its replica mid-run, it ends at its first
 boundary at or after that instant (``cut``), exactly where the reference would admit the request.
@@ -15,9 +17,10 @@ boundary at or after that instant (``cut``), exactly where the reference would a
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Generator
+from itertools import accumulate
 
-import numpy as np
 import simpy
 
 from tripath.simulator.costs import IterationCost
@@ -42,7 +45,7 @@ class Run:
         self._context = context  # S of the next decode iteration to evaluate
         # the longest context at the first decode / the next one to evaluate (used when attention is padded)
         self.decode_longest = self._longest = longest
-        self._bounds = np.empty(0)  # boundaries of the last evaluated chunk of decodes
+        self._bounds: list[float] = []  # boundaries of the last evaluated chunk of decodes
         self._offset = 0  # iterations before that chunk
 
     def add_mixed(self, cost_s: float, context_growth: int, longest_after: int = 0) -> None:
@@ -59,18 +62,19 @@ class Run:
         """Append up to ``count`` decodes, stopping at the first boundary >= next_arrival (then True)."""
         batch, context = self.batch, self._context
         contexts = cost.run_keys(batch, context, self._longest, count)  # S of each decode (Σ: +batch per step)
-        bounds = cost.decode_s(batch, contexts)
-        bounds[0] += self.end
-        bounds.cumsum(out=bounds)  # iteration boundaries, added left to right like now + cost
+        # iteration boundaries, added left to right like now + cost (end + c0 is c0 + end: + commutes exactly)
+        bounds = list(accumulate(cost.decode_s(batch, contexts).tolist(), initial=self.end))
+        del bounds[0]
         used = count
-        arrived = bool(bounds[count - 1] >= next_arrival)
+        arrived = bounds[count - 1] >= next_arrival
         if arrived:
-            used = int(bounds.searchsorted(next_arrival)) + 1
+            used = bisect_left(bounds, next_arrival) + 1  # the first boundary >= next_arrival (costs are > 0)
+            del bounds[used:]
         if self.iterations == 0:
-            self.first_end = float(bounds[0])
-        self._bounds, self._offset = bounds[:used], self.iterations
+            self.first_end = bounds[0]
+        self._bounds, self._offset = bounds, self.iterations
         self.iterations += used
-        self.end = float(bounds[used - 1])
+        self.end = bounds[used - 1]
         self._context = context + batch * used
         self._longest += used
         return arrived
@@ -80,7 +84,7 @@ class Run:
         if self.mixed and self.first_end >= now:
             self.iterations, self.end = 1, self.first_end
             return
-        index = int(self._bounds.searchsorted(now))
+        index = bisect_left(self._bounds, now)
         self.iterations = self._offset + index + 1
         self.end = float(self._bounds[index])
 

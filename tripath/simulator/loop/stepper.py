@@ -389,12 +389,11 @@ class Stepper:
 
         Looked for from the end: a sequence still prefilling is most often among the latest admitted.
         """
-        stretch = 1 << 62
-        for s in reversed(self.running):
+        running = self.running
+        for s in reversed(running):
             if s.prefilled < s.target:
                 return 0
-            stretch = min(stretch, s.output - s.emitted)
-        return stretch
+        return min([s.output - s.emitted for s in running], default=1 << 62)
 
     def _fast_forward(self, start: float, stretch: int) -> Generator[simpy.Event, None, None]:
         """Advance the decode-only iterations up to the first finish (``stretch`` away) in one event, or fewer

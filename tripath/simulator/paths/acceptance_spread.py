@@ -25,7 +25,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy.special import betaincinv
 
 # Spawn-key word that separates the per-request acceptance keys from the replica's own children.
 ACCEPTANCE_STREAM = 0xACCE
@@ -76,6 +75,8 @@ class AcceptanceSpread:
         params = self.beta[task]
         if params is None:
             return float(self.means[task])
+        from scipy.special import betaincinv  # here: SciPy's import (~0.3 s) is paid by runs with a spread only
+
         return float(betaincinv(params[0], params[1], self.uniform(request)))
 
     def row(self, request: int, task: int) -> np.ndarray:
@@ -114,6 +115,8 @@ def mean_survival(means: np.ndarray, sds: np.ndarray, probs: np.ndarray, drop: f
     for task, params in enumerate(spread.beta):
         if params is None:
             continue
+        from scipy.special import betaincinv  # as in AcceptanceSpread.acceptance
+
         a = betaincinv(params[0], params[1], quantiles)  # (nodes,)
         power = np.log(a) / math.log(float(means[task]))  # (nodes,); a > 0 at interior quantiles
         rows = np.clip(probs[task][None, :] ** power[:, None] - drop, 0.0, 1.0)  # (nodes, k)

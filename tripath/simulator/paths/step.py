@@ -147,17 +147,18 @@ class PathStep:
         decodes = as_batch(decodes)
         batch = len(decodes)
         ks = self.spec.choose(decodes) if self.spec is not None and batch else np.zeros(batch, dtype=np.int64)
+        k_max = max(ks.tolist()) if batch else 0  # the round's K_max, read once (on a list: no numpy call)
         decode_merge, prefill_merge = self.transforms.merge_ms(prefills, decodes)
         if batch:
             # every pass of the round (K_max draft steps at c, the verify at v) is a full (SP) step
             # with the profile's round_costs, c and v at this batch and its priced context (paths/speculative.py)
-            factor = 1.0 if self.spec is None else self.spec.round_factor(int(ks.max()), batch,
+            factor = 1.0 if self.spec is None else self.spec.round_factor(k_max, batch,
                                                                           self._decode_context(decodes))
             base_ms = factor * self._decode_ms(decodes)
             if self.spec is not None and batch > 1:
                 # each sequence beyond the first: its own draft tokens, verify rows and bookkeeping, in batch-1
                 # decode steps at the batch's mean context (spec_physics.batch_extra; 0 without the coefficient)
-                extra = self.spec.batch_extra(batch, int(ks.max()))
+                extra = self.spec.batch_extra(batch, k_max)
                 if extra:
                     base_ms += extra * float(self.cost.decode_ms(1, decodes.total_context // batch))
             decode_merge *= factor
@@ -166,7 +167,7 @@ class PathStep:
                 # dequantization is the verify's alone (its B(K+1) rows), not every pass's (compression_physics)
                 priced = self._decode_context(decodes)  # the S inside _decode_ms's (transformed) price
                 extra = float(comp.decode_extra.extra_ms(batch, priced))
-                base_ms += comp.round_extra_ms(batch, priced, int(ks.max())) - factor * extra
+                base_ms += comp.round_extra_ms(batch, priced, k_max) - factor * extra
         else:
             base_ms = self.cost.prefill_fixed_ms
         draft_ms = draft_merge = 0.0
@@ -188,14 +189,14 @@ class PathStep:
             compute_ms += self.cost.overhead_ms(batch + len(prefills), new_tokens)
         compute_s = compute_ms / 1000.0
 
-        accepted = self.spec.draw(decodes, ks) if self.spec is not None else None
+        accepted = self.spec.draw(decodes, ks, k_max) if self.spec is not None else None
         emitted = ones(batch) if accepted is None else accepted + 1
         if self.spec is not None:
             self.spec.commit(decodes, ks, accepted)
             self.spec.observe(decodes, ks, accepted)
 
         stall_s, moved = 0.0, {}
-        written = sum(p.new_tokens for p in prefills) + int(emitted.sum())
+        written = sum(p.new_tokens for p in prefills) + sum(emitted.tolist())  # integers: any order is exact
         if self.tiers is not None and self.tiers.rule is not None:
             # the engine's rule (tiered_engine_rule.py): each sequence's pages, every one read every step; a first
             # prompt chunk attends over its own K/V and reads nothing from the cache

@@ -1,10 +1,13 @@
-"""Real request traces: the shipped Azure LLM 2023 and Mooncake FAST'25 files, or a user's file.
+"""Real request traces: the shipped Azure LLM 2023, Mooncake FAST'25 and Vidur arXiv files, or a user's file.
 
 A trace is arrival times (seconds after its first request, sorted) with each request's prompt and
-output lengths. Two formats are read, chosen by extension:
+output lengths. Three formats are read, chosen by extension (and, for .csv, by header):
 
 - ``.csv``: the Azure LLM inference trace 2023 (Splitwise, ISCA 2024), header
   ``TIMESTAMP,ContextTokens,GeneratedTokens`` with wall-clock ``YYYY-MM-DD HH:MM:SS.fffffff`` stamps.
+- ``.csv`` headed ``num_prefill_tokens,num_decode_tokens[,...]``: Vidur's processed length traces (MLSys 2024),
+  lengths only: no arrival times (``timed`` is False), so scenarios bootstrap lengths from it (``empirical``)
+  and cannot replay its arrivals.
 - ``.jsonl``: the Mooncake trace (FAST'25), one object a line with ``timestamp`` (ms),
   ``input_length``, ``output_length`` and ``hash_ids`` (512-token prefix-block hashes).
 
@@ -28,10 +31,12 @@ from tripath.core.errors import InputError, check_regular_file, describe_os_erro
 from tripath.core.limits import MAX_LINE_BYTES, MAX_REQUESTS, MAX_TOKENS, MAX_TRACE_BYTES
 
 AZURE_HEADER = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+VIDUR_HEADER = ("num_prefill_tokens", "num_decode_tokens")  # the leading columns; the rest are derived ones
 MOONCAKE_FIELDS = ("timestamp", "input_length", "output_length")
 MAX_TIMESTAMP_MS = 1e15  # ~31,700 years: any larger integer stamp is an error, not a float overflow
 _AZURE_LICENCE = "CC-BY-4.0 (Azure LLM inference trace 2023; cite Patel et al., Splitwise, ISCA 2024)"
 _MOONCAKE_LICENCE = "Apache-2.0 (Mooncake FAST'25 traces; cite Qin et al., Mooncake, FAST 2025)"
+_VIDUR_LICENCE = "MIT (Vidur processed traces; cite Agrawal et al., Vidur, MLSys 2024)"
 
 
 @dataclass(frozen=True)
@@ -47,6 +52,8 @@ SHIPPED_TRACES: dict[str, ShippedTrace] = {
     "azure-code-2023": ShippedTrace("azure-llm-2023/AzureLLMInferenceTrace_code.csv", _AZURE_LICENCE),
     "mooncake-conversation": ShippedTrace("mooncake/conversation_trace.jsonl", _MOONCAKE_LICENCE),
     "mooncake-synthetic": ShippedTrace("mooncake/synthetic_trace.jsonl", _MOONCAKE_LICENCE),
+    "vidur-arxiv": ShippedTrace("vidur-arxiv/arxiv_summarization_stats_llama2_tokenizer_filtered_v2.csv",
+                                _VIDUR_LICENCE),
 }
 
 
@@ -55,6 +62,7 @@ class Trace:
     """One trace, rows sorted by arrival. Arrays are read-only: loads are shared through the cache.
 
     hash_ids (Mooncake only) holds each request's prefix-block ids (512-token blocks); None for Azure.
+    timed is False for a length-only trace (Vidur's): its arrival_s are all 0 and mean nothing.
     """
 
     name: str
@@ -64,6 +72,7 @@ class Trace:
     prompt_tokens: np.ndarray  # int64
     output_tokens: np.ndarray  # int64
     hash_ids: tuple[np.ndarray, ...] | None = None
+    timed: bool = True
 
     def __len__(self) -> int:
         return int(self.arrival_s.shape[0])
@@ -127,10 +136,14 @@ def _load_cached(path: str, name: str, licence: str, mtime_ns: int, size: int) -
     suffix = p.suffix.lower()
     if size > MAX_TRACE_BYTES:
         raise InputError(path, None, f"trace larger than the limit of {MAX_TRACE_BYTES:,} bytes ({size:,} bytes)")
+    timed = True
     try:
         if suffix == ".csv":
             times, prompt, output = _read_azure_csv(p)
             hashes = None
+            timed = bool(times) and times[0] is not None
+            if not timed:  # a length-only trace: every request at 0
+                times = [0] * len(times)
         elif suffix == ".jsonl":
             times, prompt, output, hashes = _read_mooncake_jsonl(p)
         else:
@@ -159,7 +172,7 @@ def _load_cached(path: str, name: str, licence: str, mtime_ns: int, size: int) -
             ids.flags.writeable = False
     for arr in (t, prompt_arr, output_arr):
         arr.flags.writeable = False
-    return Trace(name, path, licence, t, prompt_arr, output_arr, hash_tuple)
+    return Trace(name, path, licence, t, prompt_arr, output_arr, hash_tuple, timed)
 
 
 def _azure_ticks(stamp: str) -> int:
@@ -212,9 +225,10 @@ def _row_limit(count: int, source: str, where: str) -> None:
         raise InputError(source, where, f"trace has more than {MAX_REQUESTS:,} rows (the request limit)")
 
 
-def _read_azure_csv(path: Path) -> tuple[list[int], list[int], list[int]]:
+def _read_azure_csv(path: Path) -> tuple[list[int | None], list[int], list[int]]:
+    """An Azure CSV, or a Vidur length-only one (its times all None)."""
     source = str(path)
-    times: list[int] = []
+    times: list[int | None] = []
     prompt: list[int] = []
     output: list[int] = []
     with path.open(newline="", encoding="utf-8") as fh:
@@ -223,9 +237,12 @@ def _read_azure_csv(path: Path) -> tuple[list[int], list[int], list[int]]:
             header = next(reader, None)
         except csv.Error as err:
             raise InputError(source, "line 1", f"not a CSV header: {err}") from None
-        if header is None or tuple(h.strip() for h in header) != AZURE_HEADER:
+        names = tuple(h.strip() for h in header) if header is not None else ()
+        vidur = names[:2] == VIDUR_HEADER
+        if not vidur and names != AZURE_HEADER:
             shown = repr(header) if len(repr(header)) <= 80 else f"{repr(header)[:80]}..."
-            raise InputError(source, "line 1", f"header must be {','.join(AZURE_HEADER)}, got {shown}")
+            raise InputError(source, "line 1", f"header must be {','.join(AZURE_HEADER)} (or start "
+                                               f"{','.join(VIDUR_HEADER)}), got {shown}")
         while True:
             try:
                 row = next(reader, None)
@@ -237,6 +254,13 @@ def _read_azure_csv(path: Path) -> tuple[list[int], list[int], list[int]]:
             if not row:
                 continue  # a blank line (e.g. a trailing newline) is not a request
             _row_limit(len(times), source, f"line {line}")
+            if vidur:
+                if len(row) != len(names):
+                    raise InputError(source, f"line {line}", f"expected {len(names)} fields, got {len(row)}")
+                times.append(None)
+                prompt.append(_count(row[0], source, f"line {line}: {VIDUR_HEADER[0]}", text=True))
+                output.append(_count(row[1], source, f"line {line}: {VIDUR_HEADER[1]}", text=True))
+                continue
             if len(row) != 3:
                 missing = AZURE_HEADER[len(row)] if len(row) < 3 else "row"
                 raise InputError(source, f"line {line}: {missing}", f"expected 3 fields, got {len(row)}")

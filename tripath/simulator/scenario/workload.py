@@ -131,7 +131,12 @@ def mean_lengths(workload: WorkloadSpec) -> tuple[float, float]:
 
 def _arrival_trace(arrival: ArrivalSpec) -> Trace:
     assert arrival.trace is not None  # ArrivalSpec guarantees it for kind = "trace"
-    return load_trace(arrival.trace)
+    trace = load_trace(arrival.trace)
+    if not trace.timed:
+        raise InputError(trace.source_path, "workload.arrival.trace", "a length-only trace has no arrival times to "
+                                                                       "replay: bootstrap its lengths (empirical) "
+                                                                       "with poisson, gamma or constant arrivals")
+    return trace
 
 
 def _trace_column(workload: WorkloadSpec, column: str, rows: np.ndarray | None) -> np.ndarray:
