@@ -60,6 +60,7 @@ class CostTable(Section):
     # each row's segment slopes (ms per column unit), and the columns as an array for numpy queries
     _slopes: tuple[tuple[float, ...], ...] = field(init=False, repr=False, compare=False)
     _cols: np.ndarray = field(init=False, repr=False, compare=False)
+    _inner: np.ndarray = field(init=False, repr=False, compare=False)  # the columns but the first and last
     # row value -> the grid's line at that row (values, slopes; floats and arrays): a run asks few distinct rows
     _lines: dict[float, tuple[tuple[float, ...], tuple[float, ...], np.ndarray, np.ndarray]] = field(
         init=False, repr=False, compare=False)
@@ -81,6 +82,7 @@ class CostTable(Section):
                        for row in grid)
         object.__setattr__(self, "_slopes", slopes)
         object.__setattr__(self, "_cols", np.array(cols, dtype=float))
+        object.__setattr__(self, "_inner", self._cols[1:-1])
         object.__setattr__(self, "_lines", {})
 
     def __hash__(self) -> int:
@@ -123,7 +125,8 @@ class CostTable(Section):
                             ).reshape(row.shape)
         values, slopes, value_array, slope_array = self.line(float(row))
         if isinstance(column, np.ndarray):
-            j = np.clip(np.searchsorted(self._cols, column, side="right") - 1, 0, len(self.columns) - 2)
+            # the segment holding c, the first or last beyond the ends: how many inner columns are <= c
+            j = np.searchsorted(self._inner, column, side="right")
             return value_array[j] + (column - self._cols[j]) * slope_array[j]
         cols = self.columns
         j = min(max(bisect.bisect_right(cols, column) - 1, 0), len(cols) - 2)
