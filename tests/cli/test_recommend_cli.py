@@ -38,6 +38,12 @@ def test_json_and_text(capsys, tmp_path):
     assert "meets the SLA with 95 % confidence up to step costs" in out and "Headroom: " in out
     assert "\n".join(render.headline_text(data, 2)) in out  # the one renderer's headline, from the --json read back
     assert "Numbers: simulated on" in out
+    # every candidate ruled out before simulating is listed once under its reason (here the prefix-cache ones:
+    # the scenario's workload has no hash_ids)
+    assert data["not_applicable"]
+    line = next(x for x in out.splitlines() if x.startswith("not applicable: "))
+    for row_id, why in data["not_applicable"].items():
+        assert why in line and row_id.split(" on ", 1)[0] in line
 
 
 def test_input_errors_exit_2_with_one_line(capsys, tmp_path):

@@ -383,12 +383,13 @@ def _cmd_recommend(args: argparse.Namespace) -> int:
     if result["excluded_lossy"]:
         lines += ["", "lossy paths not searched (they change the model's answers; --allow-lossy searches them): "
                   + ", ".join(result["excluded_lossy"])]
-    skipped: dict[str, str] = {}
-    for o in result["others"]:
-        if o["not_applicable"]:
-            skipped.setdefault(o["candidate"], o["not_applicable"])
+    skipped: dict[str, list[str]] = {}  # reason -> the candidates it rules out, on any layout
+    for row_id, why in result["not_applicable"].items():
+        name = row_id.split(" on ", 1)[0]
+        if name not in skipped.setdefault(why, []):
+            skipped[why].append(name)
     if skipped:
-        lines += ["", "not applicable: " + "; ".join(f"{k} ({v})" for k, v in skipped.items())]
+        lines += ["", "not applicable: " + "; ".join(f"{', '.join(names)} ({why})" for why, names in skipped.items())]
     priced = ", ".join(f"{gpu} ${price:,.3g}" for gpu, price in result["gpu_price_usd_per_gpu_hour"].items()
                        if price is not None)
     kinds = "; ".join(f"{k}: {', '.join(v)}" for k, v in result["profile"]["section_sources"].items())
