@@ -40,7 +40,8 @@ PROFILE = "published-llama3-70b-tp4-a100"
 AIC = "aic-llama3.1-70b-tp4-h100"  # an aic profile: its draft "llama-3.1-8b (tp4)" is a real checkpoint
 HYPOTHETICAL_DRAFT = "published-llama3-8b-a100"  # its draft is a stand-in no repository holds
 # the Hugging Face repositories of the aic profile's models, read off huggingface.co (not off export.py)
-AIC_MODEL, AIC_DRAFT = "meta-llama/Llama-3.1-70B", {"llama-3.1-8b (tp4)": "meta-llama/Llama-3.1-8B"}
+AIC_MODEL, AIC_DRAFT = "meta-llama/Llama-3.1-70B", {"llama-3.1-8b (tp4)": "meta-llama/Llama-3.1-8B",
+                                                     "qwen3-0.6b (tp8)": "Qwen/Qwen3-0.6B"}
 HEAD = ("vllm serve meta-llama/Meta-Llama-3-70B \\\n    --tensor-parallel-size 4 \\\n    --max-num-seqs 64 \\\n"
         "    --max-num-batched-tokens 8192")
 KINDS = ("baseline", "speculative", "tiered", "sequence_parallel", "compression:fp8", "compression:int8",
@@ -106,6 +107,11 @@ class Ran:
     def draft_repo(self) -> str | None:
         return AIC_DRAFT.get(self.p("speculative", "draft_model"))
 
+    @property
+    def mtp(self) -> bool:
+        """Speculation by the target's own multi-token-prediction layer (the builder's "MODEL MTP (tpN)")."""
+        return "speculative" in self.on and " MTP (" in self.p("speculative", "draft_model")
+
     def online_fp8(self, model: str) -> bool:
         """fp8 weights timed, served from a 16-bit checkpoint: the engine must quantize it when it loads."""
         return self.profile.key.dtype == "fp8" and model not in STORED_QUANTIZED
@@ -151,6 +157,8 @@ def _speculative_config(ran: Ran, config: dict[str, Any]) -> bool:
         return False
     if ran.p("speculative", "proposer") == "prompt_lookup":
         return config == {"method": "ngram", "num_speculative_tokens": ran.p("speculative", "k")}
+    if ran.mtp:  # vllm/config/speculative.py MTPModelTypes: "deepseek_mtp", "mtp"
+        return config == {"method": "deepseek_mtp", "num_speculative_tokens": ran.p("speculative", "k")}
     return config == {"method": "draft_model", "model": ran.draft_repo(),
                       "num_speculative_tokens": ran.p("speculative", "k")}
 
@@ -161,7 +169,8 @@ def _close(value: str, gib: float) -> bool:
 
 def _check_sglang(ran: Ran, model: str, env: dict[str, str], flags: dict[str, str | None]) -> None:
     b, tiers = ran.scenario.batching, {"prefix_cache", "tiered"} <= ran.on
-    drafted = "speculative" in ran.on and ran.p("speculative", "proposer") == "draft" and ran.draft_repo() is not None
+    drafted = "speculative" in ran.on and ran.p("speculative", "proposer") == "draft" and (
+        ran.draft_repo() is not None or ran.mtp)
     k = ran.p("speculative", "k") if drafted else None
     checks: dict[str, Callable[[str | None], bool]] = {
         "--tp-size": lambda v: v == str(ran.tp),
@@ -174,8 +183,8 @@ def _check_sglang(ran: Ran, model: str, env: dict[str, str], flags: dict[str, st
         "--page-size": lambda v: "prefix_cache" in ran.on and v == str(ran.p("prefix_cache", "block_tokens")),
         "--kv-cache-dtype": lambda v: "compression" in ran.on and ran.p("compression", "mode") == "fp8"
         and v == "fp8_e4m3",
-        "--speculative-algorithm": lambda v: drafted and v == "STANDALONE",
-        "--speculative-draft-model-path": lambda v: drafted and v == ran.draft_repo(),
+        "--speculative-algorithm": lambda v: drafted and v == ("EAGLE" if ran.mtp else "STANDALONE"),
+        "--speculative-draft-model-path": lambda v: drafted and not ran.mtp and v == ran.draft_repo(),
         "--speculative-num-steps": lambda v: drafted and v == str(k),
         "--speculative-eagle-topk": lambda v: drafted and v == "1",
         "--speculative-num-draft-tokens": lambda v: drafted and v == str((k or 0) + 1),
@@ -207,6 +216,8 @@ def _required(ran: Ran, engine: str, model: str) -> set[str]:
         need.add("--kv-cache-dtype")
     if "speculative" in ran.on and ran.draft_repo() is not None:
         need.add("--speculative-config" if vllm else "--speculative-draft-model-path")
+    if ran.mtp:
+        need.add("--speculative-config" if vllm else "--speculative-algorithm")
     return need
 
 
@@ -250,15 +261,22 @@ def _check_all(ran: Ran, engine: str, suggestion: Suggestion) -> None:
 
 
 # (profile, the repository it must be served from): fp8 weights from a 16-bit checkpoint, and MoE layouts
-WEIGHT_LAYOUTS = (("aic-llama3.1-70b-tp4-h100-fp8", "meta-llama/Llama-3.1-70B"),)
+WEIGHT_LAYOUTS = (("aic-llama3.1-70b-tp4-h100-fp8", "meta-llama/Llama-3.1-70B"),
+                  ("aic-mixtral-8x7b-tp4-h100-ep", "mistralai/Mixtral-8x7B-v0.1"),
+                  ("aic-qwen3-235b-a22b-tp8-h200-fp8-ep", "Qwen/Qwen3-235B-A22B-FP8"),
+                  ("aic-deepseek-v3-tp8-h200-fp8", "deepseek-ai/DeepSeek-V3"),
+                  ("aic-gpt-oss-120b-tp8-h100-fp4-ep", "openai/gpt-oss-120b"))
 
 
 @pytest.mark.parametrize("engine", sorted(ENGINES))
 @pytest.mark.parametrize("name,repo", WEIGHT_LAYOUTS)
-def test_weights_and_expert_layout_are_exported_as_simulated(setup, engine, name, repo):
+@pytest.mark.parametrize("kind", ["baseline", "speculative"])
+def test_weights_and_expert_layout_are_exported_as_simulated(setup, engine, name, repo, kind):
     _, data = setup
     profile = resolve_profile(name)
-    candidate = _one(profile, "baseline")
+    if kind == "speculative" and profile.speculative is None:
+        pytest.skip(f"{name} prices no speculative decoding (docs/aic_profiles.md)")
+    candidate = _one(profile, kind)
     data = with_fields(data, {"batching.policy": "chunked"})
     suggestion = ENGINES[engine](profile, data, candidate, 2)
     model, _, flags = parsed(suggestion)

@@ -166,6 +166,12 @@ class Draft:
     repo: str | None
     tp: int | None
 
+    @property
+    def mtp(self) -> bool:
+        """The target's own multi-token-prediction layer (tripath/calibrate/aic/builder.py names it "MODEL MTP"):
+        served from the target's checkpoint, no draft repository."""
+        return self.name.endswith(" MTP")
+
     def why_none(self) -> str:
         """Why no speculative flag can name this draft (for a draft with no repository)."""
         kind = ("is a hypothetical stand-in (tripath/calibrate/published/speculative.py: a shape no released "
@@ -468,6 +474,10 @@ def _vllm_speculative(sim: Simulated, spec: SpeculativeSpec, notes: list[str]) -
                         f"method ngram: the candidate's prompt-lookup proposer; num_speculative_tokens from "
                         f"{k_from}")]
     draft = sim.draft()
+    if draft.mtp:
+        return [Setting("--speculative-config", _json({"method": "deepseek_mtp", "num_speculative_tokens": k}),
+                        f"method deepseek_mtp: profile speculative.draft_model {draft.name!r}, the checkpoint's own "
+                        f"multi-token-prediction layer; num_speculative_tokens from {k_from}")]
     if draft.repo is None:
         notes.append(draft.why_none())
         return []
@@ -541,14 +551,19 @@ def _sglang_speculative(sim: Simulated, spec: SpeculativeSpec, notes: list[str])
                      "own context as simulated; not exported")
         return []
     draft = sim.draft()
-    if draft.repo is None:
+    where = f"{k_from}: K draft tokens per round, one per draft step"
+    if draft.mtp:
+        head = [Setting("--speculative-algorithm", "EAGLE", f"profile speculative.draft_model {draft.name!r}: the "
+                        "checkpoint's own multi-token-prediction layer, which SGLang runs as its EAGLE draft")]
+    elif draft.repo is None:
         notes.append(draft.why_none())
         return []
-    where = f"{k_from}: K draft tokens per round, one per draft step"
-    return [Setting("--speculative-algorithm", "STANDALONE", "candidate speculative (proposer 'draft'): a separate "
-                    "small draft model"),
-            Setting("--speculative-draft-model-path", draft.repo,
-                    f"profile speculative.draft_model {draft.name!r}, the Hugging Face repository {draft.repo}"),
+    else:
+        head = [Setting("--speculative-algorithm", "STANDALONE", "candidate speculative (proposer 'draft'): a "
+                        "separate small draft model"),
+                Setting("--speculative-draft-model-path", draft.repo,
+                        f"profile speculative.draft_model {draft.name!r}, the Hugging Face repository {draft.repo}")]
+    return [*head,
             Setting("--speculative-num-steps", str(k), where),
             Setting("--speculative-eagle-topk", "1", "one draft token per step: the simulated chain (no tree)"),
             Setting("--speculative-num-draft-tokens", str(k + 1),

@@ -10,9 +10,10 @@ cores, so no fp8 profile on A100). Mixture-of-experts models (``CatalogModel.moe
 second profile named ``-ep``, by expert parallelism over the same GPUs; each in the precisions its checkpoint is
 served in (``CatalogModel.weights``: Qwen3-235B-A22B and DeepSeek-V3 are fp8 block-scaled checkpoints,
 gpt-oss-120b's experts mxfp4, "fp4"). ``SPECULATIVE`` pairs each target with the draft its speculative section is
-priced for (Llama-3.1-8B has no small same-vocabulary draft in the catalogue, so its profiles have none; nor have
-the mixture-of-experts models). ``tripath profile build``
-builds any other combination on demand.
+priced for (Llama-3.1-8B has no small same-vocabulary draft in the catalogue, so its profiles have none; of the
+mixture-of-experts models only Qwen3-235B-A22B has one, Qwen3-0.6B with its tokenizer: Mixtral, DeepSeek-V3 and
+gpt-oss-120b have no small same-vocabulary draft checkpoint, and DeepSeek's multi-token prediction is not priced).
+``tripath profile build`` builds any other combination on demand.
 """
 
 from __future__ import annotations
@@ -71,6 +72,7 @@ SPECULATIVE = {
     "llama-3.1-70b": ("llama-3.1-8b", "llama2-70b/llama2-7b", SEED_STAND_IN),
     "llama-3.1-405b": ("llama-3.1-8b", "llama2-70b/llama2-7b", SEED_STAND_IN),
     "qwen3-32b": ("qwen3-0.6b", "llama2-70b/llama2-7b", SEED_STAND_IN),
+    "qwen3-235b-a22b": ("qwen3-0.6b", "llama2-70b/llama2-7b", SEED_STAND_IN),
 }
 GPUS = ("a100-80gb", "h100-sxm", "h200", "b200")
 TPS = (1, 2, 4, 8)

@@ -15,6 +15,8 @@ from tripath.planning.validation.silicon import (  # noqa: E402
     SiliconRow,
     load_rows,
     mape_table,
+    not_covered,
+    not_covered_table,
     read_results,
     requests_for,
     row_scenario,
@@ -42,13 +44,23 @@ def cheapest_per_group(rows: list[SiliconRow]) -> list[SiliconRow]:
 
 
 def test_the_selection_is_the_covered_agg_rows(rows: list[SiliconRow]) -> None:
-    assert len(rows) == 409 and len({r.id for r in rows}) == len(rows)
+    assert len(rows) == 808 and len({r.id for r in rows}) == len(rows)
     assert {r.system for r in rows} == {"h100_sxm", "h200_sxm", "b200_sxm"}
     assert {r.backend for r in rows} == {"vllm", "sglang"}
-    assert all(r.gemm_quant_mode in ("", "fp8", "fp8_block") for r in rows)  # no NVFP4
+    # NVFP4 only as gpt-oss-120b's own mxfp4 experts
+    assert all(r.gemm_quant_mode in ("", "fp8", "fp8_block") or r.model == "gpt-oss-120b" for r in rows)
+    assert {r.weights for r in rows if r.model == "gpt-oss-120b"} == {"fp4"}
     by_id = {r.id: r for r in rows}
     block = next(r for r in rows if r.gemm_quant_mode == "fp8_block")
     assert block.weights == "fp8" and block.profile.endswith("-fp8-sglang")
+    moe = [r for r in rows if r.moe_tp]
+    assert len(moe) == 399 and {r.model for r in moe} == {"qwen3-235b-a22b", "deepseek-v3", "gpt-oss-120b"}
+    # experts by TP or by EP over the replica's GPUs, never attention data parallel
+    assert all((r.moe_tp, r.moe_ep) in ((r.tp, 1), (1, r.tp)) for r in moe)
+    ep = [r for r in moe if r.expert_parallel]
+    assert ep and all(r.profile.endswith("-fp8-ep") and r.moe_ep == r.tp > 1 for r in ep)
+    assert {r.profile for r in moe if r.model_path == "deepseek-ai/DeepSeek-R1"} <= {
+        r.profile for r in moe if r.model_path == "deepseek-ai/DeepSeek-V3"}  # R1 on V3's profiles
     written = read_results()
     assert [w["id"] for w in written] == [r.id for r in rows]
     assert all(by_id[w["id"]].profile == w["profile"] for w in written)
@@ -69,7 +81,7 @@ def test_a_row_is_a_closed_loop_of_its_concurrency_with_fixed_lengths(rows: list
 def test_sampled_rows_recompute_to_the_written_csv(rows: list[SiliconRow]) -> None:
     written = {w["id"]: w for w in read_results()}
     sample = cheapest_per_group(rows)
-    assert len(sample) == 7
+    assert len(sample) == 14
     script = load_script("scripts/silicon_validation.py")
     for row in sample:
         assert script.evaluate_row(row) == written[row.id], f"{row.id}: run scripts/silicon_validation.py --write"
@@ -80,6 +92,19 @@ def test_the_doc_holds_the_table_the_csv_gives() -> None:
     text = script.DOC.read_text(encoding="utf-8")
     block = text.split(script.START, 1)[1].split(script.END, 1)[0].strip("\n")
     assert block == mape_table(read_results()), "docs/silicon_validation.md is stale: rerun with --write"
+    block = text.split(script.UNCOVERED_START, 1)[1].split(script.UNCOVERED_END, 1)[0].strip("\n")
+    assert block == not_covered_table(), "docs/silicon_validation.md is stale: rerun with --write"
+
+
+def test_every_row_in_scope_is_covered_or_counted_with_its_reason(rows: list[SiliconRow]) -> None:
+    missing = not_covered()
+    assert len(missing) == 275 and not {r["id"] for r, _ in missing} & {r.id for r in rows}
+    reasons = {why for _, why in missing}
+    # Qwen3-235B on vLLM with attention data parallelism (tp_size < moe_tp x moe_ep): 19 rows
+    assert sum("attention data parallel" in why for _, why in missing) == 19
+    assert any(why.startswith("no profile aic-deepseek-v3-tp4-b200-fp8-sglang") for why in reasons)
+    assert {why for r, why in missing if r["model_path"] == "meta-llama/Llama-3.1-70B"} == {
+        "NVFP4 weights: not modelled"}
 
 
 def test_one_user_waits_at_least_a_batch_one_decode_step_per_token(rows: list[SiliconRow]) -> None:

@@ -32,7 +32,7 @@ from tripath.calibrate.aic.estimator import PACKAGE, Estimator, EstimatorKey, ti
 from tripath.calibrate.fit import fit_formula
 from tripath.calibrate.hardware import SPECS
 from tripath.calibrate.job import GPU_MEMORY_UTILISATION
-from tripath.calibrate.published.acceptance import acceptance_for_pair
+from tripath.calibrate.published.acceptance import SEED_PAIR, acceptance_for_pair
 from tripath.calibrate.published.builder import kv_budget, paging_links
 from tripath.calibrate.published.compression import compression_sections
 from tripath.calibrate.published.seqpar import LENGTHS as SP_LENGTHS
@@ -44,7 +44,7 @@ from tripath.profile.cost_model import Coefficient, CostModel, FitQuality
 from tripath.profile.cost_table import CostTable
 from tripath.profile.profile import MemoryBudget, ModelSpec, Profile, ProfileKey, Provenance
 from tripath.profile.schema import MoESpec
-from tripath.profile.speculative import RoundCosts, Speculative, StepCurve
+from tripath.profile.speculative import RoundCosts, Speculative, StepCurve, TaskAcceptance
 
 __all__ = ["Architecture", "build_profile", "grid_error", "model_section", "simplified_axis", "weight_read_floor_ms"]
 
@@ -230,6 +230,42 @@ def step_curve(est: Estimator, model_name: str) -> StepCurve:
                      "all-reduces, embedding, LM head), at every T to 64, then 8 points per doubling; running maximum")
 
 
+def mtp_curve(est: Estimator, target: StepCurve, layers: int) -> StepCurve:
+    """A multi-token-prediction module as the draft (DeepSeek-V3's ``num_nextn_predict_layers``): one more decoder
+    layer of the target's own shapes beside its shared embedding and LM head. Per pass over T query tokens: the
+    target's decoder work without attention divided by its layers, plus its embedding and logits operations;
+    per cached token: the target's attention over its layers. Derived from the target's estimator (the module's
+    small input projection and norms are left out)."""
+    def linear(tokens: int) -> float:
+        ops = est.decode_ops(tokens, 1)
+        head = sum(ms for name, ms, _ in ops if "embedding" in name or "logits" in name)
+        body = sum(ms for name, ms, _ in ops if "attention" not in name) - head  # Estimator.linear_ms's rule
+        return body / layers + head
+
+    points = monotone([(int(t), linear(int(t))) for t in thinned(np.arange(1, SPEC_TOKENS + 1))])
+    per_token = target.attention_per_token
+    attention = Coefficient(_sig(per_token.value / layers), "ms/token", "derived",
+                            f"the target's decode attention per cached token / its {layers} layers ({per_token.note})")
+    return StepCurve(f"{target.model} MTP", est.key.tp, points, attention, "derived",
+                     f"{est.describe()}: the target's pass over T query tokens without attention, embedding and "
+                     f"logits, / its {layers} layers, plus its embedding and logits (one MTP layer with the shared "
+                     "head); running maximum")
+
+
+# DeepSeek-V3 Technical Report (DeepSeek-AI, arXiv 2412.19437, section 5.4.3): "the acceptance rate of the second
+# token prediction ranges between 85% and 90% across various generation topics"; no per-topic figures
+MTP_ACCEPTANCE = (0.85, 0.90)
+
+
+def mtp_acceptance(tasks: tuple[str, ...]) -> dict[str, TaskAcceptance]:
+    """The published MTP acceptance (K = 1) for every task: the midpoint of the report's range, the same for each
+    (it gives the range over its topics, not one figure per topic)."""
+    low, high = MTP_ACCEPTANCE
+    note = (f"DeepSeek-V3 Technical Report (arXiv 2412.19437, 5.4.3): second-token acceptance {low:.0%} to "
+            f"{high:.0%} across generation topics; the midpoint for every task (no per-topic figure is published)")
+    return {task: TaskAcceptance((low + high) / 2, 1, None, "derived", note) for task in tasks}
+
+
 def speculative_from_estimator(target: Estimator, target_name: str, draft_name: str, draft_dir: Path,
                                hardware: str) -> Speculative:
     """The speculative section for ``target`` with ``draft_name`` at the target's TP (vLLM's default for a draft
@@ -266,8 +302,10 @@ def fp8_attention(profile: Profile, est: Estimator, model_dir: Path) -> Profile:
     return replace(profile, compression={**profile.compression, "fp8": replace(mode, decode_overhead_ratio=ratio)})
 
 
-def moe_notes(arch: Architecture, est: Estimator, tp: int, expert_parallel: bool) -> tuple[str, ...]:
-    """What a mixture-of-experts profile's tables include, how its experts are laid out, what is not priced."""
+def moe_notes(arch: Architecture, est: Estimator, tp: int, expert_parallel: bool, speculative: bool
+              ) -> tuple[str, ...]:
+    """What a mixture-of-experts profile's tables include, how its experts are laid out, what is not priced
+    (``speculative``: whether the profile prices speculative decoding)."""
     m = arch.moe
     assert m is not None
     layout = (f"expert parallel: each of the {tp} GPUs holds {m.experts / tp:g} whole experts (moe_tp 1, moe_ep "
@@ -277,10 +315,11 @@ def moe_notes(arch: Architecture, est: Estimator, tp: int, expert_parallel: bool
         f"Mixture of experts ({m.experts} experts, top {m.top_k}), {layout}. The estimator composes each MoE layer "
         "from its measured MoE kernel rows (grouped GEMMs by tokens per expert, vLLM's fused MoE for this "
         f"precision) with the router GEMM and the dispatch / combine; {est.describe()}.",
-        "No speculative section: no draft model is priced for this model" + (
-            f" (the checkpoint's {arch.mtp_layers} multi-token-prediction layer(s) are not priced: the estimator "
-            "only scales the step by (layers + nextn) / layers, and no published per-task acceptance for them is "
-            "in tripath's tables; their weights are not counted)" if arch.mtp_layers else "") + ".",
+        (f"The {arch.mtp_layers} multi-token-prediction layer(s) are not counted in model.weight_bytes: served, "
+         "their weights come out of the KV budget, which the simulator does not deduct (as for any draft's)."
+         if arch.mtp_layers and speculative else
+         "No speculative section: no draft model is priced for this model." if not speculative else
+         "The draft's weights are not deducted from the KV budget (as for every draft the simulator prices)."),
         "No attention data parallelism: vLLM's --data-parallel-size runs one scheduler and KV pool per attention "
         "rank, which one replica's single batch and KV budget cannot express.",
     )
@@ -310,8 +349,9 @@ def build_profile(model_name: str, model_dir: Path, hardware: str, tp: int, weig
 
     A mixture-of-experts model's tables come from the same estimator calls: it composes each MoE layer itself
     (the router, the grouped expert GEMMs by tokens per expert from its measured MoE kernel rows, the dispatch and
-    combine around them under EP). Its profile has no speculative section (no draft priced; DeepSeek's MTP head is
-    not modelled) and no sequence-parallel section (the ring model's even split of linear work does not hold for
+    combine around them under EP). Its speculative section is the catalogue's draft where it has one (Qwen3-235B:
+    Qwen3-0.6B) or the model's own multi-token-prediction layer (DeepSeek-V3: ``mtp_curve``); it has no
+    sequence-parallel section (the ring model's even split of linear work does not hold for
     expert GEMMs); an MLA model has no KV-compression section (the modes are derived for per-head K and V); the
     profile's notes say so.
 
@@ -342,7 +382,19 @@ def build_profile(model_name: str, model_dir: Path, hardware: str, tp: int, weig
         "no request intake or step overhead term is added).",
     )
     speculative, acceptance = None, {}
-    if draft is not None:
+    if draft is None and arch.mtp_layers:
+        target = step_curve(est, model_name)
+        rc = RoundCosts(target, mtp_curve(est, target, arch.layers),
+                        f"{model_name} with its multi-token-prediction layer at tp{tp} on {hardware}: verify_ms(B, K, "
+                        "S) = target(B (K+1)) + target attention x S; draft_ms(B, S) = MTP layer(B) + its attention "
+                        "x S")
+        speculative = section_of(rc, f"{model_name} MTP (tp{tp})", f"{model_name}/MTP on {hardware}",
+                                 k=arch.mtp_layers)
+        acceptance = mtp_acceptance(tuple(acceptance_for_pair(SEED_PAIR)))
+        notes = (*notes, f"Speculative decoding by the model's own multi-token-prediction layer (K = "
+                 f"{arch.mtp_layers}), priced from the same tables (derived: one decoder layer's share plus the "
+                 "head); acceptance from the DeepSeek-V3 report's published range.")
+    elif draft is not None:
         draft_name, draft_dir, pair, why = draft
         try:
             speculative = speculative_from_estimator(est, model_name, draft_name, draft_dir, hardware)
@@ -362,7 +414,8 @@ def build_profile(model_name: str, model_dir: Path, hardware: str, tp: int, weig
                               CREATED_UTC),
         paging=paging_links(hardware, mspec.kv_bytes_per_token), notes=notes)
     if arch.moe is not None:
-        profile = replace(profile, notes=(*profile.notes, *moe_notes(arch, est, tp, expert_parallel)))
+        profile = replace(profile, notes=(*profile.notes, *moe_notes(arch, est, tp, expert_parallel,
+                                                                   speculative is not None)))
     if arch.mla is not None:
         profile = replace(profile, notes=(*profile.notes, "No KV-compression section: its fp8, int8 and int4 modes "
                                           "are derived for per-head K and V (bytes per element, the engine's "

@@ -144,8 +144,11 @@ class Estimator:
         return sum(ms for name, ms, _ in self.decode_ops(tokens, 1) if "attention" not in name)
 
     def attention_ms(self, batch: int, context: int) -> float:
-        """The decode attention kernel alone: ``batch`` sequences of ``context`` cached tokens."""
-        return sum(ms for name, ms, _ in self.decode_ops(batch, context) if "attention" in name)
+        """The decode attention kernel alone: ``batch`` sequences of ``context`` cached tokens. For multi-head
+        latent attention (DeepSeek) the estimator times one ``mla_block`` with its projections, whose time does not
+        grow with the context: a difference of two contexts is the attention's alone (``linear_ms`` keeps the block
+        at one cached token)."""
+        return sum(ms for name, ms, _ in self.decode_ops(batch, context) if "attention" in name or "mla" in name)
 
     def prefill_ops(self, tokens: int, context: int) -> list[tuple[str, float, str]]:
         """(operation, ms, provenance tag) of one prefill iteration (the context phase of a 1-token request)."""
@@ -167,16 +170,19 @@ class Estimator:
 
 
 @cache
-def compiled(model_dir: Path, hardware: str, backend: str, tp: int, weights: str, version: str) -> Estimator:
+def compiled(model_dir: Path, hardware: str, backend: str, tp: int, weights: str, version: str,
+             expert_parallel: bool = False) -> Estimator:
     """An estimator for a measured run's settings, compiled once per process: with the run's backend version when
     the package accepts it (only its current / previous / next slots are queryable), else its current one
-    (``backend_version`` says which)."""
+    (``backend_version`` says which). ``expert_parallel``: a mixture-of-experts run's experts by EP over the TP
+    group (``EstimatorKey.expert_parallel``)."""
     if version:
         try:
-            return Estimator(EstimatorKey(model_dir, hardware, backend, version, tp, weights))
+            return Estimator(EstimatorKey(model_dir, hardware, backend, version, tp, weights,
+                                          expert_parallel=expert_parallel))
         except InputError:
             pass
-    return Estimator(EstimatorKey(model_dir, hardware, backend, None, tp, weights))
+    return Estimator(EstimatorKey(model_dir, hardware, backend, None, tp, weights, expert_parallel=expert_parallel))
 
 
 def time_by_source(ops: list[tuple[str, float, str]]) -> Counter[str]:

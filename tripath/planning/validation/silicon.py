@@ -7,8 +7,14 @@ next request when the previous one ends, prompts of ``isl`` tokens, ``osl`` outp
 that fills these columns writes ``metrics["mean_ttft"] * 1000`` and ``metrics["mean_tpot"] * 1000``; TPOT per
 request is (E2E - TTFT) / (output - 1), averaged over requests).
 
-Selected: ``mode == "agg"`` rows of the dense models tripath ships (``MODELS``), on H100 SXM / H200 / B200
-(``SYSTEMS``), served by vLLM or SGLang, with 16-bit or fp8 weights (NVFP4 rows and MoE models are skipped).
+In scope: ``mode == "agg"`` rows of the models tripath ships (``MODEL_PATHS``: dense and mixture-of-experts;
+DeepSeek-R1 has DeepSeek-V3's architecture and is served with its profiles), on H100 SXM / H200 / B200
+(``SYSTEMS``), served by vLLM or SGLang. Covered (``load_rows``): 16-bit or fp8 weights (gpt-oss-120b's rows, which
+the sample labels ``nvfp4``, are its own mxfp4 checkpoint: tripath's "fp4"), one replica of tp 1, 2, 4 or 8 GPUs
+with the experts sharded by TP (``moe_tp_size == tp_size``, ``moe_ep_size == 1``) or by expert parallelism over
+the same GPUs (``moe_ep_size == tp_size``, ``moe_tp_size == 1``, the ``-ep`` profiles) and no attention data
+parallelism, and a shipped profile for the row's layout. Every other in-scope row is counted, with the reason,
+by ``not_covered`` (the doc's second table).
 
 Each row is answered twice, and neither answer is adjusted to the measurement:
 
@@ -46,11 +52,19 @@ from tripath.simulator.scenario.scenario import scenario_from_dict
 ROWS_CSV = DATA_DIR / "validation" / "silicon_rows.csv"
 # the silicon sample's model_path -> (tripath model, weights when gemm_quant_mode is empty: the checkpoint's own)
 MODEL_PATHS = {
+    "deepseek-ai/DeepSeek-R1": ("deepseek-v3", "fp8"),  # DeepSeek-V3's architecture (same config shapes)
+    "deepseek-ai/DeepSeek-V3": ("deepseek-v3", "fp8"),
     "meta-llama/Llama-3.1-70B": ("llama-3.1-70b", "fp16"),
     "meta-llama/Llama-3.1-8B-Instruct": ("llama-3.1-8b", "fp16"),
     "nvidia/Llama-3.1-8B-Instruct-FP8": ("llama-3.1-8b", "fp8"),
     "Qwen/Qwen3-32B": ("qwen3-32b", "fp16"),
+    "Qwen/Qwen3-235B-A22B-FP8": ("qwen3-235b-a22b", "fp8"),
+    "openai/gpt-oss-120b": ("gpt-oss-120b", "fp4"),
 }
+# checkpoints whose own 4-bit experts the sample labels nvfp4: gpt-oss-120b ships mxfp4 experts (tripath's "fp4",
+# tripath/calibrate/aic/architecture.py); NVFP4 weights of any other model are not modelled
+OWN_FP4 = {"openai/gpt-oss-120b"}
+TPS = (1, 2, 4, 8)  # one replica on one node
 SYSTEMS = {"h100_sxm": "h100-sxm", "h200_sxm": "h200", "b200_sxm": "b200"}
 BACKENDS = ("vllm", "sglang")
 # gemm_quant_mode -> tripath weights; fp8_block (block-scaled fp8) moves the same bytes as per-tensor fp8
@@ -58,7 +72,8 @@ QUANT_MODES = {"fp8": "fp8", "fp8_block": "fp8"}
 MAX_BATCHED_TOKENS = 8192
 MIN_REQUESTS = 40
 SIGNIFICANT = 6
-COLUMNS = ("id", "system", "backend", "backend_version", "model_path", "gemm_quant_mode", "tp", "concurrency",
+COLUMNS = ("id", "system", "backend", "backend_version", "model_path", "gemm_quant_mode", "tp", "moe_tp", "moe_ep",
+           "concurrency",
            "isl", "osl", "profile", "requests", "silicon_ttft_ms", "silicon_tpot_ms", "tripath_ttft_ms",
            "tripath_ttft_median_ms", "tripath_tpot_ms", "estimator_version", "estimator_ttft_ms",
            "estimator_tpot_ms", "tripath_ttft_err", "tripath_tpot_err", "estimator_ttft_err", "estimator_tpot_err")
@@ -89,6 +104,13 @@ class SiliconRow:
     osl: int
     ttft_ms: float  # measured means
     tpot_ms: float
+    moe_tp: int = 0  # a mixture-of-experts row's expert sharding (0: a dense model, none given)
+    moe_ep: int = 0
+
+    @property
+    def expert_parallel(self) -> bool:
+        """Experts sharded by expert parallelism over the TP group (the ``-ep`` profiles); at tp 1 both are one."""
+        return self.tp > 1 and self.moe_ep == self.tp
 
     @property
     def model(self) -> str:
@@ -100,6 +122,8 @@ class SiliconRow:
 
     @property
     def weights(self) -> str:
+        if self.gemm_quant_mode == "nvfp4" and self.model_path in OWN_FP4:
+            return "fp4"
         return QUANT_MODES.get(self.gemm_quant_mode, MODEL_PATHS[self.model_path][1])
 
     @property
@@ -109,22 +133,90 @@ class SiliconRow:
 
     @property
     def profile(self) -> str:
-        return profile_name(MODELS[self.model].short, self.hardware, self.tp, self.weights, self.backend)
+        return profile_name(MODELS[self.model].short, self.hardware, self.tp, self.weights, self.backend,
+                            self.expert_parallel)
 
 
-def _covered(raw: dict[str, str]) -> bool:
-    quant = raw["gemm_quant_mode"]
+def _in_scope(raw: dict[str, str]) -> bool:
     return (raw["mode"] == "agg" and raw["model_path"] in MODEL_PATHS and raw["system"] in SYSTEMS
-            and raw["backend"] in BACKENDS and (quant == "" or quant in QUANT_MODES))
+            and raw["backend"] in BACKENDS)
+
+
+def _int(value: str, default: int) -> int:
+    return int(float(value)) if value.strip() else default
+
+
+def _row(raw: dict[str, str]) -> SiliconRow:
+    moe = MODELS[MODEL_PATHS[raw["model_path"]][0]].moe
+    return SiliconRow(raw["id"], raw["system"], raw["backend"], raw["backend_version"], raw["model_path"],
+                      raw["gemm_quant_mode"], _int(raw["tp_size"], 1), int(float(raw["batch_size"])),
+                      int(raw["isl"]), int(raw["osl"]), float(raw["silicon_ttft_ms"]), float(raw["silicon_tpot_ms"]),
+                      _int(raw["moe_tp_size"], 1) if moe else 0, _int(raw["moe_ep_size"], 1) if moe else 0)
+
+
+def uncovered_reason(raw: dict[str, str], profiles_dir: Path = PROFILES_DIR) -> str | None:
+    """Why an in-scope row is not answered (None: it is covered), the first that applies."""
+    quant, tp = raw["gemm_quant_mode"], _int(raw["tp_size"], 1)
+    if quant == "nvfp4" and raw["model_path"] not in OWN_FP4:
+        return "NVFP4 weights: not modelled"
+    if quant not in ("", "nvfp4") and quant not in QUANT_MODES:
+        return f"{quant} weights: not modelled"
+    if _int(raw["pp_size"], 1) > 1:
+        return "pipeline parallel: not modelled"
+    if tp not in TPS:
+        return f"tp {tp}: more GPUs than one 8-GPU replica"
+    row = _row(raw)
+    if MODELS[row.model].moe:
+        dp = _int(raw["attention_dp_size"], 1)
+        if dp > 1 or row.moe_tp * row.moe_ep != tp:
+            return (f"attention data parallel (tp {tp}, attention dp {raw['attention_dp_size'] or '-'}, "
+                    f"moe tp {row.moe_tp} x ep {row.moe_ep}): not modelled")
+        if not (row.moe_ep == 1 or row.moe_tp == 1):
+            return f"experts by TP {row.moe_tp} x EP {row.moe_ep}: not modelled"
+    if not (profiles_dir / f"{row.profile}.json").is_file():
+        return f"no profile {row.profile}: {UNBUILT.get(row.profile, _index_skipped().get(row.profile, 'not built'))}"
+    return None
+
+
+# profiles a covered layout would need that the builder refuses (its reason; tripath profile build says so)
+UNBUILT = {"aic-deepseek-v3-tp4-b200-fp8-sglang": "deepseek-v3 (673 GB of fp8 weights) leaves under 10 % of 4 x "
+                                                   "NVIDIA B200 for KV"}
+
+
+@cache
+def _index_skipped() -> dict[str, str]:
+    """data/aic-profiles.json's skipped profiles and the builder's reason, without the model folder's path."""
+    import json
+
+    skipped = json.loads((DATA_DIR / "aic-profiles.json").read_text(encoding="utf-8"))["skipped"]
+    return {name: reason.split(": ", 1)[1] if reason.startswith("/") else reason for name, reason in skipped.items()}
+
+
+def _raws(path: Path | None) -> list[dict[str, str]]:
+    with (path or silicon_csv()).open(newline="", encoding="utf-8") as f:
+        return [r for r in csv.DictReader(f) if _in_scope(r)]
 
 
 def load_rows(path: Path | None = None) -> list[SiliconRow]:
     """Every covered row of the silicon sample (module docstring), in file order."""
-    with (path or silicon_csv()).open(newline="", encoding="utf-8") as f:
-        raws = [r for r in csv.DictReader(f) if _covered(r)]
-    return [SiliconRow(r["id"], r["system"], r["backend"], r["backend_version"], r["model_path"],
-                       r["gemm_quant_mode"], int(float(r["tp_size"])), int(float(r["batch_size"])), int(r["isl"]),
-                       int(r["osl"]), float(r["silicon_ttft_ms"]), float(r["silicon_tpot_ms"])) for r in raws]
+    return [_row(r) for r in _raws(path) if uncovered_reason(r) is None]
+
+
+def not_covered(path: Path | None = None) -> list[tuple[dict[str, str], str]]:
+    """Every in-scope row that is not answered, with the reason, in file order."""
+    return [(r, why) for r in _raws(path) if (why := uncovered_reason(r)) is not None]
+
+
+def not_covered_table(path: Path | None = None) -> str:
+    """The in-scope rows not answered, counted per (system, backend, model path, reason)."""
+    counts: dict[tuple[str, str, str, str], int] = {}
+    for raw, why in not_covered(path):
+        key = (raw["system"], raw["backend"], raw["model_path"], why)
+        counts[key] = counts.get(key, 0) + 1
+    lines = ["| system | backend | model | rows | why not covered |", "|---|---|---|---|---|"]
+    lines += [f"| {s} | {b} | {m} | {n} | {why} |" for (s, b, m, why), n in sorted(counts.items())]
+    lines.append(f"| all | | | {sum(counts.values())} | |")
+    return "\n".join(lines)
 
 
 def requests_for(concurrency: int) -> int:
@@ -201,6 +293,7 @@ def evaluate(row: SiliconRow, estimator: EstimatorAnswer) -> dict[str, str]:
     values: dict[str, float | int | str] = {
         "id": row.id, "system": row.system, "backend": row.backend, "backend_version": row.backend_version,
         "model_path": row.model_path, "gemm_quant_mode": row.gemm_quant_mode, "tp": row.tp,
+        "moe_tp": row.moe_tp or "", "moe_ep": row.moe_ep or "",
         "concurrency": row.concurrency, "isl": row.isl, "osl": row.osl, "profile": row.profile,
         "requests": sim.requests, "silicon_ttft_ms": row.ttft_ms, "silicon_tpot_ms": row.tpot_ms,
         "tripath_ttft_ms": sim.ttft_mean, "tripath_ttft_median_ms": sim.ttft_median, "tripath_tpot_ms": sim.tpot_mean,
