@@ -4,16 +4,16 @@ tripath/calibrate/aic/ builds them; the planning side only needs their names (``
 
 Every model in ``MODELS`` has its HF config.json under data/model_configs/ (the shapes only; no weights). A
 combination ships when its weights leave at least 10 % of the replica's memory for KV
-(tripath/calibrate/aic/builder.py ``kv_budget``) and the estimator has tables for it (A100 has no fp8 tensor
-cores, so no fp8 profile on A100). Mixture-of-experts models (``CatalogModel.moe``) ship on H100, H200 and B200
-(not the block-fp8 checkpoints on B200: ``MODELS``' comment) at TP 4 and 8, their experts sharded by TP and, as a
-second profile named ``-ep``, by expert parallelism over the same GPUs; each in the precisions its checkpoint is
-served in (``CatalogModel.weights``: Qwen3-235B-A22B and DeepSeek-V3 are fp8 block-scaled checkpoints,
-gpt-oss-120b's experts mxfp4, "fp4"). ``SPECULATIVE`` pairs each target with the draft its speculative section is
-priced for (Llama-3.1-8B has no small same-vocabulary draft in the catalogue, so its profiles have none; of the
-mixture-of-experts models only Qwen3-235B-A22B has one, Qwen3-0.6B with its tokenizer: Mixtral, DeepSeek-V3 and
-gpt-oss-120b have no small same-vocabulary draft checkpoint, and DeepSeek's multi-token prediction is not priced).
-``tripath profile build`` builds any other combination on demand.
+(tripath/calibrate/aic/builder.py ``kv_budget``) and the estimator has tables for it (A100 has no fp8 tensor cores,
+so no fp8 profile on A100). Mixture-of-experts models (``CatalogModel.moe``) ship on H100, H200 and B200 (not the
+block-fp8 checkpoints on B200: ``MODELS``' comment) at every TP degree that fits, their experts sharded by TP and,
+from TP 2 up, as a second profile named ``-ep``, by expert parallelism over the same GPUs; each in the precisions
+its checkpoint is served in (``CatalogModel.weights``: Qwen3-235B-A22B and DeepSeek-V3 are fp8 block-scaled
+checkpoints, gpt-oss-120b's experts mxfp4, "fp4"). ``SPECULATIVE`` pairs each target with the draft its speculative
+section is priced for (Llama-3.1-8B has no small same-vocabulary draft in the catalogue, so its profiles have none;
+of the mixture-of-experts models Qwen3-235B-A22B has one, Qwen3-0.6B with its tokenizer; DeepSeek-V3 is priced with
+its own multi-token-prediction layer (tripath/calibrate/aic/builder.py ``mtp_curve``); Mixtral and gpt-oss-120b have
+no small same-vocabulary draft checkpoint). ``tripath profile build`` builds any other combination on demand.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ class CatalogModel:
     short: str  # in the file name
     config: str  # folder under data/model_configs/
     weights: tuple[str, ...] = ("fp16", "fp8")  # the precisions shipped
-    moe: bool = False  # mixture of experts: MOE_TPS, with and without expert parallelism
+    moe: bool = False  # mixture of experts: with and without expert parallelism from TP 2 up
     gpus: tuple[str, ...] | None = None  # None: GPUS (dense), MOE_GPUS (mixture of experts)
 
     @property
@@ -78,7 +78,6 @@ GPUS = ("a100-80gb", "h100-sxm", "h200", "b200")
 TPS = (1, 2, 4, 8)
 WEIGHTS = ("fp16", "fp8", "fp4")
 MOE_GPUS = ("h100-sxm", "h200", "b200")
-MOE_TPS = (4, 8)
 BACKENDS = ("vllm", "sglang", "trtllm")  # the serving frameworks whose kernel tables aiconfigurator-core ships
 
 
@@ -86,11 +85,11 @@ def _layouts_of(model: CatalogModel) -> Iterator[tuple[str, int, str, bool]]:
     """(GPU, TP, weights, expert parallel) of ``model``'s catalogue, fp8 and fp4 only where the GPU has fp8 tensor
     cores (not A100)."""
     for gpu in model.gpus or (MOE_GPUS if model.moe else GPUS):
-        for tp in MOE_TPS if model.moe else TPS:
+        for tp in TPS:
             for weights in model.weights:
                 if weights != "fp16" and gpu == "a100-80gb":
                     continue
-                for ep in (False, True) if model.moe else (False,):
+                for ep in (False, True) if model.moe and tp > 1 else (False,):  # EP over one GPU is TP
                     yield gpu, tp, weights, ep
 
 
