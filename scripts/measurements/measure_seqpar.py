@@ -81,7 +81,7 @@ def render_report(summary: list[dict], bench: SeqParBench, command: str, measure
         "positions; per "
         "layer the ranks all-gather K/V (gloo), each attends its queries over all keys with the fused CPU "
         "flash kernel that also returns the log-sum-exp (tripath/engine/seqpar/attention.py), and merges the "
-        "partials in fp32 (tripath/engine/seqpar/lse_merge.py). In decode the K/V stays on the rank that produced it; "
+        "partials in fp32 (tripath/engine/softmax_merge.py). In decode the K/V stays on the rank that produced it; "
         "every rank attends its shard and the (out, LSE) pairs are all-gathered and merged. Tests: "
         "tests/test_seqpar_*.py (equal to single-device attention for P = 1, 2, 4; greedy P = 2 equals P = 1).",
         "",

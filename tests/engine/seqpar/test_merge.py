@@ -10,8 +10,8 @@ import math
 import pytest
 import torch
 
-from tripath.engine.seqpar.lse_merge import empty_partial, merge_pair, merge_partials
 from tripath.engine.seqpar.sharding import Segment, ShardLayout, split_evenly
+from tripath.engine.softmax_merge import empty_partial, merge_pair, merge_partials
 
 
 def _attend64(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -123,3 +123,32 @@ def test_explicit_uneven_sizes_and_validation() -> None:
         ShardLayout("striped", 2, 8)
     with pytest.raises(ValueError, match="world_size"):
         ShardLayout("zigzag", 0, 8)
+
+
+@pytest.mark.parametrize("chunks", [1, 2, 3, 5])
+def test_the_online_softmax_step_is_the_merge_with_the_running_state_unnormalised(chunks):
+    """Folding key chunks one at a time (online_softmax_step) and merging each chunk's finished attention
+    (merge_partials) are the same identity: equal within fp32 rounding, including a chunk with every key masked."""
+    from tripath.engine.softmax_merge import online_softmax_step
+
+    g = torch.Generator().manual_seed(chunks)
+    q = torch.randn(2, 4, 8, generator=g)
+    k, v = torch.randn(2, 20, 8, generator=g), torch.randn(2, 20, 8, generator=g)
+    scores = q @ k.transpose(-1, -2) / math.sqrt(8)  # [2, 4, 20]
+    scores[..., :4] = -math.inf  # the first chunk sees no key when chunks > 1 cut it there
+    bounds = [round(i * 20 / chunks) for i in range(chunks + 1)] if chunks > 1 else [0, 20]
+    m = torch.full(scores.shape[:-1], -math.inf)
+    l = torch.zeros_like(m)  # noqa: E741
+    acc = torch.zeros(2, 4, 8)
+    outs, lses = [], []
+    for lo, hi in itertools.pairwise(bounds):
+        s, vv = scores[..., lo:hi], v[:, lo:hi]
+        m, l, acc = online_softmax_step(m, l, acc, s, lambda p, vv=vv: p @ vv)  # noqa: E741
+        lse = torch.logsumexp(s, dim=-1)
+        outs.append(torch.nan_to_num(torch.softmax(s, dim=-1)) @ vv)
+        lses.append(lse)
+    out, lse = merge_partials(outs, lses)
+    torch.testing.assert_close(acc / l[..., None], out, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(m + torch.log(l), lse, rtol=1e-5, atol=1e-6)
+    full = torch.softmax(scores, dim=-1) @ v
+    torch.testing.assert_close(out, full, rtol=1e-5, atol=1e-6)

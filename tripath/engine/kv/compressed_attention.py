@@ -16,29 +16,13 @@ a second pass over the staged blocks only, with the final log-sum-exp of each qu
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 import torch
 from torch import Tensor
 
 from tripath.engine.kv.compressed_store import CompressedKVStore
 from tripath.engine.kv.paged_attention import SequenceChunk
-
-
-def online_softmax_step(m: Tensor, l: Tensor, acc: Tensor, s: Tensor,  # noqa: E741
-                        weighted_values: Callable[[Tensor], Tensor]) -> tuple[Tensor, Tensor, Tensor]:
-    """One chunk of keys folded into the running (max ``m``, normaliser ``l``, unnormalised output ``acc``):
-    the online-softmax recurrence both the prefill and the decode pass use, written once so they stay equal.
-
-    ``s`` [..., C] are the chunk's scores (masked keys -inf), ``weighted_values(p)`` the chunk's values
-    weighted by ``p`` [..., C] ([..., D]). A row with no visible key yet keeps shift 0 (not -inf - -inf).
-    The pairwise merge of finished partials (sequence parallelism) is tripath/engine/seqpar/lse_merge.py.
-    """
-    m_new = torch.maximum(m, s.amax(-1))
-    shift = torch.where(torch.isinf(m_new), 0.0, m_new)  # rows with no visible key yet stay at 0
-    p = torch.exp(s - shift[..., None])
-    alpha = torch.exp(m - shift)
-    return m_new, l * alpha + p.sum(-1), acc * alpha[..., None] + weighted_values(p)
+from tripath.engine.softmax_merge import online_softmax_step
 
 
 def chunked_attention(q: Tensor, q_pos: Tensor, total: int, read: object, chunk_tokens: int,

@@ -30,8 +30,8 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from tripath.engine.seqpar.lse_merge import merge_partials
 from tripath.engine.seqpar.sharding import Segment
+from tripath.engine.softmax_merge import merge_partials
 
 _FALLBACK_QUERY_BLOCK = 512  # bounds the fallback's score matrix to [B, H, 512, Tk]
 

@@ -3,7 +3,7 @@
 Prefill: rank r embeds and runs every layer on its own positions only (sharding.ShardLayout,
 zigzag by default, so causal work is balanced).  In each layer the ranks all-gather K/V,
 each attends its queries over all keys as partials with their LSE, merges them in fp32
-(lse_merge), and keeps its OWN K/V in a local cache.  MLPs and projections are purely local.
+(tripath/engine/softmax_merge.py), and keeps its OWN K/V in a local cache.  MLPs and projections are purely local.
 The rank holding the last prompt position computes the logits and broadcasts the token.
 
 Decode: every rank runs the (tiny) one-token forward; the new token's K/V is stored only on
@@ -37,9 +37,9 @@ from tripath.engine.seqpar.attention import (
     fused_kernel_available,
     sharded_causal_attention,
 )
-from tripath.engine.seqpar.lse_merge import merge_partials
 from tripath.engine.seqpar.sharding import LAYOUTS, Segment, ShardLayout
 from tripath.engine.sequence import Sequence
+from tripath.engine.softmax_merge import merge_partials
 from tripath.engine.step_record import StepRecord
 from tripath.engine.tiered.cache import TieredKVCache
 

@@ -1,4 +1,5 @@
-"""Merging partial attention results by their log-sum-exp: the algebra under sequence parallelism.
+"""Merging partial attention results by their log-sum-exp: the one identity under sequence parallelism (finished
+partials merged pairwise) and chunked attention (the running online-softmax state, ``online_softmax_step``).
 
 Split the keys of one query row into disjoint sets S_1..S_N.  Attention over set i gives
     lse_i = log sum_{j in S_i} exp(s_j)          out_i = sum_{j in S_i} softmax_i(s)_j v_j
@@ -19,7 +20,7 @@ it is equal up to fp32 rounding of the summation order.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import Tensor
@@ -77,3 +78,19 @@ def empty_partial(shape_out: Sequence[int], device: torch.device | str = "cpu") 
     out = torch.zeros(*shape_out, dtype=torch.float32, device=device)
     lse = torch.full(tuple(shape_out[:-1]), float("-inf"), dtype=torch.float32, device=device)
     return out, lse
+
+
+def online_softmax_step(m: Tensor, l: Tensor, acc: Tensor, s: Tensor,  # noqa: E741
+                        weighted_values: Callable[[Tensor], Tensor]) -> tuple[Tensor, Tensor, Tensor]:
+    """One chunk of keys folded into the running (max ``m``, normaliser ``l``, unnormalised output ``acc``): the same
+    identity as ``merge_pair`` with the running state kept unnormalised (out = acc / l, lse = m + log l), so a
+    chunk costs no division; the prefill and decode passes over compressed KV both use it.
+
+    ``s`` [..., C] are the chunk's scores (masked keys -inf), ``weighted_values(p)`` the chunk's values
+    weighted by ``p`` [..., C] ([..., D]). A row with no visible key yet keeps shift 0 (not -inf - -inf).
+    """
+    m_new = torch.maximum(m, s.amax(-1))
+    shift = torch.where(torch.isinf(m_new), 0.0, m_new)  # rows with no visible key yet stay at 0
+    p = torch.exp(s - shift[..., None])
+    alpha = torch.exp(m - shift)
+    return m_new, l * alpha + p.sum(-1), acc * alpha[..., None] + weighted_values(p)
