@@ -271,5 +271,5 @@ def test_capacity_default_is_a_short_search_and_names_the_failing_term_and_the_c
     # the numbers at the largest size searched
     assert num(table.loc[name, "TTFT P99 (ms)"]) == pytest.approx(ttft, rel=1e-3, abs=0.06)
     assert table.loc[name, "GPUs"] == display.DASH and not display.has_missing(table)
-    assert "no size up to 8 replica(s)" in table.loc[name, "not applicable"]
+    assert "no replica count up to 8 meets the SLA" in table.loc[name, "not applicable"]
     json.dumps(result)  # the plan stays JSON-ready (it is downloadable)

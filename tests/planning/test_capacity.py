@@ -8,7 +8,15 @@ import pytest
 
 from tests.helpers import SEED as PROFILE
 from tripath.planning.candidates import BASELINE
-from tripath.planning.capacity import SearchSpec, goodput_curve, plan, search_rate, search_replicas, sized_job
+from tripath.planning.capacity import (
+    PlanRow,
+    SearchSpec,
+    goodput_curve,
+    plan,
+    search_rate,
+    search_replicas,
+    sized_job,
+)
 from tripath.planning.sweep import run_cached
 
 
@@ -82,3 +90,22 @@ def test_plan_needs_an_sla_term():
     data["sla"] = {}
     with pytest.raises(ValueError, match="no SLA term"):
         plan(data, None, PROFILE, 1.0, candidate_names=["baseline"])
+
+
+def test_plan_rows_typed_once_round_trip_and_say_why_a_size_is_missing():
+    """PlanRow: the plan's rows as the CLI and the app read them; its codec round-trips, a sized row has its size
+    and P99s, one that never meets says up to where it searched and the P99s there, an inapplicable one why."""
+    result = plan(small_scenario(tpot_ms=1.0), None, PROFILE, 1.0, candidate_names=["baseline", "compression"],
+                  max_replicas=2, attainment_levels=(0.99,))
+    rows = {r.candidate: r for r in result.summaries()}
+    for row in rows.values():
+        assert PlanRow.from_dict(json.loads(json.dumps(row.to_dict()))) == row
+    base = rows["baseline"]
+    assert base.replicas is None and base.searched_replicas == 2 and base.p99_ms["tpot"] > 1.0
+    assert base.status().startswith("no replica count up to 2 meets the SLA (P99 there ")
+    assert rows["compression"].status().startswith("not applicable: ") and not rows["compression"].ran
+    sized = PlanRow.of_row(plan(small_scenario(), None, PROFILE, 1.0, candidate_names=["baseline"],
+                                attainment_levels=(0.99,)).rows[0])
+    assert sized.status() == "" and f"{sized.replicas} replica(s) = {sized.gpus} GPU(s)" in sized.line()
+    with pytest.raises(ValueError, match="missing"):
+        PlanRow.from_dict({"candidate": "x"})

@@ -117,7 +117,7 @@ def _cmd_matrix(args: argparse.Namespace) -> int:
 
 # --- plan ---------------------------------------------------------------------------------------
 def _cmd_plan(args: argparse.Namespace) -> int:
-    from tripath.planning.capacity import plan
+    from tripath.planning.capacity import PlanRow, plan
     from tripath.planning.scenario_dict import with_requests
 
     data, source, profile = _scenario(args)
@@ -135,23 +135,10 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     lines = [f"Capacity plan for {result['scenario']} at {args.qps:g} req/s: {result['numbers_from']}",
              f"SLA P99 ms ttft/tpot/e2e: {' / '.join(_ms(v) for v in result['sla_ms'].values())}",
              result["sizing"], ""]
-    for row in result["candidates"]:
-        name = row["candidate"]["name"]
-        if row.get("not_applicable"):
-            lines.append(f"  {name:<34} not applicable: {row['not_applicable']}")
-            continue
-        if row.get("replicas") is None:
-            lines.append(f"  {name:<34} no replica count up to {args.max_replicas} meets the SLA "
-                         f"(P99 there {_p99s(row['outcome'])})")
-            continue
-        goodput = ", ".join(f">={float(k):.0%}: {'-' if v is None else f'{v:.3g}'}"
-                            for k, v in row["goodput_rps"].items())
-        cost = (f" ${row['cost_usd_per_hour']:,.2f}/h, ${row['cost_usd_per_1k_requests']:,.3f}/1K req"
-                if "cost_usd_per_hour" in row else "")
-        lines.append(f"  {name:<34} {row['replicas']} replica(s) = {row['gpus']} GPU(s){cost}; "
-                     f"P99 {_p99s(row['outcome'])}; goodput req/s {goodput}")
-        if "remark" in row:
-            lines.append(f"  {'':<34} {row['remark']}")
+    for row in map(PlanRow.of_row, result["candidates"]):
+        lines.append(f"  {row.line()}")
+        if row.remark:
+            lines.append(f"  {'':<34} {row.remark}")
     lines += ["", f"recommended: {result['recommended'] or 'none meets the SLA'}"]
     return _emit(args, result, "\n".join(lines))
 

@@ -29,12 +29,13 @@ import json
 import math
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from tqdm import tqdm
 
 from tripath.core.errors import InputError
+from tripath.core.metrics import TERMS
 from tripath.core.metrics import sla_targets as scenario_sla_targets
 from tripath.planning.cache import ResultCache
 from tripath.planning.candidates import Candidate, by_names, is_lossy, tiering_idle
@@ -313,6 +314,80 @@ def run_searches(specs: Sequence[SearchSpec], data: dict[str, Any], source: str 
     return rows
 
 
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.0f}"
+
+
+@dataclass(frozen=True)
+class PlanRow:
+    """One candidate of a capacity plan as the CLI and the app report it, typed once over the search's row dict
+    (``Plan.rows``, ``plan_candidate``): its size, the P99s at that size (or at the largest size searched when none
+    meets), cost, goodput and why a value is missing. ``to_dict``/``from_dict`` are its codec; ``status`` and
+    ``line`` its words, the same in both."""
+
+    candidate: str
+    replicas: int | None  # the fewest meeting the SLA; None when none up to the bound does
+    gpus: int | None
+    gpus_per_replica: int | None
+    searched_replicas: int | None  # where ``p99_ms`` was taken
+    p99_ms: dict[str, float | None]  # per SLA term: the mean over replications
+    sla_margin: float | None
+    rejected_share: float | None
+    cost_usd_per_hour: float | None
+    cost_usd_per_1k_requests: float | None
+    goodput_rps: dict[str, float | None]
+    not_applicable: str | None
+    remark: str | None
+
+    @classmethod
+    def of_row(cls, row: dict[str, Any]) -> PlanRow:
+        outcome = row.get("outcome") or {}
+        p99 = outcome.get("p99_ms") or {}
+        return cls(candidate=row["candidate"]["name"], replicas=row.get("replicas"), gpus=row.get("gpus"),
+                   gpus_per_replica=row.get("gpus_per_replica"), searched_replicas=outcome.get("replicas"),
+                   p99_ms={t: (p99.get(t) or {}).get("mean") for t in TERMS}, sla_margin=outcome.get("sla_margin"),
+                   rejected_share=outcome.get("rejected_share"), cost_usd_per_hour=row.get("cost_usd_per_hour"),
+                   cost_usd_per_1k_requests=row.get("cost_usd_per_1k_requests"),
+                   goodput_rps=dict(row.get("goodput_rps") or {}), not_applicable=row.get("not_applicable"),
+                   remark=row.get("remark"))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> PlanRow:
+        """Back from ``to_dict``; a missing or unknown key is refused by name."""
+        names = {f.name for f in fields(cls)}
+        missing, unknown = sorted(names - set(data)), sorted(set(data) - names)
+        if missing or unknown:
+            raise ValueError(f"not a plan row: missing {missing}, unknown {unknown}")
+        return cls(**data)
+
+    @property
+    def ran(self) -> bool:
+        return self.not_applicable is None and self.searched_replicas is not None
+
+    def status(self) -> str:
+        """Why the row has no size, in words ("" when it has one)."""
+        if self.not_applicable:
+            return f"not applicable: {self.not_applicable}"
+        if self.replicas is None:
+            return (f"no replica count up to {self.searched_replicas} meets the SLA (P99 there "
+                    f"{' / '.join(_ms(self.p99_ms[t]) for t in TERMS)})")
+        return ""
+
+    def line(self) -> str:
+        """The row in one line: its status, or its size, cost, P99s at that size and goodput."""
+        if self.status():
+            return f"{self.candidate:<34} {self.status()}"
+        goodput = ", ".join(f">={float(k):.0%}: {'-' if v is None else f'{v:.3g}'}"
+                            for k, v in self.goodput_rps.items())
+        cost = ("" if self.cost_usd_per_hour is None else
+                f" ${self.cost_usd_per_hour:,.2f}/h, ${self.cost_usd_per_1k_requests or 0.0:,.3f}/1K req")
+        return (f"{self.candidate:<34} {self.replicas} replica(s) = {self.gpus} GPU(s){cost}; "
+                f"P99 {' / '.join(_ms(self.p99_ms[t]) for t in TERMS)}; goodput req/s {goodput}")
+
+
 @dataclass(frozen=True)
 class Plan:
     """Per candidate: replicas, GPUs, the outcome at that size, goodput curve, cost; and the cheapest."""
@@ -344,6 +419,10 @@ class Plan:
     def recommended(self) -> dict[str, Any] | None:
         ranked = self.ranked()
         return ranked[0] if ranked else None
+
+    def summaries(self) -> list[PlanRow]:
+        """Every row typed (``PlanRow``), in the candidates' order."""
+        return [PlanRow.of_row(r) for r in self.rows]
 
     def to_dict(self) -> dict[str, Any]:
         best = self.recommended

@@ -16,7 +16,7 @@ from tripath.app.widgets import charts, display, planning_runs, profiles, scenar
 from tripath.core.errors import InputError
 from tripath.core.metrics import TERMS
 from tripath.planning.candidates import Candidate, candidates
-from tripath.planning.capacity import plan
+from tripath.planning.capacity import PlanRow, plan
 from tripath.planning.recommend import binding_term, closest_candidate, sla_terms
 from tripath.planning.scenario_dict import load_scenario_dict
 from tripath.planning.sweep import MAX_REJECTED
@@ -174,23 +174,19 @@ def _show(result: dict[str, Any]) -> None:
 
 
 def _row(r: dict[str, Any], priced: bool = True) -> dict[str, Any]:
-    """One candidate: its size (replicas, GPUs), cost when priced, P99s at that size (or at the largest size
-    searched when none meets), margin, rejected share, and why a value is missing ("not applicable")."""
+    """One candidate (``PlanRow``, the CLI's reading too): its size (replicas, GPUs), cost when priced, P99s at that
+    size (or at the largest size searched when none meets), margin, rejected share, and why a value is missing."""
+    s = PlanRow.of_row(r)
     outcome = r.get("outcome") or {}
-    p99 = outcome.get("p99_ms") or {}
-    searched = outcome.get("replicas") if r.get("replicas") is None else None
-    row: dict[str, Any] = {"candidate": r["candidate"]["name"], "replicas": r.get("replicas"), "GPUs": r.get("gpus"),
-                           "GPUs per replica": r.get("gpus_per_replica")}
+    row: dict[str, Any] = {"candidate": s.candidate, "replicas": s.replicas, "GPUs": s.gpus,
+                           "GPUs per replica": s.gpus_per_replica}
     if priced:
-        row.update({"USD per hour": r.get("cost_usd_per_hour"),
-                    "USD per 1K requests": r.get("cost_usd_per_1k_requests")})
-    ran = bool(outcome) and not outcome.get("error")
-    row.update({**{f"{TERM_NAMES[t]} P99 (ms)": (p99.get(t) or {}).get("mean") for t in TERMS},
+        row.update({"USD per hour": s.cost_usd_per_hour, "USD per 1K requests": s.cost_usd_per_1k_requests})
+    ran = s.ran and not outcome.get("error")
+    row.update({**{f"{TERM_NAMES[t]} P99 (ms)": s.p99_ms[t] for t in TERMS},
                 "SLA margin": display.margin_text(outcome) if ran else None,
                 "rejected": display.pct(display.rejected_share(outcome), digits=1) if ran else None,
-                "not applicable": r.get("not_applicable") or (
-                    f"no size up to {searched} replica(s) meets the SLA (P99s at {searched})" if searched else ""),
-                "note": r.get("remark", "")})
+                "not applicable": s.not_applicable or s.status(), "note": s.remark or ""})
     return row
 
 
