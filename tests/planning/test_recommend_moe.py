@@ -71,3 +71,11 @@ def test_the_search_compares_the_expert_layouts_and_reports_each():
     assert any(ep for *_, ep in searched) and any(not ep for *_, ep in searched)
     rows = [rec["recommended"], rec["runner_up"], *rec["others"]]
     assert {r["layout"]["expert_parallel"] for r in rows if r is not None} == {False, True}
+
+
+def test_sequence_parallelism_is_not_applicable_on_a_moe_profile_and_says_why():
+    from tripath.planning.candidates import by_names
+
+    profile = resolve_profile("aic-mixtral-8x7b-tp4-h100")
+    why = by_names(profile, ["sequence_parallel"])[0].applicability(profile, chat())
+    assert why is not None and "mixture-of-experts profile has no sequence-parallel section" in why

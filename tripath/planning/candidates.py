@@ -90,7 +90,11 @@ class Candidate:
             degree = int(sp.get("degree", SP_DEGREE))
             rows = profile.sequence_parallel.get(degree)
             if rows is None or not rows.rows:
-                reasons.append(f"the profile has no sequence-parallel rows for degree {degree}")
+                reasons.append(
+                    "a mixture-of-experts profile has no sequence-parallel section (the ring model's even split of "
+                    "each layer's work does not hold for expert GEMMs: the profile's notes)"
+                    if not profile.sequence_parallel and profile.model.moe is not None
+                    else f"the profile has no sequence-parallel rows for degree {degree}")
         comp = self.strategy.get("compression")
         if comp is not None and comp.get("mode") not in profile.compression:
             have = ", ".join(profile.compression) or "none"
