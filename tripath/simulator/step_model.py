@@ -13,8 +13,8 @@ what one token occupies on the device after compression, ``device_kv_tokens`` wh
 device, ``kv_capacity_tokens`` what may be admitted in all tiers (device only without tiering).
 
 ``BaselineStep`` is the plain model: the same float operations as tripath/simulator/costs.py's
-IterationCost in tripath/simulator/loop/replica.py, so the loop driven by it reproduces the fast replica's
-records bit for bit (the test of "all options off equals the baseline").
+IterationCost on the exact fast path (tripath/simulator/loop/stepper.py: RunBooking), so the loop driven by it
+reproduces the fast path's records bit for bit (the test of "all options off equals the baseline").
 """
 
 from __future__ import annotations
@@ -156,7 +156,7 @@ class StepModel(Protocol):
 
 
 class BaselineStep:
-    """No optimization path: one token per decode, costs from IterationCost exactly as replica.py uses them.
+    """No optimization path: one token per decode, costs from IterationCost exactly as the exact fast path uses them.
 
     ``deterministic``: an iteration is a pure function of what the loop passes (no random draw, no state carried
     to the next iteration but the cost counters and the live tokens ``ran_decodes`` sets), and a decode-only one
@@ -197,7 +197,7 @@ class BaselineStep:
             else:
                 seconds = self.cost.mixed_s([p.new_tokens for p in prefills], batch, context)
         else:
-            # replica.py's decode-only iteration: the same float operations, on a scalar
+            # the fast path's decode-only iteration: the same float operations, on a scalar
             seconds = self.cost.decode_one_s(batch, context)
             self.cost.count_decodes(batch, context, 1)
         return StepResult(float(seconds), ones(batch))

@@ -7,7 +7,7 @@ order; sequences whose prompt is complete decode. With nothing to run it asks ``
 (inf: only an arrival can change anything). ``observe`` sees every finished request.
 
 - continuous (Orca / vLLM): iteration-level joins; admitted prompts are prefilled whole within a
-  per-iteration token budget (the first prefill always allowed) — replica.py's rule, bit for bit.
+  per-iteration token budget (the first prefill always allowed) — the exact fast path's rule, bit for bit.
 - static: one batch at a time, run to completion, nobody joins it. A batch forms when
   max_batch_size requests wait or the oldest has waited max_wait_ms. Finished sequences leave
   the batch (their compute stops) but free places are not refilled until the batch is empty.

@@ -1,7 +1,7 @@
 """A cluster of identical replicas behind a router, fed by the workload's arrivals.
 
-- Replicas: cluster.gpus // (tp x sequence-parallel degree) copies of the model (tripath/simulator/loop/replica.py),
-  each with its own FCFS queue, continuous batching and KV budget.
+- Replicas: cluster.gpus // (tp x sequence-parallel degree) copies of the model, each a Stepper
+  (tripath/simulator/loop/stepper.py) with its own FCFS queue, batching and KV budget.
 - Arrivals: one SimPy process walks the sorted RequestSpecs and fires each at exactly its
   arrival_s, with URGENT priority, so every arrival of an instant is routed before any replica
   handles an iteration boundary at that instant.
@@ -9,7 +9,7 @@
   ignored. Requests 0 .. users - 1 are sent at t = 0; each time a request ends (its last token, or rejection
   at arrival) the next unsent one is sent think_s later, URGENT as above. A finish and the replica's next
   admission happen in one step, so a request sent at that very instant (think_s = 0) joins that replica at
-  its next boundary (a sleeping replica wakes for it at once). The fast replicas cannot know such an
+  its next boundary (a sleeping replica wakes for it at once). The fast path cannot know such an
   arrival ahead, so none of them watches for one: every run that an arrival could join may be cut by it.
   Records carry the time each request was sent, so TTFT and E2E are measured from it.
 - Router (tripath/simulator/loop/router.py, shared with the streamed cluster): a request whose KV reservation
@@ -18,9 +18,11 @@
   finished; a request finishing at the very instant of the arrival still counts), ties to the lowest index —
   deterministic.
 
-With a StepperSetup (tripath/simulator/loop/stepper.py) the replicas are Steppers: any batching policy,
-preemption and path physics, one event per iteration; capacity is then the StepModel's
-kv_capacity_tokens (all tiers). Without one they are the fast baseline Replicas.
+With a StepperSetup (tripath/simulator/loop/stepper.py) the Steppers run the setup's models and policies: any
+batching policy, preemption and path physics, one event per iteration (fast-forwarding decode-only stretches);
+capacity is then the StepModel's kv_capacity_tokens (all tiers). Without one they serve the baseline (or its
+compression / SP cost transform) with continuous batching on the exact fast path (``fast_steppers``: a RunBooking,
+tripath/simulator/loop/run.py), a planned run per event.
 """
 
 from __future__ import annotations
@@ -28,19 +30,23 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import simpy
 
 from tripath.core.records import COMPLETED, Extrapolations, ReplicaStats, RequestRecord, RunResult, rejected_record
 from tripath.core.request import RequestSpec
 from tripath.simulator.costs import IterationCost
+from tripath.simulator.loop.batching import Continuous
 from tripath.simulator.loop.clock import URGENT, Clock
-from tripath.simulator.loop.replica import Ledger, Replica, ReplicaConfig, fast_replicas
+from tripath.simulator.loop.replica import ReplicaConfig
 from tripath.simulator.loop.router import expects, least_outstanding, too_big_reason
+from tripath.simulator.loop.run import RunBooking
 from tripath.simulator.loop.stepper import PathLedger, Stepper, StepperSetup
 from tripath.simulator.loop.timeseries import Sampler
 from tripath.simulator.paths.prefix import PrefixCache, PrefixCounters, PrefixRun, route
 from tripath.simulator.paths.seqpar import SpPhysics
+from tripath.simulator.step_model import BaselineStep
 
 
 @dataclass(frozen=True)
@@ -94,15 +100,10 @@ class Cluster:
         self.setup = setup
         self.sp = sp  # the fast replicas' SP physics (its cost is inside ``cost``): merge time and counts
         self.sampler: Sampler | None = None
-        self.replicas: list[Replica] | list[Stepper]
         self.prefix_caches: list[PrefixCache] = []
-        if setup is None:
-            self.ledger = Ledger(prompts, outputs, config.replica.kv_bytes_per_token, merge=sp is not None)
-            self.replicas = self._fast_replicas(fast)
-        else:
-            self.ledger = PathLedger(prompts, outputs, config.replica.kv_bytes_per_token,
-                                     setup.task_indexes([r.task for r in requests]))
-            self.replicas = self._steppers(setup)
+        tasks = [0] * len(requests) if setup is None else setup.task_indexes([r.task for r in requests])
+        self.ledger = PathLedger(prompts, outputs, config.replica.kv_bytes_per_token, tasks)
+        self.replicas = self._fast_steppers(fast) if setup is None else self._steppers(setup)
         if closed is None:
             self.env.process(self._arrivals())
         else:
@@ -111,12 +112,10 @@ class Cluster:
             for index in range(self._unsent):
                 self._send_at(0.0, index)
 
-    def _fast_replicas(self, fast: bool) -> list[Replica]:
-        """The baseline's fast Replicas (``fast``: a run per event; else the one-event-per-iteration reference),
-        booking SP merge time where ``self.sp`` is on."""
-        config = self.config
-        return fast_replicas(self.env, config.replicas, config.replica, self.cost, self.ledger, self._next_arrival,
-                             self._expects, fast, self.sp)
+    def _fast_steppers(self, fast: bool) -> list[Stepper]:
+        """The baseline's Steppers on the exact fast path (``fast`` off: one iteration per event, the reference)."""
+        return fast_steppers(self.env, self.config, self.cost, self.ledger, self._next_arrival, self._expects,
+                             fast, self.sp)
 
     def _steppers(self, setup: StepperSetup) -> list[Stepper]:
         """A Stepper per replica on the setup's models and policies (a prefix cache each where it is on), and the
@@ -176,11 +175,10 @@ class Cluster:
         capacity = self.config.replica.kv_capacity_bytes
         tokens = capacity // self.config.replica.kv_bytes_per_token
         too_big = self.ledger.reserve[index] > capacity
-        if isinstance(self.replicas[0], Stepper):  # the model's capacity in tokens (tiers, compression)
-            model = self.replicas[0].model
-            if model.kv_capacity_tokens != tokens:
-                tokens, capacity = model.kv_capacity_tokens, model.kv_capacity_tokens * model.kv_bytes_per_token
-            too_big = self.ledger.prompt[index] + self.ledger.output[index] > tokens
+        model = self.replicas[0].model  # the model's capacity in tokens (tiers, compression)
+        if model.kv_capacity_tokens != tokens:
+            tokens, capacity = model.kv_capacity_tokens, model.kv_capacity_tokens * model.kv_bytes_per_token
+        too_big = self.ledger.prompt[index] + self.ledger.output[index] > tokens
         if not too_big and self.prefix_caches:  # whole blocks: a reservation may not fit the blocks its tokens do
             cache = self.prefix_caches[0]
             blocks = cache.blocks_needed(self.ledger.prompt[index], self.ledger.output[index])
@@ -234,7 +232,7 @@ class Cluster:
         """Summed over the replicas' StepModels, counting a shared counter (the same object) once."""
         seen: dict[int, Extrapolations] = {}
         for replica in self.replicas:
-            model = replica.model  # type: ignore[union-attr]
+            model = replica.model
             seen.setdefault(id(model.cost), model.extrapolations())
         fields = ("prefill_queries", "prefill_outside", "decode_queries", "decode_outside", "sp_prefill_queries",
                   "sp_prefill_outside")
@@ -242,8 +240,6 @@ class Cluster:
 
     def _records(self) -> tuple[RequestRecord, ...]:
         ledger = self.ledger
-        paths = isinstance(ledger, PathLedger)
-        merges = None if paths else ledger.merge_s
         sent = self.sent_s
         records = []
         for index, r in enumerate(self.requests):
@@ -251,18 +247,11 @@ class Cluster:
                 records.append(rejected_record(r.request_id, r.task, sent[index], r.prompt_tokens,
                                                r.output_tokens, self.reject_reason[index]))
                 continue
-            if paths:
-                records.append(RequestRecord(
-                    r.request_id, r.task, sent[index], r.prompt_tokens, r.output_tokens, ledger.replica[index],
-                    ledger.admitted[index], ledger.first_token[index], ledger.finish[index], COMPLETED, "",
-                    ledger.draft_rounds[index], ledger.accepted[index], ledger.paging_s[index],
-                    ledger.merge_s[index], ledger.preemptions[index],
-                ))
-                continue
             records.append(RequestRecord(
                 r.request_id, r.task, sent[index], r.prompt_tokens, r.output_tokens, ledger.replica[index],
-                ledger.admitted[index], ledger.first_token[index], ledger.finish[index], COMPLETED,
-                merge_s=0.0 if merges is None else merges[index],
+                ledger.admitted[index], ledger.first_token[index], ledger.finish[index], COMPLETED, "",
+                ledger.draft_rounds[index], ledger.accepted[index], ledger.paging_s[index],
+                ledger.merge_s[index], ledger.preemptions[index],
             ))
         return tuple(records)
 
@@ -271,6 +260,23 @@ class Cluster:
         return tuple(
             ReplicaStats(r.index, r.busy_s, r.iterations, r.runs, r.peak_kv, capacity) for r in self.replicas
         )
+
+
+def fast_steppers(env: Clock, config: ClusterConfig, cost: IterationCost, ledger: Any,
+                  next_arrival: Callable[[], float], expects_next_arrival: Callable[[int], bool], fast: bool = True,
+                  sp: SpPhysics | None = None) -> list[Stepper]:
+    """The baseline's Steppers, as both clusters build them: continuous batching on ``cost`` (the baseline's, or
+    compression / SP transformed: tripath/simulator/paths/step.py, fast_transforms), nothing preempted, on the
+    exact fast path (``RunBooking``: a planned run per event; ``fast`` off, one iteration per event, the
+    reference). ``ledger``: a PathLedger, or the streamed cluster's, used by request index; ``sp``: the SP physics
+    inside ``cost``, whose merge time is booked to the requests once per run."""
+    replica = config.replica
+    booking = RunBooking(next_arrival, expects_next_arrival, replica.max_batch_size, replica.max_batched_tokens,
+                         not fast,
+                         None if sp is None else sp.decode_merge_array, None if sp is None else sp.merge_array)
+    return [Stepper(env, i, BaselineStep(cost, replica.kv_bytes_per_token, replica.kv_capacity_bytes),
+                    Continuous(replica.max_batch_size, replica.max_batched_tokens), ledger, booking=booking)
+            for i in range(config.replicas)]
 
 
 def _work_ms(cost: IterationCost) -> Callable[[int, int], float]:

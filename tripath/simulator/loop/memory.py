@@ -1,7 +1,7 @@
 """How the per-iteration loop reserves KV: the scenario's ``[batching] preemption`` as a policy object.
 
 - ``WholeReservation`` (preemption "none"): admission reserves prompt + output tokens, so a running sequence
-  never needs more and nothing is ever evicted (replica.py's rule, bit for bit).
+  never needs more and nothing is ever evicted (the exact fast path's rule, bit for bit).
 - ``GrowingReservation`` (preemption "recompute" / "swap"): admission reserves what the request holds now plus
   the token the next iteration writes; each iteration a decoding sequence's reservation grows to what it holds,
   and when the next iteration's writes do not fit the Stepper evicts (tripath/simulator/loop/stepper.py:

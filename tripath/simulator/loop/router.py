@@ -6,8 +6,8 @@
   can count reasons; the request's own need is in its record).
 - Any other goes to the replica with the fewest outstanding requests (routed, not yet finished), ties to the
   lowest index: ``least_outstanding``; deterministic.
-- ``expects``: whether a replica would receive a request arriving now, the fast replicas' hint for when to stop a
-  run at the next arrival (tripath/simulator/loop/replica.py).
+- ``expects``: whether a replica would receive a request arriving now, the fast path's hint for when to stop a
+  run at the next arrival (tripath/simulator/loop/stepper.py: ``Stepper._plan_run``).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def least_outstanding(replicas: Sequence[R]) -> R:
 
 def expects(replicas: Sequence[Routable], index: int) -> bool:
     """Whether replica ``index`` would receive a request arriving now (``least_outstanding``'s choice; the loop is
-    repeated here because a fast replica asks at every run it plans, and a call more shows in the run time)."""
+    repeated here because the fast path asks at every run it plans, and a call more shows in the run time)."""
     if len(replicas) == 1:
         return True
     best = replicas[0]

@@ -1,7 +1,8 @@
 """A run: consecutive iterations of one replica in which the batch does not change.
 
 No request finishes before the run's last iteration and none can be admitted before it ends,
-so the fast path (tripath/simulator/loop/replica.py) advances the whole run in one SimPy event. Its first
+so the exact fast path (tripath/simulator/loop/stepper.py: ``Stepper.fast_forward``) advances the whole
+run in one SimPy event. Its first
 iteration may prefill newly admitted requests (a mixed iteration, costed by IterationCost.mixed_s);
 the rest are decodes of the same ``batch`` sequences, whose total context grows by ``batch`` per
 iteration (and whose longest context by 1: IterationCost.run_keys prices either). Boundaries are a
@@ -18,9 +19,12 @@ boundary at or after that instant (``cut``), exactly where the reference would a
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Generator
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
 from itertools import accumulate
+from typing import Any
 
+import numpy as np
 import simpy
 
 from tripath.simulator.costs import IterationCost
@@ -96,3 +100,46 @@ class Run:
         except simpy.Interrupt:  # a request was routed here mid-run: stop where it can join
             self.cut(env.now)
             yield env.at(self.end)
+
+
+@dataclass(frozen=True)
+class RunBooking:
+    """The Stepper's exact fast path for the baseline and its deterministic transforms (tripath/simulator/loop/
+    stepper.py: ``Stepper.fast_forward``), chosen by the cluster: every event is a run planned from the
+    continuous-batching limits (a mixed first iteration, the arrival watch), booked as one event in ``runs`` and,
+    with sequence parallelism, one addition of the run's merge sum per request (``merge_s``).
+
+    ``next_arrival`` / ``expects``: the cluster's next arrival and whether the router would pick this replica for
+    it now (the arrival watch); ``max_batch_size`` / ``max_batched_tokens``: continuous batching's limits;
+    ``single``: one iteration per run (the one-event-per-iteration reference);
+    ``merge_ms`` / ``prefill_merge_ms``: SP's merge of a decode step at a total context and batch, and of a prompt
+    (elementwise over arrays), None without SP.
+    """
+
+    next_arrival: Callable[[], float]
+    expects: Callable[[int], bool]
+    max_batch_size: int
+    max_batched_tokens: int
+    single: bool = False
+    merge_ms: Callable[[Any, Any], Any] | None = None
+    prefill_merge_ms: Callable[[Any], Any] | None = None
+
+    def merge_s(self, context: int, before: int, prompts: list[int], iterations: int) -> float:
+        """Seconds of SP merge in a run of ``iterations`` from a total context ``context`` of ``before`` running
+        sequences, its first iteration prefilling ``prompts`` (none: decodes only). The same merge terms the
+        transformed cost priced: merge(S) per decode iteration at its total context S, merge(prompt) per prompt;
+        a run's sum, so it agrees with per-iteration booking to float rounding, not bit for bit."""
+        merge, prefill_merge = self.merge_ms, self.prefill_merge_ms
+        assert merge is not None and prefill_merge is not None
+        total_ms = 0.0
+        decodes = iterations
+        if prompts:
+            decodes -= 1
+            if before:
+                total_ms += float(merge(context, before))
+            total_ms += sum(float(prefill_merge(p)) for p in prompts)
+            context += before + sum(prompts) + len(prompts)  # as Run.add_mixed's growth
+        batch = before + len(prompts)
+        if decodes > 0:
+            total_ms += float(np.sum(merge(np.arange(context, context + batch * decodes, batch), batch)))
+        return total_ms / 1000.0

@@ -28,7 +28,7 @@ class SeqState:
 
     @property
     def context(self) -> int:
-        """KV tokens it holds once prefilled: prompt + tokens emitted (the counting replica.py uses)."""
+        """KV tokens it holds once prefilled: prompt + tokens emitted (the fast path's counting)."""
         return self.prompt + self.emitted
 
     @property

@@ -1,7 +1,7 @@
-"""The general replica: one SimPy event per iteration, any batching policy, preemption, any path physics.
+"""The simulator's one replica loop: any batching policy, preemption, any path physics, and the exact fast path.
 
-tripath/simulator/loop/replica.py keeps the exact fast path for the baseline (continuous batching, nothing
-preempted, one token per decode). Everything else runs here, one event per iteration:
+Every replica of both clusters (tripath/simulator/loop/cluster.py, streaming.py) is a Stepper. Without a
+RunBooking it advances one SimPy event per iteration (and fast-forwards decode-only stretches, below):
 
 - At each iteration boundary the batching policy (tripath/simulator/loop/batching.py) admits waiting requests
   FCFS and chooses each prefill chunk; sequences whose prompt is complete decode.
@@ -10,22 +10,35 @@ preempted, one token per decode). Everything else runs here, one event per itera
   end of the iteration in which it emitted its output_tokens-th token.
 - Memory is counted in tokens, by a memory policy (tripath/simulator/loop/memory.py), never a mode flag. With
   preemption = "none" a request reserves prompt + output at
-  admission, as replica.py does, so nothing is ever evicted. Otherwise it reserves only what it
+  admission, so nothing is ever evicted. Otherwise it reserves only what it
   holds (prompt + emitted + the token the next iteration writes); when the next iteration would
   not fit, the most recently admitted sequence is evicted: "recompute" drops its KV and re-queues
   it at the head to re-prefill prompt + generated tokens; "swap" moves its KV to host memory over
   the device_host link and back in when re-admitted, the transfers stalling those iterations.
 
 With the continuous policy, preemption "none" and BaselineStep, this loop performs the same
-admissions and the same float operations as replica.py's reference process, so its records are
-bit for bit the fast path's (tests/simulator/loop/test_stepper_equivalence.py).
+admissions and the same float operations as the fast path's reference (a RunBooking with ``single``), so its
+records are bit for bit the fast path's (tests/simulator/loop/test_stepper_equivalence.py).
+
+The exact fast path (``fast_forward``, with a RunBooking from tripath/simulator/loop/run.py; the clusters choose it
+for the baseline and its compression / sequence-parallel cost transforms, continuous batching, preemption
+"none"): every event is a run of iterations in which the batch cannot change, planned at its first boundary
+(``_plan_run``): admissions first (a mixed first iteration, prefilling them while the others decode), then decodes
+up to the first finish; with a request waiting that only this iteration's token budget held back, one iteration.
+While the queue is empty and the batch has room an arrival could join at any boundary: the replica the router
+would pick now (``RunBooking.expects``) stops at the first boundary at or after the cluster's next arrival; any
+other runs on, and a request routed to it after all interrupts it, cutting the run at its first boundary at or
+after that instant — in both cases where one event per iteration would admit it. A run counts one event in
+``runs``, and with sequence parallelism its merge sum is added once per request (``RunBooking.merge_s``), so SP
+records differ in the last bits from the per-iteration loop's (the records guard pins each mode). This path also
+runs when someone listens to finishes (a closed loop), where the plain fast-forward below does not.
 
 Fast-forward (StepperConfig.fast_forward, on by default): when nothing is queued and every running sequence
 decodes, the policy has nothing to schedule (BatchPolicy), so with preemption "none" (nothing is ever evicted)
 and no prefix cache the next iterations are decodes of the same batch until the first finish or until a request
 is routed here. With a deterministic step model (BaselineStep.deterministic: the baseline and the compression /
 sequence-parallel transformed ones; never speculation or tiering, which draw or keep tier state per iteration)
-such a stretch is advanced in one SimPy event, as replica.py's fast path does: boundaries are a cumulative sum
+such a stretch is advanced in one SimPy event, as the exact fast path does: boundaries are a cumulative sum
 of the same per-iteration costs (tripath/simulator/loop/run.py), the run ends at the first finish, and a request
 routed here mid-run interrupts it, cutting it at the first boundary at or after that instant — where the
 iteration-by-iteration loop would admit it. Per-request sums (merge time) are added iteration by iteration in
@@ -36,7 +49,7 @@ to finishes (``Ledger.on_finish``: a closed loop's users, tripath/simulator/loop
 a request at the very instant of a finish, routed while that instant's iteration boundaries are being handled
 one replica after another: whether it sees a replica's boundary at that instant as passed (and which replicas
 have retired their finishes) follows SimPy's order of same-instant events, which a run's single event does not
-keep — replica.py's fast path differs from its reference there when boundaries tie exactly.
+keep — the exact fast path differs from its reference there when boundaries tie exactly.
 
 Admission (``admit_fcfs``) applies four rules in order, each its own check: batch room, KV (the memory policy's
 need against the free tokens, or the prefix cache's blocks: ``_fit``), the iteration's token budget, and with
@@ -57,6 +70,7 @@ import math
 from collections import deque
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, replace
+from heapq import heappop, heappush
 from typing import Any, Protocol
 
 import numpy as np
@@ -65,7 +79,7 @@ import simpy
 from tripath.simulator.loop.clock import Clock
 from tripath.simulator.loop.memory import Memory, memory_for
 from tripath.simulator.loop.replica import Ledger
-from tripath.simulator.loop.run import Run
+from tripath.simulator.loop.run import Run, RunBooking
 from tripath.simulator.loop.sequence import Chunks, SeqState
 from tripath.simulator.paths.prefix import PrefixCache, PrefixSetup
 from tripath.simulator.scenario.scenario import PREEMPTION_MODES
@@ -78,6 +92,12 @@ _MIN_RUN = 4
 # Iterations evaluated ahead at once: a request routed here mid-run wastes at most this many; a stretch longer
 # than this ends after it and the next run continues with the same floats.
 _HORIZON = 2048
+_NEVER = 1 << 62  # more iterations than any run: "no finish pending"
+# A watched run evaluates at most this many decodes first: the iterations to the arrival at the first decode's cost
+# and a few more (``_watch_chunk``), so one chunk mostly suffices; a chunk that falls short is followed by one
+# twice its size.
+_FIRST_CHUNK = 256
+_CHUNK_MARGIN = 4
 
 
 class PathLedger(Ledger):
@@ -162,10 +182,11 @@ class StepperSetup:
 
 
 class Stepper:
-    """One replica; the router calls ``enqueue`` and reads ``outstanding`` (as for replica.Replica)."""
+    """One replica; the router calls ``enqueue`` and reads ``outstanding``."""
 
     def __init__(self, env: Clock, index: int, model: StepModel, policy: BatchPolicy, ledger: PathLedger,
-                 config: StepperConfig | None = None, prefix: PrefixCache | None = None) -> None:
+                 config: StepperConfig | None = None, prefix: PrefixCache | None = None,
+                 booking: RunBooking | None = None) -> None:
         self.env = env
         self.index = index
         self.model = model
@@ -180,12 +201,8 @@ class Stepper:
         self.running: list[SeqState] = []  # in admission order
         self.used = 0  # KV tokens reserved by the running sequences
         self.peak_tokens = 0
-        self.routed = 0
-        self.retired = 0
+        self.routed = self.retired = self.wakeups = self.runs = self.preempted = 0
         self.busy_s = 0.0
-        self.wakeups = 0
-        self.runs = 0
-        self.preempted = 0
         self.batch_size = 0  # sequences in the iteration in progress (time series)
         self.paging_bytes: dict[str, int] = {}  # cumulative bytes per link (time series)
         # prefix caching: admission and memory by its block index (preemption "none" only: stepper_setup checks)
@@ -194,16 +211,26 @@ class Stepper:
         self._admit_count = 0
         self._busy_since: float | None = None
         self._wakeup: simpy.Event | None = None
-        # fast-forward: the model whose decode-only stretches may be advanced at once (None: never), the run in
-        # progress (while a routed request may cut it), and how many runs and iterations it advanced
-        exact = self.config.fast_forward and not self.memory.evicts and prefix is None
-        self._runs: BaselineStep | None = None
-        if exact and isinstance(model, BaselineStep) and model.deterministic:
-            self._runs = model
+        self._fast_path(booking)
+        self._process = env.process(self._serve() if self._booking is None else self.fast_forward())
+
+    def _fast_path(self, booking: RunBooking | None) -> None:
+        """Fast-forward's state: the model whose runs may be advanced at once (None: never), the exact fast path's
+        booking policy (RunBooking: every event a planned run, the clusters' baseline) and its running totals (Σ
+        context; finishes as a heap of (iteration, admission, sequence); with padded attention each sequence's
+        prompt - admission iteration, its context being that + the iteration), the run in progress (while a routed
+        request may cut it), and how many decode-only runs and iterations fast-forward advanced."""
+        model = self.model
+        exact = (self.config.fast_forward and not self.memory.evicts and self.prefix is None) or booking is not None
+        runs = exact and isinstance(model, BaselineStep) and model.deterministic
+        self._runs: BaselineStep | None = model if runs and isinstance(model, BaselineStep) else None
+        self._booking = booking if self._runs is not None else None
+        self._held = 0
+        self._finishes: list[tuple[int, int, SeqState]] = []
+        self._offsets: dict[SeqState, int] = {}
+        self._pads = self._runs is not None and self._runs.cost.block_tokens is not None
         self._run: Run | None = None
-        self.forward_runs = 0
-        self.forwarded = 0
-        self._process = env.process(self._serve())
+        self.forward_runs = self.forwarded = 0
 
     @property
     def outstanding(self) -> int:
@@ -219,7 +246,7 @@ class Stepper:
 
     @property
     def peak_kv(self) -> int:
-        """Peak KV bytes reserved on this replica (what replica.Replica.peak_kv reports)."""
+        """Peak KV bytes reserved on this replica (ReplicaStats.peak_kv_bytes)."""
         return self.peak_tokens * self.model.kv_bytes_per_token
 
     def enqueue(self, request: int) -> None:
@@ -257,7 +284,7 @@ class Stepper:
     def admit_fcfs(self, now: float, room: int, token_budget: float, first_always: bool = True) -> list[SeqState]:
         """Pop waiting requests FCFS while there is room, KV fits and their prefill stays within the budget.
 
-        The first prefill is always allowed by the budget (``first_always``), as replica.py does, so a
+        The first prefill is always allowed by the budget (``first_always``), so a
         prompt longer than the budget is served alone rather than starving. Strict FCFS: nobody
         overtakes a head that does not fit. Four rules, each its own check: batch room (``room``), KV
         (``_fit``: the memory policy's need against the free tokens, or the prefix cache's blocks), the token
@@ -275,7 +302,7 @@ class Stepper:
             prefill, plan = fit
             if tokens + prefill > token_budget and (admitted or not first_always):
                 break
-            if not self._device_admits(need):
+            if self.tiers is not None and not self._device_admits(need):
                 break
             self._take(seq, need, plan, now)
             free -= need
@@ -423,6 +450,144 @@ class Stepper:
         for s in decodes:
             s.emitted += n
         self._retire([s for s in decodes if s.emitted >= s.output], run.end)
+
+    def fast_forward(self) -> Generator[simpy.Event, None, None]:
+        """The exact fast path's loop (a RunBooking), the Stepper's process in place of ``_serve``: at each boundary
+        admit, plan the run that starts now (``_plan_run``), wait for its end (cut short where a request routed here
+        can join: Run.cut) and book it as one event (``_book_run``). One generator, the wait inline: a frame fewer
+        per event than delegating to ``_serve`` or ``Run.wait``."""
+        env, model = self.env, self._runs
+        assert model is not None
+        while True:
+            if not self.running and not self.queue:
+                yield from self._idle(math.inf)
+            start = env.now
+            before, held = len(self.running), self._held
+            admitted = self._admit_whole(start) if self.queue else []
+            run = self._plan_run(start, before, held, admitted)
+            self.runs += 1
+            self.batch_size = run.batch
+            self._run = run if run.cuttable else None
+            try:
+                yield env.at(run.end)
+            except simpy.Interrupt:  # a request was routed here mid-run: stop where it can join
+                run.cut(env.now)
+                yield env.at(run.end)
+            self._run = None
+            model.ran_decodes(run.batch, run.decode_context, run.decode_longest, run.iterations - run.mixed)
+            self._book_run(before, held, admitted, run)
+
+    def _admit_whole(self, now: float) -> list[SeqState]:
+        """``admit_fcfs`` for the exact fast path (continuous batching, preemption "none", no prefix cache, no tiers):
+        the same rules in the same order — room, prompt + output within the free KV tokens, the token budget with the
+        first prompt always allowed — on the ledger's lengths, a SeqState made only for whom it admits."""
+        booking, ledger, queue = self._booking, self.ledger, self.queue
+        assert booking is not None
+        prompts, outputs = ledger.prompt, ledger.output
+        room = booking.max_batch_size - len(self.running)
+        free = self.capacity - self.used
+        admitted: list[SeqState] = []
+        tokens = 0
+        while queue and len(admitted) < room:
+            request = queue[0]
+            prompt = prompts[request]
+            need = prompt + outputs[request]
+            if need > free or (admitted and tokens + prompt > booking.max_batched_tokens):
+                break  # strict FCFS: nobody overtakes the head
+            seq = SeqState(request, prompt, outputs[request], 0)
+            self._take(seq, need, None, now)
+            free -= need
+            tokens += prompt
+            admitted.append(seq)
+        self.peak_tokens = max(self.peak_tokens, self.used)
+        return admitted
+
+    def _plan_run(self, start: float, before: int, held: int, admitted: list[SeqState]) -> Run:
+        """The run that starts now: up to the first finish, or where an arrival could join (RunBooking's rules)."""
+        booking, cost = self._booking, self.model.cost
+        assert booking is not None
+        limit, watch, open_to_arrivals = self._run_limit(admitted)
+        next_arrival = booking.next_arrival() if watch else math.inf
+        pads = self._pads
+        longest = self._iteration + max(self._offsets.values()) if pads and before else 0
+        run = Run(start, len(self.running), held, longest)
+        if admitted:
+            prompts = [s.prompt for s in admitted]
+            keys = cost.keys(before, held, longest) if pads else held
+            # after it: the running ones hold a token more, the admitted ones prompt + their first token
+            after = max(longest + 1 if before else 0, max(prompts) + 1) if pads else 0
+            run.add_mixed(cost.mixed_s(prompts, before, keys), before + sum(prompts) + len(admitted), after)
+            if limit == 1 or run.end >= next_arrival:
+                return run
+        if not watch:
+            limit = min(limit, run.iterations + _HORIZON)
+        chunk = self._watch_chunk(run, next_arrival) if watch else limit - run.iterations
+        while True:
+            count = min(chunk, limit - run.iterations)
+            if run.add_decodes(cost, count, next_arrival) or run.iterations == limit:
+                run.cuttable = open_to_arrivals and not watch and run.iterations > 1
+                return run
+            chunk *= 2
+
+    def _run_limit(self, admitted: list[SeqState]) -> tuple[int, bool, bool]:
+        """(iterations to the first finish, or 1 where the queue's head waits only for this iteration's token
+        budget; whether to stop at the cluster's next arrival: open to it, and the router would pick this one;
+        whether an arrival could join at any boundary: nothing queued and room in the batch)."""
+        booking = self._booking
+        assert booking is not None
+        if booking.single:
+            return 1, False, False
+        finishes = self._finishes
+        limit = finishes[0][0] - self._iteration if finishes else _NEVER
+        for s in admitted:
+            limit = min(limit, s.output)
+        room = len(self.running) < booking.max_batch_size
+        if self.queue:
+            head, ledger = self.queue[0], self.ledger  # its need: prompt + output (preemption "none")
+            if room and ledger.prompt[head] + ledger.output[head] <= self.capacity - self.used:
+                limit = 1  # held back only by this iteration's token budget: admitted at the next boundary
+            return limit, False, False
+        return limit, room and booking.expects(self.index), room
+
+    def _watch_chunk(self, run: Run, next_arrival: float) -> int:
+        """Decodes to evaluate first while watching for ``next_arrival``: as many as fit before it at the first
+        decode's cost, a few more, at most _FIRST_CHUNK (only how much is evaluated at once: the same floats)."""
+        first_s = self.model.cost.decode_one_s(run.batch, run.decode_context)
+        if not first_s > 0.0:
+            return _FIRST_CHUNK
+        gap = (next_arrival - run.end) / first_s
+        return _FIRST_CHUNK if not gap < _FIRST_CHUNK else max(int(gap), 0) + _CHUNK_MARGIN
+
+    def _book_run(self, before: int, held: int, admitted: list[SeqState], run: Run) -> None:
+        """Apply a finished run: its merge sum (one addition per request), first tokens, the totals, then retire
+        whoever finished at its end (a running sequence's progress is its finish iteration here, not ``emitted``)."""
+        booking, n, start = self._booking, run.iterations, self._iteration
+        assert booking is not None
+        if booking.merge_ms is not None:
+            seconds = booking.merge_s(held, before, [s.prompt for s in admitted], n)
+            merge_s = self.ledger.merge_s
+            for s in self.running:
+                merge_s[s.request] += seconds
+        first_token, finishes, pads = self.ledger.first_token, self._finishes, self._pads
+        grown = before * n
+        for s in admitted:
+            s.prefilled = s.target
+            first_token[s.request] = run.first_end
+            heappush(finishes, (start + s.output, s.admit_order, s))
+            grown += s.prompt + n  # prompt + first token, then one per decode
+            if pads:
+                self._offsets[s] = s.prompt - start
+        self._iteration = now = start + n
+        self._held += grown
+        done = []
+        while finishes and finishes[0][0] == now:
+            s = heappop(finishes)[2]
+            s.emitted = s.output
+            self._held -= s.prompt + s.output
+            if pads:
+                del self._offsets[s]
+            done.append(s)
+        self._retire(done, run.end)
 
     def _book_merges(self, decodes: list[SeqState], merges: np.ndarray) -> None:
         """Add each iteration's merge seconds to every sequence in it, one addition per iteration in order, as

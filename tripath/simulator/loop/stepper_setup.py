@@ -1,7 +1,7 @@
 """Which replica a scenario runs on, and the per-replica physics and policy of the general loop.
 
-The fast Replica (tripath/simulator/loop/replica.py) serves the baseline: continuous batching, no
-preemption, no time series, and no strategy table or only compression and/or sequence
+The exact fast path (a Stepper with a RunBooking: tripath/simulator/loop/stepper.py) serves the baseline:
+continuous batching, no preemption, no time series, and no strategy table or only compression and/or sequence
 parallelism (deterministic: a transformed cost model, tripath/simulator/paths/step.py). Anything else needs
 the per-iteration loop (tripath/simulator/loop/stepper.py): another batching policy (waits, chunks, adaptive
 control), preemption, speculation or tiering (per-iteration randomness, tier state), or
@@ -97,8 +97,8 @@ def swap_config(scenario: Scenario, costs: RunCosts) -> StepperConfig:
 def stepper_setup(scenario: Scenario, costs: RunCosts, replicas: int, seed_sequence: np.random.SeedSequence,
                   timeseries_interval_s: float | None = None, force: bool = False,
                   prefixes: RequestPrefixes | None = None) -> StepperSetup | None:
-    """The setup of the general loop for this replication on the run's converted costs, or None where the fast
-    Replica serves it (``force``: the loop even there, e.g. to check the fast path against it). ``prefixes``: the
+    """The setup of the general loop for this replication on the run's converted costs, or None where the exact
+    fast path serves it (``force``: the loop even there, e.g. to check the fast path against it). ``prefixes``: the
     replication's prompt block keys, with prefix caching on (tripath/simulator/scenario/prefix_workload.py)."""
     if not force and not needs_stepper(scenario, timeseries_interval_s):
         return None

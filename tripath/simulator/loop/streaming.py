@@ -4,11 +4,12 @@ tripath/simulator/loop/cluster.py keeps every request's times in lists and build
 which for a million requests means a million objects. Here the workload stays as numpy arrays
 (tripath/simulator/scenario/workload.py: generate_arrays, ~32 bytes a request), the ledger reads lengths from
 them and holds times only for admitted requests in flight, and each record goes to a sink as soon as the
-request has finished. The replicas are the same fast Replicas (tripath/simulator/loop/replica.py), which use the
-ledger only by request index; the router applies the same rule as Cluster._route, so the records are the same
-bit for bit (in finish order rather than request order: tests/simulator/loop/test_streaming.py; ``InOrder``
-puts them back in request order). It serves what the fast replicas serve: the baseline, and compression and/or
-sequence parallelism as a transformed cost model (``sp``: the SP physics that books merge time to the records).
+request has finished. The replicas are the same fast-path Steppers (tripath/simulator/loop/cluster.py:
+``fast_steppers``), which use the ledger only by request index; the router applies the same rule as
+Cluster._route, so the records are the same bit for bit (in finish order rather than request order:
+tests/simulator/loop/test_streaming.py; ``InOrder`` puts them back in request order). It serves what the fast
+path serves: the baseline, and compression and/or sequence parallelism as a transformed cost model (``sp``: the
+SP physics that books merge time to the records).
 
 Memory: the ledger's lengths and KV reservations are the workload's own arrays read through memoryviews
 (Python ints, as the in-memory Ledger's lists give), plus 4 bytes a request for the replica it was routed to,
@@ -22,6 +23,7 @@ the replica reads only the arrays of a request after that (its length and reserv
 
 from __future__ import annotations
 
+import math
 import os
 from collections import defaultdict
 from collections.abc import Callable, Generator
@@ -45,8 +47,7 @@ from tripath.core.records import (
 )
 from tripath.simulator.costs import IterationCost
 from tripath.simulator.loop.clock import URGENT, Clock
-from tripath.simulator.loop.cluster import ClusterConfig
-from tripath.simulator.loop.replica import fast_replicas
+from tripath.simulator.loop.cluster import ClusterConfig, fast_steppers
 from tripath.simulator.loop.router import expects, least_outstanding, too_big_reason
 from tripath.simulator.paths.seqpar import SpPhysics
 
@@ -75,13 +76,13 @@ class RequestArrays:
 
 
 class StreamLedger:
-    """The Ledger's interface (tripath/simulator/loop/replica.py): lengths and reservations from arrays, times of
-    the admitted requests in flight in dicts.
+    """The ledger's interface (tripath/simulator/loop/stepper.py's PathLedger, as the fast path uses it): lengths
+    and reservations from arrays, times of the admitted requests in flight in dicts.
 
     ``prompt``, ``output`` and ``reserve`` are memoryviews of int64 arrays (indexing gives Python ints, as the
-    Ledger's lists do); ``replica`` an int32 one. ``admitted`` and ``first_token`` are filled by the replicas at
-    admission, ``merge_s`` (SP only) as they book merge time; ``finished`` hands a request to ``on_finish``, which
-    ``drop``s its entries.
+    Ledger's lists do); ``replica`` an int32 one. ``arrival``, ``admitted`` and ``first_token`` are filled by the
+    replicas at admission (``arrival`` when routed), ``merge_s`` (SP only) as they book merge time; ``finished``
+    hands a request to ``on_finish``, which ``drop``s its entries.
     """
 
     def __init__(self, prompt: np.ndarray, output: np.ndarray, kv_bytes_per_token: int,
@@ -95,7 +96,9 @@ class StreamLedger:
         self.output = memoryview(output)
         self.reserve = memoryview(tokens * kv_bytes_per_token)
         self.replica = memoryview(np.full(prompt.shape[0], -1, dtype=np.int32))
-        self.admitted: dict[int, float] = {}
+        self.task = _NoTask()  # the Stepper's SeqState carries a task index; the baseline ignores it
+        self.arrival: dict[int, float] = {}
+        self.admitted: defaultdict[int, float] = defaultdict(_nan)  # NaN until admitted (the Stepper checks)
         self.first_token: dict[int, float] = {}
         self.merge_s: defaultdict[int, float] | None = defaultdict(float) if merge else None
         self.on_finish = on_finish
@@ -112,7 +115,19 @@ class StreamLedger:
     def drop(self, request: int) -> tuple[int, float, float, float]:
         """(replica, admitted, first token, merge seconds) of a finished request, forgetting it."""
         merge = 0.0 if self.merge_s is None else self.merge_s.pop(request, 0.0)
+        del self.arrival[request]
         return self.replica[request], self.admitted.pop(request), self.first_token.pop(request), merge
+
+
+def _nan() -> float:
+    return math.nan
+
+
+class _NoTask:
+    """``task[request]``: 0 for every request (the records read the task from the workload's arrays)."""
+
+    def __getitem__(self, request: int) -> int:
+        return 0
 
 
 @dataclass(frozen=True)
@@ -154,8 +169,7 @@ class StreamingCluster:
         self.completed = self.rejected = self.peak_in_flight = 0
         self.next_arrival_s = float(requests.arrival_s[0]) if len(requests) else float("inf")
         # the Replicas read and write the ledger by request index, as they do a Ledger
-        self.replicas = fast_replicas(self.env, config.replicas, config.replica, cost, self.ledger,
-                                      self._next_arrival, self._expects, True, sp)
+        self.replicas = fast_steppers(self.env, config, cost, self.ledger, self._next_arrival, self._expects, True, sp)
         self.env.process(self._arrivals())
 
     def _next_arrival(self) -> float:
