@@ -1,4 +1,4 @@
-"""Mixture-of-experts and FP8 models (issue 29): the model description read from HF configs, its weight and KV
+"""Mixture-of-experts and FP8 models: the model description read from HF configs, its weight and KV
 bytes by hand, the MLA invariant, expert-parallel naming, the shipped MoE profiles against the weight-read floors,
 and every shipped profile re-saved byte for byte."""
 
