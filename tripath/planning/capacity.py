@@ -314,6 +314,16 @@ def run_searches(specs: Sequence[SearchSpec], data: dict[str, Any], source: str 
     return rows
 
 
+def strict_from_dict(cls: Any, data: dict[str, Any], what: str) -> Any:
+    """A typed row dataclass from its ``to_dict`` (every field by name), refusing a missing or unknown key by name:
+    the one codec of PlanRow and recommend's RowSummary."""
+    names = {f.name for f in fields(cls)}
+    missing, unknown = sorted(names - set(data)), sorted(set(data) - names)
+    if missing or unknown:
+        raise ValueError(f"not {what}: missing {missing}, unknown {unknown}")
+    return cls(**data)
+
+
 def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:,.0f}"
 
@@ -357,11 +367,7 @@ class PlanRow:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PlanRow:
         """Back from ``to_dict``; a missing or unknown key is refused by name."""
-        names = {f.name for f in fields(cls)}
-        missing, unknown = sorted(names - set(data)), sorted(set(data) - names)
-        if missing or unknown:
-            raise ValueError(f"not a plan row: missing {missing}, unknown {unknown}")
-        return cls(**data)
+        return strict_from_dict(cls, data, "a plan row")
 
     @property
     def ran(self) -> bool:

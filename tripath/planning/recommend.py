@@ -28,7 +28,7 @@ from tripath.core.errors import InputError
 from tripath.core.metrics import TERMS, sla_targets
 from tripath.planning.cache import ResultCache
 from tripath.planning.candidates import BASELINE, Candidate, candidates, idle_paths, is_lossy
-from tripath.planning.capacity import SearchSpec, run_searches
+from tripath.planning.capacity import SearchSpec, run_searches, strict_from_dict
 from tripath.planning.decision import DecisionRule
 from tripath.planning.executor import Executor
 from tripath.planning.headroom import BISECTIONS, robustness
@@ -202,11 +202,7 @@ class RowSummary:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RowSummary:
         """Back from ``to_dict`` (or the stored ``--json``); a missing or unknown key is refused by name."""
-        names = {f.name for f in fields(cls)}
-        missing, unknown = sorted(names - set(data)), sorted(set(data) - names)
-        if missing or unknown:
-            raise ValueError(f"not a row summary: missing {missing}, unknown {unknown}")
-        return cls(**data)
+        return strict_from_dict(cls, data, "a row summary")
 
 
 @dataclass(frozen=True)
