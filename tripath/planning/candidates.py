@@ -46,7 +46,7 @@ class Candidate:
 
     def gpus_per_replica(self, profile: Profile) -> int:
         degree = int(self.strategy.get("sequence_parallel", {}).get("degree", 1))
-        return int(profile.key.tp) * degree
+        return int(profile.key.gpus) * degree
 
     def apply(self, data: dict[str, Any]) -> dict[str, Any]:
         """The scenario dict with this candidate's strategy tables (replacing any the scenario had). The user's
@@ -141,16 +141,18 @@ class Sizing:
     gpus: int
     tp: int
     largest: Candidate | None  # the candidate whose replica sets ``gpus``; None: scaled by TP (matrix_sizing)
+    ranks: int = 1  # the profile's attention data-parallel ranks (key.attention_dp)
 
     def note(self) -> str:
+        shape = f"TP{self.tp}" + (f" x DP{self.ranks}" if self.ranks > 1 else "")
         if self.largest is None:
             return (f"sized to {self.gpus} GPUs: the seed's rows count GPUs that each hold one model replica, so on "
-                    f"the profile's TP{self.tp} the row's {_gpus(self.scenario_gpus)} is {self.gpus} GPUs "
-                    f"({self.scenario_gpus} x TP{self.tp}); every candidate runs on them")
-        degree = self.gpus // self.tp
-        replica = f"TP{self.tp}" + (f" x SP{degree}" if degree > 1 else "")
+                    f"the profile's {shape} the row's {_gpus(self.scenario_gpus)} is {self.gpus} GPUs "
+                    f"({self.scenario_gpus} x {shape}); every candidate runs on them")
+        degree = self.gpus // (self.tp * self.ranks)
+        replica = shape + (f" x SP{degree}" if degree > 1 else "")
         return (f"sized to {self.gpus} GPUs: the scenario's {_gpus(self.scenario_gpus)} cannot hold one replica "
-                f"of the profile's TP{self.tp}; {self.gpus} GPUs hold one replica of every candidate the profile "
+                f"of the profile's {shape}; {self.gpus} GPUs hold one replica of every candidate the profile "
                 f"supports (the largest: {self.largest.name}, {replica}), so every candidate runs on the same "
                 f"{self.gpus} GPUs")
 
@@ -174,18 +176,19 @@ def size_to_profile(profile: Profile, data: dict[str, Any], every: Sequence[Cand
         return None
     supported = [c for c in every if c.profile_support(profile, data) is None] or [BASELINE]
     largest = max(supported, key=lambda c: c.gpus_per_replica(profile))
-    return Sizing(gpus, largest.gpus_per_replica(profile), tp, largest)
+    return Sizing(gpus, largest.gpus_per_replica(profile), tp, largest, int(profile.key.attention_dp))
 
 
 def matrix_sizing(profile: Profile, data: dict[str, Any]) -> Sizing | None:
-    """A seed-matrix row's cluster on a TP profile: the row's GPUs x tp. The seed places a 70B model on one GPU,
-    so its rows' GPU counts are model replicas; on a TP-k profile each is k GPUs (so the 2-GPU row holds one SP
-    degree-2 replica, as it does on the seed). None on a TP1 profile (the row's GPUs as they are)."""
-    tp = int(profile.key.tp)
-    if tp == 1:
+    """A seed-matrix row's cluster on a TP profile: the row's GPUs x one replica's GPUs (tp x attention
+    data-parallel ranks). The seed places a 70B model on one GPU, so its rows' GPU counts are model replicas; on a
+    TP-k profile each is k GPUs (so the 2-GPU row holds one SP degree-2 replica, as it does on the seed). None on a
+    one-GPU profile (the row's GPUs as they are)."""
+    per_replica = int(profile.key.gpus)
+    if per_replica == 1:
         return None
     gpus = int(data.get("cluster", {}).get("gpus", 1))
-    return Sizing(gpus, gpus * tp, tp, None)
+    return Sizing(gpus, gpus * per_replica, int(profile.key.tp), None, int(profile.key.attention_dp))
 
 
 def candidates(profile: Profile) -> list[Candidate]:

@@ -407,11 +407,13 @@ class Plan:
     rows: tuple[dict[str, Any], ...]
     tp: int = 1
     scenario_gpus: int = 1
+    ranks: int = 1  # the profile's attention data-parallel ranks per replica (key.attention_dp)
 
     @property
     def sizing(self) -> str:
         """How the GPUs are counted: the search sizes every candidate, whatever the scenario's cluster says."""
-        return (f"GPUs per candidate = replicas x one replica's GPUs (the profile's TP{self.tp}, x the SP degree "
+        dp = f" x {self.ranks} attention data-parallel ranks" if self.ranks > 1 else ""
+        return (f"GPUs per candidate = replicas x one replica's GPUs (the profile's TP{self.tp}{dp}, x the SP degree "
                 f"for sequence-parallel candidates); the scenario's cluster.gpus ({self.scenario_gpus}) is not used")
 
     def ranked(self) -> list[dict[str, Any]]:
@@ -470,4 +472,4 @@ def plan(data: dict[str, Any], source: str | None, profile: Profile, qps: float,
             row["cost_usd_per_hour"] = row["gpus"] * gpu_price
             row["cost_usd_per_1k_requests"] = row["gpus"] * gpu_price / (qps * 3600.0) * 1000.0
     return Plan(data.get("name", "scenario"), profile.key_str(), profile.source, qps, sla, gpu_price, tuple(rows),
-                int(profile.key.tp), int(data.get("cluster", {}).get("gpus", 1)))
+                int(profile.key.tp), int(data.get("cluster", {}).get("gpus", 1)), int(profile.key.attention_dp))

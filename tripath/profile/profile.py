@@ -95,6 +95,9 @@ class Profile(Section):
                 raise InputError(None, f"costs.{name}.inputs", f"must be {list(inputs)}, "
                                  f"got {list(self.costs[name].inputs)}")
         self._check_steps_take_time()
+        if self.key.attention_dp > 1 and self.model.moe is None:
+            raise InputError(None, "key.attention_dp", f"is {self.key.attention_dp}, but only a mixture-of-experts "
+                             "model has MoE layers to run over the data-parallel ranks (model.moe is absent)")
         for name, inputs in OPTIONAL_COSTS.items():
             if name in self.costs and self.costs[name].inputs != inputs:
                 raise InputError(None, f"costs.{name}.inputs", f"must be {list(inputs)}, "
@@ -128,7 +131,7 @@ class Profile(Section):
     # --- what the simulator asks -------------------------------------------------------------
     @property
     def kv_capacity_bytes(self) -> int:
-        """KV-cache budget of one replica, in bytes."""
+        """KV-cache budget of one replica (of one attention data-parallel rank: key.attention_dp), in bytes."""
         return self.memory.kv_capacity_bytes
 
     def prefill_ms(self, new_tokens: float, context_tokens: float) -> float:

@@ -33,6 +33,12 @@ class ProfileKey(Section):
     expert_parallel (mixture-of-experts models only; left out of the JSON when false): the experts are sharded by
     expert parallelism over the tensor-parallel group (vLLM's --enable-expert-parallel: each GPU holds whole
     experts) instead of each expert's matrices by tensor parallelism.
+
+    attention_dp (mixture-of-experts models only; left out of the JSON when 1): attention data parallelism, vLLM's
+    --data-parallel-size. A replica is ``attention_dp`` ranks of ``tp`` GPUs each (``gpus`` in all): every rank
+    runs attention for its own batch over its own KV pool, and the MoE layers run over all ``gpus`` (by TP, or by
+    EP with ``expert_parallel``), so the ranks step in lockstep (tripath/simulator/loop/lockstep.py). The
+    profile's costs, memory and KV are one rank's, priced with every rank carrying the same batch.
     """
 
     hardware: str = json_field(_key_part)
@@ -41,10 +47,17 @@ class ProfileKey(Section):
     tp: int = json_field(count(1))
     engine_commit: str = json_field(_key_part)
     expert_parallel: bool = json_field(default=False, omit=True)
+    attention_dp: int = json_field(count(1), default=1, omit=True)
 
     def __str__(self) -> str:
+        dp = f"/dp{self.attention_dp}" if self.attention_dp > 1 else ""
         ep = "/ep" if self.expert_parallel else ""
-        return f"{self.hardware}/{self.model}/{self.dtype}/tp{self.tp}{ep}/{self.engine_commit}"
+        return f"{self.hardware}/{self.model}/{self.dtype}/tp{self.tp}{dp}{ep}/{self.engine_commit}"
+
+    @property
+    def gpus(self) -> int:
+        """GPUs of one replica: ``tp`` per attention data-parallel rank."""
+        return int(self.tp) * int(self.attention_dp)
 
 
 @dataclass(frozen=True)

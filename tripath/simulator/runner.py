@@ -81,19 +81,28 @@ class SimulationResult:
 
 
 def cluster_config(scenario: Scenario, profile: Profile) -> tuple[ClusterConfig, str]:
-    # a replica is tp GPUs, times the sequence-parallel degree when SP is on (each rank a tp group)
-    tp = int(profile.key.tp)
-    per_replica = replica_gpus(scenario.strategy, tp)
+    # a replica is tp GPUs, times the sequence-parallel degree when SP is on (each rank a tp group), or times the
+    # attention data-parallel ranks (profile key.attention_dp: each rank a tp group with the profile's batching
+    # limits and KV budget, stepping in lockstep)
+    tp, ranks = int(profile.key.tp), int(profile.key.attention_dp)
+    if ranks > 1 and scenario.strategy.sequence_parallel is not None:
+        raise InputError(scenario.source_path, "strategy.sequence_parallel", f"profile {profile.key} runs attention "
+                         f"data parallel over {ranks} ranks; sequence parallelism over it is not modelled")
+    per_replica = replica_gpus(scenario.strategy, tp) * ranks
     replicas = scenario.cluster.gpus // per_replica
     if replicas < 1:
+        layout = (f"attention data-parallel ranks {ranks}" if ranks > 1 else
+                  f"sequence-parallel degree {per_replica // tp}")
         raise InputError(scenario.source_path, "cluster.gpus",
                          f"{scenario.cluster.gpus} GPUs cannot hold one replica of {per_replica} GPUs "
-                         f"(tp = {profile.key.tp} x sequence-parallel degree {per_replica // tp})")
+                         f"(tp = {profile.key.tp} x {layout})")
     capacity, source = kv_capacity(scenario, profile)
+    if ranks > 1:
+        source += f"; per attention data-parallel rank ({ranks} per replica, each its own KV pool)"
     batching = scenario.batching
     replica = ReplicaConfig(batching.max_batch_size, batching.max_batched_tokens, capacity,
                             int(profile.model.kv_bytes_per_token))
-    return ClusterConfig(replicas, replica), source
+    return ClusterConfig(replicas, replica, ranks), source
 
 
 def arrival_rate(scenario: Scenario, profile: Profile, config: ClusterConfig, costs: RunCosts | None = None
@@ -115,13 +124,13 @@ def arrival_rate(scenario: Scenario, profile: Profile, config: ClusterConfig, co
         raise InputError(scenario.source_path, "workload.arrival", "give rate_per_s or load_fraction")
     prompt, output = mean_lengths(scenario.workload)
     if scenario.strategy.baseline:
-        sat = saturation(profile, prompt, output, config.replicas, config.replica.max_batch_size,
+        sat = saturation(profile, prompt, output, config.steppers, config.replica.max_batch_size,
                          config.replica.kv_capacity_bytes)
         where = "tripath/simulator/capacity.py"
     else:  # the paths change bytes per token, capacity, tokens per step and the step's cost
         if costs is None:
             costs = RunCosts.for_scenario(scenario, profile)
-        sat = path_saturation(scenario, costs, prompt, output, config.replicas, config.replica.max_batch_size)
+        sat = path_saturation(scenario, costs, prompt, output, config.steppers, config.replica.max_batch_size)
         where = "tripath/simulator/paths/capacity.py, with the scenario's paths"
     rate = arrival.load_fraction * sat.requests_per_s
     return rate, f"load_fraction {arrival.load_fraction} x saturation estimate ({where})", sat
@@ -148,7 +157,7 @@ def replicate(scenario: Scenario, costs: RunCosts, config: ClusterConfig, rate: 
     else:
         requests, prefixes = generate_with_prefixes(scenario.workload, np.random.default_rng(seed_sequence), rate,
                                                     prefix.block_tokens, closed_loop=True)
-    setup = stepper_setup(scenario, costs, config.replicas, seed_sequence, timeseries_interval_s,
+    setup = stepper_setup(scenario, costs, config.steppers, seed_sequence, timeseries_interval_s,
                           prefixes=prefixes)
     transforms = fast_transforms(costs) if setup is None else None
     if transforms is not None:  # compression / SP only: the fast replicas on the transformed cost model
@@ -170,7 +179,7 @@ def transformed_config(config: ClusterConfig, transforms: Transforms) -> Cluster
     """The fast replicas' limits with compression's bytes per token and SP's P ranks of KV budget."""
     replica = dataclasses.replace(config.replica, kv_capacity_bytes=transforms.kv_capacity_bytes,
                                   kv_bytes_per_token=transforms.kv_bytes_per_token)
-    return ClusterConfig(config.replicas, replica)
+    return dataclasses.replace(config, replica=replica)
 
 
 @dataclass(frozen=True)
@@ -232,7 +241,7 @@ def simulate(scenario: Scenario, profile: Profile, seed: int = 0, replications: 
     config, costs, rate = run.config, run.costs, run.rate
     children = np.random.SeedSequence(seed).spawn(replications)
     # Bad batching/preemption input fails here, before any replication runs.
-    setup = stepper_setup(scenario, costs, config.replicas, children[0], timeseries_interval_s)
+    setup = stepper_setup(scenario, costs, config.steppers, children[0], timeseries_interval_s)
     interval = timeseries_interval_s
     if workers == 1 or replications == 1:
         runs = [replicate(scenario, costs, config, rate, child, fast, interval) for child in children]

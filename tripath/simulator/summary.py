@@ -86,7 +86,7 @@ def summary(result: SimulationResult) -> dict[str, Any]:
         "counts_per_replication": {key: estimate([c[key] for c in counts]) for key in counts[0]},
         "sla": {"targets_ms": targets, "attainment": attainment, "p99_meets_target": p99_met},
         "throughput": {key: estimate([t[key] for t in throughputs]) for key in throughputs[0]},
-        "utilisation": [estimate([u[i] for u in utilisations], high=1.0) for i in range(result.replicas)],
+        "utilisation": [estimate([u[i] for u in utilisations], high=1.0) for i in range(len(utilisations[0]))],
         "extrapolations": extrapolations,
         "events": sum(run.events for run in runs),
         "iterations": sum(run.iterations for run in runs),

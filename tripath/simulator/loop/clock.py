@@ -12,6 +12,7 @@ exactly at a boundary can be admitted there), whichever order the events were sc
 
 from __future__ import annotations
 
+import math
 from heapq import heappush
 
 import simpy
@@ -37,3 +38,7 @@ class Clock(simpy.Environment):
         # The same heap entry simpy.Environment.schedule makes, with the time given exactly.
         heappush(self._queue, (when, priority, next(self._eid), event))
         return event
+
+    def until(self, wakeup: simpy.Event, when: float) -> simpy.Event:
+        """``wakeup``, or whichever comes first of it and ``when`` (a wait window's end; inf: no end)."""
+        return wakeup if when == math.inf else self.any_of([wakeup, self.at(when)])

@@ -1,7 +1,9 @@
 """A cluster of identical replicas behind a router, fed by the workload's arrivals.
 
-- Replicas: cluster.gpus // (tp x sequence-parallel degree) copies of the model, each a Stepper
-  (tripath/simulator/loop/stepper.py) with its own FCFS queue, batching and KV budget.
+- Replicas: cluster.gpus // (tp x sequence-parallel degree x attention data-parallel ranks) copies of the model,
+  each a Stepper (tripath/simulator/loop/stepper.py) with its own FCFS queue, batching and KV budget; with
+  attention data parallelism (``ClusterConfig.ranks``) a Stepper per rank, the ranks of a replica stepping in
+  lockstep (tripath/simulator/loop/lockstep.py), and the router routes to ranks.
 - Arrivals: one SimPy process walks the sorted RequestSpecs and fires each at exactly its
   arrival_s, with URGENT priority, so every arrival of an instant is routed before any replica
   handles an iteration boundary at that instant.
@@ -27,6 +29,7 @@ tripath/simulator/loop/run.py), a planned run per event.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
@@ -39,10 +42,11 @@ from tripath.core.request import RequestSpec
 from tripath.simulator.costs import IterationCost
 from tripath.simulator.loop.batching import Continuous
 from tripath.simulator.loop.clock import URGENT, Clock
+from tripath.simulator.loop.lockstep import grouped
 from tripath.simulator.loop.replica import ReplicaConfig
 from tripath.simulator.loop.router import expects, least_outstanding, too_big_reason
 from tripath.simulator.loop.run import RunBooking
-from tripath.simulator.loop.stepper import PathLedger, Stepper, StepperSetup
+from tripath.simulator.loop.stepper import PathLedger, Stepper, StepperConfig, StepperSetup
 from tripath.simulator.loop.timeseries import Sampler
 from tripath.simulator.paths.prefix import PrefixCache, PrefixCounters, PrefixRun, route
 from tripath.simulator.paths.seqpar import SpPhysics
@@ -51,14 +55,23 @@ from tripath.simulator.step_model import BaselineStep
 
 @dataclass(frozen=True)
 class ClusterConfig:
-    """How many replicas, and the limits each one runs with."""
+    """How many replicas, and the limits each one runs with. ``ranks``: attention data-parallel ranks per replica
+    (tripath/simulator/loop/lockstep.py), each a Stepper with ``replica``'s limits and KV budget."""
 
     replicas: int
     replica: ReplicaConfig
+    ranks: int = 1
 
     def __post_init__(self) -> None:
         if self.replicas < 1:
             raise ValueError(f"replicas must be >= 1, got {self.replicas}")
+        if self.ranks < 1:
+            raise ValueError(f"ranks must be >= 1, got {self.ranks}")
+
+    @property
+    def steppers(self) -> int:
+        """Steppers the cluster runs: a rank each (one per replica without attention data parallelism)."""
+        return self.replicas * self.ranks
 
 
 @dataclass(frozen=True)
@@ -121,13 +134,15 @@ class Cluster:
         """A Stepper per replica on the setup's models and policies (a prefix cache each where it is on), and the
         time-series sampler over them where asked."""
         assert isinstance(self.ledger, PathLedger)
-        models = [setup.model_for(i) for i in range(self.config.replicas)]
+        models = [setup.model_for(i) for i in range(self.config.steppers)]
         self.prefix_caches = [] if setup.prefix is None else [
             PrefixCache(setup.prefix, m.kv_capacity_tokens, m.kv_bytes_per_token, _work_ms(m.cost), m.tiers)
             for m in models]
-        steppers = [Stepper(self.env, i, model, setup.policy_for(i), self.ledger, setup.config,
-                            self.prefix_caches[i] if self.prefix_caches else None)
-                    for i, model in enumerate(models)]
+        ranks = self.config.ranks
+        config = setup.config if ranks == 1 else dataclasses.replace(setup.config, fast_forward=False)
+        steppers = grouped(self.env, self.config.replicas, ranks, lambda i, wake: Stepper(
+            self.env, i, models[i], setup.policy_for(i), self.ledger, config,
+            self.prefix_caches[i] if self.prefix_caches else None, wake_group=wake))
         if setup.timeseries_interval_s is not None:
             self.sampler = Sampler(self.env, steppers, setup.timeseries_interval_s, self._all_done)
         return steppers
@@ -271,6 +286,11 @@ def fast_steppers(env: Clock, config: ClusterConfig, cost: IterationCost, ledger
     reference). ``ledger``: a PathLedger, or the streamed cluster's, used by request index; ``sp``: the SP physics
     inside ``cost``, whose merge time is booked to the requests once per run."""
     replica = config.replica
+    if config.ranks > 1:  # lockstep ranks: one iteration per event (tripath/simulator/loop/lockstep.py)
+        plain = StepperConfig(fast_forward=False)
+        return grouped(env, config.replicas, config.ranks, lambda i, wake: Stepper(
+            env, i, BaselineStep(cost, replica.kv_bytes_per_token, replica.kv_capacity_bytes),
+            Continuous(replica.max_batch_size, replica.max_batched_tokens), ledger, plain, wake_group=wake))
     booking = RunBooking(next_arrival, expects_next_arrival, replica.max_batch_size, replica.max_batched_tokens,
                          not fast,
                          None if sp is None else sp.decode_merge_array, None if sp is None else sp.merge_array)

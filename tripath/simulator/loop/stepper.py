@@ -71,7 +71,7 @@ from collections import deque
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, replace
 from heapq import heappop, heappush
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 import simpy
@@ -116,6 +116,15 @@ class PathLedger(Ledger):
         self.preemptions = [0] * n
 
 
+class Iteration(NamedTuple):
+    """An iteration ``Stepper.begin`` started: its prefill chunks, decodes, the model's answer, swap / load stall
+    seconds, and its length in seconds (the model's plus the stall)."""
+
+    prefills: Chunks
+    decodes: list[SeqState]
+    result: StepResult
+    swap_s: float
+    seconds: float
 
 
 class BatchPolicy(Protocol):
@@ -186,7 +195,7 @@ class Stepper:
 
     def __init__(self, env: Clock, index: int, model: StepModel, policy: BatchPolicy, ledger: PathLedger,
                  config: StepperConfig | None = None, prefix: PrefixCache | None = None,
-                 booking: RunBooking | None = None) -> None:
+                 booking: RunBooking | None = None, wake_group: Callable[[], None] | None = None) -> None:
         self.env = env
         self.index = index
         self.model = model
@@ -211,8 +220,14 @@ class Stepper:
         self._admit_count = 0
         self._busy_since: float | None = None
         self._wakeup: simpy.Event | None = None
+        # a lockstep rank (tripath/simulator/loop/lockstep.py): its group runs its iterations (``begin`` / ``end``)
+        # and is woken by a routed request; it has no process of its own and never fast-forwards
+        self._wake_group = wake_group
+        if wake_group is not None and (booking is not None or self.config.fast_forward):
+            raise ValueError("a lockstep rank steps one iteration at a time: no RunBooking, fast_forward off")
         self._fast_path(booking)
-        self._process = env.process(self._serve() if self._booking is None else self.fast_forward())
+        if wake_group is None:
+            self._process = env.process(self._serve() if self._booking is None else self.fast_forward())
 
     def _fast_path(self, booking: RunBooking | None) -> None:
         """Fast-forward's state: the model whose runs may be advanced at once (None: never), the exact fast path's
@@ -256,7 +271,9 @@ class Stepper:
         self._wake()
 
     def _wake(self) -> None:
-        if self._wakeup is not None:
+        if self._wake_group is not None:
+            self._wake_group()
+        elif self._wakeup is not None:
             self._wakeup.succeed()  # at this instant, after the arrivals (URGENT) of the same instant
             self._wakeup = None
         elif self._run is not None:
@@ -351,7 +368,7 @@ class Stepper:
     # ---- the loop ------------------------------------------------------------------------------
 
     def _serve(self) -> Generator[simpy.Event, None, None]:
-        env, policy = self.env, self.policy
+        env = self.env
         while True:
             if not self.running and not self.queue:
                 yield from self._idle(math.inf)
@@ -361,26 +378,40 @@ class Stepper:
                 if stretch >= _MIN_RUN:
                     yield from self._fast_forward(start, stretch)
                     continue
-            evicts = self.memory.evicts
-            swap_s = self._preempt() if evicts else 0.0
-            prefills = policy.schedule(self, start)
-            if not self.running:
-                yield from self._idle(policy.next_look(self, start))
+            iteration = self.begin(start)
+            if iteration is None:
+                yield from self._idle(self.policy.next_look(self, start))
                 continue
-            if evicts:
-                swap_s += self._swap_in()
-            if self.prefix is not None:
-                swap_s += self._prefix_loads()
-            decodes, result = self._step(prefills)
-            seconds = result.seconds
-            if swap_s:
-                seconds = seconds + swap_s
-            end = float(start + seconds)
-            self.runs += 1
-            self.batch_size = len(prefills) + len(decodes)
+            end = float(start + iteration.seconds)
             yield env.at(end)
-            self._iteration += 1
-            self._complete(prefills, decodes, result, swap_s, end)
+            self.end(iteration, end)
+
+    def begin(self, start: float) -> Iteration | None:
+        """Start the iteration at boundary ``start``: preempt where memory runs out, admit and chunk (the policy),
+        swap and prefix loads, and ask the model what it costs; None when nothing runs (a wait window, or a queue
+        whose head does not fit yet)."""
+        evicts = self.memory.evicts
+        swap_s = self._preempt() if evicts else 0.0
+        prefills = self.policy.schedule(self, start)
+        if not self.running:
+            self.batch_size = 0
+            return None
+        if evicts:
+            swap_s += self._swap_in()
+        if self.prefix is not None:
+            swap_s += self._prefix_loads()
+        decodes, result = self._step(prefills)
+        seconds = result.seconds
+        if swap_s:
+            seconds = seconds + swap_s
+        self.runs += 1
+        self.batch_size = len(prefills) + len(decodes)
+        return Iteration(prefills, decodes, result, swap_s, seconds)
+
+    def end(self, iteration: Iteration, end: float) -> None:
+        """Apply the iteration ``begin`` started, which ended at ``end``."""
+        self._iteration += 1
+        self._complete(iteration.prefills, iteration.decodes, iteration.result, iteration.swap_s, end)
 
     def _step(self, prefills: Chunks) -> tuple[list[SeqState], StepResult]:
         """Ask the model for this iteration: the chunks, every prefilled sequence's decode, live tokens."""
@@ -602,17 +633,23 @@ class Stepper:
 
     def _idle(self, until: float) -> Generator[simpy.Event, None, None]:
         """Wait for a routed request (or, for a wait window, until ``until``), not busy meanwhile."""
+        self.rest()
+        self._wakeup = wakeup = self.env.event()
+        yield self.env.until(wakeup, until)
+        self._wakeup = None  # (a wake-up already cleared it)
+        self.resume()
+
+    def rest(self) -> None:
+        """Nothing to run from now: the busy time so far is counted (ReplicaStats.busy_s)."""
         if self._busy_since is not None:
             self.busy_s += self.env.now - self._busy_since
             self._busy_since = None
-        self._wakeup = wakeup = self.env.event()
-        if until == math.inf:
-            yield wakeup
-        else:
-            yield self.env.any_of([wakeup, self.env.at(until)])
-            self._wakeup = None
+
+    def resume(self, wakeup: bool = True) -> None:
+        """Busy again from now; ``wakeup``: counted as a wake-up event (a lockstep group counts its own once)."""
         self._busy_since = self.env.now
-        self.wakeups += 1
+        if wakeup:
+            self.wakeups += 1
 
     def _complete(self, prefills: Chunks, decodes: list[SeqState], result: StepResult,
                   swap_s: float, end: float) -> None:

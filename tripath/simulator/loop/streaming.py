@@ -99,7 +99,7 @@ class StreamLedger:
         self.task = _NoTask()  # the Stepper's SeqState carries a task index; the baseline ignores it
         self.arrival: dict[int, float] = {}
         self.admitted: defaultdict[int, float] = defaultdict(_nan)  # NaN until admitted (the Stepper checks)
-        self.first_token: dict[int, float] = {}
+        self.first_token: defaultdict[int, float] = defaultdict(_nan)  # NaN until its first token
         self.merge_s: defaultdict[int, float] | None = defaultdict(float) if merge else None
         self.on_finish = on_finish
         self.in_flight = 0  # routed and not yet finished

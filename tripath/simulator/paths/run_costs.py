@@ -65,6 +65,10 @@ def kv_capacity(scenario: Scenario, profile: Profile) -> tuple[int, str]:
     gib = scenario.cluster.device_memory_gib
     if gib is None:
         return int(profile.kv_capacity_bytes), f"profile memory.kv_capacity_bytes ({profile.source})"
+    if profile.key.attention_dp > 1:  # a rank holds its share of the experts, which the profile does not split out
+        raise InputError(scenario.source_path, "cluster.device_memory_gib", f"profile {profile.key} is one of "
+                         f"{profile.key.attention_dp} attention data-parallel ranks, whose weights (its share of the "
+                         "experts) the profile does not state: leave device_memory_gib out to use its KV budget")
     memory = int(profile.key.tp * gib * GIB)
     capacity = memory - int(profile.model.weight_bytes)
     if capacity <= 0:
