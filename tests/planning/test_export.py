@@ -10,6 +10,7 @@ fails it.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shlex
 import tomllib
@@ -40,8 +41,9 @@ PROFILE = "published-llama3-70b-tp4-a100"
 AIC = "aic-llama3.1-70b-tp4-h100"  # an aic profile: its draft "llama-3.1-8b (tp4)" is a real checkpoint
 HYPOTHETICAL_DRAFT = "published-llama3-8b-a100"  # its draft is a stand-in no repository holds
 # the Hugging Face repositories of the aic profile's models, read off huggingface.co (not off export.py)
-AIC_MODEL, AIC_DRAFT = "meta-llama/Llama-3.1-70B", {"llama-3.1-8b (tp4)": "meta-llama/Llama-3.1-8B",
-                                                     "qwen3-0.6b (tp8)": "Qwen/Qwen3-0.6B"}
+# (the draft's repository whatever TP the profile priced it at: "llama-3.1-8b (tp4)", "qwen3-0.6b (tp8)")
+AIC_MODEL, AIC_DRAFT = "meta-llama/Llama-3.1-70B", {"llama-3.1-8b": "meta-llama/Llama-3.1-8B",
+                                                     "qwen3-0.6b": "Qwen/Qwen3-0.6B"}
 HEAD = ("vllm serve meta-llama/Meta-Llama-3-70B \\\n    --tensor-parallel-size 4 \\\n    --max-num-seqs 64 \\\n"
         "    --max-num-batched-tokens 8192")
 KINDS = ("baseline", "speculative", "tiered", "sequence_parallel", "compression:fp8", "compression:int8",
@@ -105,7 +107,7 @@ class Ran:
         return self.params[path][key]
 
     def draft_repo(self) -> str | None:
-        return AIC_DRAFT.get(self.p("speculative", "draft_model"))
+        return AIC_DRAFT.get(self.p("speculative", "draft_model").split(" (")[0])
 
     @property
     def mtp(self) -> bool:
@@ -120,13 +122,25 @@ class Ran:
     def expert_parallel(self) -> bool:
         return bool(self.profile.key.expert_parallel)
 
+    @property
+    def dp(self) -> int:
+        """Attention data-parallel ranks of the simulated replica (1: none), each of ``tp`` GPUs."""
+        return int(self.profile.key.attention_dp)
+
+    @property
+    def gpus(self) -> int:
+        """GPUs of one simulated replica: tp per rank x the ranks."""
+        return self.tp * self.dp
+
 
 def _check_vllm(ran: Ran, model: str, env: dict[str, str], flags: dict[str, str | None]) -> None:
     b, tiers = ran.scenario.batching, {"prefix_cache", "tiered"} <= ran.on
     checks: dict[str, Callable[[str | None], bool]] = {
-        "--tensor-parallel-size": lambda v: v == str(ran.tp),
+        "--tensor-parallel-size": lambda v: v == str(ran.tp),  # each DP rank's TP
+        "--data-parallel-size": lambda v: ran.dp > 1 and v == str(ran.dp),
         "--quantization": lambda v: ran.online_fp8(model) and v == "fp8",
-        "--enable-expert-parallel": lambda v: ran.expert_parallel and v is None,
+        "--enable-expert-parallel": lambda v: ran.expert_parallel and v is None,  # vLLM's EP size is DP x TP
+        # per DP rank: vLLM runs each DP rank as an engine core with its own scheduler, as the simulated ranks
         "--max-num-seqs": lambda v: v == str(b.max_batch_size),
         "--max-num-batched-tokens": lambda v: b.policy in ("continuous", "chunked") and v == str(b.max_batched_tokens),
         "--enable-chunked-prefill": lambda v: b.policy == "chunked" and v is None,
@@ -173,11 +187,15 @@ def _check_sglang(ran: Ran, model: str, env: dict[str, str], flags: dict[str, st
         ran.draft_repo() is not None or ran.mtp)
     k = ran.p("speculative", "k") if drafted else None
     checks: dict[str, Callable[[str | None], bool]] = {
-        "--tp-size": lambda v: v == str(ran.tp),
+        # with DP attention SGLang's --tp-size is every GPU of the replica (attention TP = tp-size / dp-size)
+        "--tp-size": lambda v: v == str(ran.gpus),
+        "--dp-size": lambda v: ran.dp > 1 and v == str(ran.dp),
+        "--enable-dp-attention": lambda v: ran.dp > 1 and v is None,
         "--quantization": lambda v: ran.online_fp8(model) and v == "fp8",
-        "--ep-size": lambda v: ran.expert_parallel and v == str(ran.tp),
-        "--max-running-requests": lambda v: v == str(b.max_batch_size),
-        "--chunked-prefill-size": lambda v: b.policy == "chunked" and v == str(b.max_batched_tokens),
+        "--ep-size": lambda v: ran.expert_parallel and v == str(ran.gpus),
+        # SGLang divides these two by dp_size under DP attention (server_args.py, the model runner): the ranks' sum
+        "--max-running-requests": lambda v: v == str(b.max_batch_size * ran.dp),
+        "--chunked-prefill-size": lambda v: b.policy == "chunked" and v == str(b.max_batched_tokens * ran.dp),
         "--enable-mixed-chunk": lambda v: b.policy == "chunked" and v is None,
         "--disable-radix-cache": lambda v: "prefix_cache" not in ran.on and v is None,
         "--page-size": lambda v: "prefix_cache" in ran.on and v == str(ran.p("prefix_cache", "block_tokens")),
@@ -205,6 +223,8 @@ def _required(ran: Ran, engine: str, model: str) -> set[str]:
         need.add("--quantization")
     if ran.expert_parallel:
         need.add("--enable-expert-parallel" if vllm else "--ep-size")
+    if ran.dp > 1:
+        need |= {"--data-parallel-size"} if vllm else {"--dp-size", "--enable-dp-attention"}
     if b.policy == "chunked":
         need |= {"--max-num-batched-tokens", "--enable-chunked-prefill"} if vllm else {"--chunked-prefill-size",
                                                                                        "--enable-mixed-chunk"}
@@ -256,6 +276,7 @@ def _check_all(ran: Ran, engine: str, suggestion: Suggestion) -> None:
     # the parsed command is the settings' own list: each with where its value comes from
     assert {s.name for s in suggestion.settings} == set(flags) | set(env)
     assert all(s.source and s.verified for s in suggestion.settings)
+    assert suggestion.gpus_per_replica == ran.gpus  # the GPUs one command serves on: tp x attention_dp
     for what in _unmatched(ran):
         assert any(n.startswith(f"{NO_MATCH} {what}") for n in suggestion.notes), what
 
@@ -287,6 +308,84 @@ def test_weights_and_expert_layout_are_exported_as_simulated(setup, engine, name
     assert model == repo
     _check_all(Ran(profile, data, candidate), engine, suggestion)
     assert ("--quantization" in flags) == (profile.key.dtype == "fp8" and repo not in STORED_QUANTIZED)
+
+
+def dp_profile(name: str, tp: int, dp: int) -> Profile:
+    """A shipped MoE profile re-keyed as attention data parallel, ``dp`` ranks of ``tp`` GPUs (until DP profiles
+    ship): the export reads the layout off the key, so the costs need not be a DP rank's. A separate draft is
+    renamed to the rank's TP, as a DP profile would price it."""
+    base = resolve_profile(name)
+    out = dataclasses.replace(base, key=dataclasses.replace(base.key, tp=tp, attention_dp=dp))
+    spec = out.speculative
+    if spec is not None and " MTP" not in spec.draft_model:
+        draft = f"{spec.draft_model.split(' (')[0]} (tp{tp})"
+        out = dataclasses.replace(out, speculative=dataclasses.replace(spec, draft_model=draft))
+    return out
+
+
+# (shipped profile, tp, attention_dp, the repository): experts by EP over DP x TP, and by TP (deepseek: MLA, MTP)
+DP_LAYOUTS = (("aic-qwen3-235b-a22b-tp8-h200-fp8-ep", 1, 8, "Qwen/Qwen3-235B-A22B-FP8"),
+              ("aic-deepseek-v3-tp8-h200-fp8", 2, 4, "deepseek-ai/DeepSeek-V3"))
+
+
+@pytest.mark.parametrize("engine", sorted(ENGINES))
+@pytest.mark.parametrize("policy", ["continuous", "chunked"])
+@pytest.mark.parametrize("kind", ["baseline", "speculative", "prefix_cache+tiered"])
+@pytest.mark.parametrize("name,tp,dp,repo", DP_LAYOUTS, ids=lambda x: str(x))
+def test_attention_data_parallel_is_exported_as_simulated(setup, engine, policy, kind, name, tp, dp, repo):
+    _, data = setup
+    profile = dp_profile(name, tp, dp)
+    assert profile.key.gpus == tp * dp and profile.key.attention_dp == dp
+    data = with_fields(data, {"batching.policy": policy})
+    candidate = _one(profile, kind)
+    suggestion = ENGINES[engine](profile, data, candidate, 3)
+    assert parsed(suggestion)[0] == repo
+    _check_all(Ran(profile, data, candidate), engine, suggestion)
+    assert any(n.startswith(f"attention data parallelism (profile key.attention_dp {dp})") for n in suggestion.notes)
+    assert "run 3 replica(s) of this command" in suggestion.text()
+    assert f"each on {tp * dp} GPU(s) = {3 * tp * dp} GPU(s)" in suggestion.text()
+
+
+def test_attention_data_parallel_commands_by_hand(setup):
+    _, data = setup
+    profile = dp_profile("aic-qwen3-235b-a22b-tp8-h200-fp8-ep", 1, 8)
+    chunked = with_fields(data, {"batching.policy": "chunked"})
+    # default.toml batching: max_batch_size 64, max_batched_tokens 8192, each DP rank's
+    s = vllm_suggestion(profile, chunked, _one(profile, "baseline"), 3)
+    assert s.command() == ("vllm serve Qwen/Qwen3-235B-A22B-FP8 \\\n    --tensor-parallel-size 1 \\\n"
+                           "    --data-parallel-size 8 \\\n    --max-num-seqs 64 \\\n"
+                           "    --max-num-batched-tokens 8192 \\\n    --enable-chunked-prefill \\\n"
+                           "    --no-enable-prefix-caching \\\n    --enable-expert-parallel")
+    sources = {x.name: x.source for x in s.settings}
+    assert sources["--data-parallel-size"].startswith("profile key.attention_dp")
+    assert sources["--tensor-parallel-size"].startswith("profile key.tp")
+    assert "each attention data-parallel rank's" in sources["--max-num-seqs"]
+    g = sglang_suggestion(profile, chunked, _one(profile, "baseline"), 3)
+    # SGLang: --tp-size is all 8 GPUs, and it divides --max-running-requests / --chunked-prefill-size by --dp-size
+    assert g.command() == ("python -m sglang.launch_server --model-path Qwen/Qwen3-235B-A22B-FP8 \\\n"
+                           "    --tp-size 8 \\\n    --dp-size 8 \\\n    --enable-dp-attention \\\n"
+                           "    --max-running-requests 512 \\\n    --chunked-prefill-size 65536 \\\n"
+                           "    --enable-mixed-chunk \\\n    --disable-radix-cache \\\n    --ep-size 8")
+    sources = {x.name: x.source for x in g.settings}
+    assert sources["--tp-size"].startswith("profile key.tp 1 x key.attention_dp 8")
+    assert sources["--dp-size"].startswith("profile key.attention_dp")
+    assert sources["--enable-dp-attention"].startswith("profile key.attention_dp")
+    for made in (s, g):
+        assert "run 3 replica(s) of this command behind a load balancer (the plan's replica count), each on 8 " \
+               "GPU(s) = 24 GPU(s)" in made.text()
+        assert made.to_dict()["gpus_per_replica"] == 8
+
+
+def test_a_profile_without_attention_data_parallelism_exports_no_dp_flag(setup, aic):
+    _, data = setup
+    for profile in (aic, resolve_profile("aic-qwen3-235b-a22b-tp8-h200-fp8-ep")):  # dense, and MoE without DP
+        for make in ENGINES.values():
+            s = make(profile, data, _one(profile, "baseline"), 2)
+            flags = parsed(s)[2]
+            assert not {"--data-parallel-size", "--dp-size", "--enable-dp-attention"} & set(flags)
+            assert not any("attention data" in n for n in s.notes)
+            assert not any("data-parallel" in x.source for x in s.settings)
+            assert s.gpus_per_replica == profile.key.tp
 
 
 def test_baseline_commands_by_hand(setup):

@@ -5,6 +5,7 @@ them and the app's Recommendation page shows them, equal but for markdown emphas
 from __future__ import annotations
 
 import copy
+import dataclasses
 from typing import Any
 
 import pytest
@@ -14,7 +15,8 @@ from tests.cli.test_planning_cli import run, scenario_file
 from tripath.planning import export
 from tripath.planning import recommend as recommend_module
 from tripath.planning import recommend_text as render
-from tripath.planning.recommend import RowSummary
+from tripath.planning.recommend import Layout, RowSummary
+from tripath.profile.profile import resolve_profile
 
 MAX_REPLICAS = 2
 
@@ -114,3 +116,38 @@ def test_the_cli_prints_and_the_app_shows_the_renderers_sentences(meets, capsys,
         if sentence.kind != "term":  # the app tabulates the term lines (their verdicts: render.verdict)
             assert sentence.text in shown_plain, sentence.text
     assert "\n".join(render.robustness_lines(result)[:1]) in "\n".join(shown_plain) or not meets
+
+
+def test_the_shape_names_attention_data_parallelism_only_above_one_rank() -> None:
+    dense = {"gpu": "a100-80gb", "tp": 4}  # a layout dict written before attention_dp existed
+    assert render.shape(dense) == "a100-80gb TP4"
+    assert render.shape({"gpu": "h200", "tp": 8, "attention_dp": 1, "expert_parallel": True}) == "h200 TP8 EP"
+    assert render.shape({"gpu": "h200", "tp": 1, "attention_dp": 8, "expert_parallel": True}) == "h200 TP1 DP8 EP"
+    assert render.shape({"gpu": "h200", "tp": 2, "attention_dp": 4, "expert_parallel": False}) == "h200 TP2 DP4"
+    summary = _summary("baseline", 2, "meets", 600.0, gpus_per_replica=8)
+    summary["layout"] = {**summary["layout"], "gpu": "h200", "tp": 1, "attention_dp": 8, "expert_parallel": True}
+    summary["gpus"] = 16
+    assert render.sized(summary).startswith("baseline on h200 TP1 DP8 EP (published-llama3-8b-a100, max batch 64): "
+                                            "2 replica(s) x 8 GPU(s) = 16 GPU(s)")
+
+
+def test_the_layout_dict_carries_attention_dp_beside_the_tp() -> None:
+    base = resolve_profile("aic-qwen3-235b-a22b-tp8-h200-fp8-ep")
+    plain = Layout("aic-qwen3-235b-a22b-tp8-h200-fp8-ep", base, 3.0, "test").to_dict()
+    assert (plain["tp"], plain["attention_dp"], plain["expert_parallel"]) == (8, 1, True)
+    dp = dataclasses.replace(base, key=dataclasses.replace(base.key, tp=1, attention_dp=8))
+    layout = Layout("aic-qwen3-235b-a22b-dp8-h200-fp8-ep", dp, 3.0, "test").to_dict()
+    assert set(layout) == set(plain)  # the same keys, every one kept
+    assert (layout["tp"], layout["attention_dp"], layout["profile_key"]) == (1, 8, dp.key_str())
+    assert render.shape(layout) == "h200 TP1 DP8 EP" and render.shape(plain) == "h200 TP8 EP"
+
+
+def test_the_app_names_attention_data_parallelism_in_a_profiles_label() -> None:
+    from tripath.app.widgets.recommend_form import profile_label
+
+    base = resolve_profile("aic-qwen3-235b-a22b-tp8-h200-fp8-ep")
+    dp = dataclasses.replace(base.key, tp=1, attention_dp=8)
+    assert profile_label("x", base.key, "aic") == ("qwen3-235b-a22b on h200, TP8, fp8 weights, expert parallel "
+                                                   "(aic numbers) [x]")
+    assert profile_label("y", dp, "aic") == ("qwen3-235b-a22b on h200, TP1, attention data parallel 8, fp8 weights, "
+                                             "expert parallel (aic numbers) [y]")

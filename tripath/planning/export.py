@@ -105,6 +105,7 @@ class Suggestion:
     replicas: int | None
     settings: tuple[Setting, ...]
     notes: tuple[str, ...] = dataclasses.field(default_factory=tuple)
+    gpus_per_replica: int | None = None  # GPUs one command serves on (the profile's key.gpus: tp x attention_dp)
 
     def command(self) -> str:
         """The shell command: environment assignments, the launcher and the model, then the flags, one per line."""
@@ -120,9 +121,7 @@ class Suggestion:
                  f"settings as {self.ENGINE} flags; what {self.ENGINE} cannot do as simulated is a note, not a flag.",
                  f"# Measure it on your deployment; {self.ENGINE}'s scheduler and memory accounting are not the "
                  "simulator's.",
-                 f"# candidate: {self.candidate}" + (
-                     "" if self.replicas is None else f"; run {self.replicas} replica(s) of this command behind a "
-                                                      f"load balancer (the plan's replica count)")]
+                 f"# candidate: {self.candidate}" + self._deployment()]
         lines.append(f"#   MODEL {self.model}: {self.model_source}")
         for s in self.settings:
             check = "" if s.verified else f" [name NOT verified in {self.ENGINE}'s docs]"
@@ -131,9 +130,19 @@ class Suggestion:
         lines += [f"# note: {n}" for n in self.notes]
         return "\n".join([*lines, self.command()]) + "\n"
 
+    def _deployment(self) -> str:
+        """The header's deployment: how many replicas of this command (the plan's count) on how many GPUs each."""
+        each = "" if self.gpus_per_replica is None else f", each on {self.gpus_per_replica} GPU(s)"
+        if self.replicas is None:
+            return "" if not each else f"; one replica of this command runs on {self.gpus_per_replica} GPU(s)"
+        total = "" if self.gpus_per_replica is None else f" = {self.replicas * self.gpus_per_replica} GPU(s)"
+        return (f"; run {self.replicas} replica(s) of this command behind a load balancer (the plan's replica "
+                f"count){each}{total}")
+
     def to_dict(self) -> dict[str, Any]:
         return {"label": "suggestion", "engine": self.KEY, "candidate": self.candidate, "model": self.model,
                 "model_source": self.model_source, "replicas": self.replicas,
+                "gpus_per_replica": self.gpus_per_replica,
                 "settings": [s.to_dict() for s in self.settings], "notes": list(self.notes),
                 "command": self.command()}
 
@@ -198,7 +207,31 @@ class Simulated:
 
     @property
     def tp(self) -> int:
+        """The tensor-parallel degree (of each attention data-parallel rank)."""
         return int(self.profile.key.tp)
+
+    @property
+    def dp(self) -> int:
+        """Attention data-parallel ranks in one replica (profile key.attention_dp; 1: none)."""
+        return int(self.profile.key.attention_dp)
+
+    @property
+    def gpus(self) -> int:
+        """GPUs of one replica: tp per attention data-parallel rank (profile key.gpus)."""
+        return int(self.profile.key.gpus)
+
+    def rank_note(self, engine: str, flag: str) -> str:
+        """What a batching source adds under attention data parallelism ("" without): the simulated value is each
+        rank's (the simulation ran ``dp`` ranks, each with its own batch); vLLM applies ``flag`` per DP rank (each
+        rank is an engine core with its own scheduler), SGLang divides it by --dp-size (server_args.py under
+        enable_dp_attention), so SGLang's flag carries the ranks' sum."""
+        if self.dp == 1:
+            return ""
+        if engine == "vLLM":
+            return (f", each attention data-parallel rank's (the simulation ran {self.dp} ranks with a batch each; "
+                    f"vLLM runs each DP rank as its own engine core whose scheduler applies {flag})")
+        return (f", the sum over the {self.dp} attention data-parallel ranks (SGLang divides {flag} by --dp-size "
+                "under DP attention, so each rank's scheduler gets the simulated per-rank value)")
 
     def batching_source(self, key: str) -> str:
         return f"scenario batching.{key}" if key in self.given else f"the simulator's default batching.{key}"
@@ -221,7 +254,8 @@ class Simulated:
 
     def tiers_gib(self, spec: TieredSpec) -> tuple[float, str, float, str]:
         """(host GiB, its source, SSD GiB, its source) of one replica as the simulator sizes them
-        (tripath/simulator/paths/tiered.py TierPhysics): no SSD tier without the profile's host_ssd link."""
+        (tripath/simulator/paths/tiered.py TierPhysics): no SSD tier without the profile's host_ssd link. Under
+        attention data parallelism, of one rank (the profile's sizes are one rank's)."""
         hw = self.profile.hardware
         host, host_from = ((hw.host_memory_bytes / GIB, "profile hardware.host_memory_bytes")
                            if spec.host_capacity_gib is None else (spec.host_capacity_gib, "candidate tiered"
@@ -357,9 +391,9 @@ def _assemble(kind: type[S], sim: Simulated, candidate: str, replicas: int | Non
                                 "per-tensor scales, as simulated"))
     if strategy.speculative is not None:
         settings += speculative(sim, strategy.speculative, notes)
-    notes += _path_notes(sim, kind.ENGINE) + _routing_note(sim, replicas)
+    notes += _path_notes(sim, kind.ENGINE) + _routing_note(sim, replicas) + _dp_notes(sim, kind.ENGINE)
     model, why = _checkpoint(kind.KEY, sim, settings, notes)
-    return kind(candidate, model, why, replicas, tuple(settings), tuple(notes))
+    return kind(candidate, model, why, replicas, tuple(settings), tuple(notes), sim.gpus)
 
 
 def _checkpoint(engine: str, sim: Simulated, settings: list[Setting], notes: list[str]) -> tuple[str, str]:
@@ -384,11 +418,28 @@ def _checkpoint(engine: str, sim: Simulated, settings: list[Setting], notes: lis
             notes.append(f"{NO_MATCH} the profile's {key.dtype} weights: no checkpoint stored at that precision is "
                          f"known for {base!r} (export.py QUANTIZED_REPOS) and no engine quantizes to it online")
     if key.expert_parallel:
-        flag, value = ("--enable-expert-parallel", None) if engine == "vllm" else ("--ep-size", str(sim.tp))
+        flag, value = ("--enable-expert-parallel", None) if engine == "vllm" else ("--ep-size", str(sim.gpus))
+        group = (f"the {sim.tp} GPUs of the TP group" if sim.dp == 1 else
+                 f"all {sim.gpus} GPUs of the replica (tp {sim.tp} x attention_dp {sim.dp}"
+                 + ("; vLLM's EP size is DP x TP)" if engine == "vllm" else ")"))
         settings.append(Setting(flag, value, f"profile key.expert_parallel: the experts sharded by expert "
-                                f"parallelism over the {sim.tp} GPUs of the TP group, as the profile's MoE layers "
-                                "were timed (the attention stays tensor-parallel)"))
+                                f"parallelism over {group}, as the profile's MoE layers were timed (the attention "
+                                f"stays {'tensor-parallel' if sim.dp == 1 else 'data-parallel over the ranks'})"))
     return model, why
+
+
+def _dp_notes(sim: Simulated, engine: str) -> list[str]:
+    """What attention data parallelism means for the served replica (none without it)."""
+    if sim.dp == 1:
+        return []
+    limits = ("--max-num-seqs and --max-num-batched-tokens are each rank's, as simulated" if engine == "vLLM" else
+              "--max-running-requests and --chunked-prefill-size are the ranks' sum, which SGLang divides by "
+              "--dp-size")
+    return [f"attention data parallelism (profile key.attention_dp {sim.dp}): one replica is this one {engine} "
+            f"server on {sim.gpus} GPUs, {sim.dp} ranks of tp {sim.tp}, each running attention for its own batch "
+            f"over its own KV pool, the MoE layers over all {sim.gpus} GPUs in lockstep (a rank with nothing to run "
+            f"joins with an empty pass); {limits}. The server spreads requests over its ranks itself ({engine}'s "
+            "own balancing, not the simulator's router)"]
 
 
 # --- vLLM ---------------------------------------------------------------------------------------------------
@@ -398,13 +449,21 @@ def vllm_suggestion(profile: Profile, data: dict[str, Any], candidate: Candidate
     the simulated settings vLLM has, each with its simulated value; the rest as notes (module docstring)."""
     sim = Simulated.of(profile, data, candidate)
     b = sim.scenario.batching
-    settings = [Setting("--tensor-parallel-size", str(sim.tp), "profile key.tp"),
-                Setting("--max-num-seqs", str(b.max_batch_size), sim.batching_source("max_batch_size"))]
+    settings = [Setting("--tensor-parallel-size", str(sim.tp), "profile key.tp" + (
+        "" if sim.dp == 1 else ": the tensor-parallel degree of each attention data-parallel rank"))]
+    if sim.dp > 1:
+        settings.append(Setting("--data-parallel-size", str(sim.dp),
+                                f"profile key.attention_dp: {sim.dp} attention data-parallel ranks of tp {sim.tp} "
+                                f"GPU(s) each, one replica on {sim.gpus} GPUs; the MoE layers span all {sim.gpus} "
+                                "(vLLM: a DP x TP tensor-parallel group, or expert parallel with "
+                                "--enable-expert-parallel)"))
+    settings.append(Setting("--max-num-seqs", str(b.max_batch_size),
+                            sim.batching_source("max_batch_size") + sim.rank_note("vLLM", "--max-num-seqs")))
     notes = _batching_notes(sim, "vLLM", "--max-num-seqs")
     if b.policy in ("continuous", "chunked"):
         settings.append(Setting("--max-num-batched-tokens", str(b.max_batched_tokens),
                                 sim.batching_source("max_batched_tokens") + ": the simulated per-iteration token "
-                                "budget"))
+                                "budget" + sim.rank_note("vLLM", "--max-num-batched-tokens")))
     if b.policy == "chunked":
         settings.append(Setting("--enable-chunked-prefill", None,
                                 "scenario batching.policy 'chunked': every decode takes one token of the budget, "
@@ -447,7 +506,9 @@ def _lmcache(sim: Simulated, tiered: TieredSpec, block_tokens: int) -> list[Sett
     LMCache's vLLM connector does. LMCache sizes are GiB per tensor-parallel rank (each rank's worker runs its
     own engine and holds its 1/tp share of the KV: LMCache/LMCache#2901), so one replica's tier / tp."""
     host, host_from, ssd, ssd_from = sim.tiers_gib(tiered)
-    per_rank = f" / tp {sim.tp} (LMCache sizes its caches in GiB per tensor-parallel rank)"
+    per_rank = f" / tp {sim.tp} (LMCache sizes its caches in GiB per tensor-parallel rank)" + (
+        "" if sim.dp == 1 else f"; the tier is one attention data-parallel rank's, and each of the {sim.dp} vLLM "
+                               "DP ranks' workers run their own LMCache")
     out = [Setting("--kv-transfer-config", json.dumps(LMCACHE_CONNECTOR, separators=(",", ":")),
                    "candidate prefix_cache+tiered: evicted prefix blocks kept below the GPU and loaded back on a "
                    "hit, through LMCache's vLLM connector"),
@@ -495,13 +556,26 @@ def sglang_suggestion(profile: Profile, data: dict[str, Any], candidate: Candida
     """The SGLang flags for one replica of ``candidate`` on ``profile``: the same rule as ``vllm_suggestion``."""
     sim = Simulated.of(profile, data, candidate)
     b, strategy = sim.scenario.batching, sim.scenario.strategy
-    settings = [Setting("--tp-size", str(sim.tp), "profile key.tp"),
-                Setting("--max-running-requests", str(b.max_batch_size), sim.batching_source("max_batch_size"))]
+    if sim.dp == 1:
+        settings = [Setting("--tp-size", str(sim.tp), "profile key.tp")]
+    else:
+        settings = [Setting("--tp-size", str(sim.gpus),
+                            f"profile key.tp {sim.tp} x key.attention_dp {sim.dp}: with DP attention SGLang's "
+                            f"--tp-size is every GPU of the replica, each attention rank taking tp-size / dp-size = "
+                            f"{sim.tp}"),
+                    Setting("--dp-size", str(sim.dp), f"profile key.attention_dp: {sim.dp} attention data-parallel "
+                            "ranks"),
+                    Setting("--enable-dp-attention", None,
+                            f"profile key.attention_dp {sim.dp}: data parallelism for the attention (each rank its "
+                            f"own batch and KV pool), the MoE layers over all {sim.gpus} GPUs")]
+    settings.append(Setting("--max-running-requests", str(b.max_batch_size * sim.dp),
+                            sim.batching_source("max_batch_size") + _times_dp(sim)
+                            + sim.rank_note("SGLang", "--max-running-requests")))
     notes = _batching_notes(sim, "SGLang", "--max-running-requests")
     if b.policy == "chunked":
-        settings += [Setting("--chunked-prefill-size", str(b.max_batched_tokens),
-                             sim.batching_source("max_batched_tokens") + ": the simulated per-iteration token "
-                             "budget"),
+        settings += [Setting("--chunked-prefill-size", str(b.max_batched_tokens * sim.dp),
+                             sim.batching_source("max_batched_tokens") + _times_dp(sim) + ": the simulated "
+                             "per-iteration token budget" + sim.rank_note("SGLang", "--chunked-prefill-size")),
                      Setting("--enable-mixed-chunk", None,
                              "scenario batching.policy 'chunked': decodes share the iteration and its budget with "
                              "the prompt chunks, as simulated (SGLang subtracts the running decodes from the "
@@ -526,6 +600,10 @@ def sglang_suggestion(profile: Profile, data: dict[str, Any], candidate: Candida
     return _assemble(SglangSuggestion, sim, candidate.name, replicas, settings, notes, _sglang_speculative)
 
 
+def _times_dp(sim: Simulated) -> str:
+    return "" if sim.dp == 1 else f" x key.attention_dp {sim.dp}"
+
+
 def _hicache(sim: Simulated, tiered: TieredSpec, notes: list[str]) -> list[Setting]:
     """prefix_cache + tiered: SGLang's hierarchical cache keeps radix-cache blocks evicted from the GPU in a host
     pool and loads them back on a hit. --hicache-size is whole GiB per tensor-parallel rank (each rank's
@@ -539,7 +617,9 @@ def _hicache(sim: Simulated, tiered: TieredSpec, notes: list[str]) -> list[Setti
     return [Setting("--enable-hierarchical-cache", None,
                     "candidate prefix_cache+tiered: evicted prefix blocks kept in host memory, loaded back on a hit"),
             Setting("--hicache-size", str(per_rank),
-                    f"{host_from} ({_gib(host)} GiB) / tp {sim.tp}: GiB per tensor-parallel rank{rounded}")]
+                    f"{host_from} ({_gib(host)} GiB) / tp {sim.tp}: GiB per tensor-parallel rank{rounded}" + (
+                        "" if sim.dp == 1 else f"; the tier is one attention data-parallel rank's, of tp {sim.tp} "
+                                               "GPUs (tp-size / dp-size)"))]
 
 
 def _sglang_speculative(sim: Simulated, spec: SpeculativeSpec, notes: list[str]) -> list[Setting]:

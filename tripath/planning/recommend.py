@@ -93,7 +93,8 @@ HEADROOM_WARNING = 0.10  # a recommendation whose load or cost headroom is under
 
 @dataclass(frozen=True)
 class Layout:
-    """One deployment shape a recommendation may choose: a shipped profile (GPU type, TP degree) and its price."""
+    """One deployment shape a recommendation may choose: a shipped profile (GPU type, TP degree, attention data
+    parallelism) and its price."""
 
     name: str
     profile: Profile
@@ -106,12 +107,15 @@ class Layout:
 
     @property
     def tp(self) -> int:
+        """The tensor-parallel degree (of each attention data-parallel rank)."""
         return int(self.profile.key.tp)
 
     def to_dict(self) -> dict[str, Any]:
+        """The layout as the answer reports it; ``attention_dp`` is 1 where the profile has no attention data
+        parallelism (a layout dict written before it existed has no key: read it with ``.get("attention_dp", 1)``)."""
         key = self.profile.key
-        return {"profile": self.name, "gpu": self.gpu, "tp": self.tp, "weights": key.dtype,
-                "expert_parallel": key.expert_parallel, "profile_key": self.profile.key_str(),
+        return {"profile": self.name, "gpu": self.gpu, "tp": self.tp, "attention_dp": int(key.attention_dp),
+                "weights": key.dtype, "expert_parallel": key.expert_parallel, "profile_key": self.profile.key_str(),
                 "usd_per_gpu_hour": self.usd_per_gpu_hour, "price_source": self.price_source}
 
 

@@ -40,9 +40,12 @@ def where(summary: Summary) -> str:
 
 
 def shape(layout: dict[str, Any]) -> str:
-    """A layout's GPU type and TP degree, and "EP" where a mixture-of-experts model's experts are sharded by expert
-    parallelism: "h200 TP8 EP"."""
-    return f"{layout['gpu']} TP{layout['tp']}" + (" EP" if layout.get("expert_parallel") else "")
+    """A layout's GPU type and TP degree, "DPn" where a mixture-of-experts model runs attention data parallel over
+    n ranks of that TP (n > 1), and "EP" where its experts are sharded by expert parallelism: "h200 TP8 EP",
+    "h200 TP1 DP8 EP"."""
+    dp = int(layout.get("attention_dp") or 1)
+    return (f"{layout['gpu']} TP{layout['tp']}" + (f" DP{dp}" if dp > 1 else "")
+            + (" EP" if layout.get("expert_parallel") else ""))
 
 
 def sized(summary: Summary, markdown: bool = False) -> str:

@@ -58,9 +58,12 @@ class Choices:
 
 
 def profile_label(name: str, key: Any, source: str) -> str:
-    """e.g. ``llama-3-70b on a100-80gb, TP4 (published numbers)``; weights other than 16-bit and expert
-    parallelism named: ``qwen3-235b-a22b on h200, TP8, fp8 weights, expert parallel (...)``."""
-    extra = ("" if key.dtype in ("fp16", "bf16", "fp32") else f", {key.dtype} weights") + (
+    """e.g. ``llama-3-70b on a100-80gb, TP4 (published numbers)``; weights other than 16-bit, attention data
+    parallelism and expert parallelism named: ``qwen3-235b-a22b on h200, TP1, attention data parallel 8, fp8
+    weights, expert parallel (...)``."""
+    dp = int(getattr(key, "attention_dp", 1) or 1)
+    extra = ("" if dp == 1 else f", attention data parallel {dp}") + (
+        "" if key.dtype in ("fp16", "bf16", "fp32") else f", {key.dtype} weights") + (
         ", expert parallel" if key.expert_parallel else "")
     return f"{key.model} on {key.hardware}, TP{key.tp}{extra} ({source} numbers) [{name}]"
 
