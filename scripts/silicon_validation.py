@@ -46,8 +46,8 @@ def estimator_answer(row: SiliconRow) -> EstimatorAnswer:
     from tripath.profile.catalog import MODELS
 
     est = compiled(MODELS[row.model].config_dir, row.hardware, row.backend, row.tp, row.weights, row.backend_version,
-                   row.expert_parallel)
-    ttft, tpot = est.static(row.concurrency, row.isl, row.osl)
+                   row.expert_parallel, row.attention_dp)
+    ttft, tpot = est.static(row.concurrency, row.isl, row.osl)  # batch_size: per attention data-parallel rank
     return EstimatorAnswer(est.backend_version, ttft, tpot)
 
 
@@ -58,7 +58,7 @@ def evaluate_row(row: SiliconRow) -> dict[str, str]:
 
 def cost(row: SiliconRow) -> int:
     """Output tokens simulated for the row: the longest first, so two processes finish together."""
-    return requests_for(row.concurrency) * row.osl
+    return requests_for(row.users) * row.osl
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -185,6 +185,10 @@ def cmd_build(args: argparse.Namespace) -> int:
     from tripath.core.atomic import check_file_target
 
     check_file_target(args.out, "--out", args.replace)  # before any work
+    dp = int(getattr(args, "attention_dp", 1))
+    if args.tp * dp > 8:
+        raise InputError(None, "--attention-dp", f"{dp} ranks of --tp {args.tp} is {args.tp * dp} GPUs: at most 8 "
+                         "(one node)")
     installed_version()  # the aic extra missing: one line saying how to install it, before the builder's imports
     from tripath.calibrate.aic.builder import build_profile, grid_error, weight_read_floor_ms
     from tripath.profile.catalog import MODELS, draft_for
@@ -200,9 +204,9 @@ def cmd_build(args: argparse.Namespace) -> int:
     draft = None if args.no_draft or preset is None else draft_for(preset.name)
     ep = bool(getattr(args, "expert_parallel", False))
     profile = build_profile(name, model_dir, args.gpu, args.tp, args.weights, args.kv, args.backend,
-                            args.backend_version, draft, expert_parallel=ep)
+                            args.backend_version, draft, expert_parallel=ep, attention_dp=dp)
     est = Estimator(EstimatorKey(model_dir, args.gpu, args.backend, args.backend_version, args.tp, args.weights,
-                                 args.kv, ep))
+                                 args.kv, ep, dp))
     window = int(profile.costs["prefill"].domain["context_tokens"][1])
     points = [("decode", b, c) for b in (1, 7, 33, 100, 257) for c in (100, window // 3)]
     points += [("prefill", t, c) for t in (17, 700, 3000) for c in (0, window // 5)]
@@ -225,7 +229,8 @@ def cmd_build(args: argparse.Namespace) -> int:
                  f", every expert's {summary['weight_read_floor_all_experts_ms']:.2f} ms")
         print(f"  decode step, batch 1 at 1K context: {summary['decode_ms_batch1_1k']:.2f} ms (weight-read floor "
               f"{summary['weight_read_floor_ms']:.2f} ms{every}); batch 64: {summary['decode_ms_batch64_1k']:.2f} ms")
-        print(f"  KV budget {profile.kv_capacity_bytes / 2**30:.1f} GiB; {decode.measured_share:.1%} of the decode "
-              f"grid's time from measured kernel rows; largest difference from the estimator at {len(points)} "
+        rank = f" per rank (one of {dp}; step costs per rank too)" if dp > 1 else ""
+        print(f"  KV budget {profile.kv_capacity_bytes / 2**30:.1f} GiB{rank}; {decode.measured_share:.1%} of the "
+              f"decode grid's time from measured kernel rows; largest difference from the estimator at {len(points)} "
               f"off-grid checks: {check:.2%}")
     return 0

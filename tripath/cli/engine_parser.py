@@ -102,6 +102,10 @@ def _add_calibrate(sub: argparse._SubParsersAction) -> None:
                        help="fp4: mxfp4 mixture-of-experts checkpoints (gpt-oss)")
     build.add_argument("--expert-parallel", action="store_true", help="mixture of experts: shard the experts by "
                        "expert parallelism over the TP group (vLLM's --enable-expert-parallel) instead of by TP")
+    build.add_argument("--attention-dp", type=int, default=1, choices=(1, 2, 4, 8), metavar="D",
+                       help="mixture of experts: attention data parallelism (vLLM's --data-parallel-size D): a "
+                       "replica of D ranks of --tp GPUs each (tp x D at most 8), the experts over all of them; the "
+                       "profile is one rank's (default 1: none)")
     build.add_argument("--kv", default="fp16", choices=("fp16", "fp8"), help="KV-cache precision")
     build.add_argument("--backend", default="vllm", choices=("vllm", "sglang", "trtllm"))
     build.add_argument("--backend-version", help="default: the estimator's current version for that GPU")

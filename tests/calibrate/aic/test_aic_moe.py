@@ -161,10 +161,10 @@ def test_expert_parallel_naming_and_key():
     assert str(key) == "h200/deepseek-v3/fp8/tp8/ep/aic-0.12.0-vllm-0.24.0" and key.to_dict()["expert_parallel"]
     plain = ProfileKey("h200", "deepseek-v3", "fp8", 8, "aic-0.12.0-vllm-0.24.0")
     assert "/ep" not in str(plain) and "expert_parallel" not in plain.to_dict()  # older files keep their bytes
-    moe = [(m.name, g, t, w, e) for m, g, t, w, e in combinations() if m.moe]
+    moe = [(m.name, g, t, w, e) for m, g, t, w, e, _ in combinations() if m.moe]
     assert {e for *_, e in moe} == {False, True} and {g for _, g, *_ in moe} == {"h100-sxm", "h200", "b200"}
     assert not any(g == "b200" for m, g, *_ in moe if m in ("qwen3-235b-a22b", "deepseek-v3"))  # block-fp8 rows
-    assert not any(e for m, *_, e in combinations() if not m.moe)
+    assert not any(e or d > 1 for m, *_, e, d in combinations() if not m.moe)
     family = layouts("aic-mixtral-8x7b-tp8-h100")
     assert "aic-mixtral-8x7b-tp8-h100-ep" in family and "aic-mixtral-8x7b-tp4-h200" in family
 
@@ -174,14 +174,18 @@ def test_a_moe_profile_decodes_between_the_active_and_all_expert_floors(path: Pa
     profile = load_profile(path)
     moe = profile.model.moe
     assert moe is not None and profile.key.expert_parallel == path.stem.endswith("-ep")
+    assert (profile.key.attention_dp > 1) == ("-dp" in path.stem)
     one = profile.decode_ms(1, 1024)
     active, every = weight_read_floor_ms(profile), weight_read_floor_ms(profile, all_experts=True)
-    assert active == pytest.approx(moe.active_weight_bytes / profile.key.tp
+    # over all the replica's GPUs (tp x attention dp): a lower bound on what one rank's GPUs read
+    assert active == pytest.approx(moe.active_weight_bytes / profile.key.gpus
                                    / (SPECS[profile.key.hardware].memory_tbps * 1e12) * 1e3)
     # at least the active weights read; not absurdly above reading them all: the most, 7.0 x, is Mixtral fp8 with
     # EP over 8 B200s (the measured per-tensor fp8 MoE kernels at one token are slower than the bf16 ones: 14.7 ms
     # against 5.2 ms a step over 4 H100s)
-    assert active < one < 8 * every
+    # with attention DP a rank's one sequence puts D tokens through the MoE layers and every GPU reads the non-expert
+    # weights whole: the most, 11.5 x, is Mixtral fp8 as 8 ranks of one H200 (the same per-tensor fp8 MoE kernels)
+    assert active < one < (8 if profile.key.attention_dp == 1 else 12) * every
     # speculative: Qwen3-235B's Qwen3-0.6B draft and DeepSeek-V3's own MTP layer (test_aic_mtp.py); none elsewhere
     assert (profile.speculative is not None) == (profile.key.model in ("qwen3-235b-a22b", "deepseek-v3"))
     assert not profile.sequence_parallel
@@ -193,7 +197,8 @@ def test_the_catalogue_ships_the_moe_models():
     assert {"aic-mixtral-8x7b-tp8-h100", "aic-mixtral-8x7b-tp8-h100-ep", "aic-qwen3-235b-a22b-tp8-h200-fp8-ep",
             "aic-deepseek-v3-tp8-h200-fp8", "aic-gpt-oss-120b-tp8-h100-fp4"} <= names
     index = json.loads((PROFILES_DIR.parent / "aic-profiles.json").read_text())
-    catalogue = {profile_name(m.short, g, tp, w, expert_parallel=ep) for m, g, tp, w, ep in combinations()}
+    catalogue = {profile_name(m.short, g, tp, w, expert_parallel=ep, attention_dp=dp)
+                 for m, g, tp, w, ep, dp in combinations()}
     assert names & catalogue <= set(index["built"])
     # the rest are the layouts the silicon validation serves (docs/silicon_validation.md): SGLang, TP 1 and 2
     from tripath.planning.validation.silicon import load_rows

@@ -211,6 +211,23 @@ class Architecture:
             return int(round(other * 2 + routed * MXFP4_BYTES)) + embeddings
         return int(round((other + routed) * _BYTES[weights])) + embeddings
 
+    def rank_weight_bytes(self, weights: str, attention_dp: int = 1) -> int:
+        """Bytes of the weights one attention data-parallel rank holds when a replica is ``attention_dp`` ranks
+        (vLLM's --data-parallel-size with a mixture-of-experts model): every weight outside the routed experts
+        (attention, norms, router, shared experts, dense layers, embeddings and LM head), replicated in each rank and
+        sharded by TP within it, plus 1 / attention_dp of the routed experts, which are sharded (by TP or EP) over
+        all the replica's GPUs. ``weight_bytes(weights)`` at one rank."""
+        if attention_dp == 1:
+            return self.weight_bytes(weights)
+        if self.moe is None:
+            raise InputError(None, "attention_dp", f"is {attention_dp}, but {self.name} has no experts to share "
+                             "over data-parallel ranks (a dense model)")
+        other, routed, _ = self._layer_parts()
+        embeddings = self.embedding_params() * 2
+        routed_bytes = MXFP4_BYTES if weights == "fp4" else _BYTES[weights]
+        other_bytes = 2.0 if weights == "fp4" else _BYTES[weights]
+        return int(round(other * other_bytes + routed * routed_bytes / attention_dp)) + embeddings
+
     def kv_bytes_per_token(self, dtype_bytes: int) -> int:
         """Cached bytes per token over all layers: K and V per KV head (MHA / GQA), the latent (MLA)."""
         if self.mla is not None:

@@ -15,6 +15,13 @@ The other sections come from where the published (Vidur) profiles take them, so 
 their step costs: hardware, links and paging (tripath/calibrate/hardware.py), the KV budget (vLLM's 0.9 memory
 utilisation less the weights), KV compression (tripath/calibrate/published/compression.py, derived). Speculative
 decoding's round costs come from the same estimator (``speculative_from_estimator``).
+
+Attention data parallelism (a mixture-of-experts model served as D ranks of ``tp`` GPUs, vLLM's
+--data-parallel-size; ``ProfileKey.attention_dp``): the profile is ONE rank's. Its step costs are the estimator's
+per-rank answers, compiled with attention_dp_size D and the MoE over all tp x D GPUs, which assume every rank
+carries the same batch (the MoE layers see D x B tokens when the rank decodes B); its KV budget is the rank's tp
+GPUs less the weights one rank holds (``Architecture.rank_weight_bytes``: the non-expert weights whole, 1/D of the
+routed experts); its speculative section, where it has one, is priced per rank the same way.
 """
 
 from __future__ import annotations
@@ -132,15 +139,23 @@ def model_section(arch: Architecture, weights: str, kv: str) -> ModelSpec:
                      note, **extra)
 
 
-def kv_room(hardware: str, tp: int, weight_bytes: int, weights: str, replication: int = 1) -> MemoryBudget | None:
+def kv_room(hardware: str, tp: int, weight_bytes: int, weights: str, replication: int = 1,
+            attention_dp: int = 1) -> MemoryBudget | None:
     """The replica's KV budget (the published profiles' rule, published.builder ``kv_budget``); None when the
     weights leave under 10 % of the usable memory for KV (the profile is not built). ``replication``: how many
     GPUs hold each cached element (``Architecture.kv_replication``: KV heads fewer than GPUs, MLA's latent); the
-    budget is stated in the model's bytes, so it is divided by it."""
+    budget is stated in the model's bytes, so it is divided by it. ``attention_dp`` > 1: the budget of one
+    attention data-parallel rank of ``tp`` GPUs, ``weight_bytes`` the weights that rank holds
+    (``Architecture.rank_weight_bytes``); the same 10 % rule."""
     usable = int(tp * SPECS[hardware].memory_bytes * GPU_MEMORY_UTILISATION)
     if usable - weight_bytes < usable // 10:
         return None
     budget = kv_budget(hardware, tp, weight_bytes, weights)
+    if attention_dp > 1:
+        budget = replace(budget, note=f"one attention data-parallel rank of {attention_dp}: {budget.note} one rank "
+                         f"holds ({weight_bytes} bytes: every weight outside the routed experts, replicated in each "
+                         f"rank and sharded by TP within it, and 1/{attention_dp} of the routed experts, sharded "
+                         f"over all {tp * attention_dp} GPUs)")
     if replication == 1:
         return budget
     return replace(budget, kv_capacity_bytes=budget.kv_capacity_bytes // replication,
@@ -289,7 +304,7 @@ def fp8_attention(profile: Profile, est: Estimator, model_dir: Path) -> Profile:
     key = est.key
     try:
         fp8 = Estimator(EstimatorKey(model_dir, key.hardware, key.backend, key.backend_version, key.tp, key.weights,
-                                     "fp8", key.expert_parallel))
+                                     "fp8", key.expert_parallel, key.attention_dp))
         ratios = [fp8.attention_ms(b, c) / est.attention_ms(b, c) for b, c in FP8_POINTS]
     except Exception as exc:  # the estimator's own errors: no fp8-KV attention table for this GPU and head size
         return replace(profile, notes=(*profile.notes, "KV compression fp8: decode attention derived (the estimator "
@@ -305,9 +320,11 @@ def fp8_attention(profile: Profile, est: Estimator, model_dir: Path) -> Profile:
 def moe_notes(arch: Architecture, est: Estimator, tp: int, expert_parallel: bool, speculative: bool
               ) -> tuple[str, ...]:
     """What a mixture-of-experts profile's tables include, how its experts are laid out, what is not priced
-    (``speculative``: whether the profile prices speculative decoding)."""
+    (``speculative``: whether the profile prices speculative decoding). ``tp``: the GPUs the experts are sharded
+    over (with attention data parallelism, all tp x D of the replica's)."""
     m = arch.moe
     assert m is not None
+    dp = est.key.attention_dp
     layout = (f"expert parallel: each of the {tp} GPUs holds {m.experts / tp:g} whole experts (moe_tp 1, moe_ep "
               f"{tp}), tokens dispatched to their experts and combined back around each MoE layer" if expert_parallel
               else f"tensor parallel: every expert's matrices split over the {tp} GPUs (moe_tp {tp}, moe_ep 1)")
@@ -321,7 +338,14 @@ def moe_notes(arch: Architecture, est: Estimator, tp: int, expert_parallel: bool
          "No speculative section: no draft model is priced for this model." if not speculative else
          "The draft's weights are not deducted from the KV budget (as for every draft the simulator prices)."),
         "No attention data parallelism: vLLM's --data-parallel-size runs one scheduler and KV pool per attention "
-        "rank, which one replica's single batch and KV budget cannot express.",
+        "rank, which one replica's single batch and KV budget cannot express." if dp == 1 else
+        f"Attention data parallelism (vLLM's --data-parallel-size {dp}): a replica is {dp} ranks of "
+        f"{est.key.tp} GPU(s), {tp} in all (key.attention_dp); each rank runs attention for its own batch over its "
+        f"own KV pool, the MoE layers run over all {tp} GPUs, so the ranks step in lockstep. This profile is ONE "
+        "rank's: its step costs are the estimator's per-rank answers (attention_dp_size "
+        f"{dp}), which assume every rank carries the same batch (a rank's batch B puts {dp} x B tokens through "
+        "each MoE layer); its memory and KV budget are one rank's (its GPUs less the weights it holds: every "
+        f"non-expert weight, 1/{dp} of the experts).",
     )
 
 
@@ -340,12 +364,15 @@ def ring_coefficients(profile: Profile) -> tuple[dict[str, float], FitQuality]:
 
 def build_profile(model_name: str, model_dir: Path, hardware: str, tp: int, weights: str = "fp16",
                   kv: str = "fp16", backend: str = "vllm", backend_version: str | None = None,
-                  draft: tuple[str, Path, str, str] | None = None, expert_parallel: bool = False) -> Profile:
+                  draft: tuple[str, Path, str, str] | None = None, expert_parallel: bool = False,
+                  attention_dp: int = 1) -> Profile:
     """One profile for (model, GPU, backend, TP, precision) from the estimator (module docstring).
 
     ``draft``: (draft model name, its config folder, the acceptance pair, why that table) to price speculative
     decoding for; None leaves the profile without a speculative section. ``expert_parallel``: a mixture-of-experts
     model's experts sharded by EP over the TP group (``ProfileKey.expert_parallel``) rather than by TP.
+    ``attention_dp``: a mixture-of-experts replica of that many attention data-parallel ranks of ``tp`` GPUs
+    (``ProfileKey.attention_dp``); the profile is one rank's (module docstring).
 
     A mixture-of-experts model's tables come from the same estimator calls: it composes each MoE layer itself
     (the router, the grouped expert GEMMs by tokens per expert from its measured MoE kernel rows, the dispatch and
@@ -361,11 +388,21 @@ def build_profile(model_name: str, model_dir: Path, hardware: str, tp: int, weig
     arch = Architecture.from_config(model_name, model_dir)
     spec = SPECS[hardware]
     mspec = model_section(arch, weights, kv)
-    memory = kv_room(hardware, tp, mspec.weight_bytes, weights, arch.kv_replication(tp))
-    if memory is None:
-        raise InputError(str(model_dir), "tp", f"{model_name} ({mspec.weight_bytes / 1e9:.0f} GB of {weights} "
-                         f"weights) leaves under 10 % of {tp} x {spec.device_name} for KV")
-    est = Estimator(EstimatorKey(model_dir, hardware, backend, backend_version, tp, weights, kv, expert_parallel))
+    est_key = EstimatorKey(model_dir, hardware, backend, backend_version, tp, weights, kv, expert_parallel,
+                           attention_dp)  # the key's checks (values, a dense model with attention_dp) first
+    if attention_dp > 1:
+        held = arch.rank_weight_bytes(weights, attention_dp)
+        memory = kv_room(hardware, tp, held, weights, arch.kv_replication(tp), attention_dp)
+        if memory is None:
+            raise InputError(str(model_dir), "attention_dp", f"{model_name} ({held / 1e9:.0f} GB of {weights} "
+                             f"weights per attention data-parallel rank of {attention_dp}) leaves under 10 % of "
+                             f"{tp} x {spec.device_name} for KV")
+    else:
+        memory = kv_room(hardware, tp, mspec.weight_bytes, weights, arch.kv_replication(tp))
+        if memory is None:
+            raise InputError(str(model_dir), "tp", f"{model_name} ({mspec.weight_bytes / 1e9:.0f} GB of {weights} "
+                             f"weights) leaves under 10 % of {tp} x {spec.device_name} for KV")
+    est = Estimator(est_key)
     try:
         costs = {"prefill": prefill_table(est, arch.window), "decode": decode_table(est, arch.window)}
     except Exception as exc:  # the estimator's own errors (missing tables, flops) are its package's classes
@@ -405,8 +442,14 @@ def build_profile(model_name: str, model_dir: Path, hardware: str, tp: int, weig
             acceptance = acceptance_for_pair(pair)
             notes = (*notes, f"Speculative decoding priced for the draft {draft_name} at tp {tp} from the same "
                      f"tables; acceptance from {pair}: {why}.")
+    if attention_dp > 1 and speculative is not None:
+        notes = (*notes, f"The speculative section is one attention data-parallel rank's, as the step costs: each "
+                 f"rank drafts and verifies its own batch on its {tp} GPU(s); the verify pass is the same per-rank "
+                 f"estimator's (its MoE layers over all {tp * attention_dp} GPUs, every rank verifying as many "
+                 "tokens), " + ("the draft on the rank's GPUs." if draft is not None else
+                                "the MTP layer's share from the same per-rank tables."))
     profile = Profile(
-        key=ProfileKey(hardware, model_name, weights, tp, commit, expert_parallel), source="published",
+        key=ProfileKey(hardware, model_name, weights, tp, commit, expert_parallel, attention_dp), source="published",
         speculative=speculative, acceptance=acceptance,
         hardware=spec.hardware(f"Step costs from {PACKAGE}'s measured kernel tables for this GPU"), model=mspec,
         memory=memory, costs=costs,
@@ -414,7 +457,7 @@ def build_profile(model_name: str, model_dir: Path, hardware: str, tp: int, weig
                               CREATED_UTC),
         paging=paging_links(hardware, mspec.kv_bytes_per_token), notes=notes)
     if arch.moe is not None:
-        profile = replace(profile, notes=(*profile.notes, *moe_notes(arch, est, tp, expert_parallel,
+        profile = replace(profile, notes=(*profile.notes, *moe_notes(arch, est, est.key.gpus, expert_parallel,
                                                                    speculative is not None)))
     if arch.mla is not None:
         profile = replace(profile, notes=(*profile.notes, "No KV-compression section: its fp8, int8 and int4 modes "
@@ -445,11 +488,13 @@ def build_profile(model_name: str, model_dir: Path, hardware: str, tp: int, weig
 def weight_read_floor_ms(profile: Profile, all_experts: bool = False) -> float:
     """The least time a decode step can take: every GPU reads its share of the weights once at HBM peak. For a
     mixture-of-experts model the weights one token reads (``moe.active_weight_bytes``: top_k experts per layer),
-    the floor at batch 1; ``all_experts``: every expert's (what a large batch that routes to all of them reads)."""
+    the floor at batch 1; ``all_experts``: every expert's (what a large batch that routes to all of them reads).
+    With attention data parallelism the weights spread over all the replica's GPUs (``key.gpus``): a lower bound
+    still, as each rank holds the non-expert weights whole."""
     spec = SPECS[profile.key.hardware]
     moe = profile.model.moe
     read = moe.active_weight_bytes if moe is not None and not all_experts else profile.model.weight_bytes
-    return read / profile.key.tp / (spec.memory_tbps * 1e12) * 1e3
+    return read / profile.key.gpus / (spec.memory_tbps * 1e12) * 1e3
 
 
 def grid_error(profile: Profile, est: Estimator, points: list[tuple[str, int, int]]) -> float:

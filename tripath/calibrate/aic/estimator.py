@@ -5,7 +5,10 @@ real GPUs with real serving engines (vLLM, SGLang, TensorRT-LLM): GEMMs, context
 custom all-reduce and NCCL. Its Rust engine composes them into the latency of one serving iteration. This module
 is the only place that imports it; the simulator never does (profiles are built once, at build time).
 
-Questions asked (``Estimator``), all in ms for the whole tensor-parallel replica:
+Questions asked (``Estimator``), all in ms for the whole tensor-parallel replica; with attention data parallelism
+(``EstimatorKey.attention_dp`` D > 1: D ranks of ``tp`` GPUs, each running attention for its own batch, the MoE
+layers over all tp x D GPUs) for one rank, every one of the D ranks carrying the same batch (the estimator's
+assumption: its MoE operations see D x B tokens), so B below is the batch of one rank:
 - ``decode(B, L)``: one decode iteration of B sequences of L cached tokens each (``decode_step_latency(B, L, 1)``;
   its context is isl + osl/2, so osl = 1 reads L).
 - ``prefill(T, C)``: one iteration that prefills a chunk of T new tokens after C cached ones
@@ -61,7 +64,8 @@ class EstimatorKey:
     tp: int = 1
     weights: str = "fp16"
     kv: str = "fp16"
-    expert_parallel: bool = False  # MoE: experts sharded by EP over the TP group (moe_tp 1, moe_ep tp), not by TP
+    expert_parallel: bool = False  # MoE: experts sharded by EP over the replica's GPUs (moe_ep tp x D), not by TP
+    attention_dp: int = 1  # MoE: attention data-parallel ranks of tp GPUs each, the experts over all tp x D GPUs
 
     def __post_init__(self) -> None:
         if self.hardware not in SYSTEMS:
@@ -70,6 +74,9 @@ class EstimatorKey:
             raise InputError(None, "backend", f"must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
         if self.tp not in (1, 2, 4, 8):
             raise InputError(None, "tp", f"must be 1, 2, 4 or 8, got {self.tp!r}")
+        if self.attention_dp not in (1, 2, 4, 8) or self.tp * self.attention_dp > 8:
+            raise InputError(None, "attention_dp", f"must be 1, 2, 4 or 8 with tp x attention_dp at most 8 (one "
+                             f"node), got {self.attention_dp!r} at tp {self.tp}")
         if self.weights not in WEIGHTS:
             raise InputError(None, "weights", f"must be one of {', '.join(WEIGHTS)}, got {self.weights!r}")
         if self.kv not in KV_MODES:
@@ -81,6 +88,16 @@ class EstimatorKey:
     @property
     def system(self) -> str:
         return SYSTEMS[self.hardware]
+
+    @property
+    def gpus(self) -> int:
+        """The replica's GPUs: tp per attention data-parallel rank; the MoE layers run over all of them."""
+        return self.tp * self.attention_dp
+
+    def layout(self) -> str:
+        """tp N[, attention dp D][, expert parallel]: how the replica is laid out, for messages."""
+        return (f"tp {self.tp}" + (f", attention dp {self.attention_dp}" if self.attention_dp > 1 else "")
+                + (", expert parallel" if self.expert_parallel else ""))
 
 
 class Estimator:
@@ -95,12 +112,16 @@ class Estimator:
         arch = Architecture.from_config(key.model_dir.name, key.model_dir)
         gemm, moe = arch.quant_modes(key.weights, str(key.model_dir / "config.json"))
         layout: dict[str, object] = {}
-        if moe is not None:  # vLLM: experts sharded by TP, or by EP over the same GPUs (--enable-expert-parallel)
-            layout = {"moe_quant_mode": moe, "moe_tp_size": 1 if key.expert_parallel else key.tp,
-                      "moe_ep_size": key.tp if key.expert_parallel else 1}
-        elif key.expert_parallel:
-            raise InputError(str(key.model_dir / "config.json"), "expert_parallel", "only a mixture-of-experts "
-                             "model has experts to shard")
+        if moe is not None:  # vLLM: experts sharded by TP, or by EP (--enable-expert-parallel), over all tp x D GPUs
+            layout = {"moe_quant_mode": moe, "moe_tp_size": 1 if key.expert_parallel else key.gpus,
+                      "moe_ep_size": key.gpus if key.expert_parallel else 1}
+            if key.attention_dp > 1:
+                layout["attention_dp_size"] = key.attention_dp
+        elif key.expert_parallel or key.attention_dp > 1:
+            field = "expert_parallel" if key.expert_parallel else "attention_dp"
+            raise InputError(str(key.model_dir / "config.json"), field, "only a mixture-of-experts model has "
+                             "experts to shard" + ("" if key.expert_parallel else
+                                                   f" over data-parallel ranks (attention_dp {key.attention_dp})"))
         fp8 = key.weights == "fp8" or key.kv == "fp8"
         try:
             spec = compile_engine(str(key.model_dir), key.system, key.backend, key.backend_version, tp_size=key.tp,
@@ -108,8 +129,8 @@ class Estimator:
                                   fmha_quant_mode=FMHA_MODE, **layout)
         except (ValueError, KeyError, RuntimeError, FileNotFoundError) as exc:
             raise InputError(str(key.model_dir), "model", f"aiconfigurator-core cannot compile it for {key.system}/"
-                             f"{key.backend} tp {key.tp}{' ep' if key.expert_parallel else ''}"
-                             f"{' fp8' if fp8 else ''}: {exc}") from exc
+                             f"{key.backend} tp {key.tp}{f' dp {key.attention_dp}' if key.attention_dp > 1 else ''}"
+                             f"{' ep' if key.expert_parallel else ''}{' fp8' if fp8 else ''}: {exc}") from exc
         self._engine = EngineHandle(spec)
         self.backend_version = self._resolved_version()
 
@@ -159,30 +180,33 @@ class Estimator:
     def static(self, batch: int, isl: int, osl: int) -> tuple[float, float]:
         """The estimator's own static answer for a batch of ``batch`` identical requests, (TTFT, TPOT) in ms: the
         batch's context phase, and its generation phase per output token after the first
-        (``run_static`` -> (context_ms, generation_ms, total_ms))."""
+        (``run_static`` -> (context_ms, generation_ms, total_ms)). With attention data parallelism ``batch`` is one
+        rank's (every rank carries as many: batch x attention_dp requests in all)."""
         context_ms, generation_ms, _ = self._engine.run_static(batch_size=int(batch), isl=int(isl), osl=int(osl))
         return float(context_ms), float(generation_ms) / max(1, osl - 1)
 
     def describe(self) -> str:
         k = self.key
         return (f"{PACKAGE} {self.package_version}, system {k.system}, backend {k.backend} {self.backend_version}, "
-                f"tp {k.tp}{', expert parallel' if k.expert_parallel else ''}, weights {k.weights}, KV {k.kv}")
+                f"{k.layout()}, weights {k.weights}, KV {k.kv}")
 
 
 @cache
 def compiled(model_dir: Path, hardware: str, backend: str, tp: int, weights: str, version: str,
-             expert_parallel: bool = False) -> Estimator:
+             expert_parallel: bool = False, attention_dp: int = 1) -> Estimator:
     """An estimator for a measured run's settings, compiled once per process: with the run's backend version when
     the package accepts it (only its current / previous / next slots are queryable), else its current one
-    (``backend_version`` says which). ``expert_parallel``: a mixture-of-experts run's experts by EP over the TP
-    group (``EstimatorKey.expert_parallel``)."""
+    (``backend_version`` says which). ``expert_parallel``: a mixture-of-experts run's experts by EP over the
+    replica's GPUs (``EstimatorKey.expert_parallel``); ``attention_dp``: its attention data-parallel ranks
+    (``EstimatorKey.attention_dp``)."""
     if version:
         try:
             return Estimator(EstimatorKey(model_dir, hardware, backend, version, tp, weights,
-                                          expert_parallel=expert_parallel))
+                                          expert_parallel=expert_parallel, attention_dp=attention_dp))
         except InputError:
             pass
-    return Estimator(EstimatorKey(model_dir, hardware, backend, None, tp, weights, expert_parallel=expert_parallel))
+    return Estimator(EstimatorKey(model_dir, hardware, backend, None, tp, weights, expert_parallel=expert_parallel,
+                                  attention_dp=attention_dp))
 
 
 def time_by_source(ops: list[tuple[str, float, str]]) -> Counter[str]:

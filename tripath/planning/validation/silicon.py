@@ -12,22 +12,33 @@ DeepSeek-R1 has DeepSeek-V3's architecture and is served with its profiles), on 
 (``SYSTEMS``), served by vLLM or SGLang. Covered (``load_rows``): 16-bit or fp8 weights (gpt-oss-120b's rows, which
 the sample labels ``nvfp4``, are its own mxfp4 checkpoint: tripath's "fp4"), one replica of tp 1, 2, 4 or 8 GPUs
 with the experts sharded by TP (``moe_tp_size == tp_size``, ``moe_ep_size == 1``) or by expert parallelism over
-the same GPUs (``moe_ep_size == tp_size``, ``moe_tp_size == 1``, the ``-ep`` profiles) and no attention data
-parallelism, and a shipped profile for the row's layout. Every other in-scope row is counted, with the reason,
-by ``not_covered`` (the doc's second table).
+the same GPUs (``moe_ep_size == tp_size``, ``moe_tp_size == 1``, the ``-ep`` profiles), and a shipped profile for
+the row's layout. Attention data parallelism is covered too (a mixture-of-experts replica of D ranks of
+``tp_size`` GPUs, the experts over all D x tp of them: the ``-dpD`` profiles, one rank's each): D is
+``attention_dp_size``, or, where the sample leaves it blank (the H200 Qwen3-235B vLLM rows), the experts' GPUs
+``moe_tp_size x moe_ep_size`` over ``tp_size`` (tp 1 with moe_tp 2 is D = 2, tp 2 with moe_tp 4 is D = 2), the
+experts again by TP (``moe_ep_size == 1``) or by EP (``moe_tp_size == 1``) over the D x tp GPUs. Every other
+in-scope row is counted, with the reason, by ``not_covered`` (the doc's second table).
+
+An assumption, aiconfigurator-core's convention: with attention data parallelism a row's ``batch_size`` is per DP
+rank (its own results report ``concurrency = batch_size x attention_dp_size``), so the measured load is
+``users = batch_size x D`` clients; the sample does not say how its runs counted them.
 
 Each row is answered twice, and neither answer is adjusted to the measurement:
 
-- tripath: the row's aic profile (``profile_name``), a closed loop of ``users = concurrency``, fixed lengths,
+- tripath: the row's aic profile (``profile_name``), a closed loop of ``users = batch_size x D`` (``users``; D 1
+  without attention DP) on one replica of tp x D GPUs, fixed lengths,
   chunked batching with recompute preemption (vLLM V1 and SGLang both chunk prefills and preempt by recompute),
   ``max_batched_tokens`` 8,192 (vLLM V1's API-server default on GPUs of 70 GiB or more, SGLang's
-  ``chunked_prefill_size`` on 80-160 GB GPUs) and ``max_batch_size`` max(256, concurrency) so the batch never
-  caps the load. ``requests_for`` requests; the first ``concurrency`` (sent together at t = 0) are warm-up and
-  dropped. TTFT counts from the send, TPOT is per request (finish - first token) / (osl - 1), both averaged.
-- the estimator: ``run_static(batch_size=concurrency, isl, osl)`` -> (context_ms, generation_ms, total): TTFT =
-  context_ms (the whole batch prefilled together), TPOT = generation_ms / (osl - 1). It is compiled with the
-  row's backend version when the package accepts it, else its current version for that system and backend
-  (``estimator_version`` in the output says which).
+  ``chunked_prefill_size`` on 80-160 GB GPUs) and ``max_batch_size`` max(256, batch_size) (per rank) so the
+  batch never caps the load. ``requests_for(users)`` requests; the first ``users`` (sent together at t = 0) are
+  warm-up and dropped. TTFT counts from the send, TPOT is per request (finish - first token) / (osl - 1), both
+  averaged.
+- the estimator: ``run_static(batch_size, isl, osl)`` -> (context_ms, generation_ms, total): TTFT =
+  context_ms (the whole batch prefilled together), TPOT = generation_ms / (osl - 1); with attention DP compiled
+  for the row's D (attention_dp_size, the experts over tp x D GPUs), ``batch_size`` per rank. It is compiled
+  with the row's backend version when the package accepts it, else its current version for that system and
+  backend (``estimator_version`` in the output says which).
 """
 
 from __future__ import annotations
@@ -73,7 +84,7 @@ MAX_BATCHED_TOKENS = 8192
 MIN_REQUESTS = 40
 SIGNIFICANT = 6
 COLUMNS = ("id", "system", "backend", "backend_version", "model_path", "gemm_quant_mode", "tp", "moe_tp", "moe_ep",
-           "concurrency",
+           "attention_dp", "concurrency",
            "isl", "osl", "profile", "requests", "silicon_ttft_ms", "silicon_tpot_ms", "tripath_ttft_ms",
            "tripath_ttft_median_ms", "tripath_tpot_ms", "estimator_version", "estimator_ttft_ms",
            "estimator_tpot_ms", "tripath_ttft_err", "tripath_tpot_err", "estimator_ttft_err", "estimator_tpot_err")
@@ -99,18 +110,27 @@ class SiliconRow:
     model_path: str
     gemm_quant_mode: str  # "" when the checkpoint's own (16-bit) weights
     tp: int
-    concurrency: int  # the sample's batch_size: concurrent client users
+    concurrency: int  # the sample's batch_size: concurrent client users (per attention data-parallel rank)
     isl: int
     osl: int
     ttft_ms: float  # measured means
     tpot_ms: float
     moe_tp: int = 0  # a mixture-of-experts row's expert sharding (0: a dense model, none given)
     moe_ep: int = 0
+    attention_dp: int = 1  # attention data-parallel ranks of tp GPUs (``rank_count``)
 
     @property
     def expert_parallel(self) -> bool:
-        """Experts sharded by expert parallelism over the TP group (the ``-ep`` profiles); at tp 1 both are one."""
-        return self.tp > 1 and self.moe_ep == self.tp
+        """Experts sharded by expert parallelism over the replica's tp x D GPUs (the ``-ep`` profiles); over one GPU
+        both are one."""
+        gpus = self.tp * self.attention_dp
+        return gpus > 1 and self.moe_ep == gpus
+
+    @property
+    def users(self) -> int:
+        """Concurrent clients of the closed loop: ``batch_size`` per attention data-parallel rank (module
+        docstring: aiconfigurator-core's convention, an assumption)."""
+        return self.concurrency * self.attention_dp
 
     @property
     def model(self) -> str:
@@ -134,7 +154,7 @@ class SiliconRow:
     @property
     def profile(self) -> str:
         return profile_name(MODELS[self.model].short, self.hardware, self.tp, self.weights, self.backend,
-                            self.expert_parallel)
+                            self.expert_parallel, self.attention_dp)
 
 
 def _in_scope(raw: dict[str, str]) -> bool:
@@ -146,12 +166,25 @@ def _int(value: str, default: int) -> int:
     return int(float(value)) if value.strip() else default
 
 
+def rank_count(raw: dict[str, str]) -> int:
+    """A mixture-of-experts row's attention data-parallel ranks: ``attention_dp_size``, or where it is blank the
+    experts' GPUs (moe_tp x moe_ep) over tp_size when they are a whole multiple of it (else 1: ``uncovered_reason``
+    says why); 1 for a dense model."""
+    if not MODELS[MODEL_PATHS[raw["model_path"]][0]].moe:
+        return 1
+    if raw["attention_dp_size"].strip():
+        return _int(raw["attention_dp_size"], 1)
+    tp, experts = _int(raw["tp_size"], 1), _int(raw["moe_tp_size"], 1) * _int(raw["moe_ep_size"], 1)
+    return experts // tp if experts % tp == 0 and experts > tp else 1
+
+
 def _row(raw: dict[str, str]) -> SiliconRow:
     moe = MODELS[MODEL_PATHS[raw["model_path"]][0]].moe
     return SiliconRow(raw["id"], raw["system"], raw["backend"], raw["backend_version"], raw["model_path"],
                       raw["gemm_quant_mode"], _int(raw["tp_size"], 1), int(float(raw["batch_size"])),
                       int(raw["isl"]), int(raw["osl"]), float(raw["silicon_ttft_ms"]), float(raw["silicon_tpot_ms"]),
-                      _int(raw["moe_tp_size"], 1) if moe else 0, _int(raw["moe_ep_size"], 1) if moe else 0)
+                      _int(raw["moe_tp_size"], 1) if moe else 0, _int(raw["moe_ep_size"], 1) if moe else 0,
+                      rank_count(raw))
 
 
 def uncovered_reason(raw: dict[str, str], profiles_dir: Path = PROFILES_DIR) -> str | None:
@@ -167,10 +200,12 @@ def uncovered_reason(raw: dict[str, str], profiles_dir: Path = PROFILES_DIR) -> 
         return f"tp {tp}: more GPUs than one 8-GPU replica"
     row = _row(raw)
     if MODELS[row.model].moe:
-        dp = _int(raw["attention_dp_size"], 1)
-        if dp > 1 or row.moe_tp * row.moe_ep != tp:
-            return (f"attention data parallel (tp {tp}, attention dp {raw['attention_dp_size'] or '-'}, "
-                    f"moe tp {row.moe_tp} x ep {row.moe_ep}): not modelled")
+        dp = row.attention_dp
+        if row.moe_tp * row.moe_ep != tp * dp:
+            return (f"experts over moe tp {row.moe_tp} x ep {row.moe_ep} GPUs, not the replica's tp {tp} x "
+                    f"attention dp {raw['attention_dp_size'] or '-'}: not modelled")
+        if dp not in TPS or tp * dp > max(TPS):
+            return f"attention dp {dp} x tp {tp}: more GPUs than one 8-GPU replica"
         if not (row.moe_ep == 1 or row.moe_tp == 1):
             return f"experts by TP {row.moe_tp} x EP {row.moe_ep}: not modelled"
     if not (profiles_dir / f"{row.profile}.json").is_file():
@@ -220,21 +255,23 @@ def not_covered_table(path: Path | None = None) -> str:
 
 
 def requests_for(concurrency: int) -> int:
-    """4 x concurrency, at least MIN_REQUESTS: the first ``concurrency`` are warm-up, the rest steady state."""
+    """4 x the closed loop's users (``concurrency``), at least MIN_REQUESTS: the first ``concurrency`` are warm-up,
+    the rest steady state."""
     return max(MIN_REQUESTS, 4 * concurrency)
 
 
 def row_scenario(row: SiliconRow) -> dict[str, object]:
-    """The row as a scenario (a parsed-TOML dict): closed loop, fixed lengths, one replica of tp GPUs."""
+    """The row as a scenario (a parsed-TOML dict): closed loop of ``row.users``, fixed lengths, one replica of tp
+    x D GPUs (the profile's attention data-parallel ranks)."""
     return {
         "name": f"silicon-{row.id}",
         "description": f"aiconfigurator-core silicon sample row {row.id}",
-        "workload": {"requests": requests_for(row.concurrency),
-                     "arrival": {"kind": "closed", "users": row.concurrency},
+        "workload": {"requests": requests_for(row.users),
+                     "arrival": {"kind": "closed", "users": row.users},
                      "tasks": {"dialogue": 1.0},
                      "prompt_tokens": {"kind": "fixed", "value": row.isl},
                      "output_tokens": {"kind": "fixed", "value": row.osl}},
-        "cluster": {"gpus": row.tp},
+        "cluster": {"gpus": row.tp * row.attention_dp},
         "batching": {"policy": "chunked", "preemption": "recompute", "max_batch_size": max(256, row.concurrency),
                      "max_batched_tokens": MAX_BATCHED_TOKENS},
     }
@@ -251,9 +288,9 @@ class Simulated:
 
 
 def simulate_row(row: SiliconRow, profile: Profile, seed: int = 0) -> Simulated:
-    """Simulate the row on ``profile``; requests sent in the warm-up (id < concurrency) are dropped."""
+    """Simulate the row on ``profile``; requests sent in the warm-up (id < users) are dropped."""
     result = simulate(scenario_from_dict(row_scenario(row), None), profile, seed=seed)
-    records = [r for r in result.runs[0].records if r.completed and r.request_id >= row.concurrency]
+    records = [r for r in result.runs[0].records if r.completed and r.request_id >= row.users]
     if not records:
         raise InputError(row.id, "requests", "no request completed after the warm-up")
     ttft = np.array([(r.first_token_s - r.arrival_s) * 1e3 for r in records])
@@ -294,6 +331,7 @@ def evaluate(row: SiliconRow, estimator: EstimatorAnswer) -> dict[str, str]:
         "id": row.id, "system": row.system, "backend": row.backend, "backend_version": row.backend_version,
         "model_path": row.model_path, "gemm_quant_mode": row.gemm_quant_mode, "tp": row.tp,
         "moe_tp": row.moe_tp or "", "moe_ep": row.moe_ep or "",
+        "attention_dp": row.attention_dp if row.moe_tp else "",
         "concurrency": row.concurrency, "isl": row.isl, "osl": row.osl, "profile": row.profile,
         "requests": sim.requests, "silicon_ttft_ms": row.ttft_ms, "silicon_tpot_ms": row.tpot_ms,
         "tripath_ttft_ms": sim.ttft_mean, "tripath_ttft_median_ms": sim.ttft_median, "tripath_tpot_ms": sim.tpot_mean,
