@@ -9,6 +9,9 @@ from tests.timing import slack
 from tripath.planning.cache import ResultCache
 from tripath.planning.executor import LocalPoolExecutor, make_executor
 from tripath.planning.sweep import make_job, run_job, run_sweep
+from tripath.simulator.runner import simulate
+from tripath.simulator.scenario.scenario import scenario_from_dict
+from tripath.simulator.summary import summary
 
 
 def scenario(rate: float, wait_ms: float = 0.0) -> dict:
@@ -138,3 +141,39 @@ def test_a_stopped_pool_drops_the_jobs_it_had_not_started(tmp_path) -> None:
     assert not set(multiprocessing.active_children()) - others, "the pool's workers did not exit"
     ran = sum(1 for p in paths if (tmp_path / p).exists())
     assert 1 <= ran <= 8, ran  # the jobs handed to a worker before the stop, not all 20
+
+
+def test_an_sla_change_reuses_the_simulations_and_judges_them_anew(tmp_path):
+    """The cache keys a simulation without its SLA: the same jobs under new targets run nothing, and their judged
+    outcomes are exactly what simulating them afresh under those targets gives."""
+    cache = ResultCache(tmp_path)
+    run_sweep(jobs(), CountingExecutor(), cache)
+    looser = []
+    for rate in (0.5, 1.0, 2.0):
+        data = scenario(rate)
+        data["sla"] = {"ttft_p99_ms": 900.0, "tpot_p99_ms": 40.0}
+        looser.append(make_job(data, None, PROFILE, seed=3, replications=2))
+    again = CountingExecutor()
+    judged = [o.data for o in run_sweep(looser, again, cache)]
+    assert again.jobs == 0
+    assert judged == [run_job(job) for job in looser]
+    assert judged[0]["sla_targets_ms"] == {"ttft": 900.0, "tpot": 40.0, "e2e": None}
+    assert 0.0 <= judged[2]["attainment"]["all"] <= judged[2]["attainment"]["ttft"] <= 1.0
+    # the shares are the simulator summary's, counted from the stored latencies
+    data = scenario(2.0)
+    data["sla"] = {"ttft_p99_ms": 900.0, "tpot_p99_ms": 40.0}
+    result = simulate(scenario_from_dict(data, None), PROFILE, seed=3, replications=2)
+    assert judged[2]["attainment"] == {term: (a or {}).get("mean")
+                                       for term, a in summary(result)["sla"]["attainment"].items()}
+
+
+def test_an_sla_steered_policy_keys_on_the_sla():
+    """The adaptive policy steers by the SLA, so its simulations are keyed with it."""
+    a, b = scenario(1.0), scenario(1.0)
+    for data, ttft in ((a, 3000.0), (b, 2000.0)):
+        data["batching"] = {"policy": "adaptive", "max_batch_size": 8}
+        data["sla"] = {"ttft_p99_ms": ttft}
+    assert make_job(a, None, PROFILE).key() != make_job(b, None, PROFILE).key()
+    plain = scenario(1.0)
+    plain["sla"] = {"ttft_p99_ms": 2000.0}
+    assert make_job(plain, None, PROFILE).key() == make_job(scenario(1.0), None, PROFILE).key()

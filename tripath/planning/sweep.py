@@ -13,6 +13,7 @@ no latency to put in a percentile, but it did not meet the SLA either).
 
 from __future__ import annotations
 
+import base64
 import json
 import math
 import sys
@@ -36,6 +37,9 @@ from tripath.simulator.scenario.scenario import scenario_from_dict
 from tripath.simulator.scenario.traces import load_trace
 from tripath.simulator.summary import summary
 
+# what a cache entry holds (``simulate_job``): bumped when its shape changes, so an older entry is never read
+ENTRY_FORMAT = 2
+
 
 @dataclass(frozen=True)
 class Job:
@@ -49,8 +53,19 @@ class Job:
     window_s: float | None = None  # P99 per window of arrival time, for transients
 
     def key(self) -> str:
-        return cache_key({"scenario": json.loads(self.scenario_json), "profile": json.loads(self.profile_json),
-                          "seed": self.seed, "replications": self.replications, "window_s": self.window_s})
+        """The cache key of the simulation: without the scenario's SLA, which only judges its outcome
+        (``judge``), unless the batching policy steers by it ("adaptive"), so an SLA change reuses every
+        simulation already run."""
+        scenario = json.loads(self.scenario_json)
+        if scenario.get("batching", {}).get("policy") != "adaptive":
+            scenario.pop("sla", None)
+        return cache_key({"scenario": scenario, "profile": json.loads(self.profile_json), "seed": self.seed,
+                          "replications": self.replications, "window_s": self.window_s, "entry": ENTRY_FORMAT})
+
+    def targets_ms(self) -> dict[str, float | None]:
+        """The scenario's SLA P99 targets (ms) by term, None where not given."""
+        sla = json.loads(self.scenario_json).get("sla", {})
+        return {term: None if sla.get(f"{term}_p99_ms") is None else float(sla[f"{term}_p99_ms"]) for term in TERMS}
 
 
 def make_job(data: dict[str, Any], source: str | None, profile: Profile, seed: int = 0, replications: int = 1,
@@ -109,7 +124,69 @@ def _windows(runs_records: list[Sequence[metrics.RequestRecord]], window_s: floa
 
 
 def run_job(job: Job) -> dict[str, Any]:
-    """Simulate one job and return its JSON-ready outcome (a module-level function: picklable).
+    """Simulate one job and return its JSON-ready outcome, judged against its SLA (``simulate_job``, then
+    ``judge``)."""
+    return judge(simulate_job(job), job)
+
+
+def judge(entry: dict[str, Any], job: Job) -> dict[str, Any]:
+    """The outcome of a simulation (``simulate_job``'s entry, from the cache or just run) judged against the job's
+    SLA: its targets, the share of requests that met each term and all of them (``attainment``, mean over
+    replications, as the simulator's summary counts it: tripath/simulator/tally.py), each term's P99 margin to its
+    target, and whether it meets the SLA (module docstring). An error entry is returned as it is."""
+    if "error" in entry:
+        return entry
+    data = dict(entry["outcome"])
+    targets = job.targets_ms()
+    p99 = data["p99_ms"]
+    margins = {term: (None if targets[term] is None or p99[term]["mean"] is None
+                      else (targets[term] - p99[term]["mean"]) / targets[term]) for term in TERMS}
+    given = [m for term, m in margins.items() if targets[term] is not None]
+    data["sla_targets_ms"] = targets
+    data["attainment"] = _attainment(entry["tails"], targets)
+    data["sla_margin"] = min(given) if given and all(m is not None for m in given) else None
+    data["meets_sla"] = data["rejected_share"] <= MAX_REJECTED and all(m is not None and m >= 0.0 for m in given)
+    return data
+
+
+def _attainment(tails: list[dict[str, Any]], targets_ms: dict[str, float | None]) -> dict[str, float | None]:
+    """metrics.sla_attainment from each replication's stored latencies: the share of arrived requests whose term
+    is at or under its target (seconds, as the simulator compares them), and of those meeting every given term."""
+    given = [(term, ms / 1000.0) for term, ms in targets_ms.items() if ms is not None]
+    shares: dict[str, list[float]] = {term: [] for term, _ in given}
+    every: list[float] = []
+    for tail in tails:
+        arrived = int(tail["arrived"])
+        values = {term: np.frombuffer(base64.b64decode(tail[term]), dtype=np.float64) for term, _ in given}
+        met_all = np.ones(len(next(iter(values.values()))) if values else 0, dtype=bool)
+        for term, target in given:
+            met = values[term] <= target
+            shares[term].append(int(met.sum()) / arrived if arrived else math.nan)
+            met_all &= met
+        every.append(int(met_all.sum()) / arrived if arrived else math.nan)
+    out: dict[str, float | None] = {term: None for term in TERMS}
+    for term, values_of in shares.items():
+        out[term] = metrics.estimate(values_of, high=1.0)["mean"]
+    out["all"] = metrics.estimate(every, high=1.0)["mean"] if given else None
+    return out
+
+
+def _tails(records: Sequence[Any]) -> dict[str, Any]:
+    """One replication's completed requests' TTFT, TPOT and E2E (seconds, float64, base64; a request of one output
+    token has no interval to miss: TPOT -inf) and its arrived count: what ``judge`` needs for any SLA."""
+    done = metrics.completed(records)
+    ttft = np.array([r.first_token_s - r.arrival_s for r in done], dtype=np.float64)
+    e2e = np.array([r.finish_s - r.arrival_s for r in done], dtype=np.float64)
+    tpot = np.array([(r.finish_s - r.first_token_s) / (r.output_tokens - 1) if r.output_tokens >= 2 else -math.inf
+                     for r in done], dtype=np.float64)
+    return {"arrived": len(records),
+            **{term: base64.b64encode(values.tobytes()).decode() for term, values in
+               (("ttft", ttft), ("tpot", tpot), ("e2e", e2e))}}
+
+
+def simulate_job(job: Job) -> dict[str, Any]:
+    """Simulate one job (a module-level function: picklable) and return its cache entry: the SLA-free outcome and
+    each replication's latencies (``judge`` turns it into what planning reads).
 
     A scenario the simulator refuses (a strategy the profile cannot support, a field this
     simulator does not know yet) gives ``{"error": "<file: field: problem>"}``, not an exception:
@@ -124,14 +201,9 @@ def run_job(job: Job) -> dict[str, Any]:
     report = summary(result)
     records = [run.records for run in result.runs]
     latency = report["latency_ms"]
-    targets = report["sla"]["targets_ms"]
     counts = report["counts"]
     rejected_share = counts["rejected"] / counts["arrived"] if counts["arrived"] else 0.0
     p99 = {term: latency[term]["p99"] for term in TERMS}
-    margins = {term: (None if targets[term] is None or p99[term]["mean"] is None
-                      else (targets[term] - p99[term]["mean"]) / targets[term]) for term in TERMS}
-    given = [m for term, m in margins.items() if targets[term] is not None]
-    meets = rejected_share <= MAX_REJECTED and all(m is not None and m >= 0.0 for m in given)
     gpus = int(scenario.cluster.gpus)
     gpu_hours = []
     for recs in records:
@@ -154,13 +226,9 @@ def run_job(job: Job) -> dict[str, Any]:
                                   for term in TERMS},
         # the tails verdicts are decided on (tripath/planning/decision.py): warm-up arrivals left out
         "p99_steady_ms_by_replication": steady_p99s(records),
-        "sla_targets_ms": {term: targets[term] for term in TERMS},
-        "attainment": {term: (a or {}).get("mean") for term, a in report["sla"]["attainment"].items()},
         "counts": counts,
         "rejected_share": rejected_share,
         "reject_reasons": report["reject_reasons"],
-        "sla_margin": min(given) if given and all(m is not None for m in given) else None,
-        "meets_sla": meets,
         "throughput_rps": report["throughput"]["requests_per_s"]["mean"],
         "output_tokens_per_s": report["throughput"]["output_tokens_per_s"]["mean"],
         "gpu_hours_per_1k": metrics.estimate(gpu_hours)["mean"],
@@ -177,7 +245,7 @@ def run_job(job: Job) -> dict[str, Any]:
                                 "ttft_p50_ms": {group: prefix["ttft_ms"][group]["p50"]["mean"]
                                                 for group in ("cached", "uncached")},
                                 **({"note": prefix["note"]} if "note" in prefix else {})}
-    return _json_ready(data)
+    return {"outcome": _json_ready(data), "tails": [_tails(recs) for recs in records]}
 
 
 def _json_ready(value: Any) -> Any:
@@ -224,12 +292,12 @@ def run_sweep(jobs: Sequence[Job], executor: Executor | None = None, cache: Resu
                 found[key] = hit
     todo = {key: job for key, job in zip(keys, jobs, strict=True) if key not in found}
     with tqdm(total=len(todo), desc=desc, file=sys.stderr, disable=None, leave=False) as bar:
-        results = executor.map(run_job, list(todo.values()), progress=bar)
+        results = executor.map(simulate_job, list(todo.values()), progress=bar)
     for key, value in zip(todo, results, strict=True):
         found[key] = value
-        if cache is not None:
+        if cache is not None and "error" not in value:  # a refusal may be the SLA's own: never shared by the key
             cache.put(key, value)
-    return [Outcome(found[key]) for key in keys]
+    return [Outcome(judge(found[key], job)) for key, job in zip(keys, jobs, strict=True)]
 
 
 def run_cached(job: Job, cache_dir: str | None = None) -> Outcome:
@@ -238,7 +306,7 @@ def run_cached(job: Job, cache_dir: str | None = None) -> Outcome:
     key = job.key()
     hit = cache.get(key) if cache is not None else None
     if hit is None:
-        hit = run_job(job)
-        if cache is not None:
+        hit = simulate_job(job)
+        if cache is not None and "error" not in hit:
             cache.put(key, hit)
-    return Outcome(hit)
+    return Outcome(judge(hit, job))
