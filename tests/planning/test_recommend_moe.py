@@ -18,6 +18,9 @@ ANSWERS = {
     "aic-deepseek-v3-tp8-h200-fp8": "deepseek-ai/DeepSeek-V3",
     "aic-gpt-oss-120b-tp8-h100-fp4": "openai/gpt-oss-120b",
     "aic-llama3.1-70b-tp4-h100-fp8": "meta-llama/Llama-3.1-70B",
+    # attention data parallel: 8 ranks of one GPU, the experts by EP over all 8
+    "aic-qwen3-235b-a22b-dp8-h200-fp8-ep": "Qwen/Qwen3-235B-A22B-FP8",
+    "aic-deepseek-v3-dp8-h200-fp8-ep": "deepseek-ai/DeepSeek-V3",
 }
 FAST = SearchOptions(replications=2, max_replicas=2, with_robustness=False, candidate_names=["baseline"],
                      batch_sizes=())
@@ -54,6 +57,8 @@ def test_every_named_model_gets_a_sized_answer_and_its_serving_command(name):
     key = resolve_profile(name).key
     assert summary["layout"]["profile"] == name and summary["replicas"] >= 1
     assert summary["layout"]["expert_parallel"] == key.expert_parallel and summary["layout"]["weights"] == key.dtype
+    assert summary["layout"]["attention_dp"] == key.attention_dp
+    assert summary["gpus"] == summary["replicas"] * key.gpus  # a replica is tp x attention_dp GPUs
     vllm = recommended_suggestion(rec, resolve_profile(name), chat())
     sglang = recommended_sglang(rec, resolve_profile(name), chat())
     assert vllm is not None and sglang is not None

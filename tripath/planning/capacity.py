@@ -86,11 +86,8 @@ class SearchSpec:
 def sized_job(spec: SearchSpec, replicas: int, rate: float, requests: int | None = None) -> Job:
     """The simulation of ``replicas`` replicas of the spec's candidate at ``rate`` req/s (its cluster sized to them),
     of ``requests`` requests per replication when given (a decision stage: the rule's replications too)."""
-    profile = json.loads(spec.profile_json)
-    tp = int(profile["key"]["tp"])
-    degree = int(spec.candidate.strategy.get("sequence_parallel", {}).get("degree", 1))
     data = spec.candidate.apply(json.loads(spec.scenario_json))
-    data = with_fields(with_rate(data, rate), {"cluster.gpus": replicas * tp * degree})
+    data = with_fields(with_rate(data, rate), {"cluster.gpus": replicas * _replica_gpus(spec)})
     replications = spec.replications
     if requests is not None:
         data = with_requests(data, requests)
@@ -281,9 +278,15 @@ def cost_estimate(spec: SearchSpec) -> float:
         per_iteration = needs_stepper(scenario_from_dict(data, spec.source))
     except (InputError, ValueError):
         return 0.0
-    tp = int(json.loads(spec.profile_json)["key"]["tp"])
+    return spec.max_replicas * _replica_gpus(spec) * (PER_ITERATION_COST if per_iteration else 1.0)
+
+
+def _replica_gpus(spec: SearchSpec) -> int:
+    """GPUs of one replica of the spec's candidate (Candidate.gpus_per_replica, from the profile's JSON key): tp x
+    attention data-parallel ranks x the sequence-parallel degree."""
+    key = json.loads(spec.profile_json)["key"]
     degree = int(spec.candidate.strategy.get("sequence_parallel", {}).get("degree", 1))
-    return spec.max_replicas * tp * degree * (PER_ITERATION_COST if per_iteration else 1.0)
+    return int(key["tp"]) * int(key.get("attention_dp", 1)) * degree
 
 
 def run_searches(specs: Sequence[SearchSpec], data: dict[str, Any], source: str | None,
