@@ -92,8 +92,6 @@ def sized_job(spec: SearchSpec, replicas: int, rate: float, requests: int | None
     if requests is not None:
         data = with_requests(data, requests)
         replications = spec.rule.replications if spec.rule is not None else replications
-        if data.get("batching", {}).get("policy") != "adaptive":  # only the adaptive policy steers by the SLA
-            data = with_fields(data, {"sla": None})  # so a stage's cache entry serves any SLA (judged after)
     scenario_json = canonical(data)
     return Job(scenario_json, spec.source, spec.profile_json, spec.seed, replications)
 

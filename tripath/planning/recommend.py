@@ -137,7 +137,7 @@ def row_terms(row: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 def row_margin(row: dict[str, Any]) -> float | None:
     """The row's SLA margin: its binding term's (target - P99) / target, from its verdict when it was decided by
-    the rule (the verdict judged the scenario's SLA; a stage simulated for any SLA carries none), else the outcome's."""
+    the rule (the verdict judges the steady tails with confidence), else the outcome's."""
     if row.get("verdict") is None:
         return (row.get("outcome") or {}).get("sla_margin")
     terms = row_terms(row)
