@@ -8,13 +8,16 @@ import dataclasses
 import numpy as np
 import pytest
 
-from tests.helpers import bits, poisson_requests, tick_costs
+from tests.helpers import bits, poisson_requests, smooth_costs, tick_costs
 from tests.simulator.loop.test_streaming import arrays_of
 from tripath.core.request import RequestSpec
 from tripath.simulator.costs import IterationCost
-from tripath.simulator.loop.cluster import ClusterConfig, simulate_requests
+from tripath.simulator.loop.batching import Chunked, Continuous
+from tripath.simulator.loop.cluster import Cluster, ClusterConfig, simulate_requests
 from tripath.simulator.loop.replica import ReplicaConfig
+from tripath.simulator.loop.stepper import StepperConfig, StepperSetup
 from tripath.simulator.loop.streaming import StreamingCluster
+from tripath.simulator.step_model import BaselineStep
 
 
 def ms_costs() -> IterationCost:
@@ -93,6 +96,76 @@ def test_streamed_cluster_gives_the_same_records() -> None:
     result = StreamingCluster(arrays_of(requests), config, tick_costs(), streamed.append).run()
     assert bits(sorted(streamed, key=lambda r: r.request_id)) == bits(held.records)
     assert result.replicas == held.replicas
+
+
+def counted(cluster) -> tuple[object, int]:
+    """Run ``cluster``, counting the SimPy events its clock processes."""
+    env, steps = cluster.env, [0]
+    step = env.step
+
+    def counting() -> None:
+        steps[0] += 1
+        step()
+    env.step = counting
+    return cluster.run(), steps[0]
+
+
+def padded_costs() -> IterationCost:
+    """tick_costs with padded attention (keys: the longest context, in 16-token blocks, times the batch)."""
+    ticks = tick_costs()
+    return IterationCost(ticks.prefill_ms, ticks.decode_ms, block_tokens=16)
+
+
+@pytest.mark.parametrize(("seed", "n", "rate", "prompt", "output", "on_ticks", "replicas", "ranks", "replica",
+                          "make_cost"), [
+    (1, 150, 2.0, 600, 120, False, 1, 2, ReplicaConfig(16, 1024, 1 << 22, 2), tick_costs),  # light: ranks sleep
+    (2, 400, 60.0, 2000, 200, False, 2, 4, ReplicaConfig(16, 1024, 1 << 22, 2), tick_costs),  # loaded
+    (3, 300, 80.0, 900, 150, True, 2, 3, ReplicaConfig(8, 512, 3000 * 2, 2), tick_costs),  # on ticks, KV binds
+    (4, 300, 25.0, 700, 300, True, 3, 2, ReplicaConfig(32, 2048, 1 << 22, 2), tick_costs),  # ticks, room
+    (5, 300, 40.0, 1500, 250, False, 2, 3, ReplicaConfig(16, 2048, 5000 * 2, 2), smooth_costs),  # KV binds
+    (6, 250, 30.0, 800, 200, True, 1, 4, ReplicaConfig(16, 1024, 1 << 22, 2), padded_costs),  # padded keys
+])
+def test_fast_forwarded_group_equals_the_group_stepping_every_iteration(seed, n, rate, prompt, output, on_ticks,
+                                                                        replicas, ranks, replica, make_cost) -> None:
+    """A lockstep group fast-forwarding its decode-only stretches (tripath/simulator/loop/lockstep.py) gives the
+    records, replica stats (busy time, iterations, runs, peak KV) and extrapolation counts of the group stepping
+    every iteration (``fast`` off), bit for bit, in far fewer SimPy events; so does the streamed cluster."""
+    requests = poisson_requests(np.random.default_rng(seed), n, rate, prompt, output, on_ticks=on_ticks)
+    config = ClusterConfig(replicas, replica, ranks=ranks)
+    reference, fast = Cluster(requests, config, make_cost(), fast=False), Cluster(requests, config, make_cost())
+    (ref, ref_events), (got, events) = counted(reference), counted(fast)
+    assert bits(got.records) == bits(ref.records)
+    assert bits(got.replicas) == bits(ref.replicas)
+    assert got.extrapolations == ref.extrapolations
+    assert got.events == ref.events  # a rank counts every iteration in ``runs``, stepped or not
+    assert sum(r.forwarded for r in reference.replicas) == 0
+    forwarded = sum(r.forwarded for r in fast.replicas)
+    assert forwarded > sum(r.forward_runs for r in fast.replicas) > 0
+    assert events < ref_events
+    streamed: list = []
+    result = StreamingCluster(arrays_of(requests), config, make_cost(), streamed.append).run()
+    assert bits(sorted(streamed, key=lambda r: r.request_id)) == bits(ref.records)
+    assert bits(result.replicas) == bits(ref.replicas)
+
+
+@pytest.mark.parametrize("policy", [Continuous, Chunked])
+def test_fast_forwarded_group_of_a_stepper_setup_equals_the_reference(policy) -> None:
+    """Ranks built from a StepperSetup (any batching policy): fast-forward on (StepperConfig.fast_forward) gives the
+    records and replica stats of the group stepping every iteration, bit for bit."""
+    requests = poisson_requests(np.random.default_rng(9), 300, 40.0, 1500, 200, on_ticks=True)
+    config = ClusterConfig(2, ReplicaConfig(16, 512, 6000 * 2, 2), ranks=3)
+    results = []
+    for forward in (False, True):
+        cost = tick_costs()
+        setup = StepperSetup(lambda i, cost=cost: BaselineStep(cost, 2, 6000 * 2), lambda i: policy(16, 512),
+                             StepperConfig(fast_forward=forward))
+        cluster = Cluster(requests, config, cost, setup=setup)
+        results.append((cluster.run(), sum(r.forwarded for r in cluster.replicas)))
+    (ref, none), (got, forwarded) = results
+    assert bits(got.records) == bits(ref.records)
+    assert bits(got.replicas) == bits(ref.replicas)
+    assert got.extrapolations == ref.extrapolations
+    assert none == 0 < forwarded
 
 
 def test_ranks_must_be_positive() -> None:

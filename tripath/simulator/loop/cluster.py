@@ -29,7 +29,6 @@ tripath/simulator/loop/run.py), a planned run per event.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
@@ -138,11 +137,10 @@ class Cluster:
         self.prefix_caches = [] if setup.prefix is None else [
             PrefixCache(setup.prefix, m.kv_capacity_tokens, m.kv_bytes_per_token, _work_ms(m.cost), m.tiers)
             for m in models]
-        ranks = self.config.ranks
-        config = setup.config if ranks == 1 else dataclasses.replace(setup.config, fast_forward=False)
-        steppers = grouped(self.env, self.config.replicas, ranks, lambda i, wake: Stepper(
+        config = setup.config
+        steppers = grouped(self.env, self.config.replicas, self.config.ranks, lambda i, wake: Stepper(
             self.env, i, models[i], setup.policy_for(i), self.ledger, config,
-            self.prefix_caches[i] if self.prefix_caches else None, wake_group=wake))
+            self.prefix_caches[i] if self.prefix_caches else None, wake_group=wake), config.fast_forward)
         if setup.timeseries_interval_s is not None:
             self.sampler = Sampler(self.env, steppers, setup.timeseries_interval_s, self._all_done)
         return steppers
@@ -286,11 +284,11 @@ def fast_steppers(env: Clock, config: ClusterConfig, cost: IterationCost, ledger
     reference). ``ledger``: a PathLedger, or the streamed cluster's, used by request index; ``sp``: the SP physics
     inside ``cost``, whose merge time is booked to the requests once per run."""
     replica = config.replica
-    if config.ranks > 1:  # lockstep ranks: one iteration per event (tripath/simulator/loop/lockstep.py)
-        plain = StepperConfig(fast_forward=False)
+    if config.ranks > 1:  # lockstep ranks, fast-forwarding decode-only stretches (tripath/simulator/loop/lockstep.py)
+        plain = StepperConfig(fast_forward=fast)
         return grouped(env, config.replicas, config.ranks, lambda i, wake: Stepper(
             env, i, BaselineStep(cost, replica.kv_bytes_per_token, replica.kv_capacity_bytes),
-            Continuous(replica.max_batch_size, replica.max_batched_tokens), ledger, plain, wake_group=wake))
+            Continuous(replica.max_batch_size, replica.max_batched_tokens), ledger, plain, wake_group=wake), fast)
     booking = RunBooking(next_arrival, expects_next_arrival, replica.max_batch_size, replica.max_batched_tokens,
                          not fast,
                          None if sp is None else sp.decode_merge_array, None if sp is None else sp.merge_array)

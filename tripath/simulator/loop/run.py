@@ -64,10 +64,15 @@ class Run:
 
     def add_decodes(self, cost: IterationCost, count: int, next_arrival: float) -> bool:
         """Append up to ``count`` decodes, stopping at the first boundary >= next_arrival (then True)."""
-        batch, context = self.batch, self._context
-        contexts = cost.run_keys(batch, context, self._longest, count)  # S of each decode (Σ: +batch per step)
+        return self.add_costs(decode_costs(cost, self.batch, self._context, self._longest, count).tolist(),
+                              next_arrival)
+
+    def add_costs(self, costs: list[float], next_arrival: float) -> bool:
+        """Append decodes of ``costs`` seconds each (``add_decodes``'s, or a lockstep group's: the slowest rank's
+        per iteration), stopping at the first boundary >= next_arrival (then True)."""
+        batch, context, count = self.batch, self._context, len(costs)
         # iteration boundaries, added left to right like now + cost (end + c0 is c0 + end: + commutes exactly)
-        bounds = list(accumulate(cost.decode_s(batch, contexts).tolist(), initial=self.end))
+        bounds = list(accumulate(costs, initial=self.end))
         del bounds[0]
         used = count
         arrived = bounds[count - 1] >= next_arrival
@@ -143,3 +148,9 @@ class RunBooking:
         if decodes > 0:
             total_ms += float(np.sum(merge(np.arange(context, context + batch * decodes, batch), batch)))
         return total_ms / 1000.0
+
+
+def decode_costs(cost: IterationCost, batch: int, context: int, longest: int, count: int) -> np.ndarray:
+    """Seconds of ``count`` decodes of ``batch`` sequences from total context ``context`` (longest ``longest``,
+    used when attention is padded): each step's S grows by ``batch`` (IterationCost.run_keys)."""
+    return cost.decode_s(batch, cost.run_keys(batch, context, longest, count))

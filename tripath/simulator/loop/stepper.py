@@ -76,10 +76,11 @@ from typing import Any, NamedTuple, Protocol
 import numpy as np
 import simpy
 
+from tripath.simulator.costs import IterationCost
 from tripath.simulator.loop.clock import Clock
 from tripath.simulator.loop.memory import Memory, memory_for
 from tripath.simulator.loop.replica import Ledger
-from tripath.simulator.loop.run import Run, RunBooking
+from tripath.simulator.loop.run import Run, RunBooking, decode_costs
 from tripath.simulator.loop.sequence import Chunks, SeqState
 from tripath.simulator.paths.prefix import PrefixCache, PrefixSetup
 from tripath.simulator.scenario.scenario import PREEMPTION_MODES
@@ -125,6 +126,20 @@ class Iteration(NamedTuple):
     result: StepResult
     swap_s: float
     seconds: float
+
+
+class Stretch(NamedTuple):
+    """A fast-forwarded stretch as ``Stepper.open_stretch`` found it: the sequences decoding (the running ones, in
+    order), their Σ context and longest context (0 unless attention is padded), and the cost that prices them."""
+
+    decodes: list[SeqState]
+    total: int
+    longest: int
+    cost: IterationCost
+
+    def costs(self, count: int) -> np.ndarray:
+        """Seconds of the stretch's first ``count`` iterations (tripath/simulator/loop/run.py: decode_costs)."""
+        return decode_costs(self.cost, len(self.decodes), self.total, self.longest, count)
 
 
 class BatchPolicy(Protocol):
@@ -220,11 +235,12 @@ class Stepper:
         self._admit_count = 0
         self._busy_since: float | None = None
         self._wakeup: simpy.Event | None = None
-        # a lockstep rank (tripath/simulator/loop/lockstep.py): its group runs its iterations (``begin`` / ``end``)
-        # and is woken by a routed request; it has no process of its own and never fast-forwards
+        # a lockstep rank (tripath/simulator/loop/lockstep.py): its group runs its iterations (``begin`` / ``end``,
+        # or a fast-forwarded stretch: ``open_stretch`` / ``close_stretch``) and is woken by a routed request; it has
+        # no process of its own
         self._wake_group = wake_group
-        if wake_group is not None and (booking is not None or self.config.fast_forward):
-            raise ValueError("a lockstep rank steps one iteration at a time: no RunBooking, fast_forward off")
+        if wake_group is not None and booking is not None:
+            raise ValueError("a lockstep rank's group steps it: no RunBooking")
         self._fast_path(booking)
         if wake_group is None:
             self._process = env.process(self._serve() if self._booking is None else self.fast_forward())
@@ -373,8 +389,8 @@ class Stepper:
             if not self.running and not self.queue:
                 yield from self._idle(math.inf)
             start = env.now
-            if self._runs is not None and not self.queue and self.ledger.on_finish is None:
-                stretch = self._decode_stretch()
+            if self._runs is not None:
+                stretch = self.stretch()
                 if stretch >= _MIN_RUN:
                     yield from self._fast_forward(start, stretch)
                     continue
@@ -442,6 +458,14 @@ class Stepper:
         batch = DecodeBatch(requests, tasks, contexts, remaining, total)
         return decodes, self.model.step(chunks, batch, live + total)
 
+    def stretch(self) -> int:
+        """Decode-only iterations fast-forward may advance from this boundary, up to the first finish (module
+        docstring); 0 where it may not (a model it cannot advance, a queue, a sequence still prefilling, someone
+        listening to finishes); more than any run (``_NEVER``) with nothing running."""
+        if self._runs is None or self.queue or self.ledger.on_finish is not None:
+            return 0
+        return self._decode_stretch()
+
     def _decode_stretch(self) -> int:
         """Iterations to the first finish when every running sequence decodes (0 when one still prefills).
 
@@ -451,25 +475,36 @@ class Stepper:
         for s in reversed(running):
             if s.prefilled < s.target:
                 return 0
-        return min([s.output - s.emitted for s in running], default=1 << 62)
+        return min([s.output - s.emitted for s in running], default=_NEVER)
 
     def _fast_forward(self, start: float, stretch: int) -> Generator[simpy.Event, None, None]:
         """Advance the decode-only iterations up to the first finish (``stretch`` away) in one event, or fewer
         when a request is routed here meanwhile (module docstring), then book them as one by one."""
-        model = self._runs
-        assert model is not None
-        decodes = list(self.running)
-        batch = len(decodes)
-        contexts = [s.prompt + s.emitted for s in decodes]
-        total = sum(contexts)
-        longest = max(contexts) if model.cost.block_tokens is not None else 0
-        run = Run(start, batch, total, longest)
-        run.add_decodes(model.cost, min(stretch, _HORIZON), math.inf)
-        self.batch_size = batch
+        opened = self.open_stretch()
+        run = Run(start, len(opened.decodes), opened.total, opened.longest)
+        run.add_decodes(opened.cost, min(stretch, _HORIZON), math.inf)
         self._run = run
         yield from run.wait(self.env)
         self._run = None
-        n = run.iterations
+        self.close_stretch(opened, run.iterations, run.end)
+
+    def open_stretch(self) -> Stretch:
+        """Start a fast-forwarded stretch (``stretch`` > 0): the running sequences, all decoding, as it finds them."""
+        model = self._runs
+        assert model is not None
+        decodes = list(self.running)
+        contexts = [s.prompt + s.emitted for s in decodes]
+        longest = max(contexts) if model.cost.block_tokens is not None else 0
+        self.batch_size = len(decodes)
+        return Stretch(decodes, sum(contexts), longest, model.cost)
+
+    def close_stretch(self, stretch: Stretch, n: int, end: float) -> None:
+        """Book the stretch's first ``n`` iterations, ended at ``end``, as one by one: counters, the model's
+        accounting, merge sums, emitted tokens, then retire whoever finished."""
+        model = self._runs
+        assert model is not None
+        decodes, total, longest = stretch.decodes, stretch.total, stretch.longest
+        batch = len(decodes)
         self.runs += n  # one per iteration, as without fast-forward: ReplicaStats do not depend on it
         self._iteration += n
         self.forward_runs += 1
@@ -480,7 +515,7 @@ class Stepper:
             self._book_merges(decodes, merges)
         for s in decodes:
             s.emitted += n
-        self._retire([s for s in decodes if s.emitted >= s.output], run.end)
+        self._retire([s for s in decodes if s.emitted >= s.output], end)
 
     def fast_forward(self) -> Generator[simpy.Event, None, None]:
         """The exact fast path's loop (a RunBooking), the Stepper's process in place of ``_serve``: at each boundary
