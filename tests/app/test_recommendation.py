@@ -17,7 +17,7 @@ from tripath.planning.cache import DEFAULT_CACHE_DIR, ResultCache
 from tripath.planning.candidates import candidates
 from tripath.planning.decision import DecisionRule
 from tripath.planning.executor import make_executor
-from tripath.planning.export import recommended_suggestion
+from tripath.planning.export.files import recommended_suggestion
 from tripath.planning.prices import load_prices
 from tripath.planning.recommend import SearchOptions, recommend
 from tripath.planning.scenario_dict import load_scenario_dict

@@ -12,7 +12,7 @@ import pytest
 from tripath.app.widgets import memory_fit, pareto
 from tripath.app.widgets import recommend_form as form
 from tripath.planning.candidates import by_names
-from tripath.planning.export import scenario_toml
+from tripath.planning.export.files import scenario_toml
 from tripath.planning.scenario_dict import build, load_scenario_dict
 from tripath.profile.profile import resolve_profile
 from tripath.simulator.scenario.workload import mean_lengths

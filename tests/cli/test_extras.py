@@ -65,7 +65,7 @@ def test_recommend_needs_only_the_run_install() -> None:
     """`make run` (tripath recommend) loads none of the extras, nor torch or matplotlib: its modules import
     numpy, scipy, simpy and tqdm only (a full run of the default scenario was checked the same way)."""
     code = ("import sys; import tripath.cli.main, tripath.cli.planning_cli, tripath.planning.recommend, "
-            "tripath.planning.export, tripath.planning.executor, tripath.planning.cache; "
+            "tripath.planning.export.files, tripath.planning.executor, tripath.planning.cache; "
             "print(' '.join(sorted(m for m in ('streamlit', 'ray', 'pandas', 'pyarrow', 'aiconfigurator_core', "
             "'transformers', 'matplotlib', 'torch') if m in sys.modules)))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=slack(20))

@@ -4,7 +4,7 @@ export folder.
 The central test parses each exported command back into flags and environment variables and checks every one
 against the scenario the simulator builds for the candidate (``scenario_from_dict`` on ``Candidate.apply``) and
 the simulator's own record of the resolved path parameters (tripath/simulator/paths/provenance.py
-``strategies``), never against export.py's own reading: a flag with no simulated setting, or with another value,
+``strategies``), never against the exporter's own reading: a flag with no simulated setting, or with another value,
 fails it.
 """
 
@@ -21,17 +21,10 @@ import pytest
 
 from tripath.core.data_dirs import SCENARIOS_DIR
 from tripath.planning.candidates import Candidate, by_names
-from tripath.planning.export import (
-    HF_REPOS,
-    NO_MATCH,
-    Suggestion,
-    recommended_sglang,
-    recommended_suggestion,
-    scenario_toml,
-    sglang_suggestion,
-    vllm_suggestion,
-    write_export,
-)
+from tripath.planning.export.files import recommended_sglang, recommended_suggestion, scenario_toml, write_export
+from tripath.planning.export.settings import HF_REPOS, NO_MATCH, Suggestion
+from tripath.planning.export.sglang import sglang_suggestion
+from tripath.planning.export.vllm import vllm_suggestion
 from tripath.planning.scenario_dict import load_scenario_dict, with_fields
 from tripath.profile.profile import Profile, resolve_profile
 from tripath.simulator.paths.provenance import strategies
@@ -40,7 +33,7 @@ from tripath.simulator.scenario.scenario import Scenario, scenario_from_dict
 PROFILE = "published-llama3-70b-tp4-a100"
 AIC = "aic-llama3.1-70b-tp4-h100"  # an aic profile: its draft "llama-3.1-8b (tp4)" is a real checkpoint
 HYPOTHETICAL_DRAFT = "published-llama3-8b-a100"  # its draft is a stand-in no repository holds
-# the Hugging Face repositories of the aic profile's models, read off huggingface.co (not off export.py)
+# the Hugging Face repositories of the aic profile's models, read off huggingface.co (not off export/settings.py)
 # (the draft's repository whatever TP the profile priced it at: "llama-3.1-8b (tp4)", "qwen3-0.6b (tp8)")
 AIC_MODEL, AIC_DRAFT = "meta-llama/Llama-3.1-70B", {"llama-3.1-8b": "meta-llama/Llama-3.1-8B",
                                                      "qwen3-0.6b": "Qwen/Qwen3-0.6B"}

@@ -238,7 +238,7 @@ def test_batch_ladder_halves_doubles_and_quadruples_the_scenarios_own():
 
 
 def test_max_batch_is_searched_below_the_cheapest_row_and_exported():
-    from tripath.planning.export import recommended_sglang, recommended_suggestion
+    from tripath.planning.export.files import recommended_sglang, recommended_suggestion
     from tripath.planning.scenario_dict import with_fields
 
     data = with_fields(small_scenario(), {"batching.max_batch_size": 1})

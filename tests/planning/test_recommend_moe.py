@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tripath.planning.export import recommended_sglang, recommended_suggestion
+from tripath.planning.export.files import recommended_sglang, recommended_suggestion
 from tripath.planning.recommend import SearchOptions, recommend
 from tripath.profile.catalog import layouts
 from tripath.profile.profile import resolve_profile

@@ -12,9 +12,9 @@ import pytest
 
 from tests.app.app_driver import app
 from tests.cli.test_planning_cli import run, scenario_file
-from tripath.planning import export
 from tripath.planning import recommend as recommend_module
 from tripath.planning import recommend_text as render
+from tripath.planning.export import files as export
 from tripath.planning.recommend import Layout, RowSummary
 from tripath.profile.profile import resolve_profile
 

@@ -274,7 +274,7 @@ def _cmd_recommend(args: argparse.Namespace) -> int:
     from tripath.core.atomic import check_dir_target
     from tripath.planning import recommend_text as render
     from tripath.planning.decision import DecisionRule
-    from tripath.planning.export import recommended_sglang, recommended_suggestion, write_export
+    from tripath.planning.export.files import recommended_sglang, recommended_suggestion, write_export
     from tripath.planning.prices import load_prices
     from tripath.planning.recommend import SearchOptions, recommend, scenario_qps
     from tripath.planning.scenario_dict import with_fields, with_rate, with_requests

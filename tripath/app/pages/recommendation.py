@@ -25,7 +25,7 @@ from tripath.planning.cache import DEFAULT_CACHE_DIR, ResultCache
 from tripath.planning.candidates import candidates
 from tripath.planning.decision import DecisionRule
 from tripath.planning.executor import LocalPoolExecutor
-from tripath.planning.export import recommended_sglang, recommended_suggestion, scenario_toml
+from tripath.planning.export.files import recommended_sglang, recommended_suggestion, scenario_toml
 from tripath.planning.prices import load_prices
 from tripath.planning.recommend import SearchOptions, recommend
 from tripath.planning.scenario_dict import canonical, load_scenario_dict
@@ -369,7 +369,7 @@ def _memory_section(data_json: str, source: str, text: str, name: str, names: tu
 
 def vllm_suggestion(result: dict[str, Any], profile: Profile, data: dict[str, Any]) -> str | None:
     """The recommended (else the closest) candidate's serving settings as a vLLM command line with each value's
-    source: planning/export.py, the text `tripath recommend --export` writes to vllm.txt."""
+    source: planning/export/vllm.py, the text `tripath recommend --export` writes to vllm.txt."""
     suggestion = recommended_suggestion(result, profile, data)
     return None if suggestion is None else suggestion.text()
 

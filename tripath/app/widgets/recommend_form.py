@@ -3,7 +3,7 @@
 ``scenario`` turns the choices into a TOML-shaped scenario dict over data/scenarios/default.toml (the
 scenario `tripath recommend` runs by default), so an unchanged form is exactly that scenario at its rate.
 An SLA term set to "none" is deleted from ``[sla]`` (not judged at all). The scenario download is
-planning/export.py's ``scenario_toml`` of that dict, as `tripath recommend --export` writes it.
+planning/export/files.py's ``scenario_toml`` of that dict, as `tripath recommend --export` writes it.
 """
 
 from __future__ import annotations

@@ -106,8 +106,9 @@ ARCHS = {
     # no ~100M draft with Llama-3's 128256-token vocabulary whose config could be checked (maywell/l3-211m is a
     # 211M-parameter draft on the Llama-3 tokenizer; its shape is not published in what was searched): the
     # llama-68m shape with Llama-3's vocabulary stands in, a HYPOTHETICAL draft. Its name says so (the profiles'
-    # speculative.draft_model carries it), because no checkpoint of it exists to serve: tripath/planning/export.py
-    # exports no speculative flag for a draft with no Hugging Face repository (HF_REPOS) and says why
+    # speculative.draft_model carries it), because no checkpoint of it exists to serve: the vLLM and SGLang exports
+    # (tripath/planning/export/) give no speculative flag for a draft with no Hugging Face repository
+    # (export/settings.py HF_REPOS) and say why
     HYPOTHETICAL_LLAMA3_DRAFT: Arch(HYPOTHETICAL_LLAMA3_DRAFT, 2, 768, 12, 12, 3072, 128256,
                                     "hypothetical: JackFram/llama-68m's shape with Llama-3's 128256-token "
                                     "vocabulary"),
