@@ -35,7 +35,7 @@ def test_json_and_text(capsys, tmp_path):
     assert data["headroom"]["thin"] == (data["headroom"]["headroom"] < 0.10)
     code, out, _ = run(capsys, "recommend", path, "--gpu-price", "a100-80gb=2.5", *common)
     assert code == 0 and f"Recommended: {best['candidate']} on a100-80gb TP1" in out and "<- binds" in out
-    assert "meets the SLA with 95 % confidence up to step costs" in out and "Headroom: " in out
+    assert "P99 reaches its target at step costs" in out and "Headroom: " in out
     assert "\n".join(render.headline_text(data, 2)) in out  # the one renderer's headline, from the --json read back
     assert "Numbers: simulated on" in out
     # every candidate ruled out before simulating is listed once under its reason (here the prefix-cache ones:

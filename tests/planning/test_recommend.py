@@ -4,13 +4,22 @@ above the baseline), layouts and prices, the TTFT floor, headroom, closest when 
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
 from tests.helpers import SEED as PROFILE
 from tripath.planning.candidates import BASELINE, Candidate, by_names, idle_paths
 from tripath.planning.capacity import SearchSpec, sized_job
-from tripath.planning.headroom import scaled_step_costs, threshold
+from tripath.planning.headroom import (
+    MAX_FACTOR,
+    MAX_INDEX,
+    confident_factor,
+    crossing,
+    grid_factor,
+    interpolated,
+    scaled_step_costs,
+)
 from tripath.planning.prices import load_prices
 from tripath.planning.recommend import (
     RowSummary,
@@ -45,14 +54,47 @@ def feasible():
                      options=SearchOptions(replications=1, max_replicas=8, allow_lossy=True))
 
 
-@pytest.mark.parametrize("flip", [1.003, 1.049, 1.237, 2.9])
-def test_threshold_brackets_the_flip_of_a_monotone_predicate(flip):
-    lo, hi = threshold(lambda f: f <= flip, tol=0.01)
-    assert hi is not None and lo <= flip < hi and hi - lo <= 0.01
+@pytest.mark.parametrize("flip", [1, 2, 3, 7, 17, 59])
+def test_crossing_brackets_the_flip_of_a_monotone_predicate_on_the_grid(flip):
+    seen: list[int] = []
+
+    def over(k: int) -> bool:
+        seen.append(k)
+        return k >= flip
+
+    lo, hi = crossing(over)
+    assert (lo, hi) == (flip - 1, flip)
+    assert seen[:2] == [1, 2][:len(seen[:2])] and len(seen) == len(set(seen))  # doubling first, no probe twice
+    assert len(seen) <= 2 * math.ceil(math.log2(MAX_INDEX)) + 1
 
 
-def test_threshold_says_none_when_even_the_largest_factor_meets():
-    assert threshold(lambda f: True, max_factor=2.0) == (2.0, None)
+def test_crossing_says_none_when_even_the_largest_factor_is_under():
+    assert crossing(lambda k: False, max_index=10) == (10, None)
+    assert grid_factor(MAX_INDEX) == MAX_FACTOR
+
+
+def test_interpolated_crossing_is_the_linear_point_of_the_first_term_to_reach_its_target():
+    targets = {"ttft": 1000.0, "tpot": 100.0}
+    under = {"factor": 1.1, "p99_ms": {"ttft": 800.0, "tpot": 90.0}, "rejected_share": 0.0}
+    over = {"factor": 1.2, "p99_ms": {"ttft": 1200.0, "tpot": 140.0}, "targets_ms": targets, "rejected_share": 0.0}
+    # ttft reaches 1000 half way (1.15), tpot at 1/5 of the way (1.12): tpot binds
+    factor, term = interpolated(under, over)
+    assert (factor, term) == (pytest.approx(1.12), "tpot")
+    rejected = {**over, "rejected_share": 0.01}
+    assert interpolated(under, rejected) == (1.1, None)  # over by a rejection: the under end, no term
+
+
+def test_confident_factor_is_where_the_first_interval_top_reaches_its_target():
+    targets = {"tpot": 100.0}
+
+    def point(factor: float, p99: float, high: float) -> dict:
+        return {"factor": factor, "p99_ms": {"tpot": p99}, "ci_high_ms": {"tpot": high}, "targets_ms": targets,
+                "rejected_share": 0.0}
+
+    points = [point(1.0, 70.0, 90.0), point(1.05, 75.0, 98.0), point(1.1, 80.0, 108.0), point(1.2, 104.0, 130.0)]
+    assert confident_factor(points) == pytest.approx(1.06)  # 98 -> 108 crosses 100 a fifth of the way
+    assert interpolated(points[2], points[3])[0] == pytest.approx(1.1 + 0.1 * 20.0 / 24.0)  # the P99 later
+    assert confident_factor(points[:2]) == 1.05  # none over: the last factor probed
 
 
 def test_scaled_step_costs_multiplies_prefill_and_decode_only():
@@ -180,20 +222,26 @@ def _meets(cost: float, rate: float, name: str, replicas: int) -> bool:
     return run_cached(sized_job(spec, replicas, spec.qps)).meets_sla
 
 
-def test_robustness_brackets_the_cost_and_rate_thresholds(feasible):
+def test_robustness_brackets_the_cost_and_rate_factors_on_the_grid(feasible):
     robust = feasible.robustness
     best = feasible.row(feasible.recommended)
     assert robust is not None and robust["candidate"] == best["candidate"]["name"]
     n = robust["replicas"]
     for key, axis in (("step_costs", 0), ("arrival_rate", 1)):
-        met, missed = robust[key]["meets_up_to"], robust[key]["misses_at"]
-        assert missed is not None and 1.0 <= met < missed and missed - met <= robust["tolerance"]
+        bound = robust[key]
+        met, missed = bound["meets_up_to"], bound["misses_at"]
+        assert missed is not None and 1.0 <= met < missed
+        assert missed - met == pytest.approx(robust["grid_step"])  # neighbours on the grid
+        assert met <= bound["estimate"] <= missed
         factors = [(met, 1.0), (missed, 1.0)] if axis == 0 else [(1.0, met), (1.0, missed)]
         assert _meets(*factors[0], robust["candidate"], n)
         assert not _meets(*factors[1], robust["candidate"], n)
+        assert 1.0 <= bound["confident"] <= bound["estimate"]
+        probed = {p["factor"]: p for p in bound["points"]}
+        assert probed[1.0]["over"] is False and probed[missed]["over"] is True
     room = feasible.headroom()
     assert room is not None and room["headroom"] == pytest.approx(
-        min(robust[k]["meets_up_to"] for k in ("step_costs", "arrival_rate")) - 1.0)
+        min(robust[k]["estimate"] for k in ("step_costs", "arrival_rate")) - 1.0)
     assert room["thin"] == (room["headroom"] < 0.10)
 
 

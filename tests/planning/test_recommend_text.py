@@ -43,9 +43,12 @@ def _result(meets: bool, thin: bool = False) -> dict[str, Any]:
     runner = _summary("speculative", 2, "meets", 500.0,
                       quality_loss={"value": 0.61, "unit": "HumanEval points", "source": "published"})
     closest = _summary("speculative", None, "misses", 1300.0)
-    robust = {"candidate": "baseline", "replicas": 2, "tolerance": 0.02, "max_factor": 4.0,
-              "step_costs": {"meets_up_to": 1.2, "misses_at": 1.25},
-              "arrival_rate": {"meets_up_to": 4.0, "misses_at": None}}
+    robust = {"candidate": "baseline", "replicas": 2, "grid_step": 0.05, "max_factor": 4.0,
+              "requests_per_replication": 1000, "replications": 2,
+              "step_costs": {"meets_up_to": 1.2, "misses_at": 1.25, "estimate": 1.23, "confident": 1.1,
+                             "binding_term": "ttft"},
+              "arrival_rate": {"meets_up_to": 4.0, "misses_at": None, "estimate": 4.0, "confident": 4.0,
+                               "binding_term": None}}
     return {"scenario": "small", "qps": 0.5, "sla_ms": {"ttft": 1000.0, "tpot": None, "e2e": None},
             "layouts": [best["layout"]], "gpu_price_usd_per_gpu_hour": {"a100-80gb": 3.0},
             "profile": {"key": "k", "source": "published", "section_sources": {"costs": ["published"]}},
@@ -56,7 +59,8 @@ def _result(meets: bool, thin: bool = False) -> dict[str, Any]:
                                                                          "met_cheaper": 0},
             "meets_sla": meets, "recommended": best if meets else None, "runner_up": runner if meets else None,
             "closest": None if meets else closest, "robustness": robust if meets else None,
-            "headroom": {"least": "step_costs", "headroom": 0.05 if thin else 0.2, "thin": thin} if meets else None,
+            "headroom": {"least": "step_costs", "headroom": 0.05 if thin else 0.2, "confident": 0.02,
+                         "thin": thin} if meets else None,
             "not_applicable": {}, "others": [], "go_further": "go further"}
 
 

@@ -25,6 +25,7 @@ planned load: GPUs x price / (qps x 3600) x 1000.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import sys
@@ -42,8 +43,8 @@ from tripath.planning.candidates import Candidate, by_names, is_lossy, tiering_i
 from tripath.planning.decision import DecisionRule, RefusedError, Verdict, decide
 from tripath.planning.executor import Executor, LocalPoolExecutor
 from tripath.planning.scenario_dict import canonical, with_fields, with_rate, with_requests
-from tripath.planning.sweep import Job, Outcome, is_cached, preload_traces, run_cached
-from tripath.profile.profile import Profile
+from tripath.planning.sweep import Job, NotCached, Outcome, preload_traces, run_cached
+from tripath.profile.profile import Profile, profile_from_json
 from tripath.simulator.loop.stepper_setup import needs_stepper
 from tripath.simulator.scenario.scenario import scenario_from_dict
 
@@ -72,6 +73,7 @@ class SearchSpec:
     bound_first: bool = False  # simulate max_replicas first; a miss there ends the search (see the module doc)
     rule: DecisionRule | None = None  # decide each probe with confidence (tripath/planning/decision.py); None:
     # the P99 mean of ``replications`` runs of the scenario's requests against the target, as it is
+    cached_only: bool = False  # read every probe from the cache, NotCached where it holds none (run_searches)
 
     def __post_init__(self) -> None:
         if not self.qps > 0:
@@ -109,8 +111,9 @@ def probe(spec: SearchSpec, replicas: int, rate: float) -> tuple[Outcome, Verdic
     """One sized simulation: through the decision rule's stages when the spec has a rule (its verdict beside the
     deciding stage's outcome), else the scenario as it is (no verdict)."""
     if spec.rule is None:
-        return run_cached(sized_job(spec, replicas, rate), spec.cache_dir), None
-    verdict, data = decide(lambda n: run_cached(sized_job(spec, replicas, rate, n), spec.cache_dir).data,
+        return run_cached(sized_job(spec, replicas, rate), spec.cache_dir, spec.cached_only), None
+    verdict, data = decide(lambda n: run_cached(sized_job(spec, replicas, rate, n), spec.cache_dir,
+                                                spec.cached_only).data,
                            spec.rule, asked_requests(spec), sla_targets(spec))
     return Outcome(data), verdict
 
@@ -195,7 +198,7 @@ def search_rate(meets: Any, start: float, rel_tol: float = 0.02, max_steps: int 
 def plan_candidate(spec: SearchSpec) -> dict[str, Any]:
     """The replica search and goodput curve of one candidate (module level: runs in a worker)."""
     candidate = spec.candidate
-    profile = Profile.from_dict(json.loads(spec.profile_json))
+    profile = profile_from_json(spec.profile_json)
     base = json.loads(spec.scenario_json)
     reason = candidate.profile_support(profile, base)
     out: dict[str, Any] = {"candidate": candidate.to_dict(), "not_applicable": reason,
@@ -257,7 +260,7 @@ def goodput_curve(spec: SearchSpec, replicas: int) -> dict[str, float | None]:
     curve: dict[str, float | None] = {}
     for level in spec.attainment_levels:
         def meets_rate(rate: float, level: float = level) -> bool:
-            outcome = run_cached(sized_job(spec, replicas, rate), spec.cache_dir)
+            outcome = run_cached(sized_job(spec, replicas, rate), spec.cache_dir, spec.cached_only)
             attained = None if outcome.error else outcome.data["attainment"]["all"]
             return attained is not None and attained >= level
         curve[str(level)] = search_rate(meets_rate, spec.qps, spec.rel_tol)
@@ -291,28 +294,41 @@ def run_searches(specs: Sequence[SearchSpec], data: dict[str, Any], source: str 
                  executor: Executor | None = None, longest_first: bool = True, desc: str = "sizing"
                  ) -> list[dict[str, Any]]:
     """``plan_candidate`` of every spec on the executor (each a pure function of its spec), rows in the specs'
-    order; submitted by descending ``cost_estimate`` when ``longest_first``; in this process when the cache holds
-    every search's first simulation (a warm rerun: a pool would only read the cache, after forking)."""
+    order; submitted by descending ``cost_estimate`` when ``longest_first``. With a cache, every search is first
+    walked in this process from the cache alone (``from_cache``): the ones it holds whole are done there, and only
+    those that need a new simulation go to the executor (a warm rerun, or one whose changed SLA re-judges most
+    probes from the cache, forks no pool for searches it could only read)."""
     executor = executor or LocalPoolExecutor(1)
-    first = []
-    for spec in specs:
-        profile = Profile.from_dict(json.loads(spec.profile_json))
-        if spec.candidate.profile_support(profile, json.loads(spec.scenario_json)) is None:
-            first.append(first_job(spec, spec.max_replicas if spec.bound_first else 1))
-    if all(is_cached(job, spec.cache_dir) for job, spec in zip(first, specs, strict=False)):
-        executor = LocalPoolExecutor(1)
-    else:
-        preload_traces(data, source)
-    order = list(range(len(specs)))
-    if longest_first:
-        costs = [cost_estimate(s) for s in specs]
-        order.sort(key=lambda i: -costs[i])  # stable: equal estimates keep the candidates' order
-    with tqdm(total=len(specs), desc=desc, unit="search", file=sys.stderr, disable=None, leave=False) as bar:
-        done = executor.map(plan_candidate, [specs[i] for i in order], progress=bar)
     rows: list[dict[str, Any]] = [{} for _ in specs]
-    for i, row in zip(order, done, strict=True):
+    with tqdm(total=len(specs), desc=desc, unit="search", file=sys.stderr, disable=None, leave=False) as bar:
+        pending = []
+        for i, spec in enumerate(specs):
+            row = from_cache(spec)
+            if row is None:
+                pending.append(i)
+            else:
+                rows[i] = row
+                bar.update(1)
+        if pending:
+            preload_traces(data, source)
+        if longest_first:
+            costs = {i: cost_estimate(specs[i]) for i in pending}
+            pending.sort(key=lambda i: -costs[i])  # stable: equal estimates keep the candidates' order
+        done = executor.map(plan_candidate, [specs[i] for i in pending], progress=bar)
+    for i, row in zip(pending, done, strict=True):
         rows[i] = row
     return rows
+
+
+def from_cache(spec: SearchSpec) -> dict[str, Any] | None:
+    """The spec's search (``plan_candidate``) when the cache holds every simulation it needs, else None (nothing
+    is simulated: a miss ends the walk). Always None without a cache."""
+    if spec.cache_dir is None:
+        return None
+    try:
+        return plan_candidate(dataclasses.replace(spec, cached_only=True))
+    except NotCached:
+        return None
 
 
 def strict_from_dict(cls: Any, data: dict[str, Any], what: str) -> Any:

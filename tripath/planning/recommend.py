@@ -237,13 +237,16 @@ class Recommendation:
         return None if row is None else RowSummary.of_row(row).to_dict()
 
     def headroom(self) -> dict[str, Any] | None:
-        """The recommended row's smallest factor of load or step cost still met, and whether it is under 10 %."""
+        """The recommended row's smaller factor of load or step cost at which a P99 reaches its target (each
+        factor's interpolated ``estimate``), whether it is under 10 %, and the smaller factor at which a P99's
+        95 % interval top reaches it (``confident``: what the sample can promise)."""
         if self.robustness is None:
             return None
-        factors = {k: self.robustness[k]["meets_up_to"] for k in BISECTIONS}
+        factors = {k: self.robustness[k]["estimate"] for k in BISECTIONS}
         kind = min(factors, key=lambda k: factors[k])
         room = factors[kind] - 1.0
-        return {"least": kind, "headroom": room, "thin": room < HEADROOM_WARNING}
+        confident = min(self.robustness[k]["confident"] for k in BISECTIONS) - 1.0
+        return {"least": kind, "headroom": room, "confident": confident, "thin": room < HEADROOM_WARNING}
 
     def to_dict(self) -> dict[str, Any]:
         chosen = (self.recommended, self.runner_up, self.closest)
@@ -420,8 +423,8 @@ class SearchOptions:
     (executor, cache): one value the CLI, the app and the tests build, instead of nine loose parameters.
 
     ``rule`` decides each probe with confidence (tripath/planning/decision.py); None: ``replications`` runs of the
-    scenario's requests, P99 mean. ``max_replicas`` bounds every sizing search. ``tol``: the headroom bisection's
-    relative tolerance; ``with_robustness=False`` skips the headroom. Lossy candidates (compression) only with
+    scenario's requests, P99 mean. ``max_replicas`` bounds every sizing search. ``with_robustness=False`` skips the
+    headroom (tripath/planning/headroom.py). Lossy candidates (compression) only with
     ``allow_lossy``. ``candidate_names``: search only these (the baseline always: it sets the cost bound).
     ``batch_sizes``: the max batch sizes searched besides the scenario's (``batch_ladder``; empty: the scenario's
     only; None: the ladder)."""
@@ -429,7 +432,6 @@ class SearchOptions:
     seed: int = 0
     rule: DecisionRule | None = None
     max_replicas: int = 16
-    tol: float = 0.02
     with_robustness: bool = True
     allow_lossy: bool = False
     replications: int = 2
@@ -454,7 +456,7 @@ def recommend(data: dict[str, Any], source: str | None, layouts: Sequence[str | 
     the same bill the baseline wins the tie; it is reported as pruned), then the other max batch sizes. ``options``
     (SearchOptions; its defaults when None): the seed, decision rule, bounds and filters."""
     opts = options if options is not None else SearchOptions()
-    seed, rule, max_replicas, tol = opts.seed, opts.rule, opts.max_replicas, opts.tol
+    seed, rule, max_replicas = opts.seed, opts.rule, opts.max_replicas
     allow_lossy, candidate_names, batch_sizes = opts.allow_lossy, opts.candidate_names, opts.batch_sizes
     sla = sla_targets(data.get("sla"))
     if all(v is None for v in sla.values()):
@@ -580,8 +582,9 @@ def recommend(data: dict[str, Any], source: str | None, layouts: Sequence[str | 
         layout = next(la for la in chosen if la.name == row["layout"]["profile"])
         held = data if row.get("max_batch_size", own) == own else with_fields(data, {"batching.max_batch_size":
                                                                             row["max_batch_size"]})
+        decided = (row.get("verdict") or {}).get("requests_per_replication")
         probe_result = robustness(held, source, layout.profile, row["candidate"]["name"], int(row["replicas"]), qps,
-                                  seed, reps, cache, tol, executor, rule)
+                                  seed, reps, cache, executor, rule, decided)
     where = next((la for la in chosen if ranked and la.name == ranked[0]["layout"]["profile"]), chosen[0])
     return Recommendation(data.get("name", "scenario"), qps, sla, chosen, tuple(rows), winner, runner, closest,
                           probe_result, section_sources(where.profile), rule, allow_lossy,

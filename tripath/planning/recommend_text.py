@@ -116,7 +116,9 @@ def headroom_line(room: Summary | None, markdown: bool = False) -> str | None:
     if room is None:
         return None
     what = "load" if room["least"] == "arrival_rate" else "step costs"
-    text = f"Headroom: {room['headroom']:+.0%} on {what} before the SLA is no longer met with confidence"
+    text = f"Headroom: {room['headroom']:+.0%} on {what} before a P99 reaches its SLA target"
+    if room.get("confident") is not None and room["confident"] < room["headroom"]:
+        text += f" ({room['confident']:+.0%} before a 95 % interval's top does)"
     if room["thin"]:
         text += f"; {_bold('WARNING', markdown)}: under 10 %, a small change in load or costs breaks the SLA"
     return text + "."
@@ -137,21 +139,33 @@ def closest_line(closest: Summary, markdown: bool = False) -> str:
 
 
 def factor_line(bound: Summary, what: str, unit: str) -> str:
-    """One bisected headroom factor of ``robustness``: how far ``what`` can grow with the SLA still met."""
+    """One headroom factor of ``robustness`` (tripath/planning/headroom.py): how far ``what`` can grow before a P99
+    reaches its target, interpolated between the two grid probes around it."""
     met, missed = bound["meets_up_to"], bound["misses_at"]
     if missed is None:
-        return f"still meets the SLA with {what} x{met:g} ({unit}; searched no further)"
-    return (f"meets the SLA with 95 % confidence up to {what} {met - 1.0:+.0%} ({unit}; "
-            f"met at x{met:.3f}, not at x{missed:.3f})")
+        return f"every P99 stays under its target up to {what} x{met:g} ({unit}; searched no further)"
+    if missed <= 1.0:
+        return f"over the SLA at {what} x1 already at this sample ({unit})"
+    term = bound.get("binding_term")
+    if term is None:
+        return (f"under the SLA at {what} x{met:.2f}, over it at x{missed:.2f} ({unit}; requests rejected or no "
+                f"P99 there: nothing to interpolate)")
+    return (f"the {term.upper()} P99 reaches its target at {what} {bound['estimate'] - 1.0:+.1%} ({unit}; "
+            f"interpolated between x{met:.2f}, under, and x{missed:.2f}, over; a 95 % interval's top at "
+            f"{bound['confident'] - 1.0:+.1%})")
 
 
 def robustness_lines(result: Summary, markdown: bool = False) -> list[str]:
-    """The headroom section: what was held fixed, then the step-cost and request-rate factors; [] without one."""
+    """The headroom section: what was held fixed and the sample of each probe, then the step-cost and request-rate
+    factors; [] without one."""
     robust = result.get("robustness")
     if robust is None:
         return []
-    return [f"{_bold('Headroom', markdown)} ({robust['candidate']} on {robust['replicas']} replica(s) held fixed, "
-            f"bisected to {robust['tolerance']:.0%}):",
+    n = robust.get("requests_per_replication")
+    sample = (f"{robust['replications']} x {n:,} requests" if n else
+              f"{robust['replications']} replication(s) of the scenario's requests")
+    return [f"{_bold('Headroom', markdown)} ({robust['candidate']} on {robust['replicas']} replica(s) held fixed; "
+            f"factors probed in steps of {robust['grid_step']:.0%}, each over {sample}, the sample that decided it):",
             factor_line(robust["step_costs"], "step costs", "profiled"),
             factor_line(robust["arrival_rate"], "the request rate", f"{result['qps']:g} req/s")]
 

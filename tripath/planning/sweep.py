@@ -31,7 +31,7 @@ from tripath.planning.cache import ResultCache, cache_key
 from tripath.planning.decision import MAX_REJECTED, steady_p99s
 from tripath.planning.executor import Executor, LocalPoolExecutor
 from tripath.planning.scenario_dict import canonical
-from tripath.profile.profile import Profile
+from tripath.profile.profile import Profile, profile_from_json
 from tripath.simulator.runner import simulate
 from tripath.simulator.scenario.scenario import scenario_from_dict
 from tripath.simulator.scenario.traces import load_trace
@@ -192,7 +192,7 @@ def simulate_job(job: Job) -> dict[str, Any]:
     simulator does not know yet) gives ``{"error": "<file: field: problem>"}``, not an exception:
     one unsupported candidate must not sink a whole sweep, and the reason is what gets reported.
     """
-    profile = Profile.from_dict(json.loads(job.profile_json))
+    profile = profile_from_json(job.profile_json)
     try:
         scenario = scenario_from_dict(json.loads(job.scenario_json), job.source)
         result = simulate(scenario, profile, seed=job.seed, replications=job.replications)
@@ -300,12 +300,20 @@ def run_sweep(jobs: Sequence[Job], executor: Executor | None = None, cache: Resu
     return [Outcome(judge(found[key], job)) for key, job in zip(keys, jobs, strict=True)]
 
 
-def run_cached(job: Job, cache_dir: str | None = None) -> Outcome:
-    """One job through the cache in this process (searches whose next job depends on the last)."""
+class NotCached(Exception):
+    """A job the cache does not hold, met by a ``cached_only`` walk (which simulates nothing)."""
+
+
+def run_cached(job: Job, cache_dir: str | None = None, cached_only: bool = False) -> Outcome:
+    """One job through the cache in this process (searches whose next job depends on the last); with
+    ``cached_only``, NotCached instead of a simulation when the cache does not hold it (a search walked from the
+    cache first, so that only the searches that need new simulations go to a pool)."""
     cache = None if cache_dir is None else ResultCache(cache_dir)
     key = job.key()
     hit = cache.get(key) if cache is not None else None
     if hit is None:
+        if cached_only:
+            raise NotCached(key)
         hit = simulate_job(job)
         if cache is not None and "error" not in hit:
             cache.put(key, hit)

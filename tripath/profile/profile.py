@@ -13,6 +13,7 @@ memory, provenance), ``cost_model.py`` (named formulas with coefficients), ``sec
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import json
 import math
@@ -168,8 +169,14 @@ class Profile(Section):
 
     # --- JSON --------------------------------------------------------------------------------
     def to_json(self) -> str:
-        """The canonical text: a profile that round-trips gives identical bytes."""
-        return json.dumps(self.to_dict(), indent=2, allow_nan=False, ensure_ascii=False) + "\n"
+        """The canonical text: a profile that round-trips gives identical bytes. Kept on the instance after the
+        first call (a frozen profile's text never changes; a measured-table profile takes tens of ms to encode,
+        and a recommendation passes each layout's profile to every job as this text)."""
+        text = self.__dict__.get("_json_text")
+        if text is None:
+            text = json.dumps(self.to_dict(), indent=2, allow_nan=False, ensure_ascii=False) + "\n"
+            object.__setattr__(self, "_json_text", text)
+        return text
 
     @classmethod
     def from_dict(cls, d: object, source: str | None = None) -> Profile:
@@ -180,6 +187,14 @@ class Profile(Section):
             if type(version) is not int or version != SCHEMA_VERSION:
                 raise InputError(source, "schema_version", _unknown_version(version))
         return cls.parse(d, source, "")
+
+
+@functools.lru_cache(maxsize=32)
+def profile_from_json(text: str) -> Profile:
+    """The profile of a job's canonical profile text (``to_json``), parsed once per process: a search passes the
+    same text to each of its probes, and a measured-table profile takes tens of ms to validate. The profile is
+    frozen, so every caller may share it."""
+    return Profile.from_dict(json.loads(text))
 
 
 def load_profile(path: str | os.PathLike[str]) -> Profile:
