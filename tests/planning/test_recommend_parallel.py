@@ -12,9 +12,10 @@ from tests.helpers import SEED as PROFILE
 from tests.planning.test_recommend import QPS, small_scenario
 from tripath.planning.cache import ResultCache
 from tripath.planning.candidates import by_names
-from tripath.planning.capacity import SearchSpec, cost_estimate, plan
+from tripath.planning.capacity import SearchSpec, cost_estimate, from_cache, plan
 from tripath.planning.executor import LocalPoolExecutor
 from tripath.planning.recommend import SearchOptions, recommend
+from tripath.planning.sweep import NotCached
 
 MAX_REPLICAS = 4
 
@@ -112,3 +113,40 @@ def test_a_warm_rerun_and_a_partly_warm_one_give_the_cold_answer(tmp_path):
     assert warm.to_dict() == cold.to_dict()
     assert cold.to_dict() == recommend(data, None, [PROFILE], QPS, options=options,
                                        executor=LocalPoolExecutor(1)).to_dict()
+
+
+class Recording(LocalPoolExecutor):
+    """A one-worker executor that records what reaches it, and checks that each job needs a simulation: a search
+    or a headroom walk the cache holds whole must be done in the caller, never sent here."""
+
+    def __init__(self) -> None:
+        super().__init__(1)
+        self.jobs: list[object] = []
+
+    def map(self, fn, specs, progress=None):
+        for spec in specs:
+            if isinstance(spec, SearchSpec):
+                assert from_cache(spec) is None
+            else:
+                with pytest.raises(NotCached):
+                    replace(spec, cached_only=True).walk()
+        self.jobs += list(specs)
+        return super().map(fn, specs, progress)
+
+
+def test_only_what_needs_a_simulation_reaches_the_executor_and_the_answer_is_the_cold_one(tmp_path):
+    cache = ResultCache(tmp_path)
+    options = SearchOptions(replications=1, max_replicas=MAX_REPLICAS)
+    cold_run = Recording()
+    cold = recommend(small_scenario(ttft_ms=1500.0), None, [PROFILE], QPS, options=options, executor=cold_run,
+                     cache=cache)
+    assert cold_run.jobs  # an empty cache: everything went to the executor
+    again = Recording()
+    assert recommend(small_scenario(ttft_ms=1500.0), None, [PROFILE], QPS, options=options, executor=again,
+                     cache=cache).to_dict() == cold.to_dict()
+    assert again.jobs == []  # the same inputs: every search and both headroom walks read from the cache here
+    looser = small_scenario(ttft_ms=3000.0)  # another SLA: cached probes re-judged, the rest simulated
+    changed = Recording()
+    result = recommend(looser, None, [PROFILE], QPS, options=options, executor=changed, cache=cache)
+    assert len(changed.jobs) < len(cold_run.jobs)
+    assert result.to_dict() == recommend(looser, None, [PROFILE], QPS, options=options).to_dict()  # no cache
