@@ -123,13 +123,6 @@ def sla_targets(spec: SearchSpec) -> dict[str, float | None]:
     return scenario_sla_targets(json.loads(spec.scenario_json).get("sla"))
 
 
-def first_job(spec: SearchSpec, replicas: int) -> Job:
-    """The first simulation a probe of ``replicas`` runs (what a warm cache must hold to skip the pool)."""
-    if spec.rule is None:
-        return sized_job(spec, replicas, spec.qps)
-    return sized_job(spec, replicas, spec.qps, spec.rule.stages(asked_requests(spec))[0])
-
-
 def search_replicas(meets: Any, max_replicas: int) -> tuple[int | None, list[tuple[int, bool]]]:
     """Smallest n in [1, max_replicas] with meets(n), assuming meets is monotone; (None, trace) if none.
 

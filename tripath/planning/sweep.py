@@ -260,11 +260,6 @@ def _json_ready(value: Any) -> Any:
     return value
 
 
-def is_cached(job: Job, cache_dir: str | None) -> bool:
-    """Whether the cache under ``cache_dir`` holds this job's outcome (never without a cache)."""
-    return cache_dir is not None and ResultCache(cache_dir).get(job.key()) is not None
-
-
 def preload_traces(data: dict[str, Any], source: str | None = None) -> None:
     """Read the scenario's workload traces into this process's trace cache before a pool forks, so its workers
     inherit them instead of each reading them again (a bad scenario or trace is left to the jobs to report)."""
